@@ -1,0 +1,77 @@
+//! Run-time settings, with the names Hugging Face `TrainingArguments` users know.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+
+/// How the learning rate evolves over the run, measured in examples consumed
+/// (the number of steps is not known in advance with adaptive batches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LrSchedulerType {
+    /// Constant after warm-up.
+    Constant,
+    /// Linear decay to 0 at the end of the run.
+    Linear,
+    /// Cosine decay to 0 at the end of the run.
+    Cosine,
+}
+
+/// Run-time settings of a training run. `#[command(flatten)]` it into your own
+/// clap parser, or start from [`TrainingArgs::default`] and set fields.
+#[derive(Debug, Clone, Parser, serde::Serialize)]
+#[command(about = "adabatch training run")]
+pub struct TrainingArgs {
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 3)]
+    pub num_train_epochs: usize,
+    /// Stop after this many optimisation steps (overrides epochs when reached first).
+    #[arg(long)]
+    pub max_steps: Option<usize>,
+    /// Initial per-device batch size (the schedule may start elsewhere).
+    #[arg(long, default_value_t = 8)]
+    pub per_device_train_batch_size: usize,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 5e-5)]
+    pub learning_rate: f64,
+    /// Learning-rate schedule over examples consumed.
+    #[arg(long, value_enum, default_value_t = LrSchedulerType::Constant)]
+    pub lr_scheduler_type: LrSchedulerType,
+    /// Fraction of the run's examples spent warming the learning rate up from 0.
+    #[arg(long, default_value_t = 0.0)]
+    pub warmup_ratio: f64,
+    /// Seed of permutations and parameter initialisation (default: the policy's).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Override the policy's `drop_last` (`true` or `false`).
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub dataloader_drop_last: Option<bool>,
+    /// Ranks on this node (CPU: threads with a real all-reduce).
+    #[arg(long, default_value_t = 1)]
+    pub nproc_per_node: usize,
+    /// Device: `cpu`, or `cuda` / `cuda:N` when built with the `cuda` feature.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Log every this many steps (console and JSONL).
+    #[arg(long, default_value_t = 1)]
+    pub logging_steps: usize,
+    /// Write one JSON object per logged step to this file.
+    #[arg(long)]
+    pub log_jsonl: Option<PathBuf>,
+    /// Print no per-step lines and no progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Hide the progress bar (HF `disable_tqdm`).
+    #[arg(long)]
+    pub disable_tqdm: bool,
+    /// Clip the global gradient norm to this value (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub max_grad_norm: f64,
+}
+
+impl Default for TrainingArgs {
+    fn default() -> Self {
+        TrainingArgs::parse_from(["adabatch"])
+    }
+}
+

@@ -1,0 +1,34 @@
+//! The adabatch runtime: an adaptive-batch training engine on candle.
+//!
+//! The loop is written once here and monomorphised per trainer; the
+//! `#[adaptive_trainer]` attribute (crate `adabatch-macros`) only emits typed glue.
+//! See the `adabatch` crate for the user-facing documentation.
+
+#![warn(missing_docs)]
+
+pub mod args;
+pub mod communicator;
+pub mod engine;
+pub mod error;
+pub mod logging;
+pub mod lr;
+pub mod memory;
+pub mod model;
+pub mod params;
+pub mod policy;
+pub mod sampler;
+pub mod schedule;
+pub mod trainer;
+
+pub use args::{LrSchedulerType, TrainingArgs};
+
+pub use engine::TrainSummary;
+pub use error::{Error, Result};
+
+pub use memory::{BatchFeatures, MemoryModel};
+pub use model::{Batch, Collate, Dataset, TrainModel};
+pub use params::Parameters;
+pub use policy::{GradAccum, LrScaling, OomPolicy, Reweight, TrainerPolicy};
+
+pub use schedule::{BatchLimits, Growth, Schedule, ScheduleFn, ScheduleSpec};
+pub use trainer::{launch, train, AdaptiveTrainer, RankContext};

@@ -1,0 +1,255 @@
+//! Batch-size schedules.
+//!
+//! A schedule is called after every optimisation step with the step number (1-based,
+//! already incremented) and the current per-device batch size, and returns the next
+//! per-device batch size. The new size applies from the next step.
+
+use crate::error::{Error, Result};
+
+/// How `interval` changes the size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Growth {
+    /// Add `k` (negative shrinks).
+    Add(i64),
+    /// Multiply by `k`.
+    Mul(usize),
+}
+
+/// A `fn(step, current) -> next` schedule written by the user.
+pub type ScheduleFn = fn(usize, usize) -> usize;
+
+/// The schedules of the DSL, as plain data.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScheduleSpec {
+    /// A fixed size; `None` keeps the run's initial size.
+    Constant(Option<usize>),
+    /// After every `every` steps, apply `growth`.
+    Interval {
+        /// Steps between changes (≥ 1).
+        every: usize,
+        /// The change.
+        growth: Growth,
+    },
+    /// From `from` at step 0 to `to` at step `over`, linearly, then `to`.
+    Linear {
+        /// Size at step 0.
+        from: usize,
+        /// Size from step `over` on.
+        to: usize,
+        /// Steps of the ramp (≥ 1).
+        over: usize,
+    },
+    /// Piecewise constant: `(threshold, size)` pairs, thresholds strictly increasing;
+    /// from step `threshold` on the size is `size`.
+    Steps(&'static [(usize, usize)]),
+    /// A user function `(step, current) -> next`.
+    Custom(ScheduleFn),
+    /// Grow while the memory model predicts room (needs the memory model).
+    Memory {
+        /// Fraction of the baseline batch's peak memory that may be used.
+        threshold: f64,
+        /// Largest growth factor over the initial size.
+        max_range: f64,
+    },
+}
+
+/// A batch-size schedule. Implemented by [`ScheduleSpec`]; implement it for stateful
+/// schedules of your own.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a batch-size schedule",
+    note = "implement `adabatch::Schedule` (`fn next(&mut self, step, current) -> usize`)"
+)]
+pub trait Schedule: Send {
+    /// The per-device size of step 1, given the run's configured initial size.
+    fn initial(&self, configured: usize) -> usize {
+        configured
+    }
+    /// The per-device size after step `step` (1-based), given the current size.
+    fn next(&mut self, step: usize, current: usize) -> usize;
+}
+
+impl Schedule for ScheduleSpec {
+    fn initial(&self, configured: usize) -> usize {
+        match *self {
+            ScheduleSpec::Constant(Some(n)) => n,
+            ScheduleSpec::Linear { from, .. } => from,
+            ScheduleSpec::Steps(table) => step_table_size(table, 0).unwrap_or(configured),
+            _ => configured,
+        }
+    }
+
+    fn next(&mut self, step: usize, current: usize) -> usize {
+        match *self {
+            ScheduleSpec::Constant(size) => size.unwrap_or(current),
+            ScheduleSpec::Interval { every, growth } => {
+                if every == 0 || step % every != 0 {
+                    return current;
+                }
+                match growth {
+                    Growth::Add(k) => {
+                        let next = current as i128 + k as i128;
+                        next.clamp(0, usize::MAX as i128) as usize
+                    }
+                    Growth::Mul(k) => current.saturating_mul(k),
+                }
+            }
+            ScheduleSpec::Linear { from, to, over } => {
+                let t = step.min(over) as f64 / over.max(1) as f64;
+                (from as f64 + (to as f64 - from as f64) * t).round() as usize
+            }
+            ScheduleSpec::Steps(table) => step_table_size(table, step).unwrap_or(current),
+            ScheduleSpec::Custom(f) => f(step, current),
+            // Without the memory model the size stays put; policies with this schedule
+            // are refused by `TrainerPolicy::assert_supported`.
+            ScheduleSpec::Memory { .. } => current,
+        }
+    }
+}
+
+fn step_table_size(table: &[(usize, usize)], step: usize) -> Option<usize> {
+    table
+        .iter()
+        .take_while(|(threshold, _)| *threshold <= step)
+        .last()
+        .map(|&(_, size)| size)
+}
+
+/// Lower and upper bounds applied to every schedule's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// Smallest per-device size (≥ 1).
+    pub min: usize,
+    /// Largest per-device size.
+    pub max: Option<usize>,
+}
+
+impl BatchLimits {
+    /// Checks the bounds themselves.
+    pub fn new(min: usize, max: Option<usize>) -> Result<Self> {
+        if min == 0 {
+            return Err(Error::InvalidConfig("min_batch must be at least 1".into()));
+        }
+        if let Some(max) = max {
+            if max < min {
+                return Err(Error::InvalidConfig(format!(
+                    "min_batch ({min}) is larger than max_batch ({max})"
+                )));
+            }
+        }
+        Ok(Self { min, max })
+    }
+
+    /// Clamps a schedule's raw answer; a raw 0 is an error naming the step, because
+    /// silently clamping it would hide a broken schedule.
+    pub fn apply(&self, step: usize, raw: usize) -> Result<usize> {
+        if raw == 0 {
+            return Err(Error::ScheduleReturnedZero { step });
+        }
+        let clamped = raw.max(self.min);
+        Ok(self.max.map_or(clamped, |max| clamped.min(max)))
+    }
+}
+
+/// Checks a schedule's own arguments (the macro checks the same at compile time;
+/// this catches specs built by hand).
+pub fn validate_spec(spec: &ScheduleSpec) -> Result<()> {
+    let bad = |msg: String| Err(Error::InvalidConfig(msg));
+    match *spec {
+        ScheduleSpec::Constant(Some(0)) => bad("constant(0): a batch size must be at least 1".into()),
+        ScheduleSpec::Interval { every: 0, .. } => bad("interval: `every` must be at least 1".into()),
+        ScheduleSpec::Interval { growth: Growth::Add(0), .. } => {
+            bad("interval: the step `+k` must not be zero".into())
+        }
+        ScheduleSpec::Interval { growth: Growth::Mul(k), .. } if k < 2 => {
+            bad(format!("interval: the factor `*{k}` must be at least 2"))
+        }
+        ScheduleSpec::Linear { from, to, over } if from == 0 || to == 0 || over == 0 => bad(
+            format!("linear({from}, {to}, over = {over}): sizes and `over` must be at least 1"),
+        ),
+        ScheduleSpec::Steps(table) => {
+            if table.is_empty() {
+                return bad("steps(..) needs at least one `threshold => size` pair".into());
+            }
+            if table.iter().any(|&(_, size)| size == 0) {
+                return bad("steps(..): every size must be at least 1".into());
+            }
+            if table.windows(2).any(|w| w[0].0 >= w[1].0) {
+                return bad("steps(..): thresholds must be strictly increasing".into());
+            }
+            Ok(())
+        }
+        ScheduleSpec::Memory { threshold, max_range } => {
+            if !(threshold > 0.0 && threshold <= 1.0) {
+                return bad(format!("memory: threshold {threshold} must be in (0, 1]"));
+            }
+            if max_range.is_nan() || max_range < 1.0 {
+                return bad(format!("memory: max_range {max_range} must be at least 1.0"));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_grows_after_every_nth_step() {
+        let mut s = ScheduleSpec::Interval { every: 5, growth: Growth::Add(1) };
+        let sizes: Vec<usize> = (1..=10)
+            .scan(1, |cur, step| {
+                *cur = s.next(step, *cur);
+                Some(*cur)
+            })
+            .collect();
+        assert_eq!(sizes, vec![1, 1, 1, 1, 2, 2, 2, 2, 2, 3]);
+    }
+
+    #[test]
+    fn interval_multiplies() {
+        let mut s = ScheduleSpec::Interval { every: 2, growth: Growth::Mul(2) };
+        assert_eq!(s.next(1, 4), 4);
+        assert_eq!(s.next(2, 4), 8);
+    }
+
+    #[test]
+    fn linear_ramps_then_holds() {
+        let mut s = ScheduleSpec::Linear { from: 2, to: 10, over: 4 };
+        assert_eq!(s.initial(7), 2);
+        assert_eq!(s.next(1, 2), 4);
+        assert_eq!(s.next(2, 4), 6);
+        assert_eq!(s.next(4, 8), 10);
+        assert_eq!(s.next(100, 10), 10);
+    }
+
+    #[test]
+    fn steps_table_picks_last_threshold_reached() {
+        static TABLE: [(usize, usize); 3] = [(0, 8), (100, 16), (200, 32)];
+        let mut s = ScheduleSpec::Steps(&TABLE);
+        assert_eq!(s.initial(1), 8);
+        assert_eq!(s.next(99, 8), 8);
+        assert_eq!(s.next(100, 8), 16);
+        assert_eq!(s.next(250, 16), 32);
+    }
+
+    #[test]
+    fn limits_clamp_and_reject_zero() {
+        let limits = BatchLimits::new(2, Some(6)).unwrap();
+        assert_eq!(limits.apply(3, 1).unwrap(), 2);
+        assert_eq!(limits.apply(3, 9).unwrap(), 6);
+        assert!(matches!(limits.apply(7, 0), Err(Error::ScheduleReturnedZero { step: 7 })));
+        assert!(BatchLimits::new(0, None).is_err());
+        assert!(BatchLimits::new(5, Some(4)).is_err());
+    }
+
+    #[test]
+    fn spec_validation_rejects_bad_arguments() {
+        assert!(validate_spec(&ScheduleSpec::Interval { every: 0, growth: Growth::Add(1) }).is_err());
+        assert!(validate_spec(&ScheduleSpec::Interval { every: 1, growth: Growth::Mul(1) }).is_err());
+        static BAD: [(usize, usize); 2] = [(5, 1), (5, 2)];
+        assert!(validate_spec(&ScheduleSpec::Steps(&BAD)).is_err());
+        assert!(validate_spec(&ScheduleSpec::Constant(None)).is_ok());
+    }
+}

@@ -1,0 +1,44 @@
+//! # adabatch
+//!
+//! Training loops whose batch size changes while training runs, on candle.
+//! One attribute on a struct generates a typed trainer; the engine samples global
+//! batches that are resized between steps, splits them over ranks, reweights the
+//! gradients so that `W` ranks of `b` compute what one rank of `W·b` would, and
+//! accounts for progress by coverage (`train_coverage`, a float `epoch`).
+//!
+//! ```ignore
+//! use adabatch::prelude::*;
+//!
+//! #[adaptive_trainer(schedule = interval(5, +1), drop_last = false, reweight = sample_count)]
+//! struct ReplayTrainer {
+//!     #[model] model: Classifier,
+//!     #[optimizer] opt: candle_nn::AdamW,
+//! }
+//! ```
+
+pub use adabatch_runtime::*;
+
+#[doc = include_str!("../docs/adaptive_trainer.md")]
+pub use adabatch_macros::adaptive_trainer;
+
+/// The names most programs need: `use adabatch::prelude::*;`.
+pub mod prelude {
+    pub use crate::adaptive_trainer;
+    pub use adabatch_runtime::{
+        launch, train, AdaptiveTrainer, Batch, Collate, Dataset, Parameters, RankContext,
+        TrainModel, TrainSummary, TrainingArgs,
+    };
+}
+
+/// Paths used by the code `#[adaptive_trainer]` generates. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use adabatch_runtime::policy::{GradAccum, LrScaling, OomPolicy, Reweight, TrainerPolicy};
+    pub use adabatch_runtime::schedule::{Growth, ScheduleFn, ScheduleSpec};
+    pub use adabatch_runtime::{
+        launch, train, AdaptiveTrainer, Collate, Dataset, MemoryModel, RankContext, TrainModel,
+        TrainSummary, TrainingArgs,
+    };
+    pub use adabatch_runtime::Result;
+    pub use candle_nn::Optimizer;
+}
