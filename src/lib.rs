@@ -35,10 +35,10 @@ pub mod prelude {
 pub mod __private {
     pub use adabatch_runtime::policy::{GradAccum, LrScaling, OomPolicy, Reweight, TrainerPolicy};
     pub use adabatch_runtime::schedule::{Growth, ScheduleFn, ScheduleSpec};
+    pub use adabatch_runtime::Result;
     pub use adabatch_runtime::{
         launch, train, AdaptiveTrainer, Collate, Dataset, MemoryModel, RankContext, TrainModel,
         TrainSummary, TrainingArgs,
     };
-    pub use adabatch_runtime::Result;
     pub use candle_nn::Optimizer;
 }

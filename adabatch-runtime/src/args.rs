@@ -58,6 +58,9 @@ pub struct TrainingArgs {
     /// Write one JSON object per logged step to this file.
     #[arg(long)]
     pub log_jsonl: Option<PathBuf>,
+    /// Print every rank's local batch size and indices on logged steps.
+    #[arg(long)]
+    pub log_indices: bool,
     /// Print no per-step lines and no progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -74,4 +77,3 @@ impl Default for TrainingArgs {
         TrainingArgs::parse_from(["adabatch"])
     }
 }
-

@@ -27,7 +27,9 @@ pub enum Error {
         what: &'static str,
     },
     /// `num_train_epochs = 0` and no `max_steps`.
-    #[error("num_train_epochs is 0: the run would not train (set it to at least 1, or set max_steps)")]
+    #[error(
+        "num_train_epochs is 0: the run would not train (set it to at least 1, or set max_steps)"
+    )]
     ZeroEpochs,
     /// The schedule answered 0 after a step.
     #[error("the batch-size schedule returned 0 after step {step}: a batch size must be at least 1 (set `min_batch`, or fix the schedule)")]
@@ -118,7 +120,9 @@ pub enum Error {
 }
 
 fn step_note(after_step: Option<usize>) -> String {
-    after_step.map_or_else(String::new, |step| format!(" (size chosen by the schedule after step {step})"))
+    after_step.map_or_else(String::new, |step| {
+        format!(" (size chosen by the schedule after step {step})")
+    })
 }
 
 /// `Result` with the runtime's [`Error`].

@@ -22,8 +22,11 @@ pub mod trainer;
 
 pub use args::{LrSchedulerType, TrainingArgs};
 
+pub use communicator::{Communicator, Local, Single};
 pub use engine::TrainSummary;
 pub use error::{Error, Result};
+pub use logging::StepLog;
+pub use sampler::{GlobalBatchSampler, StepPlan};
 
 pub use memory::{BatchFeatures, MemoryModel};
 pub use model::{Batch, Collate, Dataset, TrainModel};

@@ -1,1 +1,143 @@
-//! wip
+//! Step logs: an HF-style dict per logged step on the console, a progress bar in
+//! examples, and one JSON object per logged step in a JSONL file.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::error::{Error, Result};
+
+/// One logged optimisation step.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepLog {
+    /// Optimisation step (1-based).
+    pub step: usize,
+    /// Examples seen in total / N.
+    pub epoch: f64,
+    /// Examples seen in the current epoch / N.
+    pub train_coverage: f64,
+    /// Each rank's batch size at this step.
+    pub local_batch_sizes: Vec<usize>,
+    /// Examples in the global batch.
+    pub global_batch: usize,
+    /// Each rank's dataset indices at this step.
+    pub indices: Vec<Vec<usize>>,
+    /// Mean training loss over the steps since the previous log (HF semantics).
+    pub loss: f64,
+    /// Global gradient norm of this step (before clipping).
+    pub grad_norm: f64,
+    /// Learning rate used at this step.
+    pub learning_rate: f64,
+    /// Examples per second since the previous log.
+    pub examples_per_s: f64,
+}
+
+impl StepLog {
+    /// The HF `Trainer` console form: `{'loss': 0.6931, 'grad_norm': …, …}`.
+    pub fn hf_dict(&self) -> String {
+        format!(
+            "{{'loss': {:.4}, 'grad_norm': {:.4}, 'learning_rate': {:e}, 'epoch': {:.2}, 'train_coverage': {:.2}, 'step': {}, 'global_batch': {}, 'examples_per_s': {:.1}}}",
+            self.loss,
+            self.grad_norm,
+            self.learning_rate,
+            self.epoch,
+            self.train_coverage,
+            self.step,
+            self.global_batch,
+            self.examples_per_s
+        )
+    }
+}
+
+/// Where rank 0 writes its logs.
+pub struct Logger {
+    jsonl: Option<(PathBuf, BufWriter<File>)>,
+    progress: ProgressBar,
+    print_steps: bool,
+    print_indices: bool,
+}
+
+impl Logger {
+    /// A logger; `total_examples` sizes the progress bar (None: no bar).
+    pub fn new(
+        jsonl: Option<&Path>,
+        total_examples: Option<u64>,
+        print_steps: bool,
+        print_indices: bool,
+    ) -> Result<Self> {
+        let jsonl = match jsonl {
+            Some(path) => {
+                if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(parent).map_err(|source| Error::Io {
+                        path: parent.into(),
+                        source,
+                    })?;
+                }
+                let file = File::create(path).map_err(|source| Error::Io {
+                    path: path.into(),
+                    source,
+                })?;
+                Some((path.to_path_buf(), BufWriter::new(file)))
+            }
+            None => None,
+        };
+        let progress = match total_examples {
+            Some(total) => {
+                let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+                bar.set_style(
+                    ProgressStyle::with_template("{bar:40} {pos}/{len} examples [{elapsed_precise}<{eta_precise}, {per_sec}] {msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                );
+                bar
+            }
+            None => ProgressBar::hidden(),
+        };
+        Ok(Self {
+            jsonl,
+            progress,
+            print_steps,
+            print_indices,
+        })
+    }
+
+    /// Advances the bar by `examples`.
+    pub fn advance(&self, examples: usize, epoch: f64) {
+        self.progress.inc(examples as u64);
+        self.progress.set_message(format!("epoch {epoch:.2}"));
+    }
+
+    /// Writes one logged step.
+    pub fn log(&mut self, entry: &StepLog) -> Result<()> {
+        if self.print_steps {
+            if self.print_indices {
+                for (rank, indices) in entry.indices.iter().enumerate() {
+                    self.progress.suspend(|| {
+                        println!(
+                            "[step {}] rank {rank}: local batch size {}, indices {indices:?}",
+                            entry.step,
+                            indices.len()
+                        )
+                    });
+                }
+            }
+            self.progress.suspend(|| println!("{}", entry.hf_dict()));
+        }
+        if let Some((path, writer)) = &mut self.jsonl {
+            let io = |source| Error::Io {
+                path: path.clone(),
+                source,
+            };
+            serde_json::to_writer(&mut *writer, entry).map_err(|e| io(e.into()))?;
+            writer.write_all(b"\n").map_err(io)?;
+            writer.flush().map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Closes the bar.
+    pub fn finish(&self) {
+        self.progress.finish_and_clear();
+    }
+}

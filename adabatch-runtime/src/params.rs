@@ -25,14 +25,20 @@ pub struct Parameters {
 
 impl std::fmt::Debug for Parameters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Parameters").field("seed", &self.seed).field("len", &self.named_parameters().len()).finish()
+        f.debug_struct("Parameters")
+            .field("seed", &self.seed)
+            .field("len", &self.named_parameters().len())
+            .finish()
     }
 }
 
 impl Parameters {
     /// An empty store whose initial values derive from `seed`.
     pub fn new(seed: u64) -> Self {
-        Self { vars: VarMap::new(), seed }
+        Self {
+            vars: VarMap::new(),
+            seed,
+        }
     }
 
     /// A `VarBuilder` creating seeded variables in this store.
@@ -50,7 +56,10 @@ impl Parameters {
 
     /// Variables in name order, for an optimizer's constructor.
     pub fn all_vars(&self) -> Vec<Var> {
-        self.named_parameters().into_iter().map(|(_, v)| v).collect()
+        self.named_parameters()
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect()
     }
 
     /// The underlying `VarMap` (for `save` / `load` of safetensors).
@@ -58,14 +67,25 @@ impl Parameters {
         &self.vars
     }
 
-    fn seeded_init(&self, shape: &Shape, name: &str, init: Init, dtype: DType, device: &Device) -> candle_core::Result<Var> {
+    fn seeded_init(
+        &self,
+        shape: &Shape,
+        name: &str,
+        init: Init,
+        dtype: DType,
+        device: &Device,
+    ) -> candle_core::Result<Var> {
         let n = shape.elem_count();
         let mut rng = ChaCha8Rng::seed_from_u64(name_seed(self.seed, name));
         let values: Vec<f32> = match init {
             Init::Const(c) => return Var::from_tensor(&(Tensor::ones(shape, dtype, device)? * c)?),
             Init::Randn { mean, stdev } => sample(&mut rng, n, normal(mean, stdev)?),
             Init::Uniform { lo, up } => sample(&mut rng, n, uniform(lo, up)?),
-            Init::Kaiming { dist, fan, non_linearity } => {
+            Init::Kaiming {
+                dist,
+                fan,
+                non_linearity,
+            } => {
                 let std = non_linearity.gain() / (fan.for_shape(shape) as f64).sqrt();
                 match dist {
                     NormalOrUniform::Normal => sample(&mut rng, n, normal(0.0, std)?),
@@ -86,7 +106,9 @@ fn name_seed(seed: u64, name: &str) -> u64 {
     seed.to_le_bytes()
         .iter()
         .chain(name.as_bytes())
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
 }
 
 fn normal(mean: f64, std: f64) -> candle_core::Result<Normal<f64>> {
@@ -102,11 +124,22 @@ fn sample(rng: &mut ChaCha8Rng, n: usize, dist: impl Distribution<f64>) -> Vec<f
 }
 
 impl SimpleBackend for Parameters {
-    fn get(&self, shape: Shape, name: &str, init: Init, dtype: DType, device: &Device) -> candle_core::Result<Tensor> {
+    fn get(
+        &self,
+        shape: Shape,
+        name: &str,
+        init: Init,
+        dtype: DType,
+        device: &Device,
+    ) -> candle_core::Result<Tensor> {
         let mut data = self.vars.data().lock().unwrap_or_else(|e| e.into_inner());
         if let Some(existing) = data.get(name) {
             if existing.shape() != &shape {
-                candle_core::bail!("parameter `{name}` exists with shape {:?}, requested {:?}", existing.shape(), shape);
+                candle_core::bail!(
+                    "parameter `{name}` exists with shape {:?}, requested {:?}",
+                    existing.shape(),
+                    shape
+                );
             }
             return Ok(existing.as_tensor().clone());
         }
@@ -116,16 +149,27 @@ impl SimpleBackend for Parameters {
         Ok(tensor)
     }
 
-    fn get_unchecked(&self, name: &str, _dtype: DType, _device: &Device) -> candle_core::Result<Tensor> {
+    fn get_unchecked(
+        &self,
+        name: &str,
+        _dtype: DType,
+        _device: &Device,
+    ) -> candle_core::Result<Tensor> {
         let data = self.vars.data().lock().unwrap_or_else(|e| e.into_inner());
         match data.get(name) {
             Some(var) => Ok(var.as_tensor().clone()),
-            None => candle_core::bail!("parameter `{name}` does not exist and has no shape to create it with"),
+            None => candle_core::bail!(
+                "parameter `{name}` does not exist and has no shape to create it with"
+            ),
         }
     }
 
     fn contains_tensor(&self, name: &str) -> bool {
-        self.vars.data().lock().unwrap_or_else(|e| e.into_inner()).contains_key(name)
+        self.vars
+            .data()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(name)
     }
 }
 
@@ -148,12 +192,25 @@ mod tests {
         assert_eq!(na.len(), 4);
         for ((ka, va), (kb, vb)) in na.iter().zip(&nb) {
             assert_eq!(ka, kb);
-            let diff = (va.as_tensor() - vb.as_tensor()).unwrap().abs().unwrap().max_all().unwrap();
+            let diff = (va.as_tensor() - vb.as_tensor())
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap();
             assert_eq!(diff.to_scalar::<f32>().unwrap(), 0.0);
         }
         let c = Parameters::new(8);
         candle_nn::linear(4, 3, c.var_builder(DType::F32, &dev).pp("x")).unwrap();
-        let w = |p: &Parameters| p.named_parameters()[1].1.as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let w = |p: &Parameters| {
+            p.named_parameters()[1]
+                .1
+                .as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        };
         assert_ne!(w(&a)[..4], w(&c)[..4]);
     }
 }

@@ -118,9 +118,7 @@ impl TrainerPolicy {
             }
         }
         if let GradAccum::Target { .. } = self.grad_accum {
-            return Some(
-                "`grad_accum = target(..)` is not supported by this adabatch runtime yet",
-            );
+            return Some("`grad_accum = target(..)` is not supported by this adabatch runtime yet");
         }
         None
     }

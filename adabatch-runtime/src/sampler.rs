@@ -1,1 +1,208 @@
-//! wip
+//! The adaptive global-batch sampler and its coverage accounting.
+//!
+//! Each epoch draws one permutation of `0..N` from `(seed, epoch)`, the same on
+//! every rank. A step takes the next `per_device * world_size` indices and splits
+//! them over ranks as evenly as possible (rank `r` gets `take / W + (r < take % W)`).
+//! Every rank computes the same plan, so every rank runs the same number of steps.
+
+use std::ops::Range;
+
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// One optimisation step's global batch and its split over ranks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepPlan {
+    /// Dataset indices of the global batch, in permutation order.
+    pub indices: Vec<usize>,
+    /// Each rank's slice of `indices`.
+    pub splits: Vec<Range<usize>>,
+}
+
+impl StepPlan {
+    /// Indices that rank `rank` trains on (possibly none).
+    pub fn local(&self, rank: usize) -> &[usize] {
+        &self.indices[self.splits[rank].clone()]
+    }
+    /// Local batch size of every rank.
+    pub fn local_sizes(&self) -> Vec<usize> {
+        self.splits.iter().map(|r| r.len()).collect()
+    }
+    /// Indices of every rank.
+    pub fn per_rank_indices(&self) -> Vec<Vec<usize>> {
+        (0..self.splits.len())
+            .map(|r| self.local(r).to_vec())
+            .collect()
+    }
+    /// Examples in the global batch.
+    pub fn global_size(&self) -> usize {
+        self.indices.len()
+    }
+    /// Ranks that received at least one example.
+    pub fn active_ranks(&self) -> usize {
+        self.splits.iter().filter(|r| !r.is_empty()).count()
+    }
+}
+
+/// Splits `take` examples over `world_size` ranks: the first `take % W` ranks get one more.
+pub fn split_evenly(take: usize, world_size: usize) -> Vec<Range<usize>> {
+    let (base, extra) = (take / world_size, take % world_size);
+    let mut start = 0;
+    (0..world_size)
+        .map(|rank| {
+            let len = base + usize::from(rank < extra);
+            let range = start..start + len;
+            start += len;
+            range
+        })
+        .collect()
+}
+
+/// Draws global batches epoch by epoch and tracks coverage.
+#[derive(Debug, Clone)]
+pub struct GlobalBatchSampler {
+    num_examples: usize,
+    world_size: usize,
+    seed: u64,
+    shuffle: bool,
+    drop_last: bool,
+    epoch: usize,
+    permutation: Vec<usize>,
+    position: usize,
+    examples_seen: usize,
+}
+
+impl GlobalBatchSampler {
+    /// A sampler positioned at the start of epoch 0. `num_examples` and `world_size`
+    /// must be at least 1 (the engine checks this and reports typed errors).
+    pub fn new(
+        num_examples: usize,
+        world_size: usize,
+        seed: u64,
+        shuffle: bool,
+        drop_last: bool,
+    ) -> Self {
+        assert!(num_examples > 0 && world_size > 0, "checked by the engine");
+        let mut sampler = Self {
+            num_examples,
+            world_size,
+            seed,
+            shuffle,
+            drop_last,
+            epoch: 0,
+            permutation: Vec::new(),
+            position: 0,
+            examples_seen: 0,
+        };
+        sampler.permutation = sampler.permutation_of(0);
+        sampler
+    }
+
+    /// The permutation of epoch `epoch` (identity without shuffle).
+    pub fn permutation_of(&self, epoch: usize) -> Vec<usize> {
+        let mut perm: Vec<usize> = (0..self.num_examples).collect();
+        if self.shuffle {
+            let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+            rng.set_stream(epoch as u64);
+            perm.shuffle(&mut rng);
+        }
+        perm
+    }
+
+    /// The next global batch of `per_device` examples per rank in the current epoch,
+    /// or `None` when the epoch is used up (or cut by `drop_last`).
+    pub fn next_step(&mut self, per_device: usize) -> Option<StepPlan> {
+        let wanted = per_device.saturating_mul(self.world_size);
+        let remaining = self.num_examples - self.position;
+        if remaining == 0 || wanted == 0 || (self.drop_last && remaining < wanted) {
+            return None;
+        }
+        let take = wanted.min(remaining);
+        let indices = self.permutation[self.position..self.position + take].to_vec();
+        self.position += take;
+        self.examples_seen += take;
+        Some(StepPlan {
+            indices,
+            splits: split_evenly(take, self.world_size),
+        })
+    }
+
+    /// Starts the next epoch with its own permutation.
+    pub fn start_next_epoch(&mut self) {
+        self.epoch += 1;
+        self.position = 0;
+        self.permutation = self.permutation_of(self.epoch);
+    }
+
+    /// Current epoch (0-based).
+    pub fn epoch_index(&self) -> usize {
+        self.epoch
+    }
+    /// Examples used in the current epoch.
+    pub fn position(&self) -> usize {
+        self.position
+    }
+    /// Examples used in the current epoch / N.
+    pub fn train_coverage(&self) -> f64 {
+        self.position as f64 / self.num_examples as f64
+    }
+    /// Examples used in total / N.
+    pub fn epoch(&self) -> f64 {
+        self.examples_seen as f64 / self.num_examples as f64
+    }
+    /// Examples used in total.
+    pub fn examples_seen(&self) -> usize {
+        self.examples_seen
+    }
+    /// N.
+    pub fn num_examples(&self) -> usize {
+        self.num_examples
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_gives_extra_to_first_ranks() {
+        assert_eq!(split_evenly(5, 2), vec![0..3, 3..5]);
+        assert_eq!(split_evenly(1, 3), vec![0..1, 1..1, 1..1]);
+        assert_eq!(split_evenly(6, 3), vec![0..2, 2..4, 4..6]);
+    }
+
+    #[test]
+    fn permutation_depends_on_seed_and_epoch_only() {
+        let a = GlobalBatchSampler::new(50, 2, 1, true, false);
+        let b = GlobalBatchSampler::new(50, 4, 1, true, true);
+        assert_eq!(a.permutation_of(3), b.permutation_of(3));
+        assert_ne!(a.permutation_of(0), a.permutation_of(1));
+        let c = GlobalBatchSampler::new(50, 2, 2, true, false);
+        assert_ne!(a.permutation_of(0), c.permutation_of(0));
+        let mut sorted = a.permutation_of(0);
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..50).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn drop_last_cuts_short_tail() {
+        let mut s = GlobalBatchSampler::new(10, 2, 0, false, true);
+        assert_eq!(s.next_step(2).unwrap().global_size(), 4);
+        assert_eq!(s.next_step(2).unwrap().global_size(), 4);
+        assert!(s.next_step(2).is_none());
+        assert_eq!(s.position(), 8);
+        assert!((s.epoch() - 0.8).abs() < 1e-12);
+    }
+
+    #[test]
+    fn keep_last_uses_short_tail() {
+        let mut s = GlobalBatchSampler::new(5, 2, 0, false, false);
+        s.next_step(2).unwrap();
+        let tail = s.next_step(2).unwrap();
+        assert_eq!(tail.local_sizes(), vec![1, 0]);
+        assert_eq!(tail.indices, vec![4]);
+        assert!(s.next_step(2).is_none());
+        assert_eq!(s.train_coverage(), 1.0);
+    }
+}

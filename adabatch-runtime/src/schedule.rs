@@ -19,7 +19,7 @@ pub enum Growth {
 pub type ScheduleFn = fn(usize, usize) -> usize;
 
 /// The schedules of the DSL, as plain data.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy)]
 pub enum ScheduleSpec {
     /// A fixed size; `None` keeps the run's initial size.
     Constant(Option<usize>),
@@ -51,6 +51,51 @@ pub enum ScheduleSpec {
         /// Largest growth factor over the initial size.
         max_range: f64,
     },
+}
+
+impl PartialEq for ScheduleSpec {
+    fn eq(&self, other: &Self) -> bool {
+        use ScheduleSpec::*;
+        match (self, other) {
+            (Constant(a), Constant(b)) => a == b,
+            (
+                Interval {
+                    every: a,
+                    growth: g,
+                },
+                Interval {
+                    every: b,
+                    growth: h,
+                },
+            ) => a == b && g == h,
+            (
+                Linear {
+                    from: a,
+                    to: b,
+                    over: c,
+                },
+                Linear {
+                    from: d,
+                    to: e,
+                    over: f,
+                },
+            ) => (a, b, c) == (d, e, f),
+            (Steps(a), Steps(b)) => a == b,
+            // Two paths to one function may still compare unequal: fine for inspection.
+            (Custom(a), Custom(b)) => std::ptr::fn_addr_eq(*a, *b),
+            (
+                Memory {
+                    threshold: a,
+                    max_range: b,
+                },
+                Memory {
+                    threshold: c,
+                    max_range: d,
+                },
+            ) => (a, b) == (c, d),
+            _ => false,
+        }
+    }
 }
 
 /// A batch-size schedule. Implemented by [`ScheduleSpec`]; implement it for stateful
@@ -155,14 +200,20 @@ impl BatchLimits {
 pub fn validate_spec(spec: &ScheduleSpec) -> Result<()> {
     let bad = |msg: String| Err(Error::InvalidConfig(msg));
     match *spec {
-        ScheduleSpec::Constant(Some(0)) => bad("constant(0): a batch size must be at least 1".into()),
-        ScheduleSpec::Interval { every: 0, .. } => bad("interval: `every` must be at least 1".into()),
-        ScheduleSpec::Interval { growth: Growth::Add(0), .. } => {
-            bad("interval: the step `+k` must not be zero".into())
+        ScheduleSpec::Constant(Some(0)) => {
+            bad("constant(0): a batch size must be at least 1".into())
         }
-        ScheduleSpec::Interval { growth: Growth::Mul(k), .. } if k < 2 => {
-            bad(format!("interval: the factor `*{k}` must be at least 2"))
+        ScheduleSpec::Interval { every: 0, .. } => {
+            bad("interval: `every` must be at least 1".into())
         }
+        ScheduleSpec::Interval {
+            growth: Growth::Add(0),
+            ..
+        } => bad("interval: the step `+k` must not be zero".into()),
+        ScheduleSpec::Interval {
+            growth: Growth::Mul(k),
+            ..
+        } if k < 2 => bad(format!("interval: the factor `*{k}` must be at least 2")),
         ScheduleSpec::Linear { from, to, over } if from == 0 || to == 0 || over == 0 => bad(
             format!("linear({from}, {to}, over = {over}): sizes and `over` must be at least 1"),
         ),
@@ -178,12 +229,17 @@ pub fn validate_spec(spec: &ScheduleSpec) -> Result<()> {
             }
             Ok(())
         }
-        ScheduleSpec::Memory { threshold, max_range } => {
+        ScheduleSpec::Memory {
+            threshold,
+            max_range,
+        } => {
             if !(threshold > 0.0 && threshold <= 1.0) {
                 return bad(format!("memory: threshold {threshold} must be in (0, 1]"));
             }
             if max_range.is_nan() || max_range < 1.0 {
-                return bad(format!("memory: max_range {max_range} must be at least 1.0"));
+                return bad(format!(
+                    "memory: max_range {max_range} must be at least 1.0"
+                ));
             }
             Ok(())
         }
@@ -197,7 +253,10 @@ mod tests {
 
     #[test]
     fn interval_grows_after_every_nth_step() {
-        let mut s = ScheduleSpec::Interval { every: 5, growth: Growth::Add(1) };
+        let mut s = ScheduleSpec::Interval {
+            every: 5,
+            growth: Growth::Add(1),
+        };
         let sizes: Vec<usize> = (1..=10)
             .scan(1, |cur, step| {
                 *cur = s.next(step, *cur);
@@ -209,14 +268,21 @@ mod tests {
 
     #[test]
     fn interval_multiplies() {
-        let mut s = ScheduleSpec::Interval { every: 2, growth: Growth::Mul(2) };
+        let mut s = ScheduleSpec::Interval {
+            every: 2,
+            growth: Growth::Mul(2),
+        };
         assert_eq!(s.next(1, 4), 4);
         assert_eq!(s.next(2, 4), 8);
     }
 
     #[test]
     fn linear_ramps_then_holds() {
-        let mut s = ScheduleSpec::Linear { from: 2, to: 10, over: 4 };
+        let mut s = ScheduleSpec::Linear {
+            from: 2,
+            to: 10,
+            over: 4,
+        };
         assert_eq!(s.initial(7), 2);
         assert_eq!(s.next(1, 2), 4);
         assert_eq!(s.next(2, 4), 6);
@@ -239,15 +305,26 @@ mod tests {
         let limits = BatchLimits::new(2, Some(6)).unwrap();
         assert_eq!(limits.apply(3, 1).unwrap(), 2);
         assert_eq!(limits.apply(3, 9).unwrap(), 6);
-        assert!(matches!(limits.apply(7, 0), Err(Error::ScheduleReturnedZero { step: 7 })));
+        assert!(matches!(
+            limits.apply(7, 0),
+            Err(Error::ScheduleReturnedZero { step: 7 })
+        ));
         assert!(BatchLimits::new(0, None).is_err());
         assert!(BatchLimits::new(5, Some(4)).is_err());
     }
 
     #[test]
     fn spec_validation_rejects_bad_arguments() {
-        assert!(validate_spec(&ScheduleSpec::Interval { every: 0, growth: Growth::Add(1) }).is_err());
-        assert!(validate_spec(&ScheduleSpec::Interval { every: 1, growth: Growth::Mul(1) }).is_err());
+        assert!(validate_spec(&ScheduleSpec::Interval {
+            every: 0,
+            growth: Growth::Add(1)
+        })
+        .is_err());
+        assert!(validate_spec(&ScheduleSpec::Interval {
+            every: 1,
+            growth: Growth::Mul(1)
+        })
+        .is_err());
         static BAD: [(usize, usize); 2] = [(5, 1), (5, 2)];
         assert!(validate_spec(&ScheduleSpec::Steps(&BAD)).is_err());
         assert!(validate_spec(&ScheduleSpec::Constant(None)).is_ok());

@@ -42,7 +42,12 @@ pub struct RankContext {
 
 impl RankContext {
     pub(crate) fn new(rank: usize, world_size: usize, device: Device, seed: u64) -> Self {
-        Self { rank, world_size, device, seed }
+        Self {
+            rank,
+            world_size,
+            device,
+            seed,
+        }
     }
     /// This rank (0-based).
     pub fn rank(&self) -> usize {
@@ -68,7 +73,12 @@ impl RankContext {
 
 /// Trains an existing trainer on one rank (`args.nproc_per_node` must be 1; use
 /// [`launch`] to build one trainer per rank).
-pub fn train<T, D, C>(trainer: T, dataset: &D, collate: &C, args: &TrainingArgs) -> Result<TrainSummary>
+pub fn train<T, D, C>(
+    trainer: T,
+    dataset: &D,
+    collate: &C,
+    args: &TrainingArgs,
+) -> Result<TrainSummary>
 where
     T: AdaptiveTrainer,
     D: Dataset + ?Sized,
@@ -85,7 +95,12 @@ where
 
 /// Trains on `args.nproc_per_node` ranks; `factory` builds each rank's trainer on
 /// the rank's device (weights are then made identical from rank 0).
-pub fn launch<T, D, C, F>(dataset: &D, collate: &C, args: &TrainingArgs, factory: F) -> Result<TrainSummary>
+pub fn launch<T, D, C, F>(
+    dataset: &D,
+    collate: &C,
+    args: &TrainingArgs,
+    factory: F,
+) -> Result<TrainSummary>
 where
     T: AdaptiveTrainer,
     D: Dataset + ?Sized,
