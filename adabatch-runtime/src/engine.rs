@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::logging::{Logger, StepLog};
 use crate::lr::LrSchedule;
 use crate::model::{Batch, Collate, Dataset, TrainModel};
+use crate::planner::{RunLength, StepPlanner};
 use crate::policy::{Reweight, TrainerPolicy};
 use crate::sampler::{GlobalBatchSampler, StepPlan};
 use crate::schedule::{validate_spec, BatchLimits, Schedule, ScheduleSpec};
@@ -69,8 +70,7 @@ struct RunPlan {
     schedule: ScheduleSpec,
     limits: BatchLimits,
     initial_per_device: usize,
-    epochs: Option<usize>,
-    max_steps: Option<usize>,
+    length: RunLength,
     reweight: Reweight,
     lr: LrSchedule,
     max_grad_norm: f64,
@@ -136,18 +136,9 @@ impl RunPlan {
         let drop_last = args.dataloader_drop_last.unwrap_or(policy.drop_last);
         let initial_per_device =
             limits.apply(0, policy.schedule.initial(args.per_device_train_batch_size))?;
-        check_fits(
-            drop_last,
-            initial_per_device,
-            world_size,
-            num_examples,
-            None,
-        )?;
-        let epochs = if args.max_steps.is_some() {
-            None
-        } else {
-            Some(args.num_train_epochs)
-        };
+        let length = args
+            .max_steps
+            .map_or(RunLength::Epochs(args.num_train_epochs), RunLength::Steps);
         let total_examples = (args.num_train_epochs.max(1) * num_examples) as f64;
         Ok(Self {
             num_examples,
@@ -158,8 +149,7 @@ impl RunPlan {
             schedule: policy.schedule,
             limits,
             initial_per_device,
-            epochs,
-            max_steps: args.max_steps,
+            length,
             reweight: policy.reweight,
             lr: LrSchedule {
                 base: args.learning_rate,
@@ -175,7 +165,10 @@ impl RunPlan {
     }
 
     fn logger(&self, args: &TrainingArgs) -> Result<Logger> {
-        let total = self.epochs.map(|e| (e * self.num_examples) as u64);
+        let total = match self.length {
+            RunLength::Epochs(e) => Some((e * self.num_examples) as u64),
+            RunLength::Steps(_) => None,
+        };
         let bar = if args.quiet || args.disable_tqdm {
             None
         } else {
@@ -188,27 +181,6 @@ impl RunPlan {
             args.log_indices,
         )
     }
-}
-
-/// With `drop_last`, a global batch larger than the dataset could never be used.
-fn check_fits(
-    drop_last: bool,
-    per_device: usize,
-    world_size: usize,
-    examples: usize,
-    after_step: Option<usize>,
-) -> Result<()> {
-    let global_batch = per_device.saturating_mul(world_size);
-    if drop_last && global_batch > examples {
-        return Err(Error::GlobalBatchTooLarge {
-            global_batch,
-            per_device,
-            world_size,
-            examples,
-            after_step,
-        });
-    }
-    Ok(())
 }
 
 /// The device of `rank` for a `--device` spec.
@@ -549,14 +521,22 @@ where
     let (model, _) = trainer.parts();
     let params = sorted_parameters(&*model)?;
     synchronise_parameters(comm, &params)?;
-    let mut schedule = plan.schedule;
-    let mut sampler = GlobalBatchSampler::new(
+    let sampler = GlobalBatchSampler::new(
         plan.num_examples,
         plan.world_size,
         plan.seed,
         plan.shuffle,
         plan.drop_last,
     );
+    let mut planner = StepPlanner::new(
+        sampler,
+        plan.schedule,
+        plan.limits,
+        plan.initial_per_device,
+        plan.length,
+        plan.world_size,
+        plan.drop_last,
+    )?;
     let input = StepInput {
         dataset,
         collate,
@@ -571,63 +551,46 @@ where
         last_log: started,
         step_losses: Vec::new(),
     };
-    'epochs: loop {
-        if plan
-            .epochs
-            .is_some_and(|epochs| sampler.epoch_index() >= epochs)
-        {
-            break;
-        }
-        while let Some(step_plan) = sampler.next_step(progress.per_device) {
-            progress.step += 1;
-            let consumed_before = sampler.examples_seen() - step_plan.global_size();
-            let lr = plan.lr.at(consumed_before, step_plan.global_size());
-            let is_last = plan.max_steps == Some(progress.step);
-            let log_now = logger.is_some() && (progress.step % plan.logging_steps == 0 || is_last);
-            let (loss, grad_norm) = train_step(
-                trainer,
-                comm,
-                &input,
-                &params,
-                &step_plan,
-                lr,
-                plan,
-                progress.step,
-                log_now,
-            )?;
-            progress.step_losses.push(loss);
-            progress.losses_since_log.push(loss);
-            progress.examples_since_log += step_plan.global_size();
-            if let Some(logger) = logger.as_deref_mut() {
-                logger.advance(step_plan.global_size(), sampler.epoch());
-                if log_now {
-                    logger.log(&step_log(
-                        &mut progress,
-                        &sampler,
-                        &step_plan,
-                        grad_norm.unwrap_or(f64::NAN),
-                        lr,
-                    ))?;
-                }
+    while let Some(step_plan) = planner.next_step() {
+        progress.step = planner.step();
+        let sampler = planner.sampler();
+        let consumed_before = sampler.examples_seen() - step_plan.global_size();
+        let lr = plan.lr.at(consumed_before, step_plan.global_size());
+        let log_now =
+            logger.is_some() && (progress.step % plan.logging_steps == 0 || planner.is_last_step());
+        let (loss, grad_norm) = train_step(
+            trainer,
+            comm,
+            &input,
+            &params,
+            &step_plan,
+            lr,
+            plan,
+            progress.step,
+            log_now,
+        )?;
+        progress.step_losses.push(loss);
+        progress.losses_since_log.push(loss);
+        progress.examples_since_log += step_plan.global_size();
+        if let Some(logger) = logger.as_deref_mut() {
+            logger.advance(step_plan.global_size(), sampler.epoch());
+            if log_now {
+                logger.log(&step_log(
+                    &mut progress,
+                    sampler,
+                    &step_plan,
+                    grad_norm.unwrap_or(f64::NAN),
+                    lr,
+                ))?;
             }
-            if is_last {
-                break 'epochs;
-            }
-            let raw = schedule.next(progress.step, progress.per_device);
-            progress.per_device = plan.limits.apply(progress.step, raw)?;
-            check_fits(
-                plan.drop_last,
-                progress.per_device,
-                plan.world_size,
-                plan.num_examples,
-                Some(progress.step),
-            )?;
         }
-        sampler.start_next_epoch();
+        planner.finish_step()?;
+        progress.per_device = planner.per_device();
     }
     if let Some(logger) = logger {
         logger.finish();
     }
+    let sampler = planner.sampler();
     let runtime = started.elapsed().as_secs_f64();
     let steps = progress.step_losses.len().max(1) as f64;
     Ok(TrainSummary {

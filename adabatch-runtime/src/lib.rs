@@ -15,6 +15,7 @@ pub mod lr;
 pub mod memory;
 pub mod model;
 pub mod params;
+pub mod planner;
 pub mod policy;
 pub mod sampler;
 pub mod schedule;
@@ -31,6 +32,7 @@ pub use sampler::{GlobalBatchSampler, StepPlan};
 pub use memory::{BatchFeatures, MemoryModel};
 pub use model::{Batch, Collate, Dataset, TrainModel};
 pub use params::Parameters;
+pub use planner::{RunLength, StepPlanner};
 pub use policy::{GradAccum, LrScaling, OomPolicy, Reweight, TrainerPolicy};
 
 pub use schedule::{BatchLimits, Growth, Schedule, ScheduleFn, ScheduleSpec};
