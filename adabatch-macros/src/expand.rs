@@ -1,0 +1,334 @@
+//! Tokens from a [`TrainerSpec`]: the struct, the `AdaptiveTrainer` impl, an
+//! inherent impl with `POLICY`, `new`, `train`, `launch`, and compile-time checks.
+//! Everything but the struct lives inside one `const _: () = { ... };`.
+
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::Ident;
+
+use crate::spec::{
+    GradAccum, Growth, LrScaling, Oom, PolicyValue, Reweight, Schedule, TrainerSpec,
+};
+
+/// The whole expansion.
+pub fn expand(spec: &TrainerSpec) -> TokenStream {
+    let krate = &spec.krate;
+    let p = quote!(#krate::__private);
+    let item = &spec.item;
+    let ident = &item.ident;
+    let (impl_generics, ty_generics, where_clause) = item.generics.split_for_impl();
+
+    // A `custom(path)` schedule goes through a typed const spanned on the path, so a
+    // function of the wrong signature is reported there, once.
+    let schedule_fn = spec.policy.iter().find_map(|k| match &k.value {
+        PolicyValue::Schedule(Schedule::Custom(path)) => Some(path),
+        _ => None,
+    });
+    let schedule_fn_item = schedule_fn.map(|path| {
+        let span = at(first_span(path));
+        quote_spanned! {span=>
+            const __ADABATCH_SCHEDULE_FN: #p::ScheduleFn = #path;
+        }
+    });
+
+    let fields: Vec<(Ident, TokenStream)> = spec
+        .policy
+        .iter()
+        .map(|k| policy_field(&p, &k.value))
+        .collect();
+    let policy_expr = policy_literal(&p, fields.iter().map(|(f, e)| (f, e)), fields.len());
+
+    // One check per key, spanned on its value: the runtime says which policies it
+    // cannot run yet (`TrainerPolicy::assert_supported`), the error lands on the key.
+    let per_key: Vec<TokenStream> = spec
+        .policy
+        .iter()
+        .zip(&fields)
+        .map(|(key, (field, expr))| {
+            let alone = policy_literal(&p, std::iter::once((field, expr)), 1);
+            quote_spanned! {at(key.span)=>
+                const _: () = #alone.assert_supported();
+            }
+        })
+        .collect();
+    // Then the whole policy (combinations), unless a single key already failed.
+    let singles_ok: Vec<TokenStream> = fields
+        .iter()
+        .map(|(field, expr)| {
+            let alone = policy_literal(&p, std::iter::once((field, expr)), 1);
+            quote!(#alone.unsupported().is_none())
+        })
+        .collect();
+    let whole_check = if singles_ok.is_empty() {
+        quote_spanned! {at(ident.span())=>
+            const _: () = __ADABATCH_POLICY.assert_supported();
+        }
+    } else {
+        quote_spanned! {at(ident.span())=>
+            const _: () = if #(#singles_ok)&&* {
+                __ADABATCH_POLICY.assert_supported()
+            };
+        }
+    };
+
+    let model = &spec.model;
+    let optimizer = &spec.optimizer;
+    let (model_ident, model_ty) = (&model.ident, &model.ty);
+    let (opt_ident, opt_ty) = (&optimizer.ident, &optimizer.ty);
+    let regressor_fn = spec.regressor.as_ref().map(|r| {
+        let (r_ident, r_ty) = (&r.ident, &r.ty);
+        let cast = quote_spanned! {at(first_span(r_ty))=> regressor};
+        quote! {
+            fn regressor(&mut self) -> ::core::option::Option<&mut dyn #p::MemoryModel> {
+                let regressor: &mut #r_ty = &mut self.#r_ident;
+                ::core::option::Option::Some(#cast)
+            }
+        }
+    });
+
+    let field_idents: Vec<&Ident> = item
+        .fields
+        .iter()
+        .filter_map(|f| f.ident.as_ref())
+        .collect();
+    let field_tys = item.fields.iter().map(|f| &f.ty);
+
+    // Method generics that cannot clash with the struct's own.
+    let taken: Vec<String> = item
+        .generics
+        .type_params()
+        .map(|t| t.ident.to_string())
+        .collect();
+    let fresh = |name: &str| {
+        let mut candidate = name.to_string();
+        while taken.contains(&candidate) {
+            candidate = format!("__{candidate}");
+        }
+        Ident::new(&candidate, Span::call_site())
+    };
+    let (d, c, f) = (fresh("D"), fresh("C"), fresh("F"));
+    let extra = |bounds: TokenStream| match where_clause {
+        Some(w) if !w.predicates.is_empty() => {
+            let preds = &w.predicates;
+            let comma = (!preds.trailing_punct()).then(|| quote!(,));
+            quote!(where #preds #comma #bounds)
+        }
+        _ => quote!(where #bounds),
+    };
+    let batch = quote!(<<Self as #p::AdaptiveTrainer>::Model as #p::TrainModel>::Batch);
+    let train_where = extra(quote! {
+        #d: #p::Dataset + ?::core::marker::Sized,
+        #c: #p::Collate<<#d as #p::Dataset>::Item, Batch = #batch>,
+    });
+    let launch_where = extra(quote! {
+        #d: #p::Dataset + ?::core::marker::Sized,
+        #c: #p::Collate<<#d as #p::Dataset>::Item, Batch = #batch>,
+        #f: ::core::ops::Fn(&#p::RankContext) -> #p::Result<Self> + ::core::marker::Sync,
+    });
+    let policy_const = format_ident!("__ADABATCH_POLICY");
+
+    quote! {
+        #item
+
+        const _: () = {
+            #schedule_fn_item
+
+            const #policy_const: #p::TrainerPolicy = #policy_expr;
+
+            #[automatically_derived]
+            impl #impl_generics #p::AdaptiveTrainer for #ident #ty_generics #where_clause {
+                type Model = #model_ty;
+                type Optimizer = #opt_ty;
+                const POLICY: #p::TrainerPolicy = #policy_const;
+                fn parts(&mut self) -> (&mut Self::Model, &mut Self::Optimizer) {
+                    (&mut self.#model_ident, &mut self.#opt_ident)
+                }
+                #regressor_fn
+            }
+
+            #[automatically_derived]
+            #[allow(dead_code, private_interfaces, clippy::too_many_arguments)]
+            impl #impl_generics #ident #ty_generics #where_clause {
+                /// The training policy fixed by `#[adaptive_trainer(...)]` (unset keys
+                /// keep `TrainerPolicy::DEFAULT`).
+                pub const POLICY: #p::TrainerPolicy = #policy_const;
+
+                /// Builds the trainer from its fields, in declaration order.
+                pub fn new(#(#field_idents: #field_tys),*) -> Self {
+                    Self { #(#field_idents),* }
+                }
+
+                /// Trains this trainer on one rank (`args.nproc_per_node` must be 1;
+                /// use `launch` for several ranks).
+                pub fn train<#d, #c>(
+                    self,
+                    dataset: &#d,
+                    collate: &#c,
+                    args: &#p::TrainingArgs,
+                ) -> #p::Result<#p::TrainSummary>
+                #train_where
+                {
+                    #p::train(self, dataset, collate, args)
+                }
+
+                /// Trains on `args.nproc_per_node` ranks, building each rank's trainer
+                /// with `factory`.
+                pub fn launch<#d, #c, #f>(
+                    dataset: &#d,
+                    collate: &#c,
+                    args: &#p::TrainingArgs,
+                    factory: #f,
+                ) -> #p::Result<#p::TrainSummary>
+                #launch_where
+                {
+                    #p::launch::<Self, #d, #c, #f>(dataset, collate, args, factory)
+                }
+            }
+
+            #(#per_key)*
+            #whole_check
+        };
+    }
+}
+
+/// A span that reports at `location` but, like the rest of the expansion, counts as
+/// macro-generated (lints such as clippy's skip it).
+fn at(location: Span) -> Span {
+    Span::call_site().located_at(location)
+}
+
+fn first_span(tokens: impl quote::ToTokens) -> Span {
+    tokens
+        .into_token_stream()
+        .into_iter()
+        .next()
+        .map_or_else(Span::call_site, |t| t.span())
+}
+
+/// `TrainerPolicy { field: value, .., ..DEFAULT }` (no `..DEFAULT` when all are set).
+fn policy_literal<'a>(
+    p: &TokenStream,
+    fields: impl Iterator<Item = (&'a Ident, &'a TokenStream)>,
+    count: usize,
+) -> TokenStream {
+    let (names, exprs): (Vec<_>, Vec<_>) = fields.unzip();
+    let rest = (count < ALL_FIELDS).then(|| quote!(..#p::TrainerPolicy::DEFAULT));
+    quote!(#p::TrainerPolicy { #(#names: #exprs,)* #rest })
+}
+
+/// Number of fields of `TrainerPolicy` (one per DSL key but `crate`, with
+/// `min_batch` / `max_batch` separate).
+const ALL_FIELDS: usize = 10;
+
+fn some(value: TokenStream) -> TokenStream {
+    quote!(::core::option::Option::Some(#value))
+}
+
+fn int(n: usize) -> Literal {
+    Literal::usize_unsuffixed(n)
+}
+
+/// The `TrainerPolicy` field a key sets, and its value expression.
+fn policy_field(p: &TokenStream, value: &PolicyValue) -> (Ident, TokenStream) {
+    let name = |s: &str| Ident::new(s, Span::call_site());
+    match value {
+        PolicyValue::Schedule(s) => (name("schedule"), schedule(p, s)),
+        PolicyValue::MinBatch(n) => (name("min_batch"), int(*n).into_token_stream()),
+        PolicyValue::MaxBatch(n) => (name("max_batch"), some(int(*n).into_token_stream())),
+        PolicyValue::DropLast(b) => (name("drop_last"), quote!(#b)),
+        PolicyValue::Shuffle(b) => (name("shuffle"), quote!(#b)),
+        PolicyValue::Seed(n) => {
+            let lit = Literal::u64_unsuffixed(*n);
+            (name("seed"), quote!(#lit))
+        }
+        PolicyValue::Reweight(r) => {
+            let v = match r {
+                Reweight::SampleCount => quote!(SampleCount),
+                Reweight::TokenCount => quote!(TokenCount),
+                Reweight::RankMean => quote!(RankMean),
+            };
+            (name("reweight"), quote!(#p::Reweight::#v))
+        }
+        PolicyValue::Oom(o) => {
+            let v = match o {
+                Oom::Fail => quote!(Fail),
+                Oom::Halve => quote!(Halve),
+                Oom::SplitRetry => quote!(SplitRetry),
+                Oom::Skip => quote!(Skip),
+            };
+            (name("oom"), quote!(#p::OomPolicy::#v))
+        }
+        PolicyValue::GradAccum(g) => {
+            let v = match g {
+                GradAccum::Fixed(n) => {
+                    let n = int(*n);
+                    quote!(Fixed(#n))
+                }
+                GradAccum::Target(n) => {
+                    let n = int(*n);
+                    quote!(Target { global: #n })
+                }
+            };
+            (name("grad_accum"), quote!(#p::GradAccum::#v))
+        }
+        PolicyValue::LrScaling(l) => {
+            let v = match l {
+                LrScaling::Off => quote!(Off),
+                LrScaling::Linear => quote!(Linear),
+                LrScaling::Sqrt => quote!(Sqrt),
+            };
+            (name("lr_scaling"), quote!(#p::LrScaling::#v))
+        }
+    }
+}
+
+fn schedule(p: &TokenStream, s: &Schedule) -> TokenStream {
+    let spec = quote!(#p::ScheduleSpec);
+    match s {
+        Schedule::Constant(None) => quote!(#spec::Constant(::core::option::Option::None)),
+        Schedule::Constant(Some(n)) => {
+            let n = some(int(*n).into_token_stream());
+            quote!(#spec::Constant(#n))
+        }
+        Schedule::Interval { every, growth } => {
+            let every = int(*every);
+            let growth = match growth {
+                Growth::Add(k) if *k < 0 => {
+                    let k = Literal::u64_unsuffixed(k.unsigned_abs());
+                    quote!(#p::Growth::Add(-#k))
+                }
+                Growth::Add(k) => {
+                    let k = Literal::i64_unsuffixed(*k);
+                    quote!(#p::Growth::Add(#k))
+                }
+                Growth::Mul(k) => {
+                    let k = int(*k);
+                    quote!(#p::Growth::Mul(#k))
+                }
+            };
+            quote!(#spec::Interval { every: #every, growth: #growth })
+        }
+        Schedule::Linear { from, to, over } => {
+            let (from, to, over) = (int(*from), int(*to), int(*over));
+            quote!(#spec::Linear { from: #from, to: #to, over: #over })
+        }
+        Schedule::Steps(table) => {
+            let pairs = table.iter().map(|(t, s)| {
+                let (t, s) = (int(*t), int(*s));
+                quote!((#t, #s))
+            });
+            quote!(#spec::Steps(&[#(#pairs),*]))
+        }
+        Schedule::Custom(_) => quote!(#spec::Custom(__ADABATCH_SCHEDULE_FN)),
+        Schedule::Memory {
+            threshold,
+            max_range,
+        } => {
+            let (t, r) = (
+                Literal::f64_unsuffixed(*threshold),
+                Literal::f64_unsuffixed(*max_range),
+            );
+            quote!(#spec::Memory { threshold: #t, max_range: #r })
+        }
+    }
+}
