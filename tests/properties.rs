@@ -2,7 +2,8 @@
 //! accounting over random configurations.
 
 use adabatch::{
-    BatchLimits, GlobalBatchSampler, Growth, RunLength, ScheduleSpec, StepPlan, StepPlanner,
+    BatchLimits, GlobalBatchSampler, GradAccum, Growth, RunLength, ScheduleSpec, StepBatches,
+    StepPlanner,
 };
 use proptest::prelude::*;
 
@@ -40,6 +41,15 @@ struct Config {
     drop_last: bool,
     epochs: usize,
     seed: u64,
+    accum: GradAccum,
+}
+
+fn accums() -> impl Strategy<Value = GradAccum> {
+    prop_oneof![
+        3 => Just(GradAccum::Fixed(1)),
+        1 => (2usize..4).prop_map(GradAccum::Fixed),
+        1 => (1usize..30).prop_map(|global| GradAccum::Target { global }),
+    ]
 }
 
 fn configs() -> impl Strategy<Value = Config> {
@@ -51,12 +61,11 @@ fn configs() -> impl Strategy<Value = Config> {
         1usize..3,
         proptest::option::of(3usize..12),
         any::<bool>(),
-        1usize..4,
-        any::<u64>(),
+        (1usize..4, any::<u64>(), accums()),
     )
         .prop_filter("at least one example per rank", |c| c.1 <= c.0)
         .prop_map(
-            |(n, world, initial, schedule, min, max, drop_last, epochs, seed)| Config {
+            |(n, world, initial, schedule, min, max, drop_last, (epochs, seed, accum))| Config {
                 n,
                 world,
                 initial,
@@ -66,6 +75,7 @@ fn configs() -> impl Strategy<Value = Config> {
                 drop_last,
                 epochs,
                 seed,
+                accum,
             },
         )
 }
@@ -74,7 +84,7 @@ fn configs() -> impl Strategy<Value = Config> {
 /// accounting after it, or the typed error that ended it.
 #[derive(Debug, PartialEq)]
 struct Trace {
-    steps: Vec<(StepPlan, usize, f64, f64, usize)>,
+    steps: Vec<(StepBatches, usize, f64, f64, usize)>,
     error: Option<String>,
 }
 
@@ -99,7 +109,7 @@ fn plan_run(c: &Config) -> Trace {
         c.world,
         c.drop_last,
     ) {
-        Ok(p) => p,
+        Ok(p) => p.with_grad_accum(c.accum),
         Err(e) => {
             return Trace {
                 steps: vec![],
@@ -149,16 +159,22 @@ proptest! {
         let mut per_epoch: Vec<Vec<usize>> = vec![Vec::new(); c.epochs];
         for (plan, epoch_index, coverage, epoch, seen) in &trace.steps {
             // The split: sizes differ by at most one, larger ones first, sum = global.
-            let sizes = plan.local_sizes();
-            prop_assert_eq!(sizes.iter().sum::<usize>(), plan.global_size());
-            prop_assert!(sizes.windows(2).all(|w| w[0] >= w[1] && w[0] - w[1] <= 1));
+            for micro in &plan.micro {
+                let sizes = micro.local_sizes();
+                prop_assert_eq!(sizes.iter().sum::<usize>(), micro.global_size());
+                prop_assert!(sizes.windows(2).all(|w| w[0] >= w[1] && w[0] - w[1] <= 1));
+                if c.drop_last {
+                    prop_assert_eq!(micro.global_size() % c.world, 0, "drop_last only runs full global batches");
+                }
+            }
+            if let GradAccum::Fixed(n) = c.accum {
+                prop_assert!(plan.micro.len() <= n);
+            }
+            prop_assert_eq!(plan.local_sizes().iter().sum::<usize>(), plan.global_size());
             prop_assert!((epoch - *seen as f64 / c.n as f64).abs() < 1e-12);
             let bucket = &mut per_epoch[*epoch_index];
-            bucket.extend(&plan.indices);
+            bucket.extend(plan.indices());
             prop_assert!((coverage - bucket.len() as f64 / c.n as f64).abs() < 1e-12);
-            if c.drop_last {
-                prop_assert_eq!(plan.global_size() % c.world, 0, "drop_last only runs full global batches");
-            }
         }
         let finished = if trace.error.is_some() { trace.steps.last().map_or(0, |s| s.1) } else { c.epochs };
         for (epoch, seen) in per_epoch.iter().enumerate() {

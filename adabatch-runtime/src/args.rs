@@ -67,6 +67,13 @@ pub struct TrainingArgs {
     /// Hide the progress bar (HF `disable_tqdm`).
     #[arg(long)]
     pub disable_tqdm: bool,
+    /// Override the policy's OOM handling.
+    #[arg(long, value_enum)]
+    pub oom: Option<crate::policy::OomPolicy>,
+    /// Fault injection: the first attempt of these steps runs out of memory (on rank
+    /// `step % nproc_per_node`), e.g. `--inject-oom-at-steps 3,7`.
+    #[arg(long, value_delimiter = ',')]
+    pub inject_oom_at_steps: Vec<usize>,
     /// Clip the global gradient norm to this value (0 = off).
     #[arg(long, default_value_t = 0.0)]
     pub max_grad_norm: f64,

@@ -3,20 +3,20 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
-use candle_core::backprop::GradStore;
-use candle_core::{DType, Device, Tensor, Var};
-use candle_nn::Optimizer;
+use candle_core::{Device, Tensor, Var};
 
 use crate::args::TrainingArgs;
 use crate::communicator::{Communicator, Local, Single};
 use crate::error::{Error, Result};
 use crate::logging::{Logger, StepLog};
 use crate::lr::LrSchedule;
-use crate::model::{Batch, Collate, Dataset, TrainModel};
-use crate::planner::{RunLength, StepPlanner};
-use crate::policy::{Reweight, TrainerPolicy};
-use crate::sampler::{GlobalBatchSampler, StepPlan};
+use crate::model::{Collate, Dataset, TrainModel};
+use crate::oom::FaultInjector;
+use crate::planner::{RunLength, StepBatches, StepPlanner};
+use crate::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
+use crate::sampler::GlobalBatchSampler;
 use crate::schedule::{validate_spec, BatchLimits, Schedule, ScheduleSpec};
+use crate::step::{panic_message, train_step, StepInput, StepOutcome};
 use crate::trainer::{AdaptiveTrainer, RankContext};
 
 /// What a finished run reports (rank 0's view; every rank computes the same).
@@ -32,6 +32,8 @@ pub struct TrainSummary {
     pub train_loss: f64,
     /// Loss of every step, in order.
     pub step_losses: Vec<f64>,
+    /// Out-of-memory events handled by the OOM policy.
+    pub oom_events: usize,
     /// Per-device batch size the schedule had reached at the end.
     pub final_per_device_batch_size: usize,
     /// Number of ranks.
@@ -46,7 +48,7 @@ impl std::fmt::Display for TrainSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{{'train_runtime': {:.3}, 'train_samples_per_second': {:.1}, 'train_loss': {:.4}, 'epoch': {:.2}, 'global_step': {}, 'examples_seen': {}, 'final_per_device_batch_size': {}, 'world_size': {}}}",
+            "{{'train_runtime': {:.3}, 'train_samples_per_second': {:.1}, 'train_loss': {:.4}, 'epoch': {:.2}, 'global_step': {}, 'examples_seen': {}, 'final_per_device_batch_size': {}, 'world_size': {}, 'oom_events': {}}}",
             self.train_runtime,
             self.train_samples_per_second,
             self.train_loss,
@@ -54,7 +56,8 @@ impl std::fmt::Display for TrainSummary {
             self.global_step,
             self.examples_seen,
             self.final_per_device_batch_size,
-            self.world_size
+            self.world_size,
+            self.oom_events
         )
     }
 }
@@ -72,6 +75,9 @@ struct RunPlan {
     initial_per_device: usize,
     length: RunLength,
     reweight: Reweight,
+    oom: OomPolicy,
+    grad_accum: GradAccum,
+    faults: FaultInjector,
     lr: LrSchedule,
     max_grad_norm: f64,
     logging_steps: usize,
@@ -132,6 +138,17 @@ impl RunPlan {
             return Err(Error::InvalidConfig(reason.into()));
         }
         validate_spec(&policy.schedule)?;
+        let micro_batches = match policy.grad_accum {
+            GradAccum::Fixed(0) | GradAccum::Target { global: 0 } => {
+                return Err(Error::InvalidConfig(
+                    "grad_accum needs at least one micro-batch / example".into(),
+                ))
+            }
+            GradAccum::Fixed(n) => n,
+            GradAccum::Target { global } => {
+                global.div_ceil(args.per_device_train_batch_size * world_size)
+            }
+        };
         let limits = BatchLimits::new(policy.min_batch, policy.max_batch)?;
         let drop_last = args.dataloader_drop_last.unwrap_or(policy.drop_last);
         let initial_per_device =
@@ -151,13 +168,17 @@ impl RunPlan {
             initial_per_device,
             length,
             reweight: policy.reweight,
+            oom: args.oom.unwrap_or(policy.oom),
+            grad_accum: policy.grad_accum,
+            faults: FaultInjector::at_steps(args.inject_oom_at_steps.iter().copied()),
             lr: LrSchedule {
                 base: args.learning_rate,
                 kind: args.lr_scheduler_type,
                 warmup_examples: args.warmup_ratio * total_examples,
                 total_examples,
                 scaling: policy.lr_scaling,
-                initial_global_batch: (initial_per_device * world_size).min(num_examples),
+                initial_global_batch: (initial_per_device * world_size * micro_batches)
+                    .min(num_examples),
             },
             max_grad_norm: args.max_grad_norm,
             logging_steps: args.logging_steps,
@@ -344,14 +365,6 @@ fn pick_result(results: Vec<Result<TrainSummary>>) -> Result<TrainSummary> {
     }
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into())
-}
-
 /// The model's parameters sorted by name, checked for duplicates.
 fn sorted_parameters<M: TrainModel>(model: &M) -> Result<Vec<(String, Var)>> {
     let mut params = model.named_parameters();
@@ -395,111 +408,12 @@ fn synchronise_parameters(comm: &impl Communicator, params: &[(String, Var)]) ->
     Ok(())
 }
 
-/// One rank's share of a step: gradients of its examples, already divided by the
-/// global weight, and its part of the global loss.
-struct LocalStep {
-    grads: Option<GradStore>,
-    loss: Option<Tensor>,
-}
-
-struct StepInput<'a, D: ?Sized, C> {
-    dataset: &'a D,
-    collate: &'a C,
-    device: &'a Device,
-}
-
-/// Collates this rank's examples (`None` for an empty rank).
-fn collate_local<B: Batch, D, C>(
-    input: &StepInput<'_, D, C>,
-    indices: &[usize],
-) -> Result<Option<B>>
-where
-    D: Dataset + ?Sized,
-    C: Collate<D::Item, Batch = B>,
-{
-    if indices.is_empty() {
-        return Ok(None);
-    }
-    let items: Vec<D::Item> = indices.iter().map(|&i| input.dataset.get(i)).collect();
-    let batch = input.collate.collate(&items, input.device)?;
-    if batch.num_examples() != items.len() {
-        return Err(Error::InvalidConfig(format!(
-            "collate returned a batch of {} examples for {} items",
-            batch.num_examples(),
-            items.len()
-        )));
-    }
-    Ok(Some(batch))
-}
-
-/// Forward and backward of this rank's batch; `global_weight` turns the local loss
-/// sum into this rank's share of the global mean.
-fn forward_backward<M: TrainModel>(
-    model: &M,
-    batch: Option<&M::Batch>,
-    reweight: Reweight,
-    global_weight: f64,
-) -> Result<LocalStep> {
-    let Some(batch) = batch else {
-        return Ok(LocalStep {
-            grads: None,
-            loss: None,
-        });
-    };
-    let examples = batch.num_examples();
-    let losses = model.per_example_loss(batch)?;
-    if losses.dims() != [examples] {
-        return Err(Error::LossShape {
-            shape: losses.dims().to_vec(),
-            examples,
-        });
-    }
-    let local_sum = losses.sum_all()?;
-    let share = match reweight {
-        Reweight::SampleCount | Reweight::TokenCount => (local_sum / global_weight)?,
-        Reweight::RankMean => (local_sum / (examples as f64 * global_weight))?,
-    };
-    let grads = share.backward()?;
-    Ok(LocalStep {
-        grads: Some(grads),
-        loss: Some(share),
-    })
-}
-
-/// Runs `f`, turning a panic into this rank's error.
-fn guarded<R>(rank: usize, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        Err(Error::RankPanicked {
-            rank,
-            message: panic_message(&*p),
-        })
-    })
-}
-
-/// Makes every rank agree on whether any rank failed; returns this rank's own error
-/// first, [`Error::PeerFailed`] where only a peer failed.
-fn agree<R>(comm: &impl Communicator, local: Result<R>, scalars: &mut [f64]) -> Result<R> {
-    let n = scalars.len();
-    let mut buffer: Vec<f64> = scalars
-        .iter()
-        .copied()
-        .chain([f64::from(u8::from(local.is_err()))])
-        .collect();
-    comm.all_reduce_sum(&mut [], &mut buffer)?;
-    scalars.copy_from_slice(&buffer[..n]);
-    let value = local?;
-    if buffer[n] > 0.0 {
-        return Err(Error::PeerFailed { rank: comm.rank() });
-    }
-    Ok(value)
-}
-
 /// Per-rank mutable state of the loop.
 struct Progress {
-    step: usize,
-    per_device: usize,
     losses_since_log: Vec<f64>,
     examples_since_log: usize,
+    oom_events_since_log: usize,
+    oom_events: usize,
     last_log: Instant,
     step_losses: Vec<f64>,
 }
@@ -536,70 +450,120 @@ where
         plan.length,
         plan.world_size,
         plan.drop_last,
-    )?;
-    let input = StepInput {
+    )?
+    .with_grad_accum(plan.grad_accum);
+    let mut input = StepInput {
         dataset,
         collate,
         device,
+        reweight: plan.reweight,
+        max_grad_norm: plan.max_grad_norm,
+        faults: plan.faults.clone(),
     };
     let started = Instant::now();
     let mut progress = Progress {
-        step: 0,
-        per_device: plan.initial_per_device,
         losses_since_log: Vec::new(),
         examples_since_log: 0,
+        oom_events_since_log: 0,
+        oom_events: 0,
         last_log: started,
         step_losses: Vec::new(),
     };
-    while let Some(step_plan) = planner.next_step() {
-        progress.step = planner.step();
-        let sampler = planner.sampler();
-        let consumed_before = sampler.examples_seen() - step_plan.global_size();
-        let lr = plan.lr.at(consumed_before, step_plan.global_size());
+    // Pieces each rank slice is split into after `split_retry` OOMs of this step.
+    let mut chunks = 1;
+    while let Some(batches) = planner.next_step() {
+        let step = planner.step();
+        let consumed_before = planner.sampler().examples_seen() - batches.global_size();
+        let lr = plan.lr.at(consumed_before, batches.global_size());
         let log_now =
-            logger.is_some() && (progress.step % plan.logging_steps == 0 || planner.is_last_step());
-        let (loss, grad_norm) = train_step(
-            trainer,
-            comm,
-            &input,
-            &params,
-            &step_plan,
-            lr,
-            plan,
-            progress.step,
-            log_now,
+            logger.is_some() && (step % plan.logging_steps == 0 || planner.is_last_step());
+        let outcome = train_step(
+            trainer, comm, &mut input, &params, &batches, chunks, lr, step, log_now,
         )?;
+        let (loss, grad_norm) = match outcome {
+            StepOutcome::Trained { loss, grad_norm } => (loss, grad_norm),
+            StepOutcome::OutOfMemory { detail } => {
+                progress.oom_events += 1;
+                progress.oom_events_since_log += 1;
+                let action = match plan.oom {
+                    OomPolicy::Fail => return Err(Error::OutOfMemory { step, detail }),
+                    OomPolicy::Halve => {
+                        let before = planner.per_device();
+                        planner.rewind(&batches);
+                        if !planner.halve() {
+                            return Err(Error::OutOfMemory {
+                                step,
+                                detail: format!(
+                                    "{detail}; per-device size is already 1, nothing left to halve"
+                                ),
+                            });
+                        }
+                        format!(
+                            "halve: per-device size {before} -> {}, retrying the same {} examples",
+                            planner.per_device(),
+                            batches.global_size()
+                        )
+                    }
+                    OomPolicy::SplitRetry => {
+                        if chunks >= batches.max_local() {
+                            return Err(Error::OutOfMemory { step, detail: format!("{detail}; already one example per chunk, nothing left to split") });
+                        }
+                        chunks = (chunks * 2).min(batches.max_local());
+                        planner.rewind(&batches);
+                        format!("split_retry: replaying the same {} examples in {chunks} chunks per rank", batches.global_size())
+                    }
+                    OomPolicy::Skip => {
+                        planner.skip_step();
+                        format!(
+                            "skip: dropped {} examples {:?}",
+                            batches.global_size(),
+                            batches.indices()
+                        )
+                    }
+                };
+                if let Some(logger) = logger.as_deref_mut() {
+                    logger.event(&format!("step {step}: out of memory ({detail}); {action}"));
+                    if plan.oom == OomPolicy::Skip {
+                        logger.advance(batches.global_size(), planner.sampler().epoch());
+                    }
+                }
+                continue;
+            }
+        };
+        chunks = 1;
         progress.step_losses.push(loss);
         progress.losses_since_log.push(loss);
-        progress.examples_since_log += step_plan.global_size();
+        progress.examples_since_log += batches.global_size();
         if let Some(logger) = logger.as_deref_mut() {
-            logger.advance(step_plan.global_size(), sampler.epoch());
+            logger.advance(batches.global_size(), planner.sampler().epoch());
             if log_now {
-                logger.log(&step_log(
+                let entry = step_log(
                     &mut progress,
-                    sampler,
-                    &step_plan,
+                    planner.sampler(),
+                    step,
+                    &batches,
                     grad_norm.unwrap_or(f64::NAN),
                     lr,
-                ))?;
+                );
+                logger.log(&entry)?;
             }
         }
         planner.finish_step()?;
-        progress.per_device = planner.per_device();
     }
     if let Some(logger) = logger {
         logger.finish();
     }
-    let sampler = planner.sampler();
     let runtime = started.elapsed().as_secs_f64();
+    let sampler = planner.sampler();
     let steps = progress.step_losses.len().max(1) as f64;
     Ok(TrainSummary {
-        global_step: progress.step,
+        global_step: planner.step(),
         epoch: sampler.epoch(),
         examples_seen: sampler.examples_seen(),
         train_loss: progress.step_losses.iter().sum::<f64>() / steps,
         step_losses: progress.step_losses,
-        final_per_device_batch_size: progress.per_device,
+        oom_events: progress.oom_events,
+        final_per_device_batch_size: planner.per_device(),
         world_size: plan.world_size,
         train_runtime: runtime,
         train_samples_per_second: sampler.examples_seen() as f64 / runtime.max(f64::MIN_POSITIVE),
@@ -609,185 +573,28 @@ where
 fn step_log(
     progress: &mut Progress,
     sampler: &GlobalBatchSampler,
-    plan: &StepPlan,
+    step: usize,
+    batches: &StepBatches,
     grad_norm: f64,
     lr: f64,
 ) -> StepLog {
     let elapsed = progress.last_log.elapsed().as_secs_f64();
     let losses = std::mem::take(&mut progress.losses_since_log);
     let entry = StepLog {
-        step: progress.step,
+        step,
         epoch: sampler.epoch(),
         train_coverage: sampler.train_coverage(),
-        local_batch_sizes: plan.local_sizes(),
-        global_batch: plan.global_size(),
-        indices: plan.per_rank_indices(),
+        local_batch_sizes: batches.local_sizes(),
+        global_batch: batches.global_size(),
+        indices: batches.per_rank_indices(),
         loss: losses.iter().sum::<f64>() / losses.len().max(1) as f64,
         grad_norm,
         learning_rate: lr,
         examples_per_s: progress.examples_since_log as f64 / elapsed.max(f64::MIN_POSITIVE),
+        micro_batches: batches.micro.len(),
+        oom_events: std::mem::take(&mut progress.oom_events_since_log),
     };
     progress.examples_since_log = 0;
     progress.last_log = Instant::now();
     entry
-}
-
-/// Maps candle's out-of-memory errors to [`Error::OutOfMemory`].
-pub(crate) fn classify(error: Error, step: usize) -> Error {
-    match error {
-        Error::Candle(e) if e.to_string().to_lowercase().contains("out of memory") => {
-            Error::OutOfMemory {
-                step,
-                detail: e.to_string(),
-            }
-        }
-        other => other,
-    }
-}
-
-/// One optimisation step on this rank; returns the global loss and, when asked
-/// for (or needed for clipping), the gradient norm.
-#[allow(clippy::too_many_arguments)]
-fn train_step<T, D, C>(
-    trainer: &mut T,
-    comm: &impl Communicator,
-    input: &StepInput<'_, D, C>,
-    params: &[(String, Var)],
-    step_plan: &StepPlan,
-    lr: f64,
-    plan: &RunPlan,
-    step: usize,
-    want_norm: bool,
-) -> Result<(f64, Option<f64>)>
-where
-    T: AdaptiveTrainer,
-    D: Dataset + ?Sized,
-    C: Collate<D::Item, Batch = <T::Model as TrainModel>::Batch>,
-{
-    let (model, optimizer) = trainer.parts();
-    let (rank, world) = (comm.rank(), comm.world_size());
-    let batch = guarded(rank, || collate_local(input, step_plan.local(rank)));
-    let local_tokens = match &batch {
-        Ok(Some(b)) => b.num_tokens() as f64,
-        _ => 0.0,
-    };
-    // Sample counts follow from the plan that every rank holds; token counts and
-    // collate failures need one small collective.
-    let mut tokens = [local_tokens];
-    let batch = if world > 1 {
-        agree(comm, batch, &mut tokens)?
-    } else {
-        batch?
-    };
-    let global_weight = match plan.reweight {
-        Reweight::SampleCount => step_plan.global_size() as f64,
-        Reweight::RankMean => step_plan.active_ranks() as f64,
-        Reweight::TokenCount => tokens[0],
-    };
-    if global_weight <= 0.0 {
-        return Err(Error::InvalidConfig(format!(
-            "step {step}: the global batch has no tokens to weigh the loss by"
-        )));
-    }
-    let local = guarded(rank, || {
-        forward_backward(&*model, batch.as_ref(), plan.reweight, global_weight)
-    })
-    .map_err(|e| classify(e, step));
-    let (mut grads, loss) = if world == 1 {
-        let local = local?;
-        (
-            local.grads.unwrap_or_default(),
-            scalar(local.loss.as_ref())?,
-        )
-    } else {
-        reduce_gradients(comm, params, local)?
-    };
-    if !loss.is_finite() {
-        return Err(Error::NonFiniteLoss { step, loss });
-    }
-    let clipping = plan.max_grad_norm > 0.0;
-    let grad_norm = if want_norm || clipping {
-        Some(global_norm(&grads, params)?)
-    } else {
-        None
-    };
-    if let (true, Some(norm)) = (clipping, grad_norm) {
-        if norm > plan.max_grad_norm {
-            let factor = plan.max_grad_norm / (norm + 1e-6);
-            for (_, var) in params {
-                if let Some(g) = grads.remove(var.as_tensor()) {
-                    grads.insert(var.as_tensor(), (g * factor)?);
-                }
-            }
-        }
-    }
-    optimizer.set_learning_rate(lr);
-    optimizer
-        .step(&grads)
-        .map_err(|e| classify(e.into(), step))?;
-    Ok((loss, grad_norm))
-}
-
-fn scalar(t: Option<&Tensor>) -> Result<f64> {
-    Ok(match t {
-        Some(t) => t.to_dtype(DType::F64)?.to_scalar::<f64>()?,
-        None => 0.0,
-    })
-}
-
-/// All-reduces gradients (zeros for parameters without one) and the loss shares,
-/// with a failure flag so every rank agrees before anyone steps.
-fn reduce_gradients(
-    comm: &impl Communicator,
-    params: &[(String, Var)],
-    local: Result<LocalStep>,
-) -> Result<(GradStore, f64)> {
-    let zeros = |var: &Var| var.as_tensor().zeros_like();
-    let (mut tensors, loss) = match &local {
-        Ok(step) => {
-            let tensors = params
-                .iter()
-                .map(
-                    |(_, var)| match step.grads.as_ref().and_then(|g| g.get(var.as_tensor())) {
-                        Some(g) => Ok(g.clone()),
-                        None => zeros(var),
-                    },
-                )
-                .collect::<candle_core::Result<Vec<_>>>()?;
-            (tensors, scalar(step.loss.as_ref())?)
-        }
-        Err(_) => (
-            params
-                .iter()
-                .map(|(_, var)| zeros(var))
-                .collect::<candle_core::Result<Vec<_>>>()?,
-            0.0,
-        ),
-    };
-    let failed = f64::from(u8::from(local.is_err()));
-    let mut scalars = [loss, failed];
-    comm.all_reduce_sum(&mut tensors, &mut scalars)?;
-    local?;
-    if scalars[1] > 0.0 {
-        return Err(Error::PeerFailed { rank: comm.rank() });
-    }
-    let mut grads = GradStore::default();
-    for ((_, var), grad) in params.iter().zip(tensors) {
-        grads.insert(var.as_tensor(), grad);
-    }
-    Ok((grads, scalars[0]))
-}
-
-fn global_norm(grads: &GradStore, params: &[(String, Var)]) -> Result<f64> {
-    let mut sum = 0.0;
-    for (_, var) in params {
-        if let Some(g) = grads.get(var.as_tensor()) {
-            sum += g
-                .to_dtype(DType::F64)?
-                .sqr()?
-                .sum_all()?
-                .to_scalar::<f64>()?;
-        }
-    }
-    Ok(sum.sqrt())
 }

@@ -14,11 +14,13 @@ pub mod logging;
 pub mod lr;
 pub mod memory;
 pub mod model;
+pub mod oom;
 pub mod params;
 pub mod planner;
 pub mod policy;
 pub mod sampler;
 pub mod schedule;
+mod step;
 pub mod trainer;
 
 pub use args::{LrSchedulerType, TrainingArgs};
@@ -31,8 +33,9 @@ pub use sampler::{GlobalBatchSampler, StepPlan};
 
 pub use memory::{BatchFeatures, MemoryModel};
 pub use model::{Batch, Collate, Dataset, TrainModel};
+pub use oom::FaultInjector;
 pub use params::Parameters;
-pub use planner::{RunLength, StepPlanner};
+pub use planner::{RunLength, StepBatches, StepPlanner};
 pub use policy::{GradAccum, LrScaling, OomPolicy, Reweight, TrainerPolicy};
 
 pub use schedule::{BatchLimits, Growth, Schedule, ScheduleFn, ScheduleSpec};

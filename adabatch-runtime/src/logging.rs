@@ -32,6 +32,16 @@ pub struct StepLog {
     pub learning_rate: f64,
     /// Examples per second since the previous log.
     pub examples_per_s: f64,
+    /// Global micro-batches accumulated into this step's update.
+    #[serde(default = "one")]
+    pub micro_batches: usize,
+    /// Out-of-memory events handled since the previous log.
+    #[serde(default)]
+    pub oom_events: usize,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl StepLog {
@@ -134,6 +144,11 @@ impl Logger {
             writer.flush().map_err(io)?;
         }
         Ok(())
+    }
+
+    /// Prints a one-off event (an OOM handled, a step skipped).
+    pub fn event(&self, message: &str) {
+        self.progress.suspend(|| eprintln!("{message}"));
     }
 
     /// Closes the bar.

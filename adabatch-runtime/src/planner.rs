@@ -4,6 +4,7 @@
 //! tests can run it over many configurations.
 
 use crate::error::{Error, Result};
+use crate::policy::GradAccum;
 use crate::sampler::{GlobalBatchSampler, StepPlan};
 use crate::schedule::{BatchLimits, Schedule};
 
@@ -14,6 +15,56 @@ pub enum RunLength {
     Epochs(usize),
     /// This many optimisation steps.
     Steps(usize),
+}
+
+/// The micro-batches of one optimisation step (one, without gradient accumulation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepBatches {
+    /// Global micro-batches, in order; gradients of all of them make one update.
+    pub micro: Vec<StepPlan>,
+}
+
+impl StepBatches {
+    /// Examples of the whole step (the effective global batch).
+    pub fn global_size(&self) -> usize {
+        self.micro.iter().map(StepPlan::global_size).sum()
+    }
+    /// Each rank's examples over all micro-batches.
+    pub fn local_sizes(&self) -> Vec<usize> {
+        let mut sizes = vec![0; self.micro.first().map_or(0, |m| m.splits.len())];
+        for m in &self.micro {
+            sizes
+                .iter_mut()
+                .zip(m.local_sizes())
+                .for_each(|(s, l)| *s += l);
+        }
+        sizes
+    }
+    /// Each rank's indices over all micro-batches.
+    pub fn per_rank_indices(&self) -> Vec<Vec<usize>> {
+        let mut all = vec![Vec::new(); self.micro.first().map_or(0, |m| m.splits.len())];
+        for m in &self.micro {
+            all.iter_mut()
+                .enumerate()
+                .for_each(|(rank, v)| v.extend_from_slice(m.local(rank)));
+        }
+        all
+    }
+    /// All indices of the step, in order.
+    pub fn indices(&self) -> Vec<usize> {
+        self.micro
+            .iter()
+            .flat_map(|m| m.indices.iter().copied())
+            .collect()
+    }
+    /// The largest single-rank slice of any micro-batch.
+    pub fn max_local(&self) -> usize {
+        self.micro
+            .iter()
+            .flat_map(StepPlan::local_sizes)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 /// Yields each step's global batch, applying the schedule after every step.
@@ -27,6 +78,7 @@ pub struct StepPlanner<S> {
     length: RunLength,
     world_size: usize,
     drop_last: bool,
+    accum: GradAccum,
 }
 
 impl<S: Schedule> StepPlanner<S> {
@@ -56,20 +108,42 @@ impl<S: Schedule> StepPlanner<S> {
             length,
             world_size,
             drop_last,
+            accum: GradAccum::Fixed(1),
         })
     }
 
-    /// The next step's plan, or `None` when the run is over.
-    pub fn next_step(&mut self) -> Option<StepPlan> {
+    /// Accumulates gradients over several global micro-batches per step. A step
+    /// never spans two epochs: its last micro-batch may be the epoch's tail.
+    pub fn with_grad_accum(mut self, accum: GradAccum) -> Self {
+        self.accum = accum;
+        self
+    }
+
+    fn micro_batches_per_step(&self) -> usize {
+        match self.accum {
+            GradAccum::Fixed(n) => n.max(1),
+            GradAccum::Target { global } => {
+                global.div_ceil(self.per_device * self.world_size).max(1)
+            }
+        }
+    }
+
+    /// The next step's micro-batches, or `None` when the run is over.
+    pub fn next_step(&mut self) -> Option<StepBatches> {
         loop {
             match self.length {
                 RunLength::Steps(max) if self.step >= max => return None,
                 RunLength::Epochs(epochs) if self.sampler.epoch_index() >= epochs => return None,
                 _ => {}
             }
-            if let Some(plan) = self.sampler.next_step(self.per_device) {
+            let wanted = self.micro_batches_per_step();
+            let micro: Vec<StepPlan> =
+                std::iter::from_fn(|| self.sampler.next_step(self.per_device))
+                    .take(wanted)
+                    .collect();
+            if !micro.is_empty() {
                 self.step += 1;
-                return Some(plan);
+                return Some(StepBatches { micro });
             }
             self.sampler.start_next_epoch();
         }
@@ -86,6 +160,33 @@ impl<S: Schedule> StepPlanner<S> {
             self.sampler.num_examples(),
             Some(self.step),
         )
+    }
+
+    /// Puts a step's examples back, to be drawn again (after an OOM).
+    pub fn rewind(&mut self, batches: &StepBatches) {
+        self.sampler.rewind(batches.global_size());
+        self.step -= 1;
+    }
+
+    /// Halves the per-device size and caps later growth there (HF
+    /// `auto_find_batch_size`); `false` when it is already 1.
+    pub fn halve(&mut self) -> bool {
+        if self.per_device <= 1 {
+            return false;
+        }
+        self.per_device /= 2;
+        self.limits.max = Some(
+            self.limits
+                .max
+                .map_or(self.per_device, |m| m.min(self.per_device)),
+        );
+        self.limits.min = self.limits.min.min(self.per_device);
+        true
+    }
+
+    /// Forgets the step just drawn without training it: its examples stay consumed.
+    pub fn skip_step(&mut self) {
+        self.step -= 1;
     }
 
     /// Steps taken so far.

@@ -20,13 +20,15 @@ pub enum Reweight {
 }
 
 /// What happens when a step runs out of device memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OomPolicy {
     /// Stop the run with [`crate::Error::OutOfMemory`].
     Fail,
     /// Halve the per-device size and retry the same examples (HF `auto_find_batch_size`).
     Halve,
     /// Replay the same examples in smaller chunks, accumulating gradients.
+    #[value(alias = "split_retry")]
     SplitRetry,
     /// Drop the step and log what was dropped.
     Skip,
@@ -107,18 +109,6 @@ impl TrainerPolicy {
                 "`schedule = memory(..)` is not supported by this adabatch runtime yet: \
                  it needs the memory model, which has not landed",
             );
-        }
-        match self.oom {
-            OomPolicy::Fail => {}
-            OomPolicy::Halve | OomPolicy::SplitRetry | OomPolicy::Skip => {
-                return Some(
-                    "this adabatch runtime supports only `oom = fail` so far: \
-                     `halve`, `split_retry` and `skip` have not landed",
-                )
-            }
-        }
-        if let GradAccum::Target { .. } = self.grad_accum {
-            return Some("`grad_accum = target(..)` is not supported by this adabatch runtime yet");
         }
         None
     }

@@ -128,6 +128,13 @@ impl GlobalBatchSampler {
         })
     }
 
+    /// Returns the last `examples` drawn in this epoch to the sampler.
+    pub fn rewind(&mut self, examples: usize) {
+        let examples = examples.min(self.position);
+        self.position -= examples;
+        self.examples_seen -= examples;
+    }
+
     /// Starts the next epoch with its own permutation.
     pub fn start_next_epoch(&mut self) {
         self.epoch += 1;

@@ -1,0 +1,107 @@
+//! Out-of-memory handling: recognising OOM errors, and a fault-injection hook that
+//! produces them on CPU for tests and demos.
+
+use std::collections::BTreeSet;
+
+use crate::error::Error;
+
+/// Whether an error is the device running out of memory (candle surfaces CUDA's
+/// `CUDA_ERROR_OUT_OF_MEMORY` and allocator failures as messages).
+pub fn is_out_of_memory(error: &Error) -> bool {
+    match error {
+        Error::OutOfMemory { .. } => true,
+        Error::Candle(e) => {
+            let msg = e.to_string().to_lowercase();
+            msg.contains("out of memory") || msg.contains("out_of_memory")
+        }
+        _ => false,
+    }
+}
+
+/// Injects out-of-memory errors into forward passes, so every OOM policy can be
+/// exercised without a GPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FaultInjector {
+    at_steps: BTreeSet<usize>,
+    above_local_batch: Option<usize>,
+}
+
+impl FaultInjector {
+    /// No faults.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The first attempt of each listed step runs out of memory on rank
+    /// `step % world_size` (one rank, so the others must agree through the
+    /// communicator before anyone steps).
+    pub fn at_steps(steps: impl IntoIterator<Item = usize>) -> Self {
+        Self {
+            at_steps: steps.into_iter().collect(),
+            above_local_batch: None,
+        }
+    }
+
+    /// Every forward pass over more than `examples` examples on one rank runs out of
+    /// memory: a simple memory law for `halve` and `split_retry`.
+    pub fn above_local_batch(mut self, examples: usize) -> Self {
+        self.above_local_batch = Some(examples);
+        self
+    }
+
+    /// Whether nothing will ever be injected.
+    pub fn is_empty(&self) -> bool {
+        self.at_steps.is_empty() && self.above_local_batch.is_none()
+    }
+
+    /// Called before each forward pass of `examples` examples.
+    pub(crate) fn check(
+        &mut self,
+        step: usize,
+        rank: usize,
+        world_size: usize,
+        examples: usize,
+    ) -> Result<(), Error> {
+        if step % world_size == rank && self.at_steps.remove(&step) {
+            return Err(Error::OutOfMemory {
+                step,
+                detail: format!("injected at step {step} on rank {rank}"),
+            });
+        }
+        match self.above_local_batch {
+            Some(limit) if examples > limit => Err(Error::OutOfMemory {
+                step,
+                detail: format!(
+                    "injected: {examples} examples exceed the limit of {limit} on rank {rank}"
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listed_steps_fire_once_on_one_rank() {
+        let mut rank0 = FaultInjector::at_steps([2, 3]);
+        let mut rank1 = rank0.clone();
+        assert!(rank0.check(2, 0, 2, 4).is_err());
+        assert!(rank0.check(2, 0, 2, 4).is_ok(), "fires once");
+        assert!(rank1.check(2, 1, 2, 4).is_ok(), "step 2 belongs to rank 0");
+        assert!(rank1.check(3, 1, 2, 4).is_err());
+    }
+
+    #[test]
+    fn memory_law_fires_above_the_limit() {
+        let mut f = FaultInjector::none().above_local_batch(3);
+        assert!(f.check(1, 0, 1, 3).is_ok());
+        assert!(is_out_of_memory(&f.check(1, 0, 1, 4).unwrap_err()));
+        let cuda = Error::Candle(candle_core::Error::Msg(
+            "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")".into(),
+        ));
+        assert!(is_out_of_memory(&cuda));
+    }
+}
