@@ -74,6 +74,10 @@ pub struct TrainingArgs {
     /// `step % nproc_per_node`), e.g. `--inject-oom-at-steps 3,7`.
     #[arg(long, value_delimiter = ',')]
     pub inject_oom_at_steps: Vec<usize>,
+    /// Fault injection from code (tests): added to `inject_oom_at_steps`.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub fault_injector: Option<crate::oom::FaultInjector>,
     /// Clip the global gradient norm to this value (0 = off).
     #[arg(long, default_value_t = 0.0)]
     pub max_grad_norm: f64,

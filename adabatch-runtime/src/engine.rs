@@ -170,7 +170,11 @@ impl RunPlan {
             reweight: policy.reweight,
             oom: args.oom.unwrap_or(policy.oom),
             grad_accum: policy.grad_accum,
-            faults: FaultInjector::at_steps(args.inject_oom_at_steps.iter().copied()),
+            faults: args
+                .fault_injector
+                .clone()
+                .unwrap_or_default()
+                .and_steps(args.inject_oom_at_steps.iter().copied()),
             lr: LrSchedule {
                 base: args.learning_rate,
                 kind: args.lr_scheduler_type,
@@ -471,6 +475,7 @@ where
     };
     // Pieces each rank slice is split into after `split_retry` OOMs of this step.
     let mut chunks = 1;
+    let mut retried_at_floor = false;
     while let Some(batches) = planner.next_step() {
         let step = planner.step();
         let consumed_before = planner.sampler().examples_seen() - batches.global_size();
@@ -487,30 +492,42 @@ where
                 progress.oom_events_since_log += 1;
                 let action = match plan.oom {
                     OomPolicy::Fail => return Err(Error::OutOfMemory { step, detail }),
-                    OomPolicy::Halve => {
-                        let before = planner.per_device();
+                    // At the floor (size 1, or one example per chunk) an OOM may still
+                    // be transient (fragmentation): one plain retry, then give up.
+                    OomPolicy::Halve | OomPolicy::SplitRetry => {
+                        let before = (planner.per_device(), chunks);
                         planner.rewind(&batches);
-                        if !planner.halve() {
-                            return Err(Error::OutOfMemory {
-                                step,
-                                detail: format!(
-                                    "{detail}; per-device size is already 1, nothing left to halve"
-                                ),
-                            });
+                        let shrunk = if plan.oom == OomPolicy::Halve {
+                            planner.halve()
+                        } else if chunks < batches.max_local() {
+                            chunks = (chunks * 2).min(batches.max_local());
+                            true
+                        } else {
+                            false
+                        };
+                        if !shrunk {
+                            if retried_at_floor {
+                                return Err(Error::OutOfMemory {
+                                    step,
+                                    detail: format!(
+                                        "{detail}; still out of memory at the smallest size"
+                                    ),
+                                });
+                            }
+                            retried_at_floor = true;
                         }
-                        format!(
-                            "halve: per-device size {before} -> {}, retrying the same {} examples",
-                            planner.per_device(),
-                            batches.global_size()
-                        )
-                    }
-                    OomPolicy::SplitRetry => {
-                        if chunks >= batches.max_local() {
-                            return Err(Error::OutOfMemory { step, detail: format!("{detail}; already one example per chunk, nothing left to split") });
+                        match plan.oom {
+                            OomPolicy::Halve => format!(
+                                "halve: per-device size {} -> {}, retrying the same {} examples",
+                                before.0,
+                                planner.per_device(),
+                                batches.global_size()
+                            ),
+                            _ => format!(
+                                "split_retry: replaying the same {} examples in {chunks} chunk(s) per rank",
+                                batches.global_size()
+                            ),
                         }
-                        chunks = (chunks * 2).min(batches.max_local());
-                        planner.rewind(&batches);
-                        format!("split_retry: replaying the same {} examples in {chunks} chunks per rank", batches.global_size())
                     }
                     OomPolicy::Skip => {
                         planner.skip_step();
@@ -531,6 +548,7 @@ where
             }
         };
         chunks = 1;
+        retried_at_floor = false;
         progress.step_losses.push(loss);
         progress.losses_since_log.push(loss);
         progress.examples_since_log += batches.global_size();

@@ -49,6 +49,12 @@ impl FaultInjector {
         self
     }
 
+    /// Also fails the first attempt of each of `steps`.
+    pub fn and_steps(mut self, steps: impl IntoIterator<Item = usize>) -> Self {
+        self.at_steps.extend(steps);
+        self
+    }
+
     /// Whether nothing will ever be injected.
     pub fn is_empty(&self) -> bool {
         self.at_steps.is_empty() && self.above_local_batch.is_none()
