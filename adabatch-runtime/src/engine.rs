@@ -84,8 +84,12 @@ struct RunPlan {
 }
 
 impl RunPlan {
-    fn new(policy: &TrainerPolicy, num_examples: usize, args: &TrainingArgs) -> Result<Self> {
-        let world_size = args.nproc_per_node;
+    fn new(
+        policy: &TrainerPolicy,
+        num_examples: usize,
+        args: &TrainingArgs,
+        world_size: usize,
+    ) -> Result<Self> {
         if world_size == 0 {
             return Err(Error::InvalidConfig(
                 "nproc_per_node must be at least 1".into(),
@@ -238,7 +242,7 @@ where
     D: Dataset + ?Sized,
     C: Collate<D::Item, Batch = <T::Model as TrainModel>::Batch>,
 {
-    let plan = RunPlan::new(&T::POLICY, dataset.len(), args)?;
+    let plan = RunPlan::new(&T::POLICY, dataset.len(), args, 1)?;
     let device = rank_device(&args.device, 0)?;
     let mut logger = plan.logger(args)?;
     rank_loop(
@@ -252,7 +256,8 @@ where
     )
 }
 
-/// Builds one trainer per rank with `factory` and trains them together.
+/// Builds one trainer per rank with `factory` and trains them together
+/// (`args.nproc_per_node` ranks as threads of this process).
 pub(crate) fn run<T, D, C, F>(
     dataset: &D,
     collate: &C,
@@ -265,9 +270,9 @@ where
     C: Collate<D::Item, Batch = <T::Model as TrainModel>::Batch>,
     F: Fn(&RankContext) -> Result<T> + Sync,
 {
-    let plan = RunPlan::new(&T::POLICY, dataset.len(), args)?;
-    let mut logger = plan.logger(args)?;
+    let plan = RunPlan::new(&T::POLICY, dataset.len(), args, args.nproc_per_node)?;
     if plan.world_size == 1 {
+        let mut logger = plan.logger(args)?;
         let device = rank_device(&args.device, 0)?;
         let mut trainer = factory(&RankContext::new(0, 1, device.clone(), plan.seed))?;
         return rank_loop(
@@ -280,37 +285,68 @@ where
             Some(&mut logger),
         );
     }
-    let comms = Local::group(plan.world_size);
-    let mut loggers: Vec<Option<&mut Logger>> = std::iter::once(Some(&mut logger)).collect();
-    loggers.resize_with(plan.world_size, || None);
+    let members = Local::group(plan.world_size)
+        .into_iter()
+        .enumerate()
+        .map(|(rank, comm)| Ok((comm, rank_device(&args.device, rank)?)))
+        .collect::<Result<Vec<_>>>()?;
+    run_group(members, dataset, collate, args, factory)
+}
+
+/// Trains with one thread per `(communicator, device)` of this process. The ranks
+/// of a group may span processes: `comm.world_size()` is the whole group, and
+/// rank 0 (wherever it lives) writes the logs.
+pub(crate) fn run_group<T, D, C, F, M>(
+    members: Vec<(M, Device)>,
+    dataset: &D,
+    collate: &C,
+    args: &TrainingArgs,
+    factory: F,
+) -> Result<TrainSummary>
+where
+    T: AdaptiveTrainer,
+    D: Dataset + ?Sized,
+    C: Collate<D::Item, Batch = <T::Model as TrainModel>::Batch>,
+    F: Fn(&RankContext) -> Result<T> + Sync,
+    M: Communicator,
+{
+    let world_size = members.first().map_or(0, |(c, _)| c.world_size());
+    let plan = RunPlan::new(&T::POLICY, dataset.len(), args, world_size)?;
+    let mut logger = if members.iter().any(|(c, _)| c.rank() == 0) {
+        Some(plan.logger(args)?)
+    } else {
+        None
+    };
     let results: Vec<Result<TrainSummary>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = comms
+        let handles: Vec<_> = members
             .iter()
-            .zip(loggers)
-            .map(|(comm, logger)| {
-                let (plan, factory, args) = (&plan, &factory, args);
+            .map(|(comm, device)| {
+                let logger = if comm.rank() == 0 {
+                    logger.take()
+                } else {
+                    None
+                };
+                let (plan, factory) = (&plan, &factory);
                 scope.spawn(move || {
+                    let mut logger = logger;
                     let rank = comm.rank();
                     let outcome = catch_unwind(AssertUnwindSafe(|| {
-                        let built = rank_device(&args.device, rank).and_then(|device| {
-                            factory(&RankContext::new(
-                                rank,
-                                plan.world_size,
-                                device.clone(),
-                                plan.seed,
-                            ))
-                            .map(|t| (t, device))
-                        });
+                        let built = factory(&RankContext::new(
+                            rank,
+                            plan.world_size,
+                            device.clone(),
+                            plan.seed,
+                        ));
                         // Every rank learns whether every factory succeeded before training.
                         match (comm.any(built.is_err())?, built) {
-                            (false, Ok((mut trainer, device))) => rank_loop(
+                            (false, Ok(mut trainer)) => rank_loop(
                                 &mut trainer,
                                 comm,
                                 dataset,
                                 collate,
                                 plan,
-                                &device,
-                                logger,
+                                device,
+                                logger.as_mut(),
                             ),
                             (_, Err(e)) => Err(e),
                             (true, Ok(_)) => Err(Error::PeerFailed { rank }),
@@ -332,10 +368,10 @@ where
         handles
             .into_iter()
             .enumerate()
-            .map(|(rank, h)| {
+            .map(|(i, h)| {
                 h.join().unwrap_or_else(|p| {
                     Err(Error::RankPanicked {
-                        rank,
+                        rank: i,
                         message: panic_message(&*p),
                     })
                 })

@@ -39,4 +39,4 @@ pub use planner::{RunLength, StepBatches, StepPlanner};
 pub use policy::{GradAccum, LrScaling, OomPolicy, Reweight, TrainerPolicy};
 
 pub use schedule::{BatchLimits, Growth, Schedule, ScheduleFn, ScheduleSpec};
-pub use trainer::{launch, train, AdaptiveTrainer, RankContext};
+pub use trainer::{launch, launch_group, train, AdaptiveTrainer, RankContext};

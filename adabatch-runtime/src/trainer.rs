@@ -109,3 +109,29 @@ where
 {
     engine::run::<T, D, C, F>(dataset, collate, args, factory)
 }
+
+/// Trains on the ranks this process hosts, one thread per `(communicator, device)`.
+/// The group may span processes and machines (e.g. NCCL across nodes): each
+/// process calls this with its own members, and `comm.world_size()` is the whole
+/// group. `args.nproc_per_node` is ignored here.
+pub fn launch_group<T, D, C, F, M>(
+    members: Vec<(M, Device)>,
+    dataset: &D,
+    collate: &C,
+    args: &TrainingArgs,
+    factory: F,
+) -> Result<TrainSummary>
+where
+    T: AdaptiveTrainer,
+    D: Dataset + ?Sized,
+    C: Collate<D::Item, Batch = <T::Model as TrainModel>::Batch>,
+    F: Fn(&RankContext) -> Result<T> + Sync,
+    M: crate::communicator::Communicator,
+{
+    if members.is_empty() {
+        return Err(Error::InvalidConfig(
+            "launch_group needs at least one rank in this process".into(),
+        ));
+    }
+    engine::run_group(members, dataset, collate, args, factory)
+}
