@@ -67,6 +67,27 @@ pub struct TrainingArgs {
     /// Hide the progress bar (HF `disable_tqdm`).
     #[arg(long)]
     pub disable_tqdm: bool,
+    /// Length-aware token-budget batching: global batches of examples sorted by
+    /// length, as many as fit in this many padded tokens (replaces the schedule).
+    #[arg(long)]
+    pub max_tokens_per_batch: Option<usize>,
+    /// Length-aware batching: round batch sizes down to 2^n or 3·2^n.
+    #[arg(long)]
+    pub friendly_batch_sizes: bool,
+    /// Length-aware batching: round batch sizes down to even numbers.
+    #[arg(long)]
+    pub even_batch_sizes: bool,
+    /// Length-aware batching: the first (hardest) batches kept first when batch
+    /// order is shuffled, so an OOM shows early.
+    #[arg(long, default_value_t = 1)]
+    pub keep_first_batches: usize,
+    /// Length-aware batching: largest growth between consecutive batches, as a
+    /// fraction of the first batch's size.
+    #[arg(long)]
+    pub max_batch_growth: Option<f64>,
+    /// Safety margin of the online memory model (0.05 = 5 %).
+    #[arg(long, default_value_t = 0.05)]
+    pub memory_margin: f64,
     /// Override the policy's OOM handling.
     #[arg(long, value_enum)]
     pub oom: Option<crate::policy::OomPolicy>,

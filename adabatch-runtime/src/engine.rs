@@ -8,8 +8,12 @@ use candle_core::{Device, Tensor, Var};
 use crate::args::TrainingArgs;
 use crate::communicator::{Communicator, Local, Single};
 use crate::error::{Error, Result};
+use crate::length_batching::{EpochPlan, LengthBatching, LengthIndex, LengthOptions};
 use crate::logging::{Logger, StepLog};
 use crate::lr::LrSchedule;
+use crate::memory::{
+    cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel,
+};
 use crate::model::{Collate, Dataset, TrainModel};
 use crate::oom::FaultInjector;
 use crate::planner::{RunLength, StepBatches, StepPlanner};
@@ -81,6 +85,8 @@ struct RunPlan {
     lr: LrSchedule,
     max_grad_norm: f64,
     logging_steps: usize,
+    batching: Option<(LengthBatching, LengthOptions)>,
+    memory_margin: f64,
 }
 
 impl RunPlan {
@@ -157,6 +163,19 @@ impl RunPlan {
         let drop_last = args.dataloader_drop_last.unwrap_or(policy.drop_last);
         let initial_per_device =
             limits.apply(0, policy.schedule.initial(args.per_device_train_batch_size))?;
+        let batching = length_batching(policy, args, initial_per_device * world_size)?;
+        if batching.is_some() && policy.grad_accum != GradAccum::Fixed(1) {
+            return Err(Error::InvalidConfig(
+                "length-aware batching sizes each global batch itself: use grad_accum = fixed(1)"
+                    .into(),
+            ));
+        }
+        if !(args.memory_margin.is_finite() && args.memory_margin >= 0.0) {
+            return Err(Error::InvalidConfig(format!(
+                "memory_margin {} must be finite and >= 0",
+                args.memory_margin
+            )));
+        }
         let length = args
             .max_steps
             .map_or(RunLength::Epochs(args.num_train_epochs), RunLength::Steps);
@@ -190,6 +209,8 @@ impl RunPlan {
             },
             max_grad_norm: args.max_grad_norm,
             logging_steps: args.logging_steps,
+            batching,
+            memory_margin: args.memory_margin,
         })
     }
 
@@ -210,6 +231,125 @@ impl RunPlan {
             args.log_indices,
         )
     }
+}
+
+/// Length-aware batching from the policy (`schedule = memory(..)`) or the run's
+/// `--max-tokens-per-batch`.
+fn length_batching(
+    policy: &TrainerPolicy,
+    args: &TrainingArgs,
+    baseline_size: usize,
+) -> Result<Option<(LengthBatching, LengthOptions)>> {
+    let batching = match (policy.schedule, args.max_tokens_per_batch) {
+        (ScheduleSpec::Memory { .. }, Some(_)) => return Err(Error::InvalidConfig(
+            "--max-tokens-per-batch and schedule = memory(..) both size the batches: choose one"
+                .into(),
+        )),
+        (
+            ScheduleSpec::Memory {
+                threshold,
+                max_range,
+            },
+            None,
+        ) => LengthBatching::Memory {
+            baseline_size,
+            threshold,
+            max_range,
+        },
+        (_, Some(0)) => {
+            return Err(Error::ZeroBatchSize {
+                what: "max_tokens_per_batch",
+            })
+        }
+        (_, Some(max_tokens)) => LengthBatching::TokenBudget { max_tokens },
+        (_, None) => return Ok(None),
+    };
+    if args
+        .max_batch_growth
+        .is_some_and(|g| !(g.is_finite() && g > 0.0))
+    {
+        return Err(Error::InvalidConfig(
+            "max_batch_growth must be a positive fraction".into(),
+        ));
+    }
+    let options = LengthOptions {
+        friendly_sizes: args.friendly_batch_sizes,
+        even_sizes: args.even_batch_sizes,
+        max_growth: args.max_batch_growth,
+        keep_first: args.keep_first_batches,
+        shuffle: policy.shuffle,
+    };
+    Ok(Some((batching, options)))
+}
+
+/// The plan of a length-aware epoch. Every rank must plan the same batches: a
+/// user `#[regressor]` is checked for agreement, and the built-in online models
+/// (each fitted to its own rank's measurements) are combined by taking the most
+/// conservative prediction.
+fn plan_length_epoch<T: AdaptiveTrainer>(
+    plan: &RunPlan,
+    index: Option<&LengthIndex>,
+    trainer: &mut T,
+    online: &OnlineMemoryModel,
+    comm: &impl Communicator,
+    epoch: usize,
+) -> Result<Option<EpochPlan>> {
+    let (Some((batching, options)), Some(index)) = (plan.batching, index) else {
+        return Ok(None);
+    };
+    let world = comm.world_size();
+    if let Some(user) = trainer.regressor() {
+        let epoch_plan = index.plan_epoch(batching, &options, &*user, plan.seed, epoch);
+        if world > 1 {
+            let fingerprint = epoch_plan
+                .sizes
+                .iter()
+                .enumerate()
+                .fold(0u64, |h, (k, &s)| {
+                    h.wrapping_mul(1_000_003)
+                        .wrapping_add((k as u64 + 1) * s as u64)
+                        % (1 << 40)
+                }) as f64;
+            let mut sums = [fingerprint, epoch_plan.sizes.len() as f64];
+            comm.all_reduce_sum(&mut [], &mut sums)?;
+            if sums
+                != [
+                    fingerprint * world as f64,
+                    epoch_plan.sizes.len() as f64 * world as f64,
+                ]
+            {
+                return Err(Error::InvalidConfig(format!(
+                    "the #[regressor] planned different batches on different ranks (epoch {epoch}): it must be deterministic"
+                )));
+            }
+        }
+        return Ok(Some(epoch_plan));
+    }
+    if world == 1 || !matches!(batching, LengthBatching::Memory { .. }) {
+        return Ok(Some(
+            index.plan_epoch(batching, &options, online, plan.seed, epoch),
+        ));
+    }
+    let mut all = vec![0.0; 5 * world];
+    all[5 * comm.rank()..5 * comm.rank() + 5].copy_from_slice(&online.snapshot());
+    comm.all_reduce_sum(&mut [], &mut all)?;
+    let models = all
+        .chunks(5)
+        .map(|s| OnlineMemoryModel::from_snapshot([s[0], s[1], s[2], s[3], s[4]]))
+        .collect();
+    Ok(Some(index.plan_epoch(
+        batching,
+        &options,
+        &MostConservative(models),
+        plan.seed,
+        epoch,
+    )))
+}
+
+/// Peak memory of a step on `device`: the documented proxy on CPU; on CUDA the
+/// device's figures (not yet wired: `None`).
+fn measure_memory(device: &Device, features: &BatchFeatures) -> Option<u64> {
+    device.is_cpu().then(|| cpu_memory_proxy(features))
 }
 
 /// The device of `rank` for a `--device` spec.
@@ -500,6 +640,15 @@ where
         max_grad_norm: plan.max_grad_norm,
         faults: plan.faults.clone(),
     };
+    let length_index = plan.batching.map(|_| {
+        LengthIndex::new(
+            &(0..plan.num_examples)
+                .map(|i| dataset.example_len(i))
+                .collect::<Vec<_>>(),
+        )
+    });
+    let mut online = OnlineMemoryModel::new(plan.memory_margin);
+    let memory_mode = matches!(plan.batching, Some((LengthBatching::Memory { .. }, _)));
     let started = Instant::now();
     let mut progress = Progress {
         losses_since_log: Vec::new(),
@@ -512,8 +661,11 @@ where
     // Pieces each rank slice is split into after `split_retry` OOMs of this step.
     let mut chunks = 1;
     let mut retried_at_floor = false;
-    while let Some(batches) = planner.next_step() {
+    while let Some(batches) = planner.next_step_with(|epoch| {
+        plan_length_epoch(plan, length_index.as_ref(), trainer, &online, comm, epoch)
+    })? {
         let step = planner.step();
+        let predicted_memory = planner.sampler().last_predicted();
         let consumed_before = planner.sampler().examples_seen() - batches.global_size();
         let lr = plan.lr.at(consumed_before, batches.global_size());
         let log_now =
@@ -583,6 +735,21 @@ where
                 continue;
             }
         };
+        let measured_memory = if memory_mode {
+            let local = &batches.per_rank_indices()[comm.rank()];
+            let chunk = &local[..local.len().div_ceil(chunks)];
+            let features = BatchFeatures::of_lengths(chunk.iter().map(|&i| dataset.example_len(i)));
+            let bytes = measure_memory(device, &features);
+            if let Some(bytes) = bytes {
+                online.observe(&features, bytes);
+                if let Some(user) = trainer.regressor() {
+                    user.observe(&features, bytes);
+                }
+            }
+            bytes
+        } else {
+            None
+        };
         chunks = 1;
         retried_at_floor = false;
         progress.step_losses.push(loss);
@@ -591,7 +758,7 @@ where
         if let Some(logger) = logger.as_deref_mut() {
             logger.advance(batches.global_size(), planner.sampler().epoch());
             if log_now {
-                let entry = step_log(
+                let mut entry = step_log(
                     &mut progress,
                     planner.sampler(),
                     step,
@@ -599,6 +766,8 @@ where
                     grad_norm.unwrap_or(f64::NAN),
                     lr,
                 );
+                entry.predicted_memory = predicted_memory;
+                entry.measured_memory = measured_memory;
                 logger.log(&entry)?;
             }
         }
@@ -647,6 +816,8 @@ fn step_log(
         examples_per_s: progress.examples_since_log as f64 / elapsed.max(f64::MIN_POSITIVE),
         micro_batches: batches.micro.len(),
         oom_events: std::mem::take(&mut progress.oom_events_since_log),
+        predicted_memory: None,
+        measured_memory: None,
     };
     progress.examples_since_log = 0;
     progress.last_log = Instant::now();

@@ -10,6 +10,7 @@ pub mod args;
 pub mod communicator;
 pub mod engine;
 pub mod error;
+pub mod length_batching;
 pub mod logging;
 pub mod lr;
 pub mod memory;
@@ -31,8 +32,11 @@ pub use error::{Error, Result};
 pub use logging::StepLog;
 pub use sampler::{GlobalBatchSampler, StepPlan};
 
-pub use memory::{BatchFeatures, MemoryModel};
-pub use model::{Batch, Collate, Dataset, TrainModel};
+pub use length_batching::{EpochPlan, LengthBatching, LengthIndex, LengthOptions};
+pub use memory::{
+    cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel, PaddedTokens,
+};
+pub use model::{Batch, Collate, Dataset, TrainModel, WithLengths};
 pub use oom::FaultInjector;
 pub use params::Parameters;
 pub use planner::{RunLength, StepBatches, StepPlanner};

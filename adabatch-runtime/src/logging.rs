@@ -38,6 +38,13 @@ pub struct StepLog {
     /// Out-of-memory events handled since the previous log.
     #[serde(default)]
     pub oom_events: usize,
+    /// Memory of this step's batch predicted by the memory model, relative to the
+    /// epoch's first batch (`schedule = memory(..)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_memory: Option<f64>,
+    /// Peak memory measured for rank 0's batch, bytes (on CPU the documented proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_memory: Option<u64>,
 }
 
 fn one() -> usize {

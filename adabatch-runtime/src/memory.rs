@@ -1,4 +1,10 @@
-//! The memory-model hook: predicts a candidate batch's peak memory.
+//! Memory models: predict a candidate batch's peak memory relative to a baseline
+//! batch, from its shape features.
+//!
+//! - [`PaddedTokens`]: a conservative prior that needs no measurement.
+//! - [`OnlineMemoryModel`]: fitted during the run from measured peaks (on CUDA from
+//!   the device's figures, on CPU from [`cpu_memory_proxy`]), with a safety margin.
+//! - Your own, attached with `#[regressor]` (the [`MemoryModel`] trait).
 
 /// Shape features of a batch that drive its memory use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -13,8 +19,34 @@ pub struct BatchFeatures {
     pub padded_tokens: usize,
 }
 
+impl BatchFeatures {
+    /// Features of a batch with these example lengths.
+    pub fn of_lengths(lengths: impl IntoIterator<Item = usize>) -> Self {
+        let (mut batch_size, mut max_len, mut token_sum) = (0, 0, 0);
+        for len in lengths {
+            batch_size += 1;
+            max_len = max_len.max(len);
+            token_sum += len;
+        }
+        Self {
+            batch_size,
+            max_len,
+            token_sum,
+            padded_tokens: batch_size * max_len,
+        }
+    }
+
+    /// Padding tokens (`padded_tokens - token_sum`).
+    pub fn padding(&self) -> usize {
+        self.padded_tokens - self.token_sum
+    }
+}
+
 /// Predicts peak memory of a candidate batch relative to a baseline batch
 /// (`1.0` = the baseline's peak). Attach one with `#[regressor]`.
+///
+/// With several ranks every rank must give the same answers (a deterministic
+/// model): the engine checks that the ranks' batch plans agree.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a memory model",
     label = "the `#[regressor]` field must implement `adabatch::MemoryModel`",
@@ -25,4 +57,240 @@ pub trait MemoryModel {
     fn predict(&self, candidate: &BatchFeatures, baseline: &BatchFeatures) -> f64;
     /// A measurement to learn from (bytes at peak for `features`).
     fn observe(&mut self, _features: &BatchFeatures, _peak_bytes: u64) {}
+}
+
+/// Memory proportional to padded tokens: exact for activations that are linear in
+/// the padded batch, and conservative (over-predicting) for shorter batches when
+/// part of the memory is quadratic in length (attention). Needs no measurement.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PaddedTokens;
+
+impl MemoryModel for PaddedTokens {
+    fn predict(&self, candidate: &BatchFeatures, baseline: &BatchFeatures) -> f64 {
+        candidate.padded_tokens as f64 / baseline.padded_tokens.max(1) as f64
+    }
+}
+
+/// The deterministic stand-in for device memory on CPU: 4 KiB per padded token
+/// (activations of a small transformer) plus 64 bytes per attention score
+/// (`batch_size * max_len²`). Documented so tests of memory-aware batching are
+/// reproducible without a GPU.
+pub fn cpu_memory_proxy(features: &BatchFeatures) -> u64 {
+    let attention = features.batch_size as u64 * (features.max_len as u64).pow(2);
+    4096 * features.padded_tokens as u64 + 64 * attention
+}
+
+/// Number of fitted coefficients: bytes = c0 + c1·padded_tokens + c2·batch·max_len².
+const TERMS: usize = 3;
+
+fn terms(f: &BatchFeatures) -> [f64; TERMS] {
+    [
+        1.0,
+        f.padded_tokens as f64,
+        f.batch_size as f64 * (f.max_len as f64).powi(2),
+    ]
+}
+
+/// A memory model fitted online by least squares on
+/// `bytes = c0 + c1·padded_tokens + c2·batch_size·max_len²`, refitted at every
+/// observation, with a safety margin: predictions are raised by the configured
+/// margin plus the largest relative under-prediction seen so far. Until it has
+/// enough observations it answers like [`PaddedTokens`].
+#[derive(Debug, Clone)]
+pub struct OnlineMemoryModel {
+    margin: f64,
+    xtx: [[f64; TERMS]; TERMS],
+    xty: [f64; TERMS],
+    observations: Vec<([f64; TERMS], f64)>,
+    coefficients: Option<[f64; TERMS]>,
+    worst_under: f64,
+}
+
+impl OnlineMemoryModel {
+    /// A model whose predictions carry `margin` (e.g. `0.05` = 5 %) on top of the fit.
+    pub fn new(margin: f64) -> Self {
+        Self {
+            margin: margin.max(0.0),
+            xtx: [[0.0; TERMS]; TERMS],
+            xty: [0.0; TERMS],
+            observations: Vec::new(),
+            coefficients: None,
+            worst_under: 0.0,
+        }
+    }
+
+    /// Observations so far.
+    pub fn len(&self) -> usize {
+        self.observations.len()
+    }
+
+    /// Whether nothing was observed yet.
+    pub fn is_empty(&self) -> bool {
+        self.observations.is_empty()
+    }
+
+    /// Predicted peak bytes of a batch, margin included (None before a fit).
+    pub fn predict_bytes(&self, f: &BatchFeatures) -> Option<f64> {
+        let c = self.coefficients?;
+        let fit: f64 = terms(f).iter().zip(c).map(|(x, c)| x * c).sum();
+        Some(fit.max(0.0) * (1.0 + self.margin + self.worst_under))
+    }
+
+    /// The fitted coefficients (`c0, c1, c2`), once there are enough observations.
+    pub fn coefficients(&self) -> Option<[f64; TERMS]> {
+        self.coefficients
+    }
+
+    /// The total relative margin currently applied.
+    pub fn margin(&self) -> f64 {
+        self.margin + self.worst_under
+    }
+
+    fn refit(&mut self) {
+        // A small ridge keeps the system solvable while features are collinear
+        // (e.g. all batches of one length).
+        let mut a = self.xtx;
+        for (i, row) in a.iter_mut().enumerate() {
+            row[i] += 1e-9 * (1.0 + row[i]);
+        }
+        self.coefficients = solve(a, self.xty);
+        if let Some(c) = self.coefficients {
+            self.worst_under = self
+                .observations
+                .iter()
+                .map(|(x, y)| {
+                    let fit: f64 = x.iter().zip(c).map(|(x, c)| x * c).sum();
+                    if *y > 0.0 {
+                        ((y - fit) / y).max(0.0)
+                    } else {
+                        0.0
+                    }
+                })
+                .fold(0.0, f64::max);
+        }
+    }
+}
+
+impl OnlineMemoryModel {
+    /// The fit as plain numbers (`[has_fit, c0, c1, c2, margin]`), to share with
+    /// other ranks.
+    pub fn snapshot(&self) -> [f64; 5] {
+        match self.coefficients {
+            Some([c0, c1, c2]) => [1.0, c0, c1, c2, self.margin()],
+            None => [0.0, 0.0, 0.0, 0.0, self.margin],
+        }
+    }
+
+    /// A frozen model from [`OnlineMemoryModel::snapshot`].
+    pub fn from_snapshot(s: [f64; 5]) -> Self {
+        let mut model = Self::new(s[4]);
+        if s[0] > 0.0 {
+            model.coefficients = Some([s[1], s[2], s[3]]);
+        }
+        model
+    }
+}
+
+/// The largest prediction of several models: what every rank agrees on when each
+/// fitted its own model to its own measurements.
+#[derive(Debug, Clone)]
+pub struct MostConservative(pub Vec<OnlineMemoryModel>);
+
+impl MemoryModel for MostConservative {
+    fn predict(&self, candidate: &BatchFeatures, baseline: &BatchFeatures) -> f64 {
+        self.0
+            .iter()
+            .map(|m| m.predict(candidate, baseline))
+            .fold(f64::NEG_INFINITY, f64::max)
+    }
+}
+
+impl MemoryModel for OnlineMemoryModel {
+    fn predict(&self, candidate: &BatchFeatures, baseline: &BatchFeatures) -> f64 {
+        match (self.predict_bytes(candidate), self.predict_bytes(baseline)) {
+            // The baseline's own margin would cancel out: compare against its fit.
+            (Some(c), Some(b)) if b > 0.0 => c / (b / (1.0 + self.margin())),
+            _ => PaddedTokens.predict(candidate, baseline) * (1.0 + self.margin),
+        }
+    }
+
+    fn observe(&mut self, features: &BatchFeatures, peak_bytes: u64) {
+        let x = terms(features);
+        let y = peak_bytes as f64;
+        for i in 0..TERMS {
+            for j in 0..TERMS {
+                self.xtx[i][j] += x[i] * x[j];
+            }
+            self.xty[i] += x[i] * y;
+        }
+        self.observations.push((x, y));
+        if self.observations.len() >= TERMS {
+            self.refit();
+        }
+    }
+}
+
+/// Gaussian elimination with partial pivoting on a small dense system.
+fn solve(mut a: [[f64; TERMS]; TERMS], mut b: [f64; TERMS]) -> Option<[f64; TERMS]> {
+    for col in 0..TERMS {
+        let pivot = (col..TERMS).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        if a[pivot][col].abs() < f64::MIN_POSITIVE {
+            return None;
+        }
+        a.swap(col, pivot);
+        b.swap(col, pivot);
+        for row in col + 1..TERMS {
+            let factor = a[row][col] / a[col][col];
+            for k in col..TERMS {
+                a[row][k] -= factor * a[col][k];
+            }
+            b[row] -= factor * b[col];
+        }
+    }
+    let mut x = [0.0; TERMS];
+    for row in (0..TERMS).rev() {
+        let tail: f64 = (row + 1..TERMS).map(|k| a[row][k] * x[k]).sum();
+        x[row] = (b[row] - tail) / a[row][row];
+    }
+    x.iter().all(|v| v.is_finite()).then_some(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn features_of_lengths() {
+        let f = BatchFeatures::of_lengths([3, 7, 5]);
+        assert_eq!(
+            f,
+            BatchFeatures {
+                batch_size: 3,
+                max_len: 7,
+                token_sum: 15,
+                padded_tokens: 21
+            }
+        );
+        assert_eq!(f.padding(), 6);
+    }
+
+    #[test]
+    fn padded_tokens_is_relative() {
+        let base = BatchFeatures::of_lengths([10, 10]);
+        assert_eq!(
+            PaddedTokens.predict(&BatchFeatures::of_lengths([5, 5, 5, 5]), &base),
+            1.0
+        );
+    }
+
+    #[test]
+    fn solver_recovers_coefficients() {
+        let a = [[2.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 4.0]];
+        let x = [1.0, -2.0, 0.5];
+        let b = [0.0, 1.0, 2.0].map(|i: f64| (0..3).map(|k| a[i as usize][k] * x[k]).sum());
+        let got = solve(a, b).unwrap();
+        for (g, e) in got.iter().zip(x) {
+            assert!((g - e).abs() < 1e-12);
+        }
+    }
 }

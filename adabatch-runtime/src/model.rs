@@ -51,6 +51,45 @@ pub trait Dataset: Sync {
     }
     /// The example at `index` (`index < len()`).
     fn get(&self, index: usize) -> Self::Item;
+    /// Length of the example at `index` in tokens, for length-aware batching
+    /// (`schedule = memory(..)`, `--max-tokens-per-batch`); 1 by default.
+    fn example_len(&self, _index: usize) -> usize {
+        1
+    }
+}
+
+/// A dataset with known example lengths, for length-aware batching.
+#[derive(Debug, Clone)]
+pub struct WithLengths<D> {
+    inner: D,
+    lengths: Vec<usize>,
+}
+
+impl<D: Dataset> WithLengths<D> {
+    /// Attaches one length per example.
+    pub fn new(inner: D, lengths: Vec<usize>) -> crate::Result<Self> {
+        if lengths.len() != inner.len() {
+            return Err(crate::Error::InvalidConfig(format!(
+                "{} lengths for a dataset of {} examples",
+                lengths.len(),
+                inner.len()
+            )));
+        }
+        Ok(Self { inner, lengths })
+    }
+}
+
+impl<D: Dataset> Dataset for WithLengths<D> {
+    type Item = D::Item;
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+    fn get(&self, index: usize) -> D::Item {
+        self.inner.get(index)
+    }
+    fn example_len(&self, index: usize) -> usize {
+        self.lengths[index]
+    }
 }
 
 impl<T: Clone + Sync> Dataset for [T] {

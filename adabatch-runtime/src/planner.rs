@@ -4,6 +4,7 @@
 //! tests can run it over many configurations.
 
 use crate::error::{Error, Result};
+use crate::length_batching::EpochPlan;
 use crate::policy::GradAccum;
 use crate::sampler::{GlobalBatchSampler, StepPlan};
 use crate::schedule::{BatchLimits, Schedule};
@@ -79,6 +80,7 @@ pub struct StepPlanner<S> {
     world_size: usize,
     drop_last: bool,
     accum: GradAccum,
+    planned_epoch: Option<usize>,
 }
 
 impl<S: Schedule> StepPlanner<S> {
@@ -109,6 +111,7 @@ impl<S: Schedule> StepPlanner<S> {
             world_size,
             drop_last,
             accum: GradAccum::Fixed(1),
+            planned_epoch: None,
         })
     }
 
@@ -130,10 +133,37 @@ impl<S: Schedule> StepPlanner<S> {
 
     /// The next step's micro-batches, or `None` when the run is over.
     pub fn next_step(&mut self) -> Option<StepBatches> {
+        self.next_step_with(|_| Ok(None)).unwrap_or(None)
+    }
+
+    /// Like [`StepPlanner::next_step`]; before an epoch's first step,
+    /// `plan_epoch(epoch)` may return a length-aware plan for it.
+    pub fn next_step_with(
+        &mut self,
+        mut plan_epoch: impl FnMut(usize) -> Result<Option<EpochPlan>>,
+    ) -> Result<Option<StepBatches>> {
         loop {
+            if self.sampler.position() == 0
+                && self.planned_epoch != Some(self.sampler.epoch_index())
+            {
+                let epoch = self.sampler.epoch_index();
+                self.planned_epoch = Some(epoch);
+                let within_length = match self.length {
+                    RunLength::Epochs(epochs) => epoch < epochs,
+                    RunLength::Steps(max) => self.step < max,
+                };
+                if within_length {
+                    if let Some(plan) = plan_epoch(epoch)? {
+                        self.sampler
+                            .start_planned_epoch(plan.order, &plan.sizes, &plan.predicted);
+                    }
+                }
+            }
             match self.length {
-                RunLength::Steps(max) if self.step >= max => return None,
-                RunLength::Epochs(epochs) if self.sampler.epoch_index() >= epochs => return None,
+                RunLength::Steps(max) if self.step >= max => return Ok(None),
+                RunLength::Epochs(epochs) if self.sampler.epoch_index() >= epochs => {
+                    return Ok(None)
+                }
                 _ => {}
             }
             let wanted = self.micro_batches_per_step();
@@ -143,7 +173,7 @@ impl<S: Schedule> StepPlanner<S> {
                     .collect();
             if !micro.is_empty() {
                 self.step += 1;
-                return Some(StepBatches { micro });
+                return Ok(Some(StepBatches { micro }));
             }
             self.sampler.start_next_epoch();
         }
@@ -171,6 +201,10 @@ impl<S: Schedule> StepPlanner<S> {
     /// Halves the per-device size and caps later growth there (HF
     /// `auto_find_batch_size`); `false` when it is already 1.
     pub fn halve(&mut self) -> bool {
+        if self.sampler.is_planned() {
+            // Length-aware epochs: split the failed batch itself.
+            return self.sampler.split_next_planned();
+        }
         if self.per_device <= 1 {
             return false;
         }

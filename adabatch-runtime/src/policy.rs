@@ -104,13 +104,16 @@ impl TrainerPolicy {
     ///
     /// `const` so generated code can refuse an unsupported policy at compile time.
     pub const fn unsupported(&self) -> Option<&'static str> {
-        if let ScheduleSpec::Memory { .. } = self.schedule {
-            return Some(
-                "`schedule = memory(..)` is not supported by this adabatch runtime yet: \
-                 it needs the memory model, which has not landed",
-            );
+        // Keys whose support lands later return their reason here, and generated
+        // code fails to compile.
+        match (self.schedule, self.grad_accum) {
+            (ScheduleSpec::Memory { .. }, GradAccum::Fixed(1)) => None,
+            (ScheduleSpec::Memory { .. }, _) => Some(
+                "`schedule = memory(..)` sizes each global batch from the memory model; \
+                 combining it with `grad_accum` is not supported by this adabatch runtime yet",
+            ),
+            _ => None,
         }
-        None
     }
 
     /// Fails compilation (when evaluated in a const) if the runtime cannot run `self`.

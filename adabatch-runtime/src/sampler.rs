@@ -5,6 +5,7 @@
 //! them over ranks as evenly as possible (rank `r` gets `take / W + (r < take % W)`).
 //! Every rank computes the same plan, so every rank runs the same number of steps.
 
+use std::collections::VecDeque;
 use std::ops::Range;
 
 use rand::seq::SliceRandom;
@@ -71,6 +72,10 @@ pub struct GlobalBatchSampler {
     permutation: Vec<usize>,
     position: usize,
     examples_seen: usize,
+    /// Length-aware epochs: the remaining global batch sizes (and predicted memory)
+    /// of the current epoch, which replace `per_device * world_size`.
+    planned: Option<VecDeque<(usize, f64)>>,
+    last_predicted: Option<f64>,
 }
 
 impl GlobalBatchSampler {
@@ -94,6 +99,8 @@ impl GlobalBatchSampler {
             permutation: Vec::new(),
             position: 0,
             examples_seen: 0,
+            planned: None,
+            last_predicted: None,
         };
         sampler.permutation = sampler.permutation_of(0);
         sampler
@@ -113,12 +120,24 @@ impl GlobalBatchSampler {
     /// The next global batch of `per_device` examples per rank in the current epoch,
     /// or `None` when the epoch is used up (or cut by `drop_last`).
     pub fn next_step(&mut self, per_device: usize) -> Option<StepPlan> {
-        let wanted = per_device.saturating_mul(self.world_size);
         let remaining = self.num_examples - self.position;
+        if let Some(planned) = &mut self.planned {
+            let (take, predicted) = planned.pop_front()?;
+            let take = take.min(remaining);
+            self.last_predicted = predicted.is_finite().then_some(predicted);
+            return self.take(take);
+        }
+        let wanted = per_device.saturating_mul(self.world_size);
         if remaining == 0 || wanted == 0 || (self.drop_last && remaining < wanted) {
             return None;
         }
-        let take = wanted.min(remaining);
+        self.take(wanted.min(remaining))
+    }
+
+    fn take(&mut self, take: usize) -> Option<StepPlan> {
+        if take == 0 {
+            return None;
+        }
         let indices = self.permutation[self.position..self.position + take].to_vec();
         self.position += take;
         self.examples_seen += take;
@@ -133,12 +152,57 @@ impl GlobalBatchSampler {
         let examples = examples.min(self.position);
         self.position -= examples;
         self.examples_seen -= examples;
+        if let Some(planned) = &mut self.planned {
+            planned.push_front((examples, self.last_predicted.unwrap_or(f64::NAN)));
+        }
+    }
+
+    /// Replaces the current epoch (not yet started) with a length-aware plan:
+    /// `order` is a permutation of `0..N`, `sizes` the global batch sizes.
+    pub fn start_planned_epoch(&mut self, order: Vec<usize>, sizes: &[usize], predicted: &[f64]) {
+        debug_assert_eq!(self.position, 0);
+        debug_assert_eq!(order.len(), self.num_examples);
+        self.permutation = order;
+        let predicted = predicted.iter().copied().chain(std::iter::repeat(f64::NAN));
+        self.planned = Some(sizes.iter().copied().zip(predicted).collect());
+    }
+
+    /// Whether the current epoch follows a length-aware plan.
+    pub fn is_planned(&self) -> bool {
+        self.planned.is_some()
+    }
+
+    /// Splits the next planned batch in two (for `oom = halve`); `false` when it
+    /// holds a single example.
+    pub fn split_next_planned(&mut self) -> bool {
+        let Some(planned) = &mut self.planned else {
+            return false;
+        };
+        match planned.pop_front() {
+            Some((size, predicted)) if size >= 2 => {
+                planned.push_front((size / 2, predicted / 2.0));
+                planned.push_front((size - size / 2, predicted / 2.0));
+                true
+            }
+            Some(front) => {
+                planned.push_front(front);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Predicted memory of the last planned batch, relative to the epoch's first.
+    pub fn last_predicted(&self) -> Option<f64> {
+        self.last_predicted
     }
 
     /// Starts the next epoch with its own permutation.
     pub fn start_next_epoch(&mut self) {
         self.epoch += 1;
         self.position = 0;
+        self.planned = None;
+        self.last_predicted = None;
         self.permutation = self.permutation_of(self.epoch);
     }
 
