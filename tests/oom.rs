@@ -33,7 +33,7 @@ fn run_with<T: AdaptiveTrainer<Model = Regression>>(
     Vec<adabatch::StepLog>,
     Vec<f32>,
 ) {
-    let log = temp_log(&format!("oom-{}", rand_suffix()));
+    let log = temp_log("oom");
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
     let rank0 = Mutex::new(None);
@@ -68,12 +68,6 @@ fn run_with<T: AdaptiveTrainer<Model = Regression>>(
         Vec::new()
     };
     (result, logs, weights)
-}
-
-fn rand_suffix() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 fn growing(model: Regression, opt: AdamW) -> GrowingTrainer {

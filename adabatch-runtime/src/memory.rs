@@ -91,7 +91,7 @@ fn terms(f: &BatchFeatures) -> [f64; TERMS] {
     ]
 }
 
-/// A memory model fitted online by least squares on
+/// A memory model fitted online by (relative-error weighted) least squares on
 /// `bytes = c0 + c1·padded_tokens + c2·batch_size·max_len²`, refitted at every
 /// observation, with a safety margin: predictions are raised by the configured
 /// margin plus the largest relative under-prediction seen so far. Until it has
@@ -147,11 +147,11 @@ impl OnlineMemoryModel {
     }
 
     fn refit(&mut self) {
-        // A small ridge keeps the system solvable while features are collinear
-        // (e.g. all batches of one length).
+        // A small relative ridge keeps the system solvable while features are
+        // nearly collinear (e.g. all batches of one length).
         let mut a = self.xtx;
         for (i, row) in a.iter_mut().enumerate() {
-            row[i] += 1e-9 * (1.0 + row[i]);
+            row[i] *= 1.0 + 1e-9;
         }
         self.coefficients = solve(a, self.xty);
         if let Some(c) = self.coefficients {
@@ -217,11 +217,14 @@ impl MemoryModel for OnlineMemoryModel {
     fn observe(&mut self, features: &BatchFeatures, peak_bytes: u64) {
         let x = terms(features);
         let y = peak_bytes as f64;
+        // Weighted by 1/y²: the fit minimises *relative* error, so small batches
+        // (where a fixed cost dominates) are predicted as well as large ones.
+        let w = 1.0 / y.max(1.0).powi(2);
         for i in 0..TERMS {
             for j in 0..TERMS {
-                self.xtx[i][j] += x[i] * x[j];
+                self.xtx[i][j] += w * x[i] * x[j];
             }
-            self.xty[i] += x[i] * y;
+            self.xty[i] += w * x[i] * y;
         }
         self.observations.push((x, y));
         if self.observations.len() >= TERMS {

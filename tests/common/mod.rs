@@ -203,7 +203,9 @@ pub fn args(world: usize, per_device: usize, epochs: usize) -> TrainingArgs {
 pub fn temp_log(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("adabatch-tests-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir.join(format!("{name}.jsonl"))
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let unique = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    dir.join(format!("{name}-{unique}.jsonl"))
 }
 
 pub fn read_log(path: &std::path::Path) -> Vec<adabatch::StepLog> {

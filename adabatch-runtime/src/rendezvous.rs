@@ -1,0 +1,715 @@
+//! A small TCP rendezvous: the process of rank 0 hands a payload (the NCCL unique
+//! id) to every other process before the communicators are created, as torchrun's
+//! `MASTER_ADDR` / `MASTER_PORT` store does for PyTorch.
+//!
+//! Plain `std::net`, no CUDA: it compiles and is tested in the default build.
+//!
+//! Protocol (version 1). A peer connects to `MASTER_ADDR:MASTER_PORT` (retrying
+//! until the deadline: rank 0 may start later) and sends
+//! `MAGIC, rank: u32, world_size: u32` (big endian). Rank 0 checks each hello (rank
+//! in range, same world size, no duplicate), waits until every peer has arrived,
+//! then answers each one `0u8, len: u32, payload`. If the deadline passes first it
+//! answers the peers that did arrive `1u8, len: u32, message` and returns
+//! [`RendezvousError::Timeout`] naming the ranks that never came.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+const MAGIC: &[u8; 8] = b"ADBRDZV1";
+const STATUS_OK: u8 = 0;
+const STATUS_FAILED: u8 = 1;
+/// Largest payload accepted (the NCCL id is 128 bytes).
+const MAX_PAYLOAD: u32 = 1 << 16;
+/// How long a peer waits for rank 0's answer beyond its own deadline (rank 0
+/// answers within its deadline, which started at about the same time).
+const ANSWER_GRACE: Duration = Duration::from_secs(10);
+
+/// Why a rendezvous failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RendezvousError {
+    /// Rank 0 waited `waited` and these ranks never arrived.
+    #[error("rendezvous timed out after {waited:?}: rank(s) {missing:?} of {world_size} did not arrive at {addr}")]
+    Timeout {
+        /// Ranks that did not connect.
+        missing: Vec<usize>,
+        /// World size expected.
+        world_size: usize,
+        /// The rendezvous address.
+        addr: String,
+        /// How long rank 0 waited.
+        waited: Duration,
+    },
+    /// A peer could not reach rank 0 before its deadline.
+    #[error(
+        "rank {rank}: rank 0 did not answer at {addr} within {waited:?} (last error: {last_error})"
+    )]
+    MasterUnreachable {
+        /// The rank reporting.
+        rank: usize,
+        /// The rendezvous address.
+        addr: String,
+        /// How long the peer tried.
+        waited: Duration,
+        /// The last connection or read error.
+        last_error: String,
+    },
+    /// Rank 0 gave up and told this peer why.
+    #[error("rank {rank}: rank 0 aborted the rendezvous: {message}")]
+    Aborted {
+        /// The rank reporting.
+        rank: usize,
+        /// Rank 0's message.
+        message: String,
+    },
+    /// A peer sent something that does not fit the group.
+    #[error("rendezvous protocol: {0}")]
+    Protocol(String),
+    /// The address could not be used.
+    #[error("rendezvous address {addr}: {detail}")]
+    Address {
+        /// The address.
+        addr: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// A torchrun variable is missing or malformed.
+    #[error("environment variable {var}: {detail}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong with it.
+        detail: String,
+    },
+}
+
+impl From<RendezvousError> for crate::Error {
+    fn from(e: RendezvousError) -> Self {
+        crate::Error::Comm(e.to_string())
+    }
+}
+
+/// Where and how a process meets the others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rendezvous {
+    /// Host of rank 0 (`MASTER_ADDR`).
+    pub master_addr: String,
+    /// Port rank 0 listens on (`MASTER_PORT`).
+    pub master_port: u16,
+    /// This participant (0 = the one that listens and owns the payload).
+    pub rank: usize,
+    /// Number of participants.
+    pub world_size: usize,
+    /// How long to wait for everyone.
+    pub timeout: Duration,
+}
+
+impl Rendezvous {
+    /// The address string `host:port`.
+    pub fn addr(&self) -> String {
+        if self.master_addr.contains(':') && !self.master_addr.starts_with('[') {
+            format!("[{}]:{}", self.master_addr, self.master_port)
+        } else {
+            format!("{}:{}", self.master_addr, self.master_port)
+        }
+    }
+
+    fn check(&self) -> Result<(), RendezvousError> {
+        if self.world_size == 0 || self.rank >= self.world_size {
+            return Err(RendezvousError::Protocol(format!(
+                "rank {} is not in a world of {}",
+                self.rank, self.world_size
+            )));
+        }
+        if self.world_size > u32::MAX as usize {
+            return Err(RendezvousError::Protocol(format!(
+                "world size {} is too large",
+                self.world_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// Binds rank 0's listener (before any payload exists, so peers can connect
+    /// while rank 0 is still preparing). Tries `MASTER_ADDR` itself first, then
+    /// every interface (the address may name this host by a public name).
+    pub fn listen(&self) -> Result<TcpListener, RendezvousError> {
+        self.check()?;
+        let addr = self.addr();
+        let resolved = resolve(&addr)?;
+        let mut last = String::from("no address");
+        for candidate in resolved
+            .iter()
+            .copied()
+            .chain(std::iter::once(SocketAddr::new(
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                self.master_port,
+            )))
+        {
+            match TcpListener::bind(candidate) {
+                Ok(l) => return Ok(l),
+                Err(e) => last = format!("bind {candidate}: {e}"),
+            }
+        }
+        Err(RendezvousError::Address { addr, detail: last })
+    }
+
+    /// Rank 0: waits for every peer on `listener`, then sends them `payload`.
+    pub fn serve(&self, listener: &TcpListener, payload: &[u8]) -> Result<(), RendezvousError> {
+        self.check()?;
+        if self.rank != 0 {
+            return Err(RendezvousError::Protocol(format!(
+                "rank {} called serve; only rank 0 serves",
+                self.rank
+            )));
+        }
+        if payload.len() > MAX_PAYLOAD as usize {
+            return Err(RendezvousError::Protocol(format!(
+                "payload of {} bytes exceeds {MAX_PAYLOAD}",
+                payload.len()
+            )));
+        }
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        let mut peers: Vec<Option<TcpStream>> = (0..self.world_size).map(|_| None).collect();
+        let mut arrived = 1; // rank 0 itself
+        let set_nonblocking = |on: bool| {
+            listener
+                .set_nonblocking(on)
+                .map_err(|e| RendezvousError::Address {
+                    addr: self.addr(),
+                    detail: format!("listener: {e}"),
+                })
+        };
+        set_nonblocking(true)?;
+        let result = loop {
+            if arrived == self.world_size {
+                break Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let missing: Vec<usize> = (1..self.world_size)
+                    .filter(|&r| peers[r].is_none())
+                    .collect();
+                break Err(RendezvousError::Timeout {
+                    missing,
+                    world_size: self.world_size,
+                    addr: self.addr(),
+                    waited: started.elapsed(),
+                });
+            }
+            match listener.accept() {
+                Ok((mut stream, from)) => {
+                    // A hello that does not parse is a stray connection (a port
+                    // scanner, a late peer of an older run): drop it and go on.
+                    match read_hello(&mut stream, deadline.min(now + Duration::from_secs(5))) {
+                        Ok((rank, world)) if world != self.world_size => {
+                            let msg = format!(
+                                "rank {rank} at {from} expects a world of {world}, rank 0 has {}",
+                                self.world_size
+                            );
+                            let _ = send_answer(&mut stream, STATUS_FAILED, msg.as_bytes());
+                            break Err(RendezvousError::Protocol(msg));
+                        }
+                        Ok((rank, _)) if rank == 0 || rank >= self.world_size => {
+                            let msg = format!(
+                                "a peer at {from} claims rank {rank} in a world of {}",
+                                self.world_size
+                            );
+                            let _ = send_answer(&mut stream, STATUS_FAILED, msg.as_bytes());
+                            break Err(RendezvousError::Protocol(msg));
+                        }
+                        Ok((rank, _)) if peers[rank].is_some() => {
+                            let msg = format!("rank {rank} arrived twice (again from {from})");
+                            let _ = send_answer(&mut stream, STATUS_FAILED, msg.as_bytes());
+                            break Err(RendezvousError::Protocol(msg));
+                        }
+                        Ok((rank, _)) => {
+                            peers[rank] = Some(stream);
+                            arrived += 1;
+                        }
+                        Err(_) => continue,
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    break Err(RendezvousError::Address {
+                        addr: self.addr(),
+                        detail: format!("accept: {e}"),
+                    })
+                }
+            }
+        };
+        let _ = set_nonblocking(false);
+        let (status, body) = match &result {
+            Ok(()) => (STATUS_OK, payload.to_vec()),
+            Err(e) => (STATUS_FAILED, e.to_string().into_bytes()),
+        };
+        let mut failed_sends = Vec::new();
+        for (rank, stream) in peers.iter_mut().enumerate() {
+            if let Some(stream) = stream {
+                if send_answer(stream, status, &body).is_err() {
+                    failed_sends.push(rank);
+                }
+            }
+        }
+        result?;
+        if failed_sends.is_empty() {
+            Ok(())
+        } else {
+            Err(RendezvousError::Protocol(format!(
+                "could not send the id to rank(s) {failed_sends:?} (they hung up)"
+            )))
+        }
+    }
+
+    /// A peer (rank > 0): connects to rank 0 (retrying until the deadline) and
+    /// returns its payload.
+    pub fn join(&self) -> Result<Vec<u8>, RendezvousError> {
+        self.check()?;
+        if self.rank == 0 {
+            return Err(RendezvousError::Protocol(
+                "rank 0 serves the rendezvous; it does not join it".into(),
+            ));
+        }
+        let addr = self.addr();
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        let unreachable = |last_error: String| RendezvousError::MasterUnreachable {
+            rank: self.rank,
+            addr: addr.clone(),
+            waited: started.elapsed(),
+            last_error,
+        };
+        let mut backoff = Duration::from_millis(20);
+        let mut stream = loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(unreachable("connection refused or timed out".into()));
+            }
+            let attempt = resolve(&addr).and_then(|addrs| {
+                let mut last = String::from("no address");
+                for a in addrs {
+                    match TcpStream::connect_timeout(
+                        &a,
+                        (deadline - now).min(Duration::from_secs(2)),
+                    ) {
+                        Ok(s) => return Ok(s),
+                        Err(e) => last = format!("{a}: {e}"),
+                    }
+                }
+                Err(RendezvousError::Address {
+                    addr: addr.clone(),
+                    detail: last,
+                })
+            });
+            match attempt {
+                Ok(s) => break s,
+                Err(_) => {
+                    std::thread::sleep(
+                        backoff.min(deadline.saturating_duration_since(Instant::now())),
+                    );
+                    backoff = (backoff * 2).min(Duration::from_millis(500));
+                }
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let mut hello = Vec::with_capacity(16);
+        hello.extend_from_slice(MAGIC);
+        hello.extend_from_slice(&(self.rank as u32).to_be_bytes());
+        hello.extend_from_slice(&(self.world_size as u32).to_be_bytes());
+        stream
+            .write_all(&hello)
+            .map_err(|e| unreachable(format!("sending hello: {e}")))?;
+        let answer_deadline = deadline + ANSWER_GRACE;
+        let mut status = [0u8; 1];
+        read_exact_by(&mut stream, &mut status, answer_deadline)
+            .map_err(|e| unreachable(format!("waiting for the id: {e}")))?;
+        let mut len = [0u8; 4];
+        read_exact_by(&mut stream, &mut len, answer_deadline)
+            .map_err(|e| unreachable(format!("reading the id length: {e}")))?;
+        let len = u32::from_be_bytes(len);
+        if len > MAX_PAYLOAD {
+            return Err(RendezvousError::Protocol(format!(
+                "rank 0 announced {len} bytes (more than {MAX_PAYLOAD})"
+            )));
+        }
+        let mut body = vec![0u8; len as usize];
+        read_exact_by(&mut stream, &mut body, answer_deadline)
+            .map_err(|e| unreachable(format!("reading the id: {e}")))?;
+        match status[0] {
+            STATUS_OK => Ok(body),
+            _ => Err(RendezvousError::Aborted {
+                rank: self.rank,
+                message: String::from_utf8_lossy(&body).into_owned(),
+            }),
+        }
+    }
+}
+
+fn resolve(addr: &str) -> Result<Vec<SocketAddr>, RendezvousError> {
+    addr.to_socket_addrs()
+        .map(Iterator::collect)
+        .map_err(|e| RendezvousError::Address {
+            addr: addr.into(),
+            detail: format!("cannot resolve: {e}"),
+        })
+}
+
+fn read_hello(stream: &mut TcpStream, deadline: Instant) -> std::io::Result<(usize, usize)> {
+    stream.set_nonblocking(false)?;
+    let mut hello = [0u8; 16];
+    read_exact_by(stream, &mut hello, deadline)?;
+    if &hello[..8] != MAGIC {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not an adabatch rendezvous hello",
+        ));
+    }
+    let word = |i: usize| u32::from_be_bytes([hello[i], hello[i + 1], hello[i + 2], hello[i + 3]]);
+    Ok((word(8) as usize, word(12) as usize))
+}
+
+fn send_answer(stream: &mut TcpStream, status: u8, body: &[u8]) -> std::io::Result<()> {
+    let mut msg = Vec::with_capacity(5 + body.len());
+    msg.push(status);
+    msg.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    msg.extend_from_slice(body);
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(&msg)?;
+    stream.flush()
+}
+
+/// `read_exact` that gives up at `deadline`.
+fn read_exact_by(stream: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "deadline passed",
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "connection closed",
+                ))
+            }
+            Ok(n) => filled += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The variables torchrun sets for each process it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TorchrunEnv {
+    /// `RANK`: this process among all processes.
+    pub rank: usize,
+    /// `WORLD_SIZE`: number of processes.
+    pub world_size: usize,
+    /// `LOCAL_RANK`: this process among the processes of its node.
+    pub local_rank: usize,
+    /// `LOCAL_WORLD_SIZE`: processes on this node.
+    pub local_world_size: usize,
+    /// `MASTER_ADDR`.
+    pub master_addr: String,
+    /// `MASTER_PORT`.
+    pub master_port: u16,
+}
+
+impl TorchrunEnv {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, RendezvousError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the variables through `lookup` (tests pass a map).
+    /// `LOCAL_RANK` defaults to 0 and `LOCAL_WORLD_SIZE` to 1 (one process per
+    /// node); the others are required.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, RendezvousError> {
+        fn number<T: std::str::FromStr>(
+            lookup: &impl Fn(&str) -> Option<String>,
+            var: &'static str,
+            default: Option<T>,
+        ) -> Result<T, RendezvousError>
+        where
+            T::Err: std::fmt::Display,
+        {
+            match lookup(var) {
+                Some(v) => v.trim().parse().map_err(|e| RendezvousError::Env {
+                    var,
+                    detail: format!("`{v}` is not a valid number: {e}"),
+                }),
+                None => default.ok_or(RendezvousError::Env {
+                    var,
+                    detail: "not set (launch with torchrun, or set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)".into(),
+                }),
+            }
+        }
+        let env = TorchrunEnv {
+            rank: number(&lookup, "RANK", None)?,
+            world_size: number(&lookup, "WORLD_SIZE", None)?,
+            local_rank: number(&lookup, "LOCAL_RANK", Some(0))?,
+            local_world_size: number(&lookup, "LOCAL_WORLD_SIZE", Some(1))?,
+            master_addr: lookup("MASTER_ADDR").ok_or(RendezvousError::Env {
+                var: "MASTER_ADDR",
+                detail: "not set".into(),
+            })?,
+            master_port: number(&lookup, "MASTER_PORT", None)?,
+        };
+        if env.world_size == 0 || env.rank >= env.world_size {
+            return Err(RendezvousError::Env {
+                var: "RANK",
+                detail: format!("{} is not below WORLD_SIZE = {}", env.rank, env.world_size),
+            });
+        }
+        if env.local_world_size == 0 || env.local_rank >= env.local_world_size {
+            return Err(RendezvousError::Env {
+                var: "LOCAL_RANK",
+                detail: format!(
+                    "{} is not below LOCAL_WORLD_SIZE = {}",
+                    env.local_rank, env.local_world_size
+                ),
+            });
+        }
+        Ok(env)
+    }
+
+    /// The rendezvous of these processes.
+    pub fn rendezvous(&self, timeout: Duration) -> Rendezvous {
+        Rendezvous {
+            master_addr: self.master_addr.clone(),
+            master_port: self.master_port,
+            rank: self.rank,
+            world_size: self.world_size,
+            timeout,
+        }
+    }
+}
+
+/// Exchanges a payload: rank 0 calls `make_payload` (after its listener is up) and
+/// sends the result to everyone; every rank returns it.
+pub fn exchange(
+    rdzv: &Rendezvous,
+    make_payload: impl FnOnce() -> Result<Vec<u8>, RendezvousError>,
+) -> Result<Vec<u8>, RendezvousError> {
+    if rdzv.rank == 0 {
+        let listener = rdzv.listen()?;
+        let payload = make_payload()?;
+        if rdzv.world_size > 1 {
+            rdzv.serve(&listener, &payload)?;
+        }
+        Ok(payload)
+    } else {
+        rdzv.join()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A free loopback port (bound then released; the tests bind it again at once).
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn rdzv(port: u16, rank: usize, world_size: usize, timeout_ms: u64) -> Rendezvous {
+        Rendezvous {
+            master_addr: "127.0.0.1".into(),
+            master_port: port,
+            rank,
+            world_size,
+            timeout: Duration::from_millis(timeout_ms),
+        }
+    }
+
+    #[test]
+    fn every_rank_gets_rank_zeros_payload() {
+        let port = free_port();
+        let id: Vec<u8> = (0..128u8).collect();
+        let results: Vec<_> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|rank| {
+                    let id = id.clone();
+                    s.spawn(move || {
+                        // Peers start first and must retry until rank 0 listens.
+                        if rank == 0 {
+                            std::thread::sleep(Duration::from_millis(150));
+                        }
+                        exchange(&rdzv(port, rank, 4, 10_000), || Ok(id))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for r in results {
+            assert_eq!(r.unwrap(), id);
+        }
+    }
+
+    #[test]
+    fn world_of_one_needs_no_peer() {
+        let port = free_port();
+        let got = exchange(&rdzv(port, 0, 1, 100), || Ok(vec![7])).unwrap();
+        assert_eq!(got, vec![7]);
+    }
+
+    #[test]
+    fn missing_peers_time_out_with_their_ranks() {
+        let port = free_port();
+        let (r0, r2) = std::thread::scope(|s| {
+            let r0 = s.spawn(|| exchange(&rdzv(port, 0, 4, 600), || Ok(vec![1, 2, 3])));
+            let r2 = s.spawn(|| exchange(&rdzv(port, 2, 4, 600), || unreachable!()));
+            (r0.join().unwrap(), r2.join().unwrap())
+        });
+        match r0 {
+            Err(RendezvousError::Timeout {
+                missing,
+                world_size: 4,
+                ..
+            }) => assert_eq!(missing, vec![1, 3]),
+            other => panic!("expected a timeout naming ranks 1 and 3, got {other:?}"),
+        }
+        match r2 {
+            Err(RendezvousError::Aborted { rank: 2, message }) => {
+                assert!(message.contains("[1, 3]"), "{message}")
+            }
+            other => panic!("rank 2 should hear rank 0 give up, got {other:?}"),
+        }
+        let msg = crate::Error::from(RendezvousError::Timeout {
+            missing: vec![1, 3],
+            world_size: 4,
+            addr: "127.0.0.1:1".into(),
+            waited: Duration::from_millis(600),
+        })
+        .to_string();
+        assert!(
+            msg.contains("[1, 3]") && msg.starts_with("communicator"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn absent_rank_zero_is_reported_by_the_peer() {
+        let port = free_port();
+        let started = Instant::now();
+        match exchange(&rdzv(port, 1, 2, 300), || unreachable!()) {
+            Err(RendezvousError::MasterUnreachable { rank: 1, addr, .. }) => {
+                assert_eq!(addr, format!("127.0.0.1:{port}"))
+            }
+            other => panic!("expected MasterUnreachable, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn mismatched_world_sizes_are_refused() {
+        let port = free_port();
+        let (r0, r1) = std::thread::scope(|s| {
+            let r0 = s.spawn(|| exchange(&rdzv(port, 0, 2, 5_000), || Ok(vec![9])));
+            let r1 = s.spawn(|| exchange(&rdzv(port, 1, 3, 5_000), || unreachable!()));
+            (r0.join().unwrap(), r1.join().unwrap())
+        });
+        assert!(matches!(r0, Err(RendezvousError::Protocol(m)) if m.contains("world of 3")));
+        assert!(matches!(r1, Err(RendezvousError::Aborted { rank: 1, .. })));
+    }
+
+    #[test]
+    fn stray_connections_are_ignored() {
+        let port = free_port();
+        let (r0, r1) = std::thread::scope(|s| {
+            let r0 = s.spawn(|| exchange(&rdzv(port, 0, 2, 5_000), || Ok(vec![5, 6])));
+            std::thread::sleep(Duration::from_millis(100));
+            let mut stray = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            stray.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+            drop(stray);
+            let r1 = s.spawn(|| exchange(&rdzv(port, 1, 2, 5_000), || unreachable!()));
+            (r0.join().unwrap(), r1.join().unwrap())
+        });
+        assert_eq!(r0.unwrap(), vec![5, 6]);
+        assert_eq!(r1.unwrap(), vec![5, 6]);
+    }
+
+    #[test]
+    fn torchrun_variables_are_parsed_and_checked() {
+        let vars = |pairs: &[(&str, &str)]| {
+            let map: HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            move |k: &str| map.get(k).cloned()
+        };
+        let env = TorchrunEnv::from_lookup(vars(&[
+            ("RANK", "5"),
+            ("WORLD_SIZE", "16"),
+            ("LOCAL_RANK", "5"),
+            ("LOCAL_WORLD_SIZE", "8"),
+            ("MASTER_ADDR", "node0"),
+            ("MASTER_PORT", "29500"),
+        ]))
+        .unwrap();
+        assert_eq!((env.rank, env.world_size, env.local_rank), (5, 16, 5));
+        assert_eq!(env.rendezvous(Duration::from_secs(1)).addr(), "node0:29500");
+        let missing = TorchrunEnv::from_lookup(vars(&[("RANK", "0")])).unwrap_err();
+        assert!(matches!(
+            missing,
+            RendezvousError::Env {
+                var: "WORLD_SIZE",
+                ..
+            }
+        ));
+        let bad = TorchrunEnv::from_lookup(vars(&[
+            ("RANK", "2"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "1"),
+        ]))
+        .unwrap_err();
+        assert!(matches!(bad, RendezvousError::Env { var: "RANK", .. }));
+        let port = TorchrunEnv::from_lookup(vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("MASTER_ADDR", "h"),
+            ("MASTER_PORT", "http"),
+        ]))
+        .unwrap_err();
+        assert!(matches!(
+            port,
+            RendezvousError::Env {
+                var: "MASTER_PORT",
+                ..
+            }
+        ));
+        let v6 = Rendezvous {
+            master_addr: "::1".into(),
+            master_port: 7,
+            rank: 0,
+            world_size: 1,
+            timeout: Duration::ZERO,
+        };
+        assert_eq!(v6.addr(), "[::1]:7");
+    }
+}
