@@ -411,6 +411,14 @@ where
     F: Fn(&RankContext) -> Result<T> + Sync,
 {
     let plan = RunPlan::new(&T::POLICY, dataset.len(), args, args.nproc_per_node)?;
+    // Several GPUs with NCCL: device-side all-reduce, one thread per GPU. Without
+    // the `nccl` feature, CUDA ranks use the host-staged `Local` communicator below.
+    #[cfg(feature = "nccl")]
+    if args.device.starts_with("cuda") && plan.world_size > 1 {
+        let ordinals = crate::nccl::ordinals_from_spec(&args.device, plan.world_size)?;
+        let members = crate::nccl::Nccl::group_on(&ordinals)?;
+        return run_group(members, dataset, collate, args, factory);
+    }
     if plan.world_size == 1 {
         let mut logger = plan.logger(args)?;
         let device = rank_device(&args.device, 0)?;

@@ -8,6 +8,7 @@
 
 pub mod args;
 pub mod communicator;
+pub mod device_memory;
 pub mod engine;
 pub mod error;
 pub mod length_batching;
@@ -15,10 +16,13 @@ pub mod logging;
 pub mod lr;
 pub mod memory;
 pub mod model;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 pub mod oom;
 pub mod params;
 pub mod planner;
 pub mod policy;
+pub mod rendezvous;
 pub mod sampler;
 pub mod schedule;
 mod step;
@@ -27,9 +31,13 @@ pub mod trainer;
 pub use args::{LrSchedulerType, TrainingArgs};
 
 pub use communicator::{Communicator, Local, Single};
+pub use device_memory::{memory_info, MemoryInfo, PeakSampler, StepMemory};
 pub use engine::TrainSummary;
 pub use error::{Error, Result};
 pub use logging::StepLog;
+#[cfg(feature = "nccl")]
+pub use nccl::{launch_nccl, Nccl};
+pub use rendezvous::{Rendezvous, RendezvousError, TorchrunEnv};
 pub use sampler::{GlobalBatchSampler, StepPlan};
 
 pub use length_batching::{EpochPlan, LengthBatching, LengthIndex, LengthOptions};

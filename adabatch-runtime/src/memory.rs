@@ -244,8 +244,9 @@ fn solve(mut a: [[f64; TERMS]; TERMS], mut b: [f64; TERMS]) -> Option<[f64; TERM
         b.swap(col, pivot);
         for row in col + 1..TERMS {
             let factor = a[row][col] / a[col][col];
-            for k in col..TERMS {
-                a[row][k] -= factor * a[col][k];
+            let pivot_row = a[col];
+            for (value, pivot_value) in a[row].iter_mut().zip(pivot_row).skip(col) {
+                *value -= factor * pivot_value;
             }
             b[row] -= factor * b[col];
         }

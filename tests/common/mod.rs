@@ -189,14 +189,15 @@ pub fn adamw(model: &Regression, lr: f64) -> candle_core::Result<AdamW> {
 
 /// Quiet args for tests.
 pub fn args(world: usize, per_device: usize, epochs: usize) -> TrainingArgs {
-    let mut args = TrainingArgs::default();
-    args.nproc_per_node = world;
-    args.per_device_train_batch_size = per_device;
-    args.num_train_epochs = epochs;
-    args.learning_rate = 0.05;
-    args.seed = Some(3);
-    args.quiet = true;
-    args
+    TrainingArgs {
+        nproc_per_node: world,
+        per_device_train_batch_size: per_device,
+        num_train_epochs: epochs,
+        learning_rate: 0.05,
+        seed: Some(3),
+        quiet: true,
+        ..Default::default()
+    }
 }
 
 /// A fresh JSONL path in the temp dir.
