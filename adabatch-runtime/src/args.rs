@@ -58,6 +58,15 @@ pub struct TrainingArgs {
     /// Write one JSON object per logged step to this file.
     #[arg(long)]
     pub log_jsonl: Option<PathBuf>,
+    /// Where checkpoints go (`checkpoint-{step}/`).
+    #[arg(long, default_value = "adabatch_output")]
+    pub output_dir: PathBuf,
+    /// Save a checkpoint every this many steps, and at the end (0 = never).
+    #[arg(long, default_value_t = 0)]
+    pub save_steps: usize,
+    /// Resume from this checkpoint directory (weights and position in the data).
+    #[arg(long)]
+    pub resume_from_checkpoint: Option<PathBuf>,
     /// Print every rank's local batch size and indices on logged steps.
     #[arg(long)]
     pub log_indices: bool,

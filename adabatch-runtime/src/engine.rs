@@ -6,6 +6,7 @@ use std::time::Instant;
 use candle_core::{Device, Tensor, Var};
 
 use crate::args::TrainingArgs;
+use crate::checkpoint::{self, TrainerState};
 use crate::communicator::{Communicator, Local, Single};
 use crate::error::{Error, Result};
 use crate::length_batching::{EpochPlan, LengthBatching, LengthIndex, LengthOptions};
@@ -87,6 +88,9 @@ struct RunPlan {
     logging_steps: usize,
     batching: Option<(LengthBatching, LengthOptions)>,
     memory_margin: f64,
+    output_dir: std::path::PathBuf,
+    save_steps: usize,
+    resume: Option<std::path::PathBuf>,
 }
 
 impl RunPlan {
@@ -211,6 +215,9 @@ impl RunPlan {
             logging_steps: args.logging_steps,
             batching,
             memory_margin: args.memory_margin,
+            output_dir: args.output_dir.clone(),
+            save_steps: args.save_steps,
+            resume: args.resume_from_checkpoint.clone(),
         })
     }
 
@@ -344,6 +351,80 @@ fn plan_length_epoch<T: AdaptiveTrainer>(
         plan.seed,
         epoch,
     )))
+}
+
+fn save_checkpoint<S: Schedule>(
+    plan: &RunPlan,
+    planner: &StepPlanner<S>,
+    params: &[(String, Var)],
+    oom_events: usize,
+    logger: Option<&Logger>,
+) -> Result<()> {
+    let sampler = planner.sampler();
+    let limits = planner.limits();
+    let state = TrainerState {
+        global_step: planner.step(),
+        epoch_index: sampler.epoch_index(),
+        position: sampler.position(),
+        examples_seen: sampler.examples_seen(),
+        per_device: planner.per_device(),
+        min_batch: limits.min,
+        max_batch: limits.max,
+        seed: plan.seed,
+        world_size: plan.world_size,
+        num_examples: plan.num_examples,
+        oom_events,
+    };
+    let dir = checkpoint::save(&plan.output_dir, params, &state)?;
+    if let Some(logger) = logger {
+        logger.event(&format!(
+            "step {}: saved {}",
+            state.global_step,
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Loads a checkpoint's weights and checks that it belongs to this run.
+fn resume_checkpoint(
+    dir: &std::path::Path,
+    plan: &RunPlan,
+    params: &[(String, Var)],
+    device: &Device,
+) -> Result<TrainerState> {
+    let state = checkpoint::load_state(dir)?;
+    let mismatch = |what: &str, theirs: String, ours: String| {
+        Err(Error::InvalidConfig(format!(
+            "{}: the checkpoint was written with {what} = {theirs}, this run has {ours}",
+            dir.display()
+        )))
+    };
+    if state.num_examples != plan.num_examples {
+        return mismatch(
+            "num_examples",
+            state.num_examples.to_string(),
+            plan.num_examples.to_string(),
+        );
+    }
+    if state.world_size != plan.world_size {
+        return mismatch(
+            "world_size",
+            state.world_size.to_string(),
+            plan.world_size.to_string(),
+        );
+    }
+    if state.seed != plan.seed {
+        return mismatch("seed", state.seed.to_string(), plan.seed.to_string());
+    }
+    if plan.batching.is_some() && state.position > 0 {
+        return Err(Error::InvalidConfig(format!(
+            "{}: length-aware epochs are replanned from their start; resume from a checkpoint written at an epoch boundary",
+            dir.display()
+        )));
+    }
+    checkpoint::load_weights(dir, params, device)?;
+    Ok(state)
 }
 
 /// Peak memory of a step on `device`: the documented proxy on CPU; on CUDA the
@@ -622,6 +703,10 @@ where
 {
     let (model, _) = trainer.parts();
     let params = sorted_parameters(&*model)?;
+    let resumed = match &plan.resume {
+        Some(dir) => Some(resume_checkpoint(dir, plan, &params, device)?),
+        None => None,
+    };
     synchronise_parameters(comm, &params)?;
     let sampler = GlobalBatchSampler::new(
         plan.num_examples,
@@ -640,6 +725,9 @@ where
         plan.drop_last,
     )?
     .with_grad_accum(plan.grad_accum);
+    if let Some(state) = &resumed {
+        planner.restore(state);
+    }
     let mut input = StepInput {
         dataset,
         collate,
@@ -662,7 +750,7 @@ where
         losses_since_log: Vec::new(),
         examples_since_log: 0,
         oom_events_since_log: 0,
-        oom_events: 0,
+        oom_events: resumed.as_ref().map_or(0, |s| s.oom_events),
         last_log: started,
         step_losses: Vec::new(),
     };
@@ -780,6 +868,25 @@ where
             }
         }
         planner.finish_step()?;
+        if plan.save_steps > 0 && step % plan.save_steps == 0 && comm.rank() == 0 {
+            save_checkpoint(
+                plan,
+                &planner,
+                &params,
+                progress.oom_events,
+                logger.as_deref(),
+            )?;
+        }
+    }
+    let saved_last = plan.save_steps > 0 && planner.step() % plan.save_steps == 0;
+    if plan.save_steps > 0 && !saved_last && comm.rank() == 0 {
+        save_checkpoint(
+            plan,
+            &planner,
+            &params,
+            progress.oom_events,
+            logger.as_deref(),
+        )?;
     }
     if let Some(logger) = logger {
         logger.finish();

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod args;
+pub mod checkpoint;
 pub mod communicator;
 pub mod device_memory;
 pub mod engine;
@@ -30,6 +31,7 @@ pub mod trainer;
 
 pub use args::{LrSchedulerType, TrainingArgs};
 
+pub use checkpoint::TrainerState;
 pub use communicator::{Communicator, Local, Single};
 pub use device_memory::{memory_info, MemoryInfo, PeakSampler, StepMemory};
 pub use engine::TrainSummary;

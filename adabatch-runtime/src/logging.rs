@@ -153,9 +153,12 @@ impl Logger {
         Ok(())
     }
 
-    /// Prints a one-off event (an OOM handled, a step skipped).
+    /// Prints a one-off event (an OOM handled, a step skipped, a checkpoint saved)
+    /// unless the run is quiet.
     pub fn event(&self, message: &str) {
-        self.progress.suspend(|| eprintln!("{message}"));
+        if self.print_steps {
+            self.progress.suspend(|| eprintln!("{message}"));
+        }
     }
 
     /// Closes the bar.

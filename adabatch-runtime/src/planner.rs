@@ -223,6 +223,24 @@ impl<S: Schedule> StepPlanner<S> {
         self.step -= 1;
     }
 
+    /// Resumes from a checkpoint's state.
+    pub fn restore(&mut self, state: &crate::checkpoint::TrainerState) {
+        self.sampler
+            .restore(state.epoch_index, state.position, state.examples_seen);
+        self.step = state.global_step;
+        self.per_device = state.per_device;
+        self.limits = BatchLimits {
+            min: state.min_batch,
+            max: state.max_batch,
+        };
+        self.planned_epoch = None;
+    }
+
+    /// The clamps in force.
+    pub fn limits(&self) -> BatchLimits {
+        self.limits
+    }
+
     /// Steps taken so far.
     pub fn step(&self) -> usize {
         self.step

@@ -197,6 +197,16 @@ impl GlobalBatchSampler {
         self.last_predicted
     }
 
+    /// Moves to `position` examples into epoch `epoch` (for resuming a checkpoint).
+    pub fn restore(&mut self, epoch: usize, position: usize, examples_seen: usize) {
+        self.epoch = epoch;
+        self.permutation = self.permutation_of(epoch);
+        self.position = position.min(self.num_examples);
+        self.examples_seen = examples_seen;
+        self.planned = None;
+        self.last_predicted = None;
+    }
+
     /// Starts the next epoch with its own permutation.
     pub fn start_next_epoch(&mut self) {
         self.epoch += 1;

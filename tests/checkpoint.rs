@@ -1,0 +1,132 @@
+//! Checkpoints: a resumed run continues mid-epoch with the same batches, and with a
+//! stateless optimizer the same updates, as the run it was saved from.
+
+mod common;
+
+use std::sync::Mutex;
+
+use adabatch::prelude::*;
+use adabatch::{Error, Growth, ScheduleSpec, StepLog, TrainerPolicy};
+use candle_nn::{Optimizer, SGD};
+use common::*;
+
+hand_trainer!(
+    SgdGrowing,
+    SGD,
+    TrainerPolicy {
+        schedule: ScheduleSpec::Interval {
+            every: 3,
+            growth: Growth::Add(1)
+        },
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
+fn run(a: &TrainingArgs) -> (adabatch::Result<TrainSummary>, Vec<StepLog>, Vec<f32>) {
+    let log = temp_log("checkpoint");
+    let mut a = a.clone();
+    a.log_jsonl = Some(log.clone());
+    let rank0 = Mutex::new(None);
+    let result = adabatch::launch(&dataset(20, 6), &collate, &a, |ctx: &RankContext| {
+        let params = ctx.parameters();
+        let model = Regression::new(params.clone(), ctx.device())?;
+        if ctx.rank() == 0 {
+            *rank0.lock().unwrap() = Some(params.clone());
+        }
+        Ok(SgdGrowing {
+            model,
+            opt: SGD::new(params.all_vars(), 0.05)?,
+        })
+    });
+    let weights = rank0
+        .into_inner()
+        .unwrap()
+        .map_or_else(Vec::new, |p: adabatch::Parameters| {
+            p.all_vars()
+                .iter()
+                .flat_map(|v| {
+                    v.as_tensor()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1::<f32>()
+                        .unwrap()
+                })
+                .collect()
+        });
+    let logs = if log.exists() {
+        read_log(&log)
+    } else {
+        Vec::new()
+    };
+    (result, logs, weights)
+}
+
+#[test]
+fn resume_continues_with_the_same_batches_and_updates() {
+    let out = temp_log("ckpt-dir").with_extension("");
+    let mut a = args(2, 1, 10);
+    a.max_steps = Some(12);
+    a.save_steps = 5;
+    a.output_dir = out.clone();
+    let (full, full_logs, full_weights) = run(&a);
+    assert_eq!(full.unwrap().global_step, 12);
+    for step in [5, 10, 12] {
+        assert!(
+            out.join(format!("checkpoint-{step}/model.safetensors"))
+                .exists(),
+            "checkpoint-{step}"
+        );
+        assert!(out
+            .join(format!("checkpoint-{step}/trainer_state.json"))
+            .exists());
+    }
+    let state = adabatch::checkpoint::load_state(&out.join("checkpoint-5")).unwrap();
+    assert_eq!(
+        (state.global_step, state.epoch_index, state.position),
+        (5, 0, 14)
+    );
+
+    let mut resumed_args = args(2, 1, 10);
+    resumed_args.max_steps = Some(12);
+    resumed_args.resume_from_checkpoint = Some(out.join("checkpoint-5"));
+    let (resumed, resumed_logs, resumed_weights) = run(&resumed_args);
+    assert_eq!(resumed.unwrap().global_step, 12);
+    assert_eq!(resumed_logs.len(), 7);
+    for (r, f) in resumed_logs.iter().zip(&full_logs[5..]) {
+        assert_eq!(r.step, f.step);
+        assert_eq!(r.indices, f.indices, "step {}", r.step);
+        assert_eq!((r.epoch, r.train_coverage), (f.epoch, f.train_coverage));
+        assert!(
+            (r.loss - f.loss).abs() < 1e-6,
+            "step {}: {} vs {}",
+            r.step,
+            r.loss,
+            f.loss
+        );
+    }
+    let diff = full_weights
+        .iter()
+        .zip(&resumed_weights)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(diff < 1e-6, "{diff}");
+}
+
+#[test]
+fn resume_refuses_a_checkpoint_of_another_run() {
+    let out = temp_log("ckpt-other").with_extension("");
+    let mut a = args(2, 1, 1);
+    a.max_steps = Some(3);
+    a.save_steps = 3;
+    a.output_dir = out.clone();
+    run(&a).0.unwrap();
+    let mut other = args(1, 1, 1);
+    other.resume_from_checkpoint = Some(out.join("checkpoint-3"));
+    let err = run(&other).0.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidConfig(ref m) if m.contains("world_size")),
+        "{err}"
+    );
+    other.resume_from_checkpoint = Some(out.join("checkpoint-99"));
+    assert!(matches!(run(&other).0.unwrap_err(), Error::Io { .. }));
+}
