@@ -2,7 +2,7 @@
 //! inherent impl with `POLICY`, `new`, `train`, `launch`, and compile-time checks.
 //! Everything but the struct lives inside one `const _: () = { ... };`.
 
-use proc_macro2::{Literal, Span, TokenStream};
+use proc_macro2::{Group, Literal, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::Ident;
 
@@ -47,7 +47,7 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
         .map(|(key, (field, expr))| {
             let alone = policy_literal(&p, std::iter::once((field, expr)), 1);
             quote_spanned! {at(key.span)=>
-                const _: () = #alone.assert_supported();
+                const _: () = (#alone).assert_supported();
             }
         })
         .collect();
@@ -56,15 +56,16 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
         .iter()
         .map(|(field, expr)| {
             let alone = policy_literal(&p, std::iter::once((field, expr)), 1);
-            quote!(#alone.unsupported().is_none())
+            quote!((#alone).unsupported().is_none())
         })
         .collect();
+    // A combination has no single culprit: the error is on the attribute.
     let whole_check = if singles_ok.is_empty() {
-        quote_spanned! {at(ident.span())=>
+        quote! {
             const _: () = __ADABATCH_POLICY.assert_supported();
         }
     } else {
-        quote_spanned! {at(ident.span())=>
+        quote! {
             const _: () = if #(#singles_ok)&&* {
                 __ADABATCH_POLICY.assert_supported()
             };
@@ -115,16 +116,47 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
         }
         _ => quote!(where #bounds),
     };
+    // `train` and `launch` are glue whose bounds name the model's batch type: if the
+    // model is not a `TrainModel` they fail too, so every token of them (but the
+    // user's own where-clause) reports at the model's type, where `type Model`
+    // already says what is wrong.
+    let glue = |tokens: TokenStream| respan(tokens, at(first_span(model_ty)));
     let batch = quote!(<<Self as #p::AdaptiveTrainer>::Model as #p::TrainModel>::Batch);
-    let train_where = extra(quote! {
+    let train_where = extra(glue(quote! {
         #d: #p::Dataset + ?::core::marker::Sized,
         #c: #p::Collate<<#d as #p::Dataset>::Item, Batch = #batch>,
-    });
-    let launch_where = extra(quote! {
+    }));
+    let launch_where = extra(glue(quote! {
         #d: #p::Dataset + ?::core::marker::Sized,
         #c: #p::Collate<<#d as #p::Dataset>::Item, Batch = #batch>,
         #f: ::core::ops::Fn(&#p::RankContext) -> #p::Result<Self> + ::core::marker::Sync,
+    }));
+    let train_sig = glue(quote! {
+        /// Trains this trainer on one rank (`args.nproc_per_node` must be 1;
+        /// use `launch` for several ranks).
+        pub fn train<#d, #c>(
+            self,
+            dataset: &#d,
+            collate: &#c,
+            args: &#p::TrainingArgs,
+        ) -> #p::Result<#p::TrainSummary>
     });
+    let train_body = glue(quote! {{
+        #p::train(self, dataset, collate, args)
+    }});
+    let launch_sig = glue(quote! {
+        /// Trains on `args.nproc_per_node` ranks, building each rank's trainer
+        /// with `factory`.
+        pub fn launch<#d, #c, #f>(
+            dataset: &#d,
+            collate: &#c,
+            args: &#p::TrainingArgs,
+            factory: #f,
+        ) -> #p::Result<#p::TrainSummary>
+    });
+    let launch_body = glue(quote! {{
+        #p::launch::<Self, #d, #c, #f>(dataset, collate, args, factory)
+    }});
     let policy_const = format_ident!("__ADABATCH_POLICY");
 
     quote! {
@@ -158,31 +190,9 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
                     Self { #(#field_idents),* }
                 }
 
-                /// Trains this trainer on one rank (`args.nproc_per_node` must be 1;
-                /// use `launch` for several ranks).
-                pub fn train<#d, #c>(
-                    self,
-                    dataset: &#d,
-                    collate: &#c,
-                    args: &#p::TrainingArgs,
-                ) -> #p::Result<#p::TrainSummary>
-                #train_where
-                {
-                    #p::train(self, dataset, collate, args)
-                }
+                #train_sig #train_where #train_body
 
-                /// Trains on `args.nproc_per_node` ranks, building each rank's trainer
-                /// with `factory`.
-                pub fn launch<#d, #c, #f>(
-                    dataset: &#d,
-                    collate: &#c,
-                    args: &#p::TrainingArgs,
-                    factory: #f,
-                ) -> #p::Result<#p::TrainSummary>
-                #launch_where
-                {
-                    #p::launch::<Self, #d, #c, #f>(dataset, collate, args, factory)
-                }
+                #launch_sig #launch_where #launch_body
             }
 
             #(#per_key)*
@@ -195,6 +205,23 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
 /// macro-generated (lints such as clippy's skip it).
 fn at(location: Span) -> Span {
     Span::call_site().located_at(location)
+}
+
+/// `tokens` with every span (groups included) set to `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tree| {
+            if let TokenTree::Group(group) = &tree {
+                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                tree = TokenTree::Group(inner);
+            } else {
+                tree.set_span(span);
+            }
+            tree
+        })
+        .collect()
 }
 
 fn first_span(tokens: impl quote::ToTokens) -> Span {

@@ -451,7 +451,7 @@ fn schedule_argument_checks() {
     );
     assert_error(
         parse_quote!(schedule = linear(0, 8, over = 10)),
-        "`from` must be at least 1",
+        "`linear`: `from` must be at least 1",
     );
     assert_error(
         parse_quote!(schedule = linear(1, 0, over = 10)),
@@ -705,4 +705,23 @@ fn distances() {
         Some("shuffle")
     );
     assert_eq!(did_you_mean("xyz", &["shuffle", "seed"]), None);
+}
+
+/// `cargo test -p adabatch-macros print_expansion -- --ignored --nocapture`
+#[test]
+#[ignore = "prints an expansion, for debugging"]
+fn print_expansion() {
+    let s = spec(
+        parse_quote!(schedule = custom(my::f), oom = halve),
+        parse_quote!(
+            pub struct T<D: Clone> {
+                #[model]
+                model: M<D>,
+                #[optimizer]
+                opt: O,
+                x: D,
+            }
+        ),
+    );
+    println!("{}", crate::expand::expand(&s));
 }

@@ -300,18 +300,22 @@ pub fn one_of(choices: &[&str]) -> String {
 }
 
 fn unknown(what: &str, name: &str, choices: &[&str]) -> String {
-    let mut msg = format!("unknown {what} `{name}`");
-    if let Some((_, hint)) = KNOWN_ELSEWHERE
+    unknown_of(what, name, "", choices)
+}
+
+/// "unknown {what} `{name}`{of}: did you mean `x`? (expected one of ...)"
+fn unknown_of(what: &str, name: &str, of: &str, choices: &[&str]) -> String {
+    let head = format!("unknown {what} `{name}`{of}");
+    let elsewhere = KNOWN_ELSEWHERE
         .iter()
-        .find(|(k, _)| *k == name)
-        .filter(|_| what == "key")
-    {
-        msg.push_str(&format!(": {hint}"));
+        .find(|(k, _)| *k == name && what == "key");
+    if let Some((_, hint)) = elsewhere {
+        format!("{head}: {hint}; {}", one_of(choices))
     } else if let Some(best) = did_you_mean(name, choices) {
-        msg.push_str(&format!(": did you mean `{best}`?"));
+        format!("{head}: did you mean `{best}`? ({})", one_of(choices))
+    } else {
+        format!("{head}; {}", one_of(choices))
     }
-    msg.push_str(&format!("; {}", one_of(choices)));
-    msg
 }
 
 /// The closest choice, if it is close enough to be a typo.
@@ -399,10 +403,11 @@ where
     }
 }
 
+/// A `linear` argument: an integer of at least 1.
 fn positive(what: &str, value: &Value, errors: &mut Errors) -> Option<usize> {
     let n = int::<usize>(what, value, errors)?;
     if n == 0 {
-        errors.on(value, format!("`{what}` must be at least 1"));
+        errors.on(value, format!("`linear`: `{what}` must be at least 1"));
         return None;
     }
     Some(n)
@@ -653,7 +658,7 @@ fn named_args<'a>(
                 if !allowed.contains(&n.as_str()) {
                     errors.at(
                         name.span(),
-                        unknown(&format!("argument of `{callee}`"), &n, allowed),
+                        unknown_of("argument", &n, &format!(" of `{callee}`"), allowed),
                     );
                     ok = false;
                 } else if out.insert(n.clone(), value).is_some() {
@@ -870,7 +875,7 @@ fn linear(call: &Call, errors: &mut Errors) -> Option<Schedule> {
             CallArg::Named { name, .. } => {
                 errors.at(
                     name.span(),
-                    unknown("argument of `linear`", &name.to_string(), &["over"]),
+                    unknown_of("argument", &name.to_string(), " of `linear`", &["over"]),
                 );
                 ok = false;
             }
@@ -1129,13 +1134,16 @@ fn field_attrs(
     errors: &mut Errors,
 ) -> Option<Fields3> {
     let mut found: HashMap<&'static str, (FieldRef, Attribute)> = HashMap::new();
+    // Roles already reported on (a near miss, a conflict): not reported missing too.
+    let mut attempted: Vec<&'static str> = Vec::new();
     let mut ok = true;
     for field in fields.iter_mut() {
         let mut roles: Vec<(&'static str, Attribute)> = Vec::new();
         let mut kept = Vec::new();
         for attr in std::mem::take(&mut field.attrs) {
             if let Some(best) = near_miss(&attr) {
-                errors.on(attr.path(), format!("unknown field attribute `#[{}]`: did you mean `#[{best}]`?; expected one of `#[model]`, `#[optimizer]`, `#[regressor]`", attr_name(&attr).unwrap_or_default()));
+                attempted.extend(FIELD_ATTRS.iter().find(|r| **r == best));
+                errors.on(attr.path(), format!("unknown field attribute `#[{}]`: did you mean `#[{best}]`? (expected one of `#[model]`, `#[optimizer]`, `#[regressor]`)", attr_name(&attr).unwrap_or_default()));
                 ok = false;
                 continue;
             }
@@ -1167,6 +1175,7 @@ fn field_attrs(
         field.attrs = kept;
         if roles.len() > 1 {
             errors.on(&roles[1].1, format!("a field can have only one of `#[model]`, `#[optimizer]`, `#[regressor]`; this one is already `#[{}]`", roles[0].0));
+            attempted.extend(roles.iter().map(|(role, _)| *role));
             ok = false;
             continue;
         }
@@ -1200,7 +1209,7 @@ fn field_attrs(
         );
     }
     for role in ["model", "optimizer"] {
-        if !found.contains_key(role) {
+        if !found.contains_key(role) && !attempted.contains(&role) {
             let example = if role == "model" {
                 "#[model] model: MyModel"
             } else {
