@@ -1,0 +1,34 @@
+//! Compile-time behaviour of `#[adaptive_trainer]`: every `tests/ui/<category>/*.rs`
+//! must fail to compile with exactly the checked-in `.stderr`, and every
+//! `tests/ui/pass/*.rs` must compile and run.
+//!
+//! After changing a message, regenerate the expected output with
+//!
+//! ```text
+//! TRYBUILD=overwrite cargo test --test ui
+//! ```
+//!
+//! and review each changed `.stderr`: the error must point at the offending token
+//! (the key, the value, the field type), not at the attribute as a whole.
+
+const COMPILE_FAIL: &[&str] = &[
+    "unknown_key",
+    "typo",
+    "duplicate",
+    "bad_value",
+    "schedule_args",
+    "struct_shape",
+    "field_attrs",
+    "trait_not_implemented",
+    "custom_fn",
+    "unsupported",
+];
+
+#[test]
+fn ui() {
+    let t = trybuild::TestCases::new();
+    for category in COMPILE_FAIL {
+        t.compile_fail(format!("tests/ui/{category}/*.rs"));
+    }
+    t.pass("tests/ui/pass/*.rs");
+}

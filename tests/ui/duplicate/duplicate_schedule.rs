@@ -1,0 +1,15 @@
+// Two schedules.
+use adabatch::prelude::*;
+
+#[path = "../support/tiny.rs"]
+mod tiny;
+
+#[adaptive_trainer(schedule = constant(4), drop_last = true, schedule = interval(5, +1))]
+struct Trainer {
+    #[model]
+    model: tiny::Tiny,
+    #[optimizer]
+    opt: candle_nn::SGD,
+}
+
+fn main() {}

@@ -1,0 +1,33 @@
+// No arguments: `TrainerPolicy::DEFAULT`; extra fields are kept and go to `new` in
+// declaration order.
+#![deny(warnings)]
+
+use adabatch::prelude::*;
+use adabatch::TrainerPolicy;
+use candle_core::Device;
+use candle_nn::{Optimizer, SGD};
+
+#[path = "../support/tiny.rs"]
+mod tiny;
+
+#[adaptive_trainer]
+pub struct Trainer {
+    /// A note kept next to the model.
+    pub name: String,
+    #[model]
+    pub model: tiny::Tiny,
+    #[optimizer]
+    pub opt: SGD,
+}
+
+fn main() -> adabatch::Result<()> {
+    assert_eq!(Trainer::POLICY, TrainerPolicy::DEFAULT);
+    let params = Parameters::new(42);
+    let model = tiny::Tiny::new(params.clone(), &Device::Cpu)?;
+    let opt = SGD::new(params.all_vars(), 0.1)?;
+    let trainer = Trainer::new("tiny".to_string(), model, opt);
+    assert_eq!(trainer.name, "tiny");
+    let summary = trainer.train(&tiny::dataset(), &tiny::collate, &tiny::args())?;
+    assert_eq!(summary.global_step, 3);
+    Ok(())
+}

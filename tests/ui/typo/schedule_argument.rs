@@ -1,0 +1,15 @@
+// A misspelt named argument gets a suggestion.
+use adabatch::prelude::*;
+
+#[path = "../support/tiny.rs"]
+mod tiny;
+
+#[adaptive_trainer(schedule = linear(1, 8, ovr = 10))]
+struct Trainer {
+    #[model]
+    model: tiny::Tiny,
+    #[optimizer]
+    opt: candle_nn::SGD,
+}
+
+fn main() {}
