@@ -281,7 +281,15 @@ fn expansion_mentions_the_runtime_paths() {
         "{out}"
     );
     assert!(out.contains("Steps (& [(0 , 8) , (100 , 16)])"), "{out}");
-    assert!(out.contains("assert_supported"), "{out}");
+    // One refusal check per policy key (`crate` is none), reported on that key, and
+    // one for the whole policy, guarded so that it only fires when no single key was
+    // refused.
+    assert_eq!(out.matches("assert_supported").count(), 2 + 1, "{out}");
+    assert_eq!(
+        out.matches("unsupported () . is_none ()").count(),
+        2,
+        "{out}"
+    );
     assert!(out.contains("OomPolicy :: Halve"), "{out}");
     assert!(out.contains("pub fn launch"), "{out}");
     assert!(!out.contains("fn regressor"), "{out}");

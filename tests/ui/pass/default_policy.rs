@@ -1,6 +1,7 @@
 // No arguments: `TrainerPolicy::DEFAULT`; extra fields are kept and go to `new` in
-// declaration order.
-#![deny(warnings)]
+// declaration order. The generated public items are documented (`missing_docs`).
+//! A documented crate.
+#![deny(warnings, missing_docs)]
 
 use adabatch::prelude::*;
 use adabatch::TrainerPolicy;
@@ -10,12 +11,15 @@ use candle_nn::{Optimizer, SGD};
 #[path = "../support/tiny.rs"]
 mod tiny;
 
+/// A trainer.
 #[adaptive_trainer]
 pub struct Trainer {
     /// A note kept next to the model.
     pub name: String,
+    /// The model.
     #[model]
     pub model: tiny::Tiny,
+    /// The optimizer.
     #[optimizer]
     pub opt: SGD,
 }
