@@ -1,0 +1,470 @@
+//! Engine overhead: one epoch through `adabatch::train` against the same epoch
+//! written as a plain candle loop.
+//!
+//! Both sides train the same seeded MLP (64 → 256 → 256 → 10, ReLU) on the same
+//! synthetic data with AdamW, drawing identical global batches from
+//! [`GlobalBatchSampler`]. Before timing anything the bench checks that both sides
+//! produce the same step losses and the same final weights, so the timed work is
+//! the same work.
+//!
+//! ```text
+//! cargo bench --bench engine_overhead
+//! ```
+//!
+//! After criterion's groups, a paired run (hand and engine epochs interleaved,
+//! order alternating) prints the engine/hand ratio per batch size, in wall time
+//! and in CPU time of the bench thread; `ENGINE_OVERHEAD_PAIRS=N` sets its rounds
+//! (default 10, 0 skips it). candle runs single-threaded unless
+//! `RAYON_NUM_THREADS` is set. `ENGINE_OVERHEAD_ONLY=engine:8:20` (or `hand:…`)
+//! runs only those epochs, for `perf stat` / `perf record`.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use adabatch::{
+    AdaptiveTrainer, Batch, GlobalBatchSampler, Parameters, ScheduleSpec, TrainModel, TrainSummary,
+    TrainerPolicy, TrainingArgs,
+};
+use candle_core::{DType, Device, Tensor, Var, D};
+use candle_nn::{AdamW, Linear, Module, Optimizer, ParamsAdamW};
+use criterion::{BatchSize, Criterion, SamplingMode};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+const FEATURES: usize = 64;
+const HIDDEN: usize = 256;
+const CLASSES: usize = 10;
+const EXAMPLES: usize = 4096;
+const SEED: u64 = 1234;
+const LEARNING_RATE: f64 = 1e-3;
+const BATCH_SIZES: [usize; 2] = [64, 8];
+
+/// One synthetic example.
+#[derive(Clone)]
+struct Example {
+    features: [f32; FEATURES],
+    label: u32,
+}
+
+/// `EXAMPLES` uniform feature vectors; the label is the argmax of a fixed seeded
+/// linear projection of the features.
+fn dataset() -> Vec<Example> {
+    let mut rng = ChaCha8Rng::seed_from_u64(SEED);
+    let projection: Vec<[f32; CLASSES]> = (0..FEATURES)
+        .map(|_| std::array::from_fn(|_| rng.random_range(-1.0f32..1.0)))
+        .collect();
+    (0..EXAMPLES)
+        .map(|_| {
+            let features: [f32; FEATURES] = std::array::from_fn(|_| rng.random_range(-1.0..1.0));
+            let scores: [f32; CLASSES] = std::array::from_fn(|class| {
+                features
+                    .iter()
+                    .zip(&projection)
+                    .map(|(x, row)| x * row[class])
+                    .sum()
+            });
+            let label = (0..CLASSES)
+                .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
+                .unwrap_or(0) as u32;
+            Example { features, label }
+        })
+        .collect()
+}
+
+struct MlpBatch {
+    inputs: Tensor,
+    labels: Tensor,
+}
+
+impl Batch for MlpBatch {
+    fn num_examples(&self) -> usize {
+        self.labels.dims()[0]
+    }
+}
+
+fn collate(items: &[Example], device: &Device) -> candle_core::Result<MlpBatch> {
+    let inputs: Vec<f32> = items.iter().flat_map(|e| e.features).collect();
+    let labels: Vec<u32> = items.iter().map(|e| e.label).collect();
+    Ok(MlpBatch {
+        inputs: Tensor::from_vec(inputs, (items.len(), FEATURES), device)?,
+        labels: Tensor::from_vec(labels, items.len(), device)?,
+    })
+}
+
+struct Mlp {
+    layers: [Linear; 3],
+    params: Parameters,
+}
+
+impl Mlp {
+    fn new(device: &Device) -> candle_core::Result<Self> {
+        let params = Parameters::new(SEED);
+        let vb = params.var_builder(DType::F32, device);
+        let layers = [
+            candle_nn::linear(FEATURES, HIDDEN, vb.pp("fc1"))?,
+            candle_nn::linear(HIDDEN, HIDDEN, vb.pp("fc2"))?,
+            candle_nn::linear(HIDDEN, CLASSES, vb.pp("fc3"))?,
+        ];
+        Ok(Self { layers, params })
+    }
+}
+
+impl TrainModel for Mlp {
+    type Batch = MlpBatch;
+
+    fn per_example_loss(&self, batch: &MlpBatch) -> candle_core::Result<Tensor> {
+        let [fc1, fc2, fc3] = &self.layers;
+        let hidden = fc1.forward(&batch.inputs)?.relu()?;
+        let hidden = fc2.forward(&hidden)?.relu()?;
+        let log_probs = candle_nn::ops::log_softmax(&fc3.forward(&hidden)?, D::Minus1)?;
+        log_probs
+            .gather(&batch.labels.unsqueeze(1)?, 1)?
+            .squeeze(1)?
+            .neg()
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        self.params.named_parameters()
+    }
+}
+
+struct MlpTrainer {
+    model: Mlp,
+    opt: AdamW,
+}
+
+impl AdaptiveTrainer for MlpTrainer {
+    type Model = Mlp;
+    type Optimizer = AdamW;
+    const POLICY: TrainerPolicy = TrainerPolicy {
+        schedule: ScheduleSpec::Constant(None),
+        seed: SEED,
+        ..TrainerPolicy::DEFAULT
+    };
+    fn parts(&mut self) -> (&mut Mlp, &mut AdamW) {
+        (&mut self.model, &mut self.opt)
+    }
+}
+
+/// A trainer with freshly seeded weights and a fresh optimizer state.
+fn fresh_trainer() -> MlpTrainer {
+    let model = Mlp::new(&Device::Cpu).expect("build the MLP");
+    let opt = AdamW::new(
+        model.params.all_vars(),
+        ParamsAdamW {
+            lr: LEARNING_RATE,
+            ..Default::default()
+        },
+    )
+    .expect("build AdamW");
+    MlpTrainer { model, opt }
+}
+
+/// One epoch the way a candle user writes it; returns every step's loss.
+fn hand_epoch(
+    trainer: &mut MlpTrainer,
+    data: &[Example],
+    batch_size: usize,
+) -> candle_core::Result<Vec<f32>> {
+    let device = Device::Cpu;
+    let (model, opt) = (&trainer.model, &mut trainer.opt);
+    let mut sampler = GlobalBatchSampler::new(data.len(), 1, SEED, true, false);
+    let mut losses = Vec::with_capacity(data.len().div_ceil(batch_size));
+    while let Some(step) = sampler.next_step(batch_size) {
+        let items: Vec<Example> = step.indices.iter().map(|&i| data[i].clone()).collect();
+        let batch = collate(&items, &device)?;
+        let loss = model.per_example_loss(&batch)?.mean_all()?;
+        let grads = loss.backward()?;
+        opt.step(&grads)?;
+        losses.push(loss.to_scalar::<f32>()?);
+    }
+    Ok(losses)
+}
+
+fn engine_args(batch_size: usize) -> TrainingArgs {
+    TrainingArgs {
+        num_train_epochs: 1,
+        per_device_train_batch_size: batch_size,
+        learning_rate: LEARNING_RATE,
+        seed: Some(SEED),
+        quiet: true,
+        logging_steps: usize::MAX,
+        ..Default::default()
+    }
+}
+
+/// One epoch through the engine.
+fn engine_epoch(
+    trainer: MlpTrainer,
+    data: &[Example],
+    args: &TrainingArgs,
+) -> adabatch::Result<TrainSummary> {
+    adabatch::train(trainer, data, &collate, args)
+}
+
+/// Flattened values of every parameter, in name order.
+fn weights(params: &Parameters) -> Vec<f32> {
+    params
+        .named_parameters()
+        .iter()
+        .flat_map(|(_, var)| {
+            var.as_tensor()
+                .flatten_all()
+                .and_then(|t| t.to_vec1::<f32>())
+                .expect("read a parameter")
+        })
+        .collect()
+}
+
+/// Not timed: both sides must take the same steps with the same losses and end
+/// with the same weights, or the comparison would be meaningless.
+fn check_equivalence(data: &[Example], batch_size: usize) {
+    let mut hand = fresh_trainer();
+    let hand_losses = hand_epoch(&mut hand, data, batch_size).expect("hand-written epoch");
+    let engine = fresh_trainer();
+    let engine_params = engine.model.params.clone();
+    let summary = engine_epoch(engine, data, &engine_args(batch_size)).expect("engine epoch");
+
+    let steps = data.len().div_ceil(batch_size);
+    assert!(
+        hand_losses.len() == steps && summary.step_losses.len() == steps,
+        "batch size {batch_size}: expected {steps} steps, hand loop took {}, engine took {}",
+        hand_losses.len(),
+        summary.step_losses.len()
+    );
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-5 * a.abs().max(b.abs()).max(1.0);
+    for (step, (&h, &e)) in hand_losses.iter().zip(&summary.step_losses).enumerate() {
+        assert!(
+            close(f64::from(h), e),
+            "batch size {batch_size}: step {} loss differs: hand loop {h}, engine {e} \
+             (the two sides are not doing the same batches or the same math)",
+            step + 1
+        );
+    }
+    let (hand_w, engine_w) = (weights(&hand.model.params), weights(&engine_params));
+    let max_diff = hand_w
+        .iter()
+        .zip(&engine_w)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(
+        hand_w.len() == engine_w.len() && max_diff <= 1e-5,
+        "batch size {batch_size}: final weights differ by up to {max_diff} \
+         (the two sides are not doing the same updates)"
+    );
+    let (first, last) = (hand_losses[0], hand_losses[steps - 1]);
+    println!(
+        "batch size {batch_size}: hand loop and engine agree over {steps} steps \
+         (loss {first:.4} -> {last:.4}, engine final {:.4}, max weight diff {max_diff:e})",
+        summary.step_losses[steps - 1]
+    );
+}
+
+fn bench_batch_size(c: &mut Criterion, data: &[Example], batch_size: usize) {
+    let mut group = c.benchmark_group(format!("engine_overhead_bs{batch_size}"));
+    // About 20 epochs per function: an epoch takes ~0.1 s at batch 64 and ~0.5 s at
+    // batch 8 on an idle core; criterion runs longer (and says so) when it must.
+    let seconds = if batch_size >= 64 { 4 } else { 12 };
+    group
+        .sample_size(20)
+        .sampling_mode(SamplingMode::Flat)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(seconds));
+    group.bench_function("hand_loop", |b| {
+        b.iter_batched(
+            fresh_trainer,
+            |mut trainer| {
+                let losses = hand_epoch(&mut trainer, data, batch_size).expect("hand epoch");
+                black_box((losses, trainer))
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    let args = engine_args(batch_size);
+    group.bench_function("engine", |b| {
+        b.iter_batched(
+            fresh_trainer,
+            |trainer| black_box(engine_epoch(trainer, data, &args).expect("engine epoch")),
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 0 {
+        (values[mid - 1] + values[mid]) / 2.0
+    } else {
+        values[mid]
+    }
+}
+
+/// CPU time of the calling thread: unlike wall time it does not count the time the
+/// scheduler gives to other processes, which dominates on a shared 2-core machine.
+#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+fn thread_cpu_time() -> Option<f64> {
+    #[repr(C)]
+    struct Timespec {
+        tv_sec: i64,
+        tv_nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable `struct timespec` for 64-bit Linux.
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+}
+
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
+fn thread_cpu_time() -> Option<f64> {
+    None
+}
+
+/// Wall and thread-CPU seconds of `f`.
+fn timed(f: impl FnOnce()) -> (f64, Option<f64>) {
+    let (cpu, wall) = (thread_cpu_time(), Instant::now());
+    f();
+    let wall = wall.elapsed().as_secs_f64();
+    (
+        wall,
+        thread_cpu_time().zip(cpu).map(|(end, start)| end - start),
+    )
+}
+
+/// Medians and the ratio engine/hand of paired samples.
+fn summarise(label: &str, hand: &mut [f64], engine: &mut [f64]) -> String {
+    let mut ratios: Vec<f64> = engine.iter().zip(hand.iter()).map(|(e, h)| e / h).collect();
+    let (lo, hi) = (
+        ratios.iter().copied().fold(f64::INFINITY, f64::min),
+        ratios.iter().copied().fold(0.0, f64::max),
+    );
+    let (h, e) = (median(hand), median(engine));
+    format!(
+        "{label}: hand {:.1} ms, engine {:.1} ms, engine/hand {:.4} \
+         (per-round ratios: median {:.4}, range {lo:.4}..{hi:.4})",
+        h * 1e3,
+        e * 1e3,
+        e / h,
+        median(&mut ratios)
+    )
+}
+
+/// Hand and engine epochs interleaved (order alternating between rounds, so drift
+/// and background load hit both sides alike); prints medians and the ratio, in wall
+/// time and in CPU time of the bench thread.
+fn paired_ratio(data: &[Example], batch_size: usize, rounds: usize) {
+    let args = engine_args(batch_size);
+    let time_hand = || {
+        let mut trainer = fresh_trainer();
+        timed(|| {
+            black_box(hand_epoch(&mut trainer, data, batch_size).expect("hand epoch"));
+        })
+    };
+    let time_engine = || {
+        let trainer = fresh_trainer();
+        timed(|| {
+            black_box(engine_epoch(trainer, data, &args).expect("engine epoch"));
+        })
+    };
+    let mut samples = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
+    for round in 0..rounds {
+        let (h, e) = if round % 2 == 0 {
+            let h = time_hand();
+            (h, time_engine())
+        } else {
+            let e = time_engine();
+            (time_hand(), e)
+        };
+        samples[0].push(h.0);
+        samples[1].push(e.0);
+        if let (Some(h), Some(e)) = (h.1, e.1) {
+            samples[2].push(h);
+            samples[3].push(e);
+        }
+    }
+    let [wall_hand, wall_engine, cpu_hand, cpu_engine] = &mut samples;
+    println!("paired, batch size {batch_size}, {rounds} rounds (target engine/hand <= 1.01):");
+    println!("  {}", summarise("wall", wall_hand, wall_engine));
+    if !cpu_hand.is_empty() {
+        println!("  {}", summarise("cpu ", cpu_hand, cpu_engine));
+    }
+}
+
+/// `ENGINE_OVERHEAD_ONLY=<hand|engine>:<batch size>:<epochs>`: runs just those
+/// epochs (no checks, no criterion), for `perf stat` / `perf record`.
+fn profile_only(data: &[Example], spec: &str) {
+    let usage = "ENGINE_OVERHEAD_ONLY=<hand|engine>:<batch size>:<epochs>";
+    let parts: Vec<&str> = spec.split(':').collect();
+    let [side, batch_size, epochs] = parts[..] else {
+        panic!("{usage}, got `{spec}`");
+    };
+    let batch_size: usize = batch_size.parse().expect(usage);
+    let epochs: usize = epochs.parse().expect(usage);
+    let args = engine_args(batch_size);
+    let (wall, cpu) = timed(|| {
+        for _ in 0..epochs {
+            match side {
+                "hand" => {
+                    let mut trainer = fresh_trainer();
+                    black_box(hand_epoch(&mut trainer, data, batch_size).expect("hand epoch"));
+                }
+                "engine" => {
+                    black_box(engine_epoch(fresh_trainer(), data, &args).expect("engine epoch"));
+                }
+                _ => panic!("{usage}, got `{spec}`"),
+            }
+        }
+    });
+    println!(
+        "{side}, batch size {batch_size}, {epochs} epochs: wall {:.1} ms/epoch, cpu {:.1} ms/epoch",
+        wall * 1e3 / epochs as f64,
+        cpu.unwrap_or(f64::NAN) * 1e3 / epochs as f64
+    );
+}
+
+fn main() {
+    // candle's CPU kernels run on one thread unless RAYON_NUM_THREADS says otherwise:
+    // the engine's overhead is serial bookkeeping, and a multi-threaded gemm on these
+    // small matrices mostly measures scheduler contention on a shared machine. It
+    // also makes the thread-CPU-time figures cover all the work.
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", "1");
+    }
+    let data = dataset();
+    if let Some(spec) = std::env::var_os("ENGINE_OVERHEAD_ONLY") {
+        profile_only(&data, &spec.to_string_lossy());
+        return;
+    }
+    for batch_size in BATCH_SIZES {
+        check_equivalence(&data, batch_size);
+    }
+
+    let mut criterion = Criterion::default().configure_from_args();
+    for batch_size in BATCH_SIZES {
+        bench_batch_size(&mut criterion, &data, batch_size);
+    }
+    criterion.final_summary();
+
+    // Only when actually benchmarking (`cargo bench`), not under `cargo test --benches`
+    // or `--list`.
+    let args: Vec<String> = std::env::args().collect();
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    let benchmarking = has("--bench") && !has("--test") && !has("--list");
+    let rounds = std::env::var("ENGINE_OVERHEAD_PAIRS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    if benchmarking && rounds > 0 {
+        for batch_size in BATCH_SIZES {
+            paired_ratio(&data, batch_size, rounds);
+        }
+    }
+}
