@@ -103,26 +103,14 @@ impl TrainModel for Classifier {
     }
 }
 
+/// The trainer: the attribute fixes the policy at compile time and generates the
+/// glue (`ReplayTrainer::new`, `::launch`, `::train`, `::POLICY`).
+#[adaptive_trainer(schedule = interval(5, +1), drop_last = false, reweight = sample_count)]
 struct ReplayTrainer {
+    #[model]
     model: Classifier,
+    #[optimizer]
     opt: AdamW,
-}
-
-impl AdaptiveTrainer for ReplayTrainer {
-    type Model = Classifier;
-    type Optimizer = AdamW;
-    const POLICY: adabatch::TrainerPolicy = adabatch::TrainerPolicy {
-        schedule: adabatch::ScheduleSpec::Interval {
-            every: 5,
-            growth: adabatch::Growth::Add(1),
-        },
-        drop_last: false,
-        reweight: adabatch::Reweight::SampleCount,
-        ..adabatch::TrainerPolicy::DEFAULT
-    };
-    fn parts(&mut self) -> (&mut Classifier, &mut AdamW) {
-        (&mut self.model, &mut self.opt)
-    }
 }
 
 #[derive(Parser)]
@@ -156,7 +144,7 @@ fn main() -> adabatch::Result<()> {
         .map(|i| (format!("Sample text {i}"), rng.random_range(0..2)))
         .collect();
     let lr = args.learning_rate;
-    let summary = adabatch::launch(&dataset, &collate, &args, |ctx: &RankContext| {
+    let summary = ReplayTrainer::launch(&dataset, &collate, &args, |ctx: &RankContext| {
         let model = Classifier::new(ctx.parameters(), ctx.device())?;
         let opt = AdamW::new(
             model.params.all_vars(),
@@ -165,7 +153,7 @@ fn main() -> adabatch::Result<()> {
                 ..Default::default()
             },
         )?;
-        Ok(ReplayTrainer { model, opt })
+        Ok(ReplayTrainer::new(model, opt))
     })?;
     println!("{summary}");
     Ok(())

@@ -121,6 +121,9 @@ impl Logger {
 
     /// Advances the bar by `examples`.
     pub fn advance(&self, examples: usize, epoch: f64) {
+        if self.progress.is_hidden() {
+            return;
+        }
         self.progress.inc(examples as u64);
         self.progress.set_message(format!("epoch {epoch:.2}"));
     }

@@ -404,7 +404,9 @@ impl Nccl {
         }
         nccl::group_start().map_err(nccl_err("ncclGroupStart"))?;
         let enqueued = enqueue(guard.0);
-        let ended = nccl::group_end().map_err(nccl_err("ncclGroupEnd"));
+        let ended = nccl::group_end()
+            .map(|_| ())
+            .map_err(nccl_err("ncclGroupEnd"));
         drop(guard);
         if enqueued.is_err() || ended.is_err() {
             self.abort_group();

@@ -175,6 +175,10 @@ impl<S: Schedule> StepPlanner<S> {
                 self.step += 1;
                 return Ok(Some(StepBatches { micro }));
             }
+            if self.length == RunLength::Epochs(self.sampler.epoch_index() + 1) {
+                // The last epoch is used up: no permutation to draw for the next.
+                return Ok(None);
+            }
             self.sampler.start_next_epoch();
         }
     }
