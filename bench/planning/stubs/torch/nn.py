@@ -1,0 +1,5 @@
+"""Import stub (see bench/planning/stubs/README.md)."""
+
+
+class Module:
+    pass
