@@ -167,7 +167,7 @@ impl RunPlan {
         let drop_last = args.dataloader_drop_last.unwrap_or(policy.drop_last);
         let initial_per_device =
             limits.apply(0, policy.schedule.initial(args.per_device_train_batch_size))?;
-        let batching = length_batching(policy, args, initial_per_device * world_size)?;
+        let batching = length_batching(policy, args, initial_per_device, world_size)?;
         if batching.is_some() && policy.grad_accum != GradAccum::Fixed(1) {
             return Err(Error::InvalidConfig(
                 "length-aware batching sizes each global batch itself: use grad_accum = fixed(1)"
@@ -245,8 +245,10 @@ impl RunPlan {
 fn length_batching(
     policy: &TrainerPolicy,
     args: &TrainingArgs,
-    baseline_size: usize,
+    initial_per_device: usize,
+    world_size: usize,
 ) -> Result<Option<(LengthBatching, LengthOptions)>> {
+    let baseline_size = initial_per_device * world_size;
     let batching = match (policy.schedule, args.max_tokens_per_batch) {
         (ScheduleSpec::Memory { .. }, Some(_)) => return Err(Error::InvalidConfig(
             "--max-tokens-per-batch and schedule = memory(..) both size the batches: choose one"
@@ -261,7 +263,11 @@ fn length_batching(
         ) => LengthBatching::Memory {
             baseline_size,
             threshold,
-            max_range,
+            // `max_batch` caps the per-device size, so the global batch too.
+            max_range: match policy.max_batch {
+                Some(max) => max_range.min((max * world_size) as f64 / baseline_size as f64),
+                None => max_range,
+            },
         },
         (_, Some(0)) => {
             return Err(Error::ZeroBatchSize {
