@@ -13,7 +13,7 @@
 #                        the same sizes and on N; ratios are only printed at equal sizes.
 #   REPEAT=7             adabatch repetitions (median reported); dynabatch runs once per size
 #   PYTHON=python3       interpreter for the venv
-#   CORPUS=/work/shared/data/en_sentences_15k.txt
+#   CORPUS=<one sentence per line>   (default: the shared corpus beside the checkout)
 #   RESULTS=bench/planning/results   where the JSON results go
 #
 # Python environment: dynabatch's package `__init__` imports torch, transformers
@@ -35,7 +35,7 @@ N=${N:-1000000}
 DYNABATCH_N=${DYNABATCH_N:-1000000}
 REPEAT=${REPEAT:-7}
 PYTHON=${PYTHON:-python3}
-CORPUS=${CORPUS:-/work/shared/data/en_sentences_15k.txt}
+CORPUS=${CORPUS:-$ROOT/../shared/data/en_sentences_15k.txt}
 VENV=bench/planning/.venv
 LENGTHS=bench/planning/lengths.tsv
 RESULTS=${RESULTS:-bench/planning/results}
