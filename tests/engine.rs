@@ -82,11 +82,12 @@ fn doubling_run(world: usize, per_device: usize, reweight_tokens: bool) -> adaba
         })
         .unwrap()
     } else {
-        adabatch::launch(&data, &collate, &a, |ctx: &RankContext| {
-            let model = Regression::new(ctx.parameters(), ctx.device())?;
-            let opt = adamw(&model, 0.05)?;
-            Ok(DoublingTrainer { model, opt })
-        })
+        adabatch::launch(
+            &data,
+            &collate,
+            &a,
+            adamw_factory(|model, opt| DoublingTrainer { model, opt }),
+        )
         .unwrap()
     }
 }

@@ -129,11 +129,7 @@ fn schedule_returning_zero_names_the_step() {
         &dataset(40, 0),
         &collate,
         &args(2, 1, 1),
-        |ctx: &RankContext| {
-            let model = Regression::new(ctx.parameters(), ctx.device())?;
-            let opt = adamw(&model, 0.05)?;
-            Ok(ZeroTrainer { model, opt })
-        },
+        adamw_factory(|model, opt| ZeroTrainer { model, opt }),
     )
     .unwrap_err();
     assert!(
@@ -156,11 +152,12 @@ fn non_finite_loss_names_the_step() {
             ..TrainerPolicy::DEFAULT
         }
     );
-    let err = adabatch::launch(&data, &collate, &args(1, 1, 1), |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = adamw(&model, 0.05)?;
-        Ok(Ordered { model, opt })
-    })
+    let err = adabatch::launch(
+        &data,
+        &collate,
+        &args(1, 1, 1),
+        adamw_factory(|model, opt| Ordered { model, opt }),
+    )
     .unwrap_err();
     assert!(matches!(err, Error::NonFiniteLoss { step: 6, .. }), "{err}");
 }
@@ -188,11 +185,7 @@ fn a_failing_collate_on_one_rank_stops_every_rank() {
         &poisoned,
         &collate_fails_on_rank_1,
         &args(2, 2, 1),
-        |ctx: &RankContext| {
-            let model = Regression::new(ctx.parameters(), ctx.device())?;
-            let opt = adamw(&model, 0.05)?;
-            Ok(Ordered { model, opt })
-        },
+        adamw_factory(|model, opt| Ordered { model, opt }),
     )
     .unwrap_err();
     assert!(err.to_string().contains("poisoned"), "{err}");

@@ -90,11 +90,12 @@ fn run_memory(
     let mut args = args(world, 2, epochs);
     args.log_jsonl = Some(log.clone());
     a(&mut args);
-    let summary = adabatch::launch(&data, &collate, &args, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = adamw(&model, 0.05)?;
-        Ok(MemoryTrainer { model, opt })
-    })
+    let summary = adabatch::launch(
+        &data,
+        &collate,
+        &args,
+        adamw_factory(|model, opt| MemoryTrainer { model, opt }),
+    )
     .unwrap();
     (summary, read_log(&log))
 }
@@ -146,11 +147,12 @@ fn token_budget_batching_respects_the_budget() {
     let mut a = args(2, 2, 1);
     a.max_tokens_per_batch = Some(600);
     a.log_jsonl = Some(log.clone());
-    adabatch::launch(&data, &collate, &a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = adamw(&model, 0.05)?;
-        Ok(PlainTrainer { model, opt })
-    })
+    adabatch::launch(
+        &data,
+        &collate,
+        &a,
+        adamw_factory(|model, opt| PlainTrainer { model, opt }),
+    )
     .unwrap();
     let logs = read_log(&log);
     assert_each_epoch_exactly_once(&logs, 90, 1);

@@ -187,6 +187,17 @@ pub fn adamw(model: &Regression, lr: f64) -> candle_core::Result<AdamW> {
     )
 }
 
+/// A factory building `wrap(model, AdamW)` on every rank from seeded parameters.
+pub fn adamw_factory<T>(
+    wrap: fn(Regression, AdamW) -> T,
+) -> impl Fn(&RankContext) -> adabatch::Result<T> + Sync {
+    move |ctx| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = adamw(&model, 0.05)?;
+        Ok(wrap(model, opt))
+    }
+}
+
 /// Quiet args for tests.
 pub fn args(world: usize, per_device: usize, epochs: usize) -> TrainingArgs {
     TrainingArgs {
