@@ -83,21 +83,26 @@ _adabatch_cuda_toolchain_main() {
     ln -sfn "$target" "$lib/libnccl.so"
     ln -sfn "$nccl_dir/include/nccl.h" "$cuda_home/include/nccl.h"
 
-    # 3. libcuda.so link stub: every cu* symbol cudarc's driver bindings name.
+    # 3. libcuda.so link stub: every cu* symbol cudarc's driver bindings name. Each
+    # returns CUDA_ERROR_NO_DEVICE (100), so a CUDA binary run here with the stub on
+    # LD_LIBRARY_PATH behaves as on a machine without a GPU (tests skip).
     local cudarc
     cudarc="$(cudarc_source "$repo")" || die "cudarc sources not found in cargo's registry"
     local stubs="$cuda_home/lib/stubs"
     mkdir -p "$stubs"
     local symbols="$stubs/libcuda.symbols"
     cat "$cudarc"/src/driver/sys/*.rs | grep -oE '\bfn cu[A-Za-z0-9_]+\(' |
-        sed -e 's/^fn //' -e 's/($//' | sort -u >"$symbols.new"
-    [[ -s "$symbols.new" ]] || die "no cu* symbols found in $cudarc/src/driver/sys"
-    if [[ -f "$stubs/libcuda.so" ]] && cmp -s "$symbols.new" "$symbols"; then
-        rm -f "$symbols.new"
+        sed -e 's/^fn //' -e 's/($//' | sort -u >"$symbols"
+    [[ -s "$symbols" ]] || die "no cu* symbols found in $cudarc/src/driver/sys"
+    {
+        echo "/* Link stub for libcuda.so.1 (generated from $(basename "$cudarc")). */"
+        sed -e 's/.*/int &(void) { return 100; \/* CUDA_ERROR_NO_DEVICE *\/ }/' "$symbols"
+    } >"$stubs/libcuda_stub.c.new"
+    if [[ -f "$stubs/libcuda.so" ]] && cmp -s "$stubs/libcuda_stub.c.new" "$stubs/libcuda_stub.c"; then
+        rm -f "$stubs/libcuda_stub.c.new"
         say "libcuda.so stub up to date ($(wc -l <"$symbols") symbols)"
     else
-        mv "$symbols.new" "$symbols"
-        sed -e 's/.*/void &(void) {}/' "$symbols" >"$stubs/libcuda_stub.c"
+        mv "$stubs/libcuda_stub.c.new" "$stubs/libcuda_stub.c"
         gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$stubs/libcuda.so" "$stubs/libcuda_stub.c" ||
             die "gcc failed to build the libcuda.so stub"
         ln -sfn libcuda.so "$stubs/libcuda.so.1"
