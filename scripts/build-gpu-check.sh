@@ -75,6 +75,16 @@ if [[ "${ADABATCH_SKIP_TESTS:-0}" != 1 ]]; then
     }
     pack "$tests_out" "$CARGO_TARGET_DIR/gpu-tests.xz"
     say "test binary in $(took): $CARGO_TARGET_DIR/gpu-tests.xz ($(du -h "$CARGO_TARGET_DIR/gpu-tests.xz" | cut -f1))"
+
+    # Run here what needs no GPU: the runtime's unit tests with `nccl` on, and
+    # tests/gpu.rs (which must skip), against the link stub (every driver call
+    # answers CUDA_ERROR_NO_DEVICE).
+    step_start=$SECONDS
+    stub_path="$CUDA_HOME/lib/stubs:$LD_LIBRARY_PATH"
+    say "cargo test --release --features nccl -p adabatch-runtime --lib (no GPU: link stub)"
+    LD_LIBRARY_PATH="$stub_path" cargo test --release --features nccl -p adabatch-runtime --lib -q
+    LD_LIBRARY_PATH="$stub_path" "$tests_out" --test-threads 1 -q
+    say "tests without a GPU passed in $(took)"
 fi
 
 if [[ "${ADABATCH_SKIP_CLIPPY:-0}" != 1 ]]; then

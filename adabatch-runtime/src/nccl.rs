@@ -685,3 +685,95 @@ where
     };
     crate::trainer::launch_group(members, dataset, collate, args, factory)
 }
+
+#[cfg(test)]
+mod tests {
+    //! What can be checked without a GPU (with the link stub, `Device::new_cuda`
+    //! fails as on a machine without one). The collectives are checked on a GPU by
+    //! `gpu_check nccl` and `tests/gpu.rs`.
+    use super::*;
+
+    #[test]
+    fn ordinals_follow_the_device_spec() {
+        assert_eq!(ordinals_from_spec("cuda", 3).unwrap(), vec![0, 1, 2]);
+        assert_eq!(ordinals_from_spec("cuda:4", 2).unwrap(), vec![4, 5]);
+        for bad in ["cpu", "cuda:", "cuda:x", "gpu"] {
+            assert!(
+                matches!(ordinals_from_spec(bad, 1), Err(Error::Device(..))),
+                "{bad}"
+            );
+        }
+        assert!(check_distinct(&[0, 1, 2]).is_ok());
+        let dup = check_distinct(&[0, 1, 0]).unwrap_err().to_string();
+        assert!(
+            dup.contains("cuda:0") && dup.contains("one GPU per rank"),
+            "{dup}"
+        );
+    }
+
+    #[test]
+    fn unique_ids_must_have_128_bytes() {
+        let id = unique_id(&[7u8; 128]).unwrap();
+        assert!(id.internal.iter().all(|&c| c as u8 == 7));
+        assert!(matches!(unique_id(&[0u8; 127]), Err(Error::Comm(_))));
+    }
+
+    #[test]
+    fn packing_round_trips_shapes_and_dtypes() {
+        let dev = Device::Cpu;
+        let a = Tensor::arange(0f32, 6.0, &dev)
+            .unwrap()
+            .reshape((2, 3))
+            .unwrap();
+        let b = Tensor::new(&[1.5f32, -2.0], &dev)
+            .unwrap()
+            .to_dtype(DType::BF16)
+            .unwrap();
+        let packed = Packed::new(&[a.clone(), b.clone()], &dev).unwrap().unwrap();
+        assert_eq!(packed.dtype, DType::F32);
+        assert_eq!(packed.flat.dims(), [8]);
+        let mut back = [a.zeros_like().unwrap(), b.zeros_like().unwrap()];
+        packed.unpack(&packed.flat, &mut back).unwrap();
+        assert_eq!(back[0].dims(), [2, 3]);
+        assert_eq!(back[1].dtype(), DType::BF16);
+        assert_eq!(
+            back[0].flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+            vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+        );
+        assert_eq!(
+            back[1]
+                .to_dtype(DType::F32)
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap(),
+            vec![1.5, -2.0]
+        );
+        // f64 (or an integer tensor) widens the buffer so nothing is rounded.
+        let c = Tensor::new(&[123456789.125f64], &dev).unwrap();
+        let wide = Packed::new(&[a, c], &dev).unwrap().unwrap();
+        assert_eq!(wide.dtype, DType::F64);
+        assert!(Packed::new(&[], &dev).unwrap().is_none());
+    }
+
+    #[test]
+    fn non_cuda_devices_are_refused() {
+        assert!(matches!(
+            Nccl::group(&[Device::Cpu]),
+            Err(Error::Device(_, msg)) if msg.contains("CUDA")
+        ));
+        assert!(matches!(Nccl::group(&[]), Err(Error::InvalidConfig(_))));
+    }
+
+    #[test]
+    fn without_a_gpu_group_creation_is_a_device_error() {
+        if Device::new_cuda(0).is_ok() {
+            eprintln!("skipping: a CUDA device is present");
+            return;
+        }
+        assert!(matches!(Nccl::group_on(&[0]), Err(Error::Device(..))));
+        assert!(matches!(
+            Nccl::group_on(&[1, 1]),
+            Err(Error::Device(_, msg)) if msg.contains("twice")
+        ));
+    }
+}
