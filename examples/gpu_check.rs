@@ -561,18 +561,28 @@ pub(crate) mod nccl_check {
             &format!("{} steps, losses identical: {same}", via_nccl.global_step),
         );
 
-        // A device on the per-thread default stream also works with NCCL.
+        // Informational (does not fail the run; the engine gives NCCL ranks their
+        // own stream): does NCCL accept candle's per-thread default stream?
         let per_thread = cuda_device(opts.gpu)?;
-        match Nccl::group(std::slice::from_ref(&per_thread)) {
+        let (works, detail) = match Nccl::group(std::slice::from_ref(&per_thread)) {
             Ok(mut g) => {
                 let comm = g.remove(0);
                 let mut t = [Tensor::new(&[1f32, 2.0], &per_thread)?];
                 let r = comm.all_reduce_sum(&mut t, &mut [1.0]);
-                let good = r.is_ok() && values(&t[0])? == vec![1.0, 2.0];
-                report("per_thread_stream_device", good, &format!("{r:?}"));
+                (
+                    r.is_ok() && values(&t[0])? == vec![1.0, 2.0],
+                    format!("{r:?}"),
+                )
             }
-            Err(e) => report("per_thread_stream_device", false, &e.to_string()),
-        }
+            Err(e) => (false, e.to_string()),
+        };
+        emit(&json!({
+            "check": "nccl.per_thread_stream_device",
+            "ok": true,
+            "informational": true,
+            "works": works,
+            "detail": detail,
+        }));
         Ok(ok)
     }
 }
