@@ -95,8 +95,10 @@ def load(path, max_len):
     examples = []
     with open(path, "rb") as f:
         for line in f:
-            line = line.rstrip(b"\r\n")
-            if not line.strip():
+            # Like Rust's str::lines: drop one "\n", then one "\r".
+            line = line[:-1] if line.endswith(b"\n") else line
+            line = line[:-1] if line.endswith(b"\r") else line
+            if all(c in b" \t\n\x0c\r" for c in line):  # blank: skipped as in gpu_check
                 continue
             examples.append((line[:max_len], 1 if b"," in line else 0))
     if not examples:

@@ -625,7 +625,8 @@ pub(crate) mod transformer {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let examples: Vec<Example> = text
             .lines()
-            .filter(|l| !l.trim().is_empty())
+            // Blank lines (ASCII whitespace only) are skipped, as in the PyTorch script.
+            .filter(|l| !l.bytes().all(|b| b.is_ascii_whitespace()))
             .enumerate()
             .map(|(index, line)| {
                 let bytes = line.as_bytes();
