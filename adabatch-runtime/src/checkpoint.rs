@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 use candle_core::{Device, Tensor, Var};
 
 use crate::error::{Error, Result};
+use crate::logging::Logger;
+use crate::planner::StepPlanner;
+use crate::run_plan::RunPlan;
+use crate::schedule::Schedule;
 
 /// Where the run stood when the checkpoint was written.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -102,4 +106,79 @@ pub fn load_weights(dir: &Path, params: &[(String, Var)], device: &Device) -> Re
         var.set(&tensor.to_dtype(var.dtype())?)?;
     }
     Ok(())
+}
+
+/// Writes rank 0's checkpoint of the run as it stands.
+pub(crate) fn save_checkpoint<S: Schedule>(
+    plan: &RunPlan,
+    planner: &StepPlanner<S>,
+    params: &[(String, Var)],
+    oom_events: usize,
+    logger: Option<&Logger>,
+) -> Result<()> {
+    let sampler = planner.sampler();
+    let limits = planner.limits();
+    let state = TrainerState {
+        global_step: planner.step(),
+        epoch_index: sampler.epoch_index(),
+        position: sampler.position(),
+        examples_seen: sampler.examples_seen(),
+        per_device: planner.per_device(),
+        min_batch: limits.min,
+        max_batch: limits.max,
+        seed: plan.seed,
+        world_size: plan.world_size,
+        num_examples: plan.num_examples,
+        oom_events,
+    };
+    let dir = save(&plan.output_dir, params, &state)?;
+    if let Some(logger) = logger {
+        logger.event(&format!(
+            "step {}: saved {}",
+            state.global_step,
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Loads a checkpoint's weights and checks that it belongs to this run.
+pub(crate) fn resume_checkpoint(
+    dir: &std::path::Path,
+    plan: &RunPlan,
+    params: &[(String, Var)],
+    device: &Device,
+) -> Result<TrainerState> {
+    let state = load_state(dir)?;
+    let mismatch = |what: &str, theirs: String, ours: String| {
+        Err(Error::InvalidConfig(format!(
+            "{}: the checkpoint was written with {what} = {theirs}, this run has {ours}",
+            dir.display()
+        )))
+    };
+    if state.num_examples != plan.num_examples {
+        return mismatch(
+            "num_examples",
+            state.num_examples.to_string(),
+            plan.num_examples.to_string(),
+        );
+    }
+    if state.world_size != plan.world_size {
+        return mismatch(
+            "world_size",
+            state.world_size.to_string(),
+            plan.world_size.to_string(),
+        );
+    }
+    if state.seed != plan.seed {
+        return mismatch("seed", state.seed.to_string(), plan.seed.to_string());
+    }
+    if plan.batching.is_some() && state.position > 0 {
+        return Err(Error::InvalidConfig(format!(
+            "{}: length-aware epochs are replanned from their start; resume from a checkpoint written at an epoch boundary",
+            dir.display()
+        )));
+    }
+    load_weights(dir, params, device)?;
+    Ok(state)
 }

@@ -24,6 +24,7 @@ pub mod params;
 pub mod planner;
 pub mod policy;
 pub mod rendezvous;
+mod run_plan;
 pub mod sampler;
 pub mod schedule;
 mod step;
