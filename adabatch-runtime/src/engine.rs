@@ -8,6 +8,7 @@ use candle_core::{Device, Tensor, Var};
 use crate::args::TrainingArgs;
 use crate::checkpoint::{resume_checkpoint, save_checkpoint};
 use crate::communicator::{Communicator, Local, Single};
+use crate::device_memory::PeakSampler;
 use crate::error::{Error, Result};
 use crate::length_batching::{EpochPlan, LengthBatching, LengthIndex};
 use crate::logging::{Logger, StepLog};
@@ -129,10 +130,18 @@ fn plan_length_epoch<T: AdaptiveTrainer>(
     )))
 }
 
-/// Peak memory of a step on `device`: the documented proxy on CPU; on CUDA the
-/// device's figures (not yet wired: `None`).
-fn measure_memory(device: &Device, features: &BatchFeatures) -> Option<u64> {
-    device.is_cpu().then(|| cpu_memory_proxy(features))
+/// Peak memory of a step: on CPU the documented proxy of its features, on a GPU
+/// the high-water mark of the device's memory pool during the step.
+fn measure_memory(
+    device: &Device,
+    features: &BatchFeatures,
+    device_peak: Option<u64>,
+) -> Option<u64> {
+    if device.is_cpu() {
+        Some(cpu_memory_proxy(features))
+    } else {
+        device_peak
+    }
 }
 
 /// Trains `trainer` on one rank.
@@ -450,9 +459,12 @@ where
         let lr = plan.lr.at(consumed_before, batches.global_size());
         let log_now =
             logger.is_some() && (step % plan.logging_steps == 0 || planner.is_last_step());
+        // Only memory-aware runs need the device's peak (it synchronises the device).
+        let peak = (memory_mode && !device.is_cpu()).then(|| PeakSampler::start(device));
         let outcome = train_step(
             trainer, comm, &mut input, &params, &batches, chunks, lr, step, log_now,
         )?;
+        let device_peak = peak.and_then(|p| p.finish().pool_peak);
         let (loss, grad_norm) = match outcome {
             StepOutcome::Trained { loss, grad_norm } => (loss, grad_norm),
             StepOutcome::OutOfMemory { detail } => {
@@ -519,7 +531,7 @@ where
             let local = &batches.per_rank_indices()[comm.rank()];
             let chunk = &local[..local.len().div_ceil(chunks)];
             let features = BatchFeatures::of_lengths(chunk.iter().map(|&i| dataset.example_len(i)));
-            let bytes = measure_memory(device, &features);
+            let bytes = measure_memory(device, &features, device_peak);
             if let Some(bytes) = bytes {
                 online.observe(&features, bytes);
                 if let Some(user) = trainer.regressor() {
