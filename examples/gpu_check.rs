@@ -8,6 +8,8 @@
 //! gpu_check memory --data FILE     # free/total device memory, per-step memory of growing batches
 //! gpu_check bench --data FILE      # transformer classifier under adabatch: samples/s as JSON
 //! gpu_check breakdown --data FILE  # per-step time: host, forward, backward, all-reduce, optimizer
+//! gpu_check batching --data FILE   # memory(..) vs largest safe fixed batch vs token budget
+//! gpu_check oom --data FILE        # real CUDA OOMs recovered by halve and split_retry
 //! ```
 //!
 //! Every subcommand prints one JSON object per result line on stdout (progress goes
@@ -49,6 +51,12 @@ enum Cmd {
     Bench(BenchOpts),
     /// Time split of a step: host, forward, backward, all-reduce, optimizer.
     Breakdown(BenchOpts),
+    /// Memory-aware batches vs the largest safe fixed batch vs token budget:
+    /// tokens/s, peak memory, OOMs.
+    Batching(memory_bench::BatchingOpts),
+    /// Real CUDA OOMs (a ballast tensor fills the device) recovered by `halve` and
+    /// by `split_retry`.
+    Oom(memory_bench::OomOpts),
 }
 
 fn dispatch(cli: Cli) -> AnyResult<bool> {
@@ -58,6 +66,8 @@ fn dispatch(cli: Cli) -> AnyResult<bool> {
         Cmd::Memory(o) => memory::run(&o),
         Cmd::Bench(o) => bench::run(&o),
         Cmd::Breakdown(o) => bench::breakdown(&o),
+        Cmd::Batching(o) => memory_bench::batching(&o),
+        Cmd::Oom(o) => memory_bench::oom(&o),
     }
 }
 
@@ -779,6 +789,9 @@ pub(crate) struct BenchOpts {
     #[arg(long)]
     plan_out: Option<PathBuf>,
 }
+
+#[path = "support/memory_bench.rs"]
+pub(crate) mod memory_bench;
 
 pub(crate) mod bench {
     use super::transformer::{self, BenchTrainer, Example, Transformer};
