@@ -25,8 +25,8 @@ pub use adabatch_macros::adaptive_trainer;
 pub mod prelude {
     pub use crate::adaptive_trainer;
     pub use adabatch_runtime::{
-        launch, train, AdaptiveTrainer, Batch, Collate, Dataset, Parameters, RankContext,
-        TrainModel, TrainSummary, TrainingArgs,
+        launch, train, AdaptiveTrainer, Batch, Collate, Dataset, MemoryModel, Parameters,
+        RankContext, TrainModel, TrainSummary, TrainingArgs, WithLengths,
     };
 }
 

@@ -1,4 +1,4 @@
-// The `#[regressor]` field's type is not a `MemoryModel` (and this runtime refuses the memory schedule).
+// The `#[regressor]` field's type is not a `MemoryModel`.
 use adabatch::prelude::*;
 
 #[path = "../support/tiny.rs"]
