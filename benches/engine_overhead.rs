@@ -168,7 +168,8 @@ fn hand_epoch(
 ) -> candle_core::Result<Vec<f32>> {
     let device = Device::Cpu;
     let (model, opt) = (&trainer.model, &mut trainer.opt);
-    let mut sampler = GlobalBatchSampler::new(data.len(), 1, SEED, true, false);
+    let mut sampler =
+        GlobalBatchSampler::new(data.len(), 1, SEED, true, false).expect("non-empty data");
     let mut losses = Vec::with_capacity(data.len().div_ceil(batch_size));
     while let Some(step) = sampler.next_step(batch_size) {
         let items: Vec<Example> = step.indices.iter().map(|&i| data[i].clone()).collect();

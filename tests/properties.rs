@@ -90,7 +90,7 @@ struct Trace {
 
 fn plan_run(c: &Config) -> Trace {
     let limits = BatchLimits::new(c.min, c.max).unwrap();
-    let sampler = GlobalBatchSampler::new(c.n, c.world, c.seed, true, c.drop_last);
+    let sampler = GlobalBatchSampler::new(c.n, c.world, c.seed, true, c.drop_last).unwrap();
     let initial = match limits.apply(0, adabatch::Schedule::initial(&c.schedule, c.initial)) {
         Ok(size) => size,
         Err(e) => {

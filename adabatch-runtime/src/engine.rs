@@ -407,7 +407,7 @@ where
         plan.seed,
         plan.shuffle,
         plan.drop_last,
-    );
+    )?;
     let mut planner = StepPlanner::new(
         sampler,
         plan.schedule,

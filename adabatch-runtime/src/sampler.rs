@@ -12,6 +12,8 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::error::{Error, Result};
+
 /// One optimisation step's global batch and its split over ranks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepPlan {
@@ -47,7 +49,11 @@ impl StepPlan {
 }
 
 /// Splits `take` examples over `world_size` ranks: the first `take % W` ranks get one more.
+/// No ranks, no slices.
 pub fn split_evenly(take: usize, world_size: usize) -> Vec<Range<usize>> {
+    if world_size == 0 {
+        return Vec::new();
+    }
     let (base, extra) = (take / world_size, take % world_size);
     let mut start = 0;
     (0..world_size)
@@ -79,16 +85,23 @@ pub struct GlobalBatchSampler {
 }
 
 impl GlobalBatchSampler {
-    /// A sampler positioned at the start of epoch 0. `num_examples` and `world_size`
-    /// must be at least 1 (the engine checks this and reports typed errors).
+    /// A sampler positioned at the start of epoch 0; an empty dataset or zero ranks
+    /// is a typed error.
     pub fn new(
         num_examples: usize,
         world_size: usize,
         seed: u64,
         shuffle: bool,
         drop_last: bool,
-    ) -> Self {
-        assert!(num_examples > 0 && world_size > 0, "checked by the engine");
+    ) -> Result<Self> {
+        if num_examples == 0 {
+            return Err(Error::EmptyDataset);
+        }
+        if world_size == 0 {
+            return Err(Error::InvalidConfig(
+                "a sampler needs at least one rank".into(),
+            ));
+        }
         let mut sampler = Self {
             num_examples,
             world_size,
@@ -103,7 +116,7 @@ impl GlobalBatchSampler {
             last_predicted: None,
         };
         sampler.permutation = sampler.permutation_of(0);
-        sampler
+        Ok(sampler)
     }
 
     /// The permutation of epoch `epoch` (identity without shuffle).
@@ -255,11 +268,11 @@ mod tests {
 
     #[test]
     fn permutation_depends_on_seed_and_epoch_only() {
-        let a = GlobalBatchSampler::new(50, 2, 1, true, false);
-        let b = GlobalBatchSampler::new(50, 4, 1, true, true);
+        let a = GlobalBatchSampler::new(50, 2, 1, true, false).unwrap();
+        let b = GlobalBatchSampler::new(50, 4, 1, true, true).unwrap();
         assert_eq!(a.permutation_of(3), b.permutation_of(3));
         assert_ne!(a.permutation_of(0), a.permutation_of(1));
-        let c = GlobalBatchSampler::new(50, 2, 2, true, false);
+        let c = GlobalBatchSampler::new(50, 2, 2, true, false).unwrap();
         assert_ne!(a.permutation_of(0), c.permutation_of(0));
         let mut sorted = a.permutation_of(0);
         sorted.sort_unstable();
@@ -268,7 +281,7 @@ mod tests {
 
     #[test]
     fn drop_last_cuts_short_tail() {
-        let mut s = GlobalBatchSampler::new(10, 2, 0, false, true);
+        let mut s = GlobalBatchSampler::new(10, 2, 0, false, true).unwrap();
         assert_eq!(s.next_step(2).unwrap().global_size(), 4);
         assert_eq!(s.next_step(2).unwrap().global_size(), 4);
         assert!(s.next_step(2).is_none());
@@ -278,7 +291,7 @@ mod tests {
 
     #[test]
     fn keep_last_uses_short_tail() {
-        let mut s = GlobalBatchSampler::new(5, 2, 0, false, false);
+        let mut s = GlobalBatchSampler::new(5, 2, 0, false, false).unwrap();
         s.next_step(2).unwrap();
         let tail = s.next_step(2).unwrap();
         assert_eq!(tail.local_sizes(), vec![1, 0]);
