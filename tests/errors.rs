@@ -9,9 +9,7 @@ use candle_nn::AdamW;
 use common::*;
 
 fn factory(ctx: &RankContext) -> adabatch::Result<IntervalTrainer> {
-    let model = Regression::new(ctx.parameters(), ctx.device())?;
-    let opt = adamw(&model, 0.05)?;
-    Ok(IntervalTrainer { model, opt })
+    adamw_factory(|model, opt| IntervalTrainer { model, opt })(ctx)
 }
 
 fn run(data: &[Example], a: &TrainingArgs) -> adabatch::Result<TrainSummary> {
@@ -139,19 +137,21 @@ fn schedule_returning_zero_names_the_step() {
     assert!(err.to_string().contains("after step 3"));
 }
 
+// No shuffle: example `i` is trained at a known step.
+hand_trainer!(
+    Ordered,
+    AdamW,
+    TrainerPolicy {
+        shuffle: false,
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
 #[test]
 fn non_finite_loss_names_the_step() {
     // The NaN example sits at index 5; no shuffle puts it in step 6 at size 1.
     let mut data = dataset(10, 0);
     data[5].y = f32::NAN;
-    hand_trainer!(
-        Ordered,
-        AdamW,
-        TrainerPolicy {
-            shuffle: false,
-            ..TrainerPolicy::DEFAULT
-        }
-    );
     let err = adabatch::launch(
         &data,
         &collate,
@@ -173,14 +173,6 @@ fn a_failing_collate_on_one_rank_stops_every_rank() {
     };
     let mut poisoned = data.clone();
     poisoned[7].tokens = usize::MAX;
-    hand_trainer!(
-        Ordered,
-        AdamW,
-        TrainerPolicy {
-            shuffle: false,
-            ..TrainerPolicy::DEFAULT
-        }
-    );
     let err = adabatch::launch(
         &poisoned,
         &collate_fails_on_rank_1,
