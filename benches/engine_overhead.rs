@@ -196,11 +196,11 @@ fn engine_args(batch_size: usize) -> TrainingArgs {
 
 /// One epoch through the engine.
 fn engine_epoch(
-    trainer: MlpTrainer,
+    mut trainer: MlpTrainer,
     data: &[Example],
     args: &TrainingArgs,
 ) -> adabatch::Result<TrainSummary> {
-    adabatch::train(trainer, data, &collate, args)
+    adabatch::train(&mut trainer, data, &collate, args)
 }
 
 /// Flattened values of every parameter, in name order.

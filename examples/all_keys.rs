@@ -222,7 +222,8 @@ fn main() -> adabatch::Result<()> {
             },
         )?;
         Ok(LmTrainer::new(model, opt, OnlineMemoryModel::new(0.1)))
-    })?;
+    })?
+    .summary;
     println!("{summary}");
     Ok(())
 }

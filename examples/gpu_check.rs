@@ -176,7 +176,8 @@ pub(crate) mod replay {
             ..TrainingArgs::default()
         };
         let data = dataset(opts.num_train_examples, opts.seed);
-        let summary = adabatch::launch(&data, &collate, &args, factory(opts.learning_rate))?;
+        let summary =
+            adabatch::launch(&data, &collate, &args, factory(opts.learning_rate))?.summary;
         let text = std::fs::read_to_string(&path)?;
         let _ = std::fs::remove_file(&path);
         let lines = text
@@ -425,14 +426,15 @@ pub(crate) mod nccl_check {
             device: format!("cuda:{}", opts.gpu),
             ..TrainingArgs::default()
         };
-        let plain = adabatch::launch(&data, &collate, &args, factory(0.01))?;
+        let plain = adabatch::launch(&data, &collate, &args, factory(0.01))?.summary;
         let via_nccl = adabatch::launch_group(
             vec![(comm, device.clone())],
             &data,
             &collate,
             &args,
             factory(0.01),
-        )?;
+        )?
+        .summary;
         let same =
             plain.step_losses == via_nccl.step_losses && plain.global_step == via_nccl.global_step;
         report(
@@ -712,7 +714,7 @@ pub(crate) mod transformer {
     }
 
     /// The benchmark's schedule: start at `per_device_train_batch_size`, +16 every
-    /// 20 steps, at most 256 per device (mirrored by bench/torch_transformer.py).
+    /// 20 steps, at most 256 per device (mirrored by benches/compare/torch_transformer.py).
     pub const EVERY: usize = 20;
     pub const GROW: usize = 16;
     pub const MAX_BATCH: usize = 256;
@@ -785,7 +787,7 @@ pub(crate) struct BenchOpts {
     #[arg(long)]
     tf32: bool,
     /// Write the timed run's batches (dataset indices, one list per step) here, for
-    /// `bench/torch_transformer.py --plan` (one rank only).
+    /// `benches/compare/torch_transformer.py --plan` (one rank only).
     #[arg(long)]
     plan_out: Option<PathBuf>,
 }
@@ -841,7 +843,8 @@ pub(crate) mod bench {
                 &transformer::collate,
                 &args(opts, opts.warmup_steps),
                 factory(opts),
-            )?;
+            )?
+            .summary;
         }
         let plan: Mutex<Vec<Vec<usize>>> = Mutex::new(Vec::new());
         let recording = |items: &[Example], device: &Device| {
@@ -851,7 +854,8 @@ pub(crate) mod bench {
             transformer::collate(items, device)
         };
         eprintln!("bench: {} timed steps ...", opts.steps);
-        let summary = adabatch::launch(&data, &recording, &args(opts, opts.steps), factory(opts))?;
+        let summary =
+            adabatch::launch(&data, &recording, &args(opts, opts.steps), factory(opts))?.summary;
         let plan = plan.into_inner().unwrap_or_else(|e| e.into_inner());
         let tokens: usize = plan.iter().flatten().map(|&i| data[i].tokens.len()).sum();
         let padded: usize = plan

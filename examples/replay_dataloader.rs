@@ -43,7 +43,8 @@ fn main() -> adabatch::Result<()> {
     args.log_indices = true;
     let seed = args.seed.unwrap_or(ReplayTrainer::POLICY.seed);
     let data = dataset(cli.num_train_examples, seed);
-    let summary = ReplayTrainer::launch(&data, &collate, &args, factory(args.learning_rate))?;
+    let summary =
+        ReplayTrainer::launch(&data, &collate, &args, factory(args.learning_rate))?.summary;
     println!("{summary}");
     Ok(())
 }

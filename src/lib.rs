@@ -26,19 +26,21 @@ pub mod prelude {
     pub use crate::adaptive_trainer;
     pub use adabatch_runtime::{
         launch, train, AdaptiveTrainer, Batch, Collate, Dataset, MemoryModel, Parameters,
-        RankContext, TrainModel, TrainSummary, TrainingArgs, WithLengths,
+        RankContext, Result, TrainModel, TrainSummary, Trained, TrainingArgs, WithLengths,
     };
 }
 
 /// Paths used by the code `#[adaptive_trainer]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use adabatch_runtime::policy::{GradAccum, LrScaling, OomPolicy, Reweight, TrainerPolicy};
-    pub use adabatch_runtime::schedule::{Growth, ScheduleFn, ScheduleSpec};
+    pub use adabatch_runtime::adapt::lr::LrScaling;
+    pub use adabatch_runtime::adapt::schedule::{Growth, ScheduleFn, ScheduleSpec};
+    pub use adabatch_runtime::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
+    pub use adabatch_runtime::user::trainer::CollateFor;
     pub use adabatch_runtime::Result;
     pub use adabatch_runtime::{
         launch, train, AdaptiveTrainer, Collate, Dataset, MemoryModel, RankContext, TrainModel,
-        TrainSummary, TrainingArgs,
+        TrainSummary, Trained, TrainingArgs,
     };
     pub use candle_nn::Optimizer;
 }

@@ -37,7 +37,8 @@ fn run(a: &TrainingArgs) -> (adabatch::Result<TrainSummary>, Vec<StepLog>, Vec<f
             model,
             opt: SGD::new(params.all_vars(), 0.05)?,
         })
-    });
+    })
+    .map(|trained| trained.summary);
     let weights = rank0
         .into_inner()
         .unwrap()
@@ -80,7 +81,9 @@ fn resume_continues_with_the_same_batches_and_updates() {
             .join(format!("checkpoint-{step}/trainer_state.json"))
             .exists());
     }
-    let state = adabatch::checkpoint::load_state(&out.join("checkpoint-5")).unwrap();
+    let state = adabatch::train::checkpoint::load_state(&out.join("checkpoint-5"))
+        .unwrap()
+        .planner;
     assert_eq!(
         (state.global_step, state.epoch_index, state.position),
         (5, 0, 14)

@@ -24,7 +24,9 @@ fn reference_trace_of_the_design() {
     let mut a = args(2, 1, 10);
     a.max_steps = Some(14);
     a.log_jsonl = Some(log.clone());
-    let summary = adabatch::launch(&data, &collate, &a, interval_factory).unwrap();
+    let summary = adabatch::launch(&data, &collate, &a, interval_factory)
+        .map(|trained| trained.summary)
+        .unwrap();
     assert_eq!(summary.global_step, 14);
     let steps = read_log(&log);
     let expected: [(usize, [usize; 2], f64, f64); 14] = [
@@ -80,6 +82,7 @@ fn doubling_run(world: usize, per_device: usize, reweight_tokens: bool) -> adaba
             let opt = adamw(&model, 0.05)?;
             Ok(TokenTrainer { model, opt })
         })
+        .map(|trained| trained.summary)
         .unwrap()
     } else {
         adabatch::launch(
@@ -88,6 +91,7 @@ fn doubling_run(world: usize, per_device: usize, reweight_tokens: bool) -> adaba
             &a,
             adamw_factory(|model, opt| DoublingTrainer { model, opt }),
         )
+        .map(|trained| trained.summary)
         .unwrap()
     }
 }
@@ -145,10 +149,12 @@ fn one_sgd_step(world: usize, per_device: usize, rank_mean: bool) -> Vec<f32> {
         adabatch::launch(&data, &collate, &a, |ctx: &RankContext| {
             build(ctx).map(|(model, opt)| SgdRankMeanTrainer { model, opt })
         })
+        .map(|trained| trained.summary)
     } else {
         adabatch::launch(&data, &collate, &a, |ctx: &RankContext| {
             build(ctx).map(|(model, opt)| SgdTrainer { model, opt })
         })
+        .map(|trained| trained.summary)
     }
     .unwrap();
     let params = rank0.into_inner().unwrap().unwrap();
@@ -220,6 +226,7 @@ fn empty_rank_joins_with_zero_weight() {
         let opt = SGD::new(model.params.all_vars(), 0.1)?;
         Ok(SgdTrainer { model, opt })
     })
+    .map(|trained| trained.summary)
     .unwrap();
     let sizes: Vec<Vec<usize>> = read_log(&log)
         .into_iter()
@@ -232,11 +239,13 @@ fn empty_rank_joins_with_zero_weight() {
 fn train_on_one_rank_matches_launch() {
     let data = dataset(20, 2);
     let a = args(1, 3, 2);
-    let via_launch = adabatch::launch(&data, &collate, &a, interval_factory).unwrap();
+    let via_launch = adabatch::launch(&data, &collate, &a, interval_factory)
+        .map(|trained| trained.summary)
+        .unwrap();
     let ctx_model = Regression::new(adabatch::Parameters::new(3), &Device::Cpu).unwrap();
     let opt = adamw(&ctx_model, 0.05).unwrap();
     let via_train = adabatch::train(
-        IntervalTrainer {
+        &mut IntervalTrainer {
             model: ctx_model,
             opt,
         },

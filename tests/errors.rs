@@ -13,7 +13,7 @@ fn factory(ctx: &RankContext) -> adabatch::Result<IntervalTrainer> {
 }
 
 fn run(data: &[Example], a: &TrainingArgs) -> adabatch::Result<TrainSummary> {
-    adabatch::launch(data, &collate, a, factory)
+    adabatch::launch(data, &collate, a, factory).map(|trained| trained.summary)
 }
 
 #[test]
@@ -129,6 +129,7 @@ fn schedule_returning_zero_names_the_step() {
         &args(2, 1, 1),
         adamw_factory(|model, opt| ZeroTrainer { model, opt }),
     )
+    .map(|trained| trained.summary)
     .unwrap_err();
     assert!(
         matches!(err, Error::ScheduleReturnedZero { step: 3 }),
@@ -158,6 +159,7 @@ fn non_finite_loss_names_the_step() {
         &args(1, 1, 1),
         adamw_factory(|model, opt| Ordered { model, opt }),
     )
+    .map(|trained| trained.summary)
     .unwrap_err();
     assert!(matches!(err, Error::NonFiniteLoss { step: 6, .. }), "{err}");
 }
@@ -179,6 +181,7 @@ fn a_failing_collate_on_one_rank_stops_every_rank() {
         &args(2, 2, 1),
         adamw_factory(|model, opt| Ordered { model, opt }),
     )
+    .map(|trained| trained.summary)
     .unwrap_err();
     assert!(err.to_string().contains("poisoned"), "{err}");
 }
@@ -190,7 +193,9 @@ fn a_panicking_model_is_reported_not_propagated() {
         assert!(items.len() < 2, "collate refuses batches of two");
         collate(items, device)
     };
-    let err = adabatch::launch(&data, &panicking_collate, &args(2, 2, 1), factory).unwrap_err();
+    let err = adabatch::launch(&data, &panicking_collate, &args(2, 2, 1), factory)
+        .map(|trained| trained.summary)
+        .unwrap_err();
     assert!(matches!(err, Error::RankPanicked { .. }), "{err}");
     assert!(err.to_string().contains("refuses batches of two"));
 }
@@ -208,6 +213,7 @@ fn a_failing_factory_on_one_rank_is_reported() {
             factory(ctx)
         },
     )
+    .map(|trained| trained.summary)
     .unwrap_err();
     assert!(err.to_string().contains("rank 2 has no model"), "{err}");
 }
@@ -243,6 +249,7 @@ fn wrong_loss_shape_is_a_typed_error() {
             Ok(T(Scalar(model), opt))
         },
     )
+    .map(|trained| trained.summary)
     .unwrap_err();
     assert!(matches!(err, Error::LossShape { examples: 4, .. }), "{err}");
 }
@@ -252,7 +259,7 @@ fn train_refuses_several_ranks_and_bad_devices() {
     let model = Regression::new(adabatch::Parameters::new(1), &Device::Cpu).unwrap();
     let opt = adamw(&model, 0.05).unwrap();
     let err = adabatch::train(
-        IntervalTrainer { model, opt },
+        &mut IntervalTrainer { model, opt },
         &dataset(8, 0),
         &collate,
         &args(2, 1, 1),

@@ -96,6 +96,7 @@ fn run_memory(
         &args,
         adamw_factory(|model, opt| MemoryTrainer { model, opt }),
     )
+    .map(|trained| trained.summary)
     .unwrap();
     (summary, read_log(&log))
 }
@@ -153,6 +154,7 @@ fn token_budget_batching_respects_the_budget() {
         &a,
         adamw_factory(|model, opt| PlainTrainer { model, opt }),
     )
+    .map(|trained| trained.summary)
     .unwrap();
     let logs = read_log(&log);
     assert_each_epoch_exactly_once(&logs, 90, 1);
@@ -207,6 +209,7 @@ fn a_user_regressor_drives_the_plan() {
             regressor: Cautious,
         })
     })
+    .map(|trained| trained.summary)
     .unwrap();
     let cautious = read_log(&log);
     assert_each_epoch_exactly_once(&cautious, 90, 1);

@@ -6,6 +6,8 @@ mod common;
 use std::sync::Mutex;
 
 use adabatch::prelude::*;
+use adabatch::train::launch::launch_with_faults;
+use adabatch::train::oom::FaultInjector;
 use adabatch::{Error, GradAccum, Growth, LrScaling, OomPolicy, ScheduleSpec, TrainerPolicy};
 use candle_nn::AdamW;
 use common::*;
@@ -24,9 +26,23 @@ hand_trainer!(
 );
 
 /// Trains and returns the summary, the log and rank 0's final weights.
-fn run_with<T: AdaptiveTrainer<Model = Regression>>(
+fn run_with<T: AdaptiveTrainer<Model = Regression> + Send>(
     data: &[Example],
     a: &TrainingArgs,
+    wrap: fn(Regression, AdamW) -> T,
+) -> (
+    adabatch::Result<TrainSummary>,
+    Vec<adabatch::StepLog>,
+    Vec<f32>,
+) {
+    run_injected(data, a, FaultInjector::none(), wrap)
+}
+
+/// [`run_with`] with faults injected from code.
+fn run_injected<T: AdaptiveTrainer<Model = Regression> + Send>(
+    data: &[Example],
+    a: &TrainingArgs,
+    faults: FaultInjector,
     wrap: fn(Regression, AdamW) -> T,
 ) -> (
     adabatch::Result<TrainSummary>,
@@ -37,7 +53,7 @@ fn run_with<T: AdaptiveTrainer<Model = Regression>>(
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
     let rank0 = Mutex::new(None);
-    let result = adabatch::launch(data, &collate, &a, |ctx: &RankContext| {
+    let result = launch_with_faults(data, &collate, &a, faults, |ctx: &RankContext| {
         let params = ctx.parameters();
         let model = Regression::new(params.clone(), ctx.device())?;
         if ctx.rank() == 0 {
@@ -45,7 +61,8 @@ fn run_with<T: AdaptiveTrainer<Model = Regression>>(
         }
         let opt = adamw(&model, 0.05)?;
         Ok(wrap(model, opt))
-    });
+    })
+    .map(|trained| trained.summary);
     let weights = rank0
         .into_inner()
         .unwrap()
@@ -94,9 +111,44 @@ fn max_weight_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// The global batch of every step under `halve` with `GrowingTrainer`'s schedule
+/// (`interval(2, +1)`), computed independently of the engine: an OOM at step `s`
+/// halves the per-device size (not below 1), caps later growth there, and retries
+/// the same examples; steps never span epochs.
+fn expected_halve_batches(
+    n: usize,
+    world: usize,
+    per_device: usize,
+    epochs: usize,
+    oom_steps: &std::collections::BTreeSet<usize>,
+) -> Vec<usize> {
+    let (mut size, mut cap) = (per_device, usize::MAX);
+    let mut batches = Vec::new();
+    for _ in 0..epochs {
+        let mut position = 0;
+        while position < n {
+            let step = batches.len() + 1;
+            if oom_steps.contains(&step) && size > 1 {
+                size /= 2;
+                cap = size;
+            }
+            let take = (size * world).min(n - position);
+            batches.push(take);
+            position += take;
+            let grown = if step % 2 == 0 { size + 1 } else { size };
+            size = grown.min(cap);
+        }
+    }
+    batches
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
+    /// Every listed step the run reaches fires exactly once (on a rank that has
+    /// examples, see `FaultInjector::at_steps`), and each policy does what it says:
+    /// `halve` gives exactly the batches of an independent model of halving,
+    /// `split_retry` gives the clean run's steps and weights.
     #[test]
     fn injected_ooms_lose_no_example(
         world in 1usize..5,
@@ -113,16 +165,21 @@ proptest! {
         let summary = result.unwrap();
         assert_each_epoch_exactly_once(&logs, n, 2);
         let fired = oom_steps.iter().filter(|&&s| s <= summary.global_step).count();
-        prop_assert!(summary.oom_events <= fired);
-        prop_assert_eq!(logs.iter().map(|l| l.oom_events).sum::<usize>(), summary.oom_events);
+        prop_assert_eq!(summary.oom_events, fired);
+        prop_assert_eq!(logs.iter().map(|l| l.oom_events).sum::<usize>(), fired);
+        for l in &logs {
+            prop_assert_eq!(l.oom_events, usize::from(oom_steps.contains(&l.step)), "step {}", l.step);
+        }
         if split {
             // Same samples, same step count, same updates: the weights match a clean run.
-            prop_assert_eq!(summary.oom_events, fired);
             a.inject_oom_at_steps.clear();
             let (clean, clean_logs, clean_weights) = run_with(&data, &a, growing);
             prop_assert_eq!(clean.unwrap().global_step, summary.global_step);
             prop_assert_eq!(clean_logs.len(), logs.len());
             prop_assert!(max_weight_diff(&weights, &clean_weights) < 1e-4);
+        } else {
+            let global: Vec<usize> = logs.iter().map(|l| l.global_batch).collect();
+            prop_assert_eq!(global, expected_halve_batches(n, world, per_device, 2, &oom_steps));
         }
     }
 }
@@ -134,7 +191,7 @@ fn halve_follows_a_memory_law_down_to_a_size_that_fits() {
     let data = dataset(12, 4);
     let mut a = args(2, 4, 1);
     a.oom = Some(OomPolicy::Halve);
-    let faults = adabatch::FaultInjector::none().above_local_batch(1);
+    let faults = FaultInjector::none().above_local_batch(1);
     let (result, logs, _) = run_faulty(&data, &a, faults);
     let summary = result.unwrap();
     assert_eq!(summary.oom_events, 2);
@@ -147,15 +204,13 @@ fn halve_follows_a_memory_law_down_to_a_size_that_fits() {
 fn run_faulty(
     data: &[Example],
     a: &TrainingArgs,
-    faults: adabatch::FaultInjector,
+    faults: FaultInjector,
 ) -> (
     adabatch::Result<TrainSummary>,
     Vec<adabatch::StepLog>,
     Vec<f32>,
 ) {
-    let mut a = a.clone();
-    a.fault_injector = Some(faults);
-    run_with(data, &a, growing)
+    run_injected(data, a, faults, growing)
 }
 
 #[test]
@@ -163,11 +218,7 @@ fn split_retry_gives_up_at_one_example_per_chunk() {
     let data = dataset(6, 4);
     let mut a = args(1, 2, 1);
     a.oom = Some(OomPolicy::SplitRetry);
-    let (result, _, _) = run_faulty(
-        &data,
-        &a,
-        adabatch::FaultInjector::none().above_local_batch(0),
-    );
+    let (result, _, _) = run_faulty(&data, &a, FaultInjector::none().above_local_batch(0));
     assert!(matches!(
         result.unwrap_err(),
         Error::OutOfMemory { step: 1, .. }

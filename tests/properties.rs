@@ -1,10 +1,10 @@
 //! Property tests of the batch planning: sampler, schedule, drop_last and coverage
 //! accounting over random configurations.
 
-use adabatch::{
-    BatchLimits, GlobalBatchSampler, GradAccum, Growth, RunLength, ScheduleSpec, StepBatches,
-    StepPlanner,
-};
+use adabatch::adapt::schedule::{BatchLimits, Schedule};
+use adabatch::data::planner::{RunLength, StepBatches, StepPlanner};
+use adabatch::data::sampler::GlobalBatchSampler;
+use adabatch::{GradAccum, Growth, ScheduleSpec};
 use proptest::prelude::*;
 
 static STEP_TABLE: [(usize, usize); 3] = [(0, 2), (4, 5), (9, 1)];
@@ -91,7 +91,7 @@ struct Trace {
 fn plan_run(c: &Config) -> Trace {
     let limits = BatchLimits::new(c.min, c.max).unwrap();
     let sampler = GlobalBatchSampler::new(c.n, c.world, c.seed, true, c.drop_last).unwrap();
-    let initial = match limits.apply(0, adabatch::Schedule::initial(&c.schedule, c.initial)) {
+    let initial = match limits.apply(0, Schedule::initial(&c.schedule, c.initial)) {
         Ok(size) => size,
         Err(e) => {
             return Trace {

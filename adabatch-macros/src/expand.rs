@@ -121,21 +121,21 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
     // user's own where-clause) reports at the model's type, where `type Model`
     // already says what is wrong.
     let glue = |tokens: TokenStream| respan(tokens, at(first_span(model_ty)));
-    let batch = quote!(<<Self as #p::AdaptiveTrainer>::Model as #p::TrainModel>::Batch);
     let train_where = extra(glue(quote! {
         #d: #p::Dataset + ?::core::marker::Sized,
-        #c: #p::Collate<<#d as #p::Dataset>::Item, Batch = #batch>,
+        #c: #p::CollateFor<Self, #d>,
     }));
     let launch_where = extra(glue(quote! {
+        Self: ::core::marker::Send,
         #d: #p::Dataset + ?::core::marker::Sized,
-        #c: #p::Collate<<#d as #p::Dataset>::Item, Batch = #batch>,
+        #c: #p::CollateFor<Self, #d>,
         #f: ::core::ops::Fn(&#p::RankContext) -> #p::Result<Self> + ::core::marker::Sync,
     }));
     let train_sig = glue(quote! {
         /// Trains this trainer on one rank (`args.nproc_per_node` must be 1;
-        /// use `launch` for several ranks).
+        /// use `launch` for several ranks); it keeps its trained weights.
         pub fn train<#d, #c>(
-            self,
+            &mut self,
             dataset: &#d,
             collate: &#c,
             args: &#p::TrainingArgs,
@@ -152,7 +152,7 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
             collate: &#c,
             args: &#p::TrainingArgs,
             factory: #f,
-        ) -> #p::Result<#p::TrainSummary>
+        ) -> #p::Result<#p::Trained<Self>>
     });
     let launch_body = glue(quote! {{
         #p::launch::<Self, #d, #c, #f>(dataset, collate, args, factory)

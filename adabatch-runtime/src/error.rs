@@ -114,6 +114,15 @@ pub enum Error {
         /// The cause.
         source: std::io::Error,
     },
+    /// `train` runs one rank; more were asked for.
+    #[error("nproc_per_node = {nproc_per_node} needs one trainer per rank: use `launch` with a factory instead of `train`")]
+    TrainNeedsOneRank {
+        /// The requested number of ranks.
+        nproc_per_node: usize,
+    },
+    /// `launch_group` was given no rank to run in this process.
+    #[error("launch_group needs at least one rank in this process")]
+    EmptyGroup,
     /// A collective operation failed.
     #[error("communicator: {0}")]
     Comm(String),

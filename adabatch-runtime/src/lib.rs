@@ -3,55 +3,52 @@
 //! The loop is written once here and monomorphised per trainer; the
 //! `#[adaptive_trainer]` attribute (crate `adabatch-macros`) only emits typed glue.
 //! See the `adabatch` crate for the user-facing documentation.
+//!
+//! The crate root holds what a program needs. The folders below it are the design,
+//! each concept in a file named after it, imports only running downward:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`user`] | what a user implements or builds: model, data, trainer, parameters |
+//! | [`config`] | settings: `TrainingArgs` (run time) and `TrainerPolicy` (the attribute) |
+//! | [`adapt`] | controllers: batch-size schedules, learning rate |
+//! | [`data`] | which examples go into which step: sampler, length-aware epochs, planner |
+//! | [`memory`] | predicting and measuring peak memory |
+//! | [`dist`] | communicators between ranks, rendezvous, device parsing |
+//! | [`report`] | logs and the run summary |
+//! | [`train`] | entry points, the rank loop, one step, OOM recovery, checkpoints |
+//!
+//! Items reached only through these module paths (not re-exported at the root) are
+//! internals for tests, benchmarks and advanced use: they may change between
+//! releases.
 
 #![warn(missing_docs)]
 
-pub mod args;
-pub mod checkpoint;
-pub mod communicator;
-pub mod device_memory;
-pub mod engine;
+pub mod adapt;
+pub mod config;
+pub mod data;
+pub mod dist;
 pub mod error;
-pub mod length_batching;
-pub mod logging;
-pub mod lr;
 pub mod memory;
-pub mod model;
+pub mod report;
+pub mod train;
+pub mod user;
+
+pub use adapt::lr::{LrScaling, LrSchedulerType};
+pub use adapt::schedule::{Growth, ScheduleFn, ScheduleSpec};
+pub use config::args::TrainingArgs;
+pub use config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
+pub use dist::communicator::{Communicator, Local, Single};
 #[cfg(feature = "nccl")]
-pub mod nccl;
-pub mod oom;
-pub mod params;
-pub mod planner;
-pub mod policy;
-pub mod rendezvous;
-mod run_plan;
-pub mod sampler;
-pub mod schedule;
-mod step;
-pub mod trainer;
-
-pub use args::{LrSchedulerType, TrainingArgs};
-
-pub use checkpoint::TrainerState;
-pub use communicator::{Communicator, Local, Single};
-pub use device_memory::{memory_info, MemoryInfo, PeakSampler, StepMemory};
-pub use engine::TrainSummary;
+pub use dist::nccl::Nccl;
 pub use error::{Error, Result};
-pub use logging::StepLog;
+pub use memory::model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
+pub use report::logging::StepLog;
+pub use report::summary::TrainSummary;
 #[cfg(feature = "nccl")]
-pub use nccl::{launch_nccl, Nccl};
-pub use rendezvous::{Rendezvous, RendezvousError, TorchrunEnv};
-pub use sampler::{GlobalBatchSampler, StepPlan};
-
-pub use length_batching::{EpochPlan, LengthBatching, LengthIndex, LengthOptions};
-pub use memory::{
-    cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel, PaddedTokens,
-};
-pub use model::{Batch, Collate, Dataset, TrainModel, WithLengths};
-pub use oom::FaultInjector;
-pub use params::Parameters;
-pub use planner::{RunLength, StepBatches, StepPlanner};
-pub use policy::{GradAccum, LrScaling, OomPolicy, Reweight, TrainerPolicy};
-
-pub use schedule::{BatchLimits, Growth, Schedule, ScheduleFn, ScheduleSpec};
-pub use trainer::{launch, launch_group, train, AdaptiveTrainer, RankContext};
+pub use train::launch::launch_nccl;
+pub use train::launch::{launch, launch_group, train, Trained};
+pub use user::data::{Collate, Dataset, WithLengths};
+pub use user::model::{Batch, TrainModel};
+pub use user::params::Parameters;
+pub use user::trainer::{AdaptiveTrainer, RankContext};

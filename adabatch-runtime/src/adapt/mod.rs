@@ -1,0 +1,4 @@
+//! The controllers: what decides the next step's batch size and learning rate.
+
+pub mod lr;
+pub mod schedule;

@@ -1,0 +1,106 @@
+//! Run-time settings, with the names Hugging Face `TrainingArguments` users know.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::adapt::lr::LrSchedulerType;
+
+/// Run-time settings of a training run. `#[command(flatten)]` it into your own
+/// clap parser, or start from [`TrainingArgs::default`] and set fields.
+#[derive(Debug, Clone, Parser, serde::Serialize)]
+#[command(about = "adabatch training run")]
+pub struct TrainingArgs {
+    /// Passes over the training set.
+    #[arg(long, default_value_t = 3)]
+    pub num_train_epochs: usize,
+    /// Stop after this many optimisation steps (overrides epochs when reached first).
+    #[arg(long)]
+    pub max_steps: Option<usize>,
+    /// Initial per-device batch size (the schedule may start elsewhere).
+    #[arg(long, default_value_t = 8)]
+    pub per_device_train_batch_size: usize,
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 5e-5)]
+    pub learning_rate: f64,
+    /// Learning-rate schedule over examples consumed.
+    #[arg(long, value_enum, default_value_t = LrSchedulerType::Constant)]
+    pub lr_scheduler_type: LrSchedulerType,
+    /// Fraction of the run's examples spent warming the learning rate up from 0.
+    #[arg(long, default_value_t = 0.0)]
+    pub warmup_ratio: f64,
+    /// Seed of permutations and parameter initialisation (default: the policy's).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Override the policy's `drop_last` (`true` or `false`).
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub dataloader_drop_last: Option<bool>,
+    /// Ranks on this node (CPU: threads with a real all-reduce).
+    #[arg(long, default_value_t = 1)]
+    pub nproc_per_node: usize,
+    /// Device: `cpu`, or `cuda` / `cuda:N` when built with the `cuda` feature.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Log every this many steps (console and JSONL).
+    #[arg(long, default_value_t = 1)]
+    pub logging_steps: usize,
+    /// Write one JSON object per logged step to this file.
+    #[arg(long)]
+    pub log_jsonl: Option<PathBuf>,
+    /// Where checkpoints go (`checkpoint-{step}/`).
+    #[arg(long, default_value = "adabatch_output")]
+    pub output_dir: PathBuf,
+    /// Save a checkpoint every this many steps, and at the end (0 = never).
+    #[arg(long, default_value_t = 0)]
+    pub save_steps: usize,
+    /// Resume from this checkpoint directory (weights and position in the data).
+    #[arg(long)]
+    pub resume_from_checkpoint: Option<PathBuf>,
+    /// Print every rank's local batch size and indices on logged steps.
+    #[arg(long)]
+    pub log_indices: bool,
+    /// Print no per-step lines and no progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Hide the progress bar (HF `disable_tqdm`).
+    #[arg(long)]
+    pub disable_tqdm: bool,
+    /// Length-aware token-budget batching: global batches of examples sorted by
+    /// length, as many as fit in this many padded tokens (replaces the schedule).
+    #[arg(long)]
+    pub max_tokens_per_batch: Option<usize>,
+    /// Length-aware batching: round batch sizes down to 2^n or 3·2^n.
+    #[arg(long)]
+    pub friendly_batch_sizes: bool,
+    /// Length-aware batching: round batch sizes down to even numbers.
+    #[arg(long)]
+    pub even_batch_sizes: bool,
+    /// Length-aware batching: the first (hardest) batches kept first when batch
+    /// order is shuffled, so an OOM shows early.
+    #[arg(long, default_value_t = 1)]
+    pub keep_first_batches: usize,
+    /// Length-aware batching: largest growth between consecutive batches, as a
+    /// fraction of the first batch's size.
+    #[arg(long)]
+    pub max_batch_growth: Option<f64>,
+    /// Safety margin of the online memory model (0.05 = 5 %).
+    #[arg(long, default_value_t = 0.05)]
+    pub memory_margin: f64,
+    /// Override the policy's OOM handling.
+    #[arg(long, value_enum)]
+    pub oom: Option<crate::config::policy::OomPolicy>,
+    /// Fault injection: the first attempt of these steps runs out of memory on one
+    /// rank (rank `step % k` of the `k` ranks with examples in that step), e.g.
+    /// `--inject-oom-at-steps 3,7`.
+    #[arg(long, value_delimiter = ',')]
+    pub inject_oom_at_steps: Vec<usize>,
+    /// Clip the global gradient norm to this value (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    pub max_grad_norm: f64,
+}
+
+impl Default for TrainingArgs {
+    fn default() -> Self {
+        TrainingArgs::parse_from(["adabatch"])
+    }
+}

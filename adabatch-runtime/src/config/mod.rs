@@ -1,0 +1,5 @@
+//! Plain settings a user chooses: the run's [`args::TrainingArgs`] and the trainer's
+//! compile-time [`policy::TrainerPolicy`].
+
+pub mod args;
+pub mod policy;

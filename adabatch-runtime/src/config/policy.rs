@@ -1,0 +1,121 @@
+//! The training policy fixed at compile time by `#[adaptive_trainer(...)]`.
+//!
+//! Every type here is `const`-constructible so the macro can emit the whole policy
+//! as an associated const that tests and users can inspect.
+
+use crate::adapt::lr::LrScaling;
+use crate::adapt::schedule::ScheduleSpec;
+
+/// How per-rank losses and gradients are combined into one update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reweight {
+    /// Global mean over examples: ranks sum per-example losses and all-reduce the
+    /// example count, so W ranks of `b` compute exactly what 1 rank of `W*b` does.
+    SampleCount,
+    /// Global mean over tokens: per-example losses are token *sums*, weighted by the
+    /// batch's token count ([`crate::Batch::num_tokens`]).
+    TokenCount,
+    /// DDP-style mean of per-rank means (DSL `none`): every rank weighs the same,
+    /// whatever its batch size; an empty rank contributes zero.
+    RankMean,
+}
+
+/// What happens when a step runs out of device memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OomPolicy {
+    /// Stop the run with [`crate::Error::OutOfMemory`].
+    Fail,
+    /// Halve the per-device size and retry the same examples (HF `auto_find_batch_size`).
+    Halve,
+    /// Replay the same examples in smaller chunks, accumulating gradients.
+    #[value(alias = "split_retry")]
+    SplitRetry,
+    /// Drop the step and log what was dropped.
+    Skip,
+}
+
+/// Gradient accumulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GradAccum {
+    /// Accumulate this many global micro-batches per optimisation step.
+    Fixed(usize),
+    /// Accumulate micro-batches until the effective global batch reaches `global`.
+    Target {
+        /// Effective global batch to reach per optimisation step.
+        global: usize,
+    },
+}
+
+/// The policy of one trainer type: everything `#[adaptive_trainer(...)]` fixes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TrainerPolicy {
+    /// How the per-device batch size evolves.
+    pub schedule: ScheduleSpec,
+    /// Lower clamp for every schedule (≥ 1).
+    pub min_batch: usize,
+    /// Upper clamp for every schedule.
+    pub max_batch: Option<usize>,
+    /// Drop an epoch's final global batch when it is smaller than the current one.
+    pub drop_last: bool,
+    /// How per-rank gradients are combined.
+    pub reweight: Reweight,
+    /// What to do on out-of-memory.
+    pub oom: OomPolicy,
+    /// Gradient accumulation.
+    pub grad_accum: GradAccum,
+    /// Learning-rate scaling with the global batch.
+    pub lr_scaling: LrScaling,
+    /// Draw a new permutation each epoch (otherwise `0..N` in order).
+    pub shuffle: bool,
+    /// Seed of the per-epoch permutations and of seeded parameter initialisation,
+    /// unless `TrainingArgs::seed` overrides it.
+    pub seed: u64,
+}
+
+impl TrainerPolicy {
+    /// The defaults of the DSL table: constant initial size, no clamps, keep the last
+    /// batch, sample-count reweighting, fail on OOM, no accumulation, no LR scaling,
+    /// shuffled with seed 42.
+    pub const DEFAULT: TrainerPolicy = TrainerPolicy {
+        schedule: ScheduleSpec::Constant(None),
+        min_batch: 1,
+        max_batch: None,
+        drop_last: false,
+        reweight: Reweight::SampleCount,
+        oom: OomPolicy::Fail,
+        grad_accum: GradAccum::Fixed(1),
+        lr_scaling: LrScaling::Off,
+        shuffle: true,
+        seed: 42,
+    };
+
+    /// Why this runtime cannot run the policy, if it cannot.
+    ///
+    /// `const` so generated code can refuse an unsupported policy at compile time.
+    pub const fn unsupported(&self) -> Option<&'static str> {
+        // Keys whose support lands later return their reason here, and generated
+        // code fails to compile.
+        match (self.schedule, self.grad_accum) {
+            (ScheduleSpec::Memory { .. }, GradAccum::Fixed(1)) => None,
+            (ScheduleSpec::Memory { .. }, _) => Some(
+                "`schedule = memory(..)` sizes each global batch from the memory model; \
+                 combining it with `grad_accum` is not supported by this adabatch runtime yet",
+            ),
+            _ => None,
+        }
+    }
+
+    /// Fails compilation (when evaluated in a const) if the runtime cannot run `self`.
+    pub const fn assert_supported(&self) {
+        if let Some(reason) = self.unsupported() {
+            panic!("{}", reason);
+        }
+    }
+}
+
+impl Default for TrainerPolicy {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}

@@ -1,0 +1,6 @@
+//! Which examples go into which step: the global-batch sampler, length-aware
+//! epochs and the step planner that drives both with the schedule.
+
+pub mod length;
+pub mod planner;
+pub mod sampler;

@@ -1,0 +1,318 @@
+//! Step planning: the sampler driven by the schedule, epoch by epoch.
+//!
+//! This is the whole batch-size logic of the engine without the model, so property
+//! tests can run it over many configurations.
+
+use crate::adapt::schedule::{BatchLimits, Schedule};
+use crate::config::policy::GradAccum;
+use crate::data::length::EpochPlan;
+use crate::data::sampler::{GlobalBatchSampler, StepPlan};
+use crate::error::{Error, Result};
+
+/// How long a run lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunLength {
+    /// This many passes over the data.
+    Epochs(usize),
+    /// This many optimisation steps.
+    Steps(usize),
+}
+
+/// The micro-batches of one optimisation step (one, without gradient accumulation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepBatches {
+    /// Global micro-batches, in order; gradients of all of them make one update.
+    pub micro: Vec<StepPlan>,
+}
+
+impl StepBatches {
+    /// Examples of the whole step (the effective global batch).
+    pub fn global_size(&self) -> usize {
+        self.micro.iter().map(StepPlan::global_size).sum()
+    }
+    /// Each rank's examples over all micro-batches.
+    pub fn local_sizes(&self) -> Vec<usize> {
+        let mut sizes = vec![0; self.micro.first().map_or(0, |m| m.splits.len())];
+        for m in &self.micro {
+            sizes
+                .iter_mut()
+                .zip(m.local_sizes())
+                .for_each(|(s, l)| *s += l);
+        }
+        sizes
+    }
+    /// Each rank's indices over all micro-batches.
+    pub fn per_rank_indices(&self) -> Vec<Vec<usize>> {
+        let mut all = vec![Vec::new(); self.micro.first().map_or(0, |m| m.splits.len())];
+        for m in &self.micro {
+            all.iter_mut()
+                .enumerate()
+                .for_each(|(rank, v)| v.extend_from_slice(m.local(rank)));
+        }
+        all
+    }
+    /// All indices of the step, in order.
+    pub fn indices(&self) -> Vec<usize> {
+        self.micro
+            .iter()
+            .flat_map(|m| m.indices.iter().copied())
+            .collect()
+    }
+    /// The largest single-rank slice of any micro-batch.
+    pub fn max_local(&self) -> usize {
+        self.micro
+            .iter()
+            .flat_map(StepPlan::local_sizes)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Where a planner stands: everything its future batches depend on (a checkpoint
+/// stores it; resuming restores it).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PlannerState {
+    /// Optimisation steps taken.
+    pub global_step: usize,
+    /// Current epoch (0-based).
+    pub epoch_index: usize,
+    /// Examples used in the current epoch.
+    pub position: usize,
+    /// Examples used in total.
+    pub examples_seen: usize,
+    /// Per-device size of the next step.
+    pub per_device: usize,
+    /// Lower clamp in force (an OOM `halve` may have lowered it).
+    pub min_batch: usize,
+    /// Upper clamp in force (an OOM `halve` may have set it).
+    pub max_batch: Option<usize>,
+}
+
+/// Yields each step's global batch, applying the schedule after every step.
+#[derive(Debug, Clone)]
+pub struct StepPlanner<S> {
+    sampler: GlobalBatchSampler,
+    schedule: S,
+    limits: BatchLimits,
+    per_device: usize,
+    step: usize,
+    length: RunLength,
+    world_size: usize,
+    drop_last: bool,
+    accum: GradAccum,
+    planned_epoch: Option<usize>,
+}
+
+impl<S: Schedule> StepPlanner<S> {
+    /// A planner at step 0; `initial_per_device` is the (already clamped) first size.
+    pub fn new(
+        sampler: GlobalBatchSampler,
+        schedule: S,
+        limits: BatchLimits,
+        initial_per_device: usize,
+        length: RunLength,
+        world_size: usize,
+        drop_last: bool,
+    ) -> Result<Self> {
+        check_fits(
+            drop_last,
+            initial_per_device,
+            world_size,
+            sampler.num_examples(),
+            None,
+        )?;
+        Ok(Self {
+            sampler,
+            schedule,
+            limits,
+            per_device: initial_per_device,
+            step: 0,
+            length,
+            world_size,
+            drop_last,
+            accum: GradAccum::Fixed(1),
+            planned_epoch: None,
+        })
+    }
+
+    /// Accumulates gradients over several global micro-batches per step. A step
+    /// never spans two epochs: its last micro-batch may be the epoch's tail.
+    pub fn with_grad_accum(mut self, accum: GradAccum) -> Self {
+        self.accum = accum;
+        self
+    }
+
+    fn micro_batches_per_step(&self) -> usize {
+        match self.accum {
+            GradAccum::Fixed(n) => n.max(1),
+            GradAccum::Target { global } => {
+                global.div_ceil(self.per_device * self.world_size).max(1)
+            }
+        }
+    }
+
+    /// The next step's micro-batches, or `None` when the run is over.
+    pub fn next_step(&mut self) -> Option<StepBatches> {
+        self.next_step_with(|_| Ok(None)).unwrap_or(None)
+    }
+
+    /// Like [`StepPlanner::next_step`]; before an epoch's first step,
+    /// `plan_epoch(epoch)` may return a length-aware plan for it.
+    pub fn next_step_with(
+        &mut self,
+        mut plan_epoch: impl FnMut(usize) -> Result<Option<EpochPlan>>,
+    ) -> Result<Option<StepBatches>> {
+        loop {
+            if self.sampler.position() == 0
+                && self.planned_epoch != Some(self.sampler.epoch_index())
+            {
+                let epoch = self.sampler.epoch_index();
+                self.planned_epoch = Some(epoch);
+                let within_length = match self.length {
+                    RunLength::Epochs(epochs) => epoch < epochs,
+                    RunLength::Steps(max) => self.step < max,
+                };
+                if within_length {
+                    if let Some(plan) = plan_epoch(epoch)? {
+                        self.sampler
+                            .start_planned_epoch(plan.order, &plan.sizes, &plan.predicted);
+                    }
+                }
+            }
+            match self.length {
+                RunLength::Steps(max) if self.step >= max => return Ok(None),
+                RunLength::Epochs(epochs) if self.sampler.epoch_index() >= epochs => {
+                    return Ok(None)
+                }
+                _ => {}
+            }
+            let wanted = self.micro_batches_per_step();
+            let micro: Vec<StepPlan> =
+                std::iter::from_fn(|| self.sampler.next_step(self.per_device))
+                    .take(wanted)
+                    .collect();
+            if !micro.is_empty() {
+                self.step += 1;
+                return Ok(Some(StepBatches { micro }));
+            }
+            if self.length == RunLength::Epochs(self.sampler.epoch_index() + 1) {
+                // The last epoch is used up: no permutation to draw for the next.
+                return Ok(None);
+            }
+            self.sampler.start_next_epoch();
+        }
+    }
+
+    /// Asks the schedule for the next size after the step just taken.
+    pub fn finish_step(&mut self) -> Result<()> {
+        let raw = self.schedule.next(self.step, self.per_device);
+        self.per_device = self.limits.apply(self.step, raw)?;
+        check_fits(
+            self.drop_last,
+            self.per_device,
+            self.world_size,
+            self.sampler.num_examples(),
+            Some(self.step),
+        )
+    }
+
+    /// Puts a step's examples back, to be drawn again (after an OOM).
+    pub fn rewind(&mut self, batches: &StepBatches) {
+        self.sampler.rewind(batches.global_size());
+        self.step -= 1;
+    }
+
+    /// Halves the per-device size and caps later growth there (HF
+    /// `auto_find_batch_size`); `false` when it is already 1.
+    pub fn halve(&mut self) -> bool {
+        if self.sampler.is_planned() {
+            // Length-aware epochs: split the failed batch itself.
+            return self.sampler.split_next_planned();
+        }
+        if self.per_device <= 1 {
+            return false;
+        }
+        self.per_device /= 2;
+        self.limits.max = Some(
+            self.limits
+                .max
+                .map_or(self.per_device, |m| m.min(self.per_device)),
+        );
+        self.limits.min = self.limits.min.min(self.per_device);
+        true
+    }
+
+    /// Forgets the step just drawn without training it: its examples stay consumed.
+    pub fn skip_step(&mut self) {
+        self.step -= 1;
+    }
+
+    /// Where the planner stands now.
+    pub fn state(&self) -> PlannerState {
+        PlannerState {
+            global_step: self.step,
+            epoch_index: self.sampler.epoch_index(),
+            position: self.sampler.position(),
+            examples_seen: self.sampler.examples_seen(),
+            per_device: self.per_device,
+            min_batch: self.limits.min,
+            max_batch: self.limits.max,
+        }
+    }
+
+    /// Continues from a saved [`PlannerState`].
+    pub fn restore(&mut self, state: &PlannerState) {
+        self.sampler
+            .restore(state.epoch_index, state.position, state.examples_seen);
+        self.step = state.global_step;
+        self.per_device = state.per_device;
+        self.limits = BatchLimits {
+            min: state.min_batch,
+            max: state.max_batch,
+        };
+        self.planned_epoch = None;
+    }
+
+    /// The clamps in force.
+    pub fn limits(&self) -> BatchLimits {
+        self.limits
+    }
+
+    /// Steps taken so far.
+    pub fn step(&self) -> usize {
+        self.step
+    }
+    /// Per-device size of the next step.
+    pub fn per_device(&self) -> usize {
+        self.per_device
+    }
+    /// Coverage and epoch accounting.
+    pub fn sampler(&self) -> &GlobalBatchSampler {
+        &self.sampler
+    }
+    /// Whether the step just taken is the run's last by step count.
+    pub fn is_last_step(&self) -> bool {
+        self.length == RunLength::Steps(self.step)
+    }
+}
+
+/// With `drop_last`, a global batch larger than the dataset could never be used.
+pub fn check_fits(
+    drop_last: bool,
+    per_device: usize,
+    world_size: usize,
+    examples: usize,
+    after_step: Option<usize>,
+) -> Result<()> {
+    let global_batch = per_device.saturating_mul(world_size);
+    if drop_last && global_batch > examples {
+        return Err(Error::GlobalBatchTooLarge {
+            global_batch,
+            per_device,
+            world_size,
+            examples,
+            after_step,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! Talking between ranks: the communicator trait and its backends, the TCP
+//! rendezvous of multi-node runs, and the `--device` parser.
+
+pub mod communicator;
+pub mod device;
+#[cfg(feature = "nccl")]
+pub mod nccl;
+pub mod rendezvous;

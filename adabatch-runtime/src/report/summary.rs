@@ -1,0 +1,44 @@
+//! What a finished run reports.
+
+/// What a finished run reports (rank 0's view; every rank computes the same).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TrainSummary {
+    /// Optimisation steps taken.
+    pub global_step: usize,
+    /// Examples seen / N.
+    pub epoch: f64,
+    /// Examples seen in total.
+    pub examples_seen: usize,
+    /// Mean of the step losses.
+    pub train_loss: f64,
+    /// Loss of every step, in order.
+    pub step_losses: Vec<f64>,
+    /// Out-of-memory events handled by the OOM policy.
+    pub oom_events: usize,
+    /// Per-device batch size the schedule had reached at the end.
+    pub final_per_device_batch_size: usize,
+    /// Number of ranks.
+    pub world_size: usize,
+    /// Wall time of the loop, seconds.
+    pub train_runtime: f64,
+    /// Examples per second over the run.
+    pub train_samples_per_second: f64,
+}
+
+impl std::fmt::Display for TrainSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{{'train_runtime': {:.3}, 'train_samples_per_second': {:.1}, 'train_loss': {:.4}, 'epoch': {:.2}, 'global_step': {}, 'examples_seen': {}, 'final_per_device_batch_size': {}, 'world_size': {}, 'oom_events': {}}}",
+            self.train_runtime,
+            self.train_samples_per_second,
+            self.train_loss,
+            self.epoch,
+            self.global_step,
+            self.examples_seen,
+            self.final_per_device_batch_size,
+            self.world_size,
+            self.oom_events
+        )
+    }
+}

@@ -1,0 +1,410 @@
+//! The training loop, written once and monomorphised per trainer.
+
+use std::time::Instant;
+
+use candle_core::{Device, Tensor, Var};
+
+use crate::config::policy::OomPolicy;
+use crate::data::length::{EpochPlan, LengthBatching, LengthIndex};
+use crate::data::planner::{StepBatches, StepPlanner};
+use crate::data::sampler::GlobalBatchSampler;
+use crate::dist::communicator::Communicator;
+use crate::error::{Error, Result};
+use crate::memory::device::PeakSampler;
+use crate::memory::model::{
+    cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel,
+};
+use crate::report::logging::{Logger, StepLog};
+use crate::report::summary::TrainSummary;
+use crate::train::checkpoint::{resume_checkpoint, save_checkpoint};
+use crate::train::settings::RunSettings;
+use crate::train::step::{train_step, StepInput, StepOutcome};
+use crate::user::data::Dataset;
+use crate::user::model::TrainModel;
+use crate::user::trainer::{AdaptiveTrainer, CollateFor};
+
+/// The plan of a length-aware epoch. Every rank must plan the same batches: a
+/// user `#[regressor]` is checked for agreement, and the built-in online models
+/// (each fitted to its own rank's measurements) are combined by taking the most
+/// conservative prediction.
+fn plan_length_epoch<T: AdaptiveTrainer>(
+    plan: &RunSettings,
+    index: Option<&LengthIndex>,
+    trainer: &mut T,
+    online: &OnlineMemoryModel,
+    comm: &impl Communicator,
+    epoch: usize,
+) -> Result<Option<EpochPlan>> {
+    let (Some((batching, options)), Some(index)) = (plan.batching, index) else {
+        return Ok(None);
+    };
+    let world = comm.world_size();
+    if let Some(user) = trainer.regressor() {
+        let epoch_plan = index.plan_epoch(batching, &options, &*user, plan.seed, epoch);
+        if world > 1 {
+            let fingerprint = epoch_plan
+                .sizes
+                .iter()
+                .enumerate()
+                .fold(0u64, |h, (k, &s)| {
+                    h.wrapping_mul(1_000_003)
+                        .wrapping_add((k as u64 + 1) * s as u64)
+                        % (1 << 40)
+                }) as f64;
+            let mut sums = [fingerprint, epoch_plan.sizes.len() as f64];
+            comm.all_reduce_sum(&mut [], &mut sums)?;
+            if sums
+                != [
+                    fingerprint * world as f64,
+                    epoch_plan.sizes.len() as f64 * world as f64,
+                ]
+            {
+                return Err(Error::InvalidConfig(format!(
+                    "the #[regressor] planned different batches on different ranks (epoch {epoch}): it must be deterministic"
+                )));
+            }
+        }
+        return Ok(Some(epoch_plan));
+    }
+    if world == 1 || !matches!(batching, LengthBatching::Memory { .. }) {
+        return Ok(Some(
+            index.plan_epoch(batching, &options, online, plan.seed, epoch),
+        ));
+    }
+    let mut all = vec![0.0; 5 * world];
+    all[5 * comm.rank()..5 * comm.rank() + 5].copy_from_slice(&online.snapshot());
+    comm.all_reduce_sum(&mut [], &mut all)?;
+    let models = all
+        .chunks(5)
+        .map(|s| OnlineMemoryModel::from_snapshot([s[0], s[1], s[2], s[3], s[4]]))
+        .collect();
+    Ok(Some(index.plan_epoch(
+        batching,
+        &options,
+        &MostConservative(models),
+        plan.seed,
+        epoch,
+    )))
+}
+
+/// Peak memory of a step: on CPU the documented proxy of its features, on a GPU
+/// the high-water mark of the device's memory pool during the step.
+fn measure_memory(
+    device: &Device,
+    features: &BatchFeatures,
+    device_peak: Option<u64>,
+) -> Option<u64> {
+    if device.is_cpu() {
+        Some(cpu_memory_proxy(features))
+    } else {
+        device_peak
+    }
+}
+
+/// The model's parameters sorted by name, checked for duplicates.
+fn sorted_parameters<M: TrainModel>(model: &M) -> Result<Vec<(String, Var)>> {
+    let mut params = model.named_parameters();
+    if params.is_empty() {
+        return Err(Error::NoParameters);
+    }
+    params.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(w) = params.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(Error::InvalidConfig(format!(
+            "parameter name `{}` appears twice in named_parameters",
+            w[0].0
+        )));
+    }
+    Ok(params)
+}
+
+/// Makes every rank start from rank 0's weights, after checking they agree on the
+/// parameter set.
+fn synchronise_parameters(comm: &impl Communicator, params: &[(String, Var)]) -> Result<()> {
+    if comm.world_size() == 1 {
+        return Ok(());
+    }
+    let elems: usize = params.iter().map(|(_, v)| v.elem_count()).sum();
+    let mut totals = [params.len() as f64, elems as f64];
+    comm.all_reduce_sum(&mut [], &mut totals)?;
+    let world = comm.world_size() as f64;
+    if totals != [params.len() as f64 * world, elems as f64 * world] {
+        return Err(Error::ParameterMismatch {
+            rank: comm.rank(),
+            detail: format!(
+                "this rank has {} tensors / {elems} values; the group disagrees",
+                params.len()
+            ),
+        });
+    }
+    let mut tensors: Vec<Tensor> = params.iter().map(|(_, v)| v.as_tensor().clone()).collect();
+    comm.broadcast(&mut tensors, 0)?;
+    for ((_, var), value) in params.iter().zip(&tensors) {
+        var.set(value)?;
+    }
+    Ok(())
+}
+
+/// Per-rank mutable state of the loop.
+struct Progress {
+    losses_since_log: Vec<f64>,
+    examples_since_log: usize,
+    oom_events_since_log: usize,
+    oom_events: usize,
+    last_log: Instant,
+    step_losses: Vec<f64>,
+}
+
+pub(crate) fn rank_loop<T, D, C>(
+    trainer: &mut T,
+    comm: &impl Communicator,
+    dataset: &D,
+    collate: &C,
+    plan: &RunSettings,
+    device: &Device,
+    mut logger: Option<&mut Logger>,
+) -> Result<TrainSummary>
+where
+    T: AdaptiveTrainer,
+    D: Dataset + ?Sized,
+    C: CollateFor<T, D>,
+{
+    let (model, _) = trainer.parts();
+    let params = sorted_parameters(&*model)?;
+    let resumed = match &plan.resume {
+        Some(dir) => Some(resume_checkpoint(dir, plan, &params, device)?),
+        None => None,
+    };
+    synchronise_parameters(comm, &params)?;
+    let sampler = GlobalBatchSampler::new(
+        plan.num_examples,
+        plan.world_size,
+        plan.seed,
+        plan.shuffle,
+        plan.drop_last,
+    )?;
+    let mut planner = StepPlanner::new(
+        sampler,
+        plan.schedule,
+        plan.limits,
+        plan.initial_per_device,
+        plan.length,
+        plan.world_size,
+        plan.drop_last,
+    )?
+    .with_grad_accum(plan.grad_accum);
+    if let Some(state) = &resumed {
+        planner.restore(&state.planner);
+    }
+    let mut input = StepInput {
+        dataset,
+        collate,
+        device,
+        reweight: plan.reweight,
+        max_grad_norm: plan.max_grad_norm,
+        faults: plan.faults.clone(),
+    };
+    let length_index = plan.batching.map(|_| {
+        LengthIndex::new(
+            &(0..plan.num_examples)
+                .map(|i| dataset.example_len(i))
+                .collect::<Vec<_>>(),
+        )
+    });
+    let mut online = OnlineMemoryModel::new(plan.memory_margin);
+    let memory_mode = matches!(plan.batching, Some((LengthBatching::Memory { .. }, _)));
+    let started = Instant::now();
+    let mut progress = Progress {
+        losses_since_log: Vec::new(),
+        examples_since_log: 0,
+        oom_events_since_log: 0,
+        oom_events: resumed.as_ref().map_or(0, |s| s.oom_events),
+        last_log: started,
+        step_losses: Vec::new(),
+    };
+    // Pieces each rank slice is split into after `split_retry` OOMs of this step.
+    let mut chunks = 1;
+    let mut retried_at_floor = false;
+    while let Some(batches) = planner.next_step_with(|epoch| {
+        plan_length_epoch(plan, length_index.as_ref(), trainer, &online, comm, epoch)
+    })? {
+        let step = planner.step();
+        let predicted_memory = planner.sampler().last_predicted();
+        let consumed_before = planner.sampler().examples_seen() - batches.global_size();
+        let lr = plan.lr.at(consumed_before, batches.global_size());
+        let log_now =
+            logger.is_some() && (step % plan.logging_steps == 0 || planner.is_last_step());
+        // Only memory-aware runs need the device's peak (it synchronises the device).
+        let peak = (memory_mode && !device.is_cpu()).then(|| PeakSampler::start(device));
+        let outcome = train_step(
+            trainer, comm, &mut input, &params, &batches, chunks, lr, step, log_now,
+        )?;
+        let device_peak = peak.and_then(|p| p.finish().pool_peak);
+        let (loss, grad_norm) = match outcome {
+            StepOutcome::Trained { loss, grad_norm } => (loss, grad_norm),
+            StepOutcome::OutOfMemory { detail } => {
+                progress.oom_events += 1;
+                progress.oom_events_since_log += 1;
+                let action = match plan.oom {
+                    OomPolicy::Fail => return Err(Error::OutOfMemory { step, detail }),
+                    // At the floor (size 1, or one example per chunk) an OOM may still
+                    // be transient (fragmentation): one plain retry, then give up.
+                    OomPolicy::Halve | OomPolicy::SplitRetry => {
+                        let before = (planner.per_device(), chunks);
+                        planner.rewind(&batches);
+                        let shrunk = if plan.oom == OomPolicy::Halve {
+                            planner.halve()
+                        } else if chunks < batches.max_local() {
+                            chunks = (chunks * 2).min(batches.max_local());
+                            true
+                        } else {
+                            false
+                        };
+                        if !shrunk {
+                            if retried_at_floor {
+                                return Err(Error::OutOfMemory {
+                                    step,
+                                    detail: format!(
+                                        "{detail}; still out of memory at the smallest size"
+                                    ),
+                                });
+                            }
+                            retried_at_floor = true;
+                        }
+                        match plan.oom {
+                            OomPolicy::Halve => format!(
+                                "halve: per-device size {} -> {}, retrying the same {} examples",
+                                before.0,
+                                planner.per_device(),
+                                batches.global_size()
+                            ),
+                            _ => format!(
+                                "split_retry: replaying the same {} examples in {chunks} chunk(s) per rank",
+                                batches.global_size()
+                            ),
+                        }
+                    }
+                    OomPolicy::Skip => {
+                        planner.skip_step();
+                        format!(
+                            "skip: dropped {} examples {:?}",
+                            batches.global_size(),
+                            batches.indices()
+                        )
+                    }
+                };
+                if let Some(logger) = logger.as_deref_mut() {
+                    logger.event(&format!("step {step}: out of memory ({detail}); {action}"));
+                    if plan.oom == OomPolicy::Skip {
+                        logger.advance(batches.global_size(), planner.sampler().epoch());
+                    }
+                }
+                continue;
+            }
+        };
+        let measured_memory = if memory_mode {
+            let local = &batches.per_rank_indices()[comm.rank()];
+            let chunk = &local[..local.len().div_ceil(chunks)];
+            let features = BatchFeatures::of_lengths(chunk.iter().map(|&i| dataset.example_len(i)));
+            let bytes = measure_memory(device, &features, device_peak);
+            if let Some(bytes) = bytes {
+                online.observe(&features, bytes);
+                if let Some(user) = trainer.regressor() {
+                    user.observe(&features, bytes);
+                }
+            }
+            bytes
+        } else {
+            None
+        };
+        chunks = 1;
+        retried_at_floor = false;
+        progress.step_losses.push(loss);
+        progress.losses_since_log.push(loss);
+        progress.examples_since_log += batches.global_size();
+        if let Some(logger) = logger.as_deref_mut() {
+            logger.advance(batches.global_size(), planner.sampler().epoch());
+            if log_now {
+                let mut entry = step_log(
+                    &mut progress,
+                    planner.sampler(),
+                    step,
+                    &batches,
+                    grad_norm.unwrap_or(f64::NAN),
+                    lr,
+                );
+                entry.predicted_memory = predicted_memory;
+                entry.measured_memory = measured_memory;
+                logger.log(&entry)?;
+            }
+        }
+        planner.finish_step()?;
+        if plan.save_steps > 0 && step % plan.save_steps == 0 && comm.rank() == 0 {
+            save_checkpoint(
+                plan,
+                &planner,
+                &params,
+                progress.oom_events,
+                logger.as_deref(),
+            )?;
+        }
+    }
+    let saved_last = plan.save_steps > 0 && planner.step() % plan.save_steps == 0;
+    if plan.save_steps > 0 && !saved_last && comm.rank() == 0 {
+        save_checkpoint(
+            plan,
+            &planner,
+            &params,
+            progress.oom_events,
+            logger.as_deref(),
+        )?;
+    }
+    if let Some(logger) = logger {
+        logger.finish();
+    }
+    let runtime = started.elapsed().as_secs_f64();
+    let sampler = planner.sampler();
+    let steps = progress.step_losses.len().max(1) as f64;
+    Ok(TrainSummary {
+        global_step: planner.step(),
+        epoch: sampler.epoch(),
+        examples_seen: sampler.examples_seen(),
+        train_loss: progress.step_losses.iter().sum::<f64>() / steps,
+        step_losses: progress.step_losses,
+        oom_events: progress.oom_events,
+        final_per_device_batch_size: planner.per_device(),
+        world_size: plan.world_size,
+        train_runtime: runtime,
+        train_samples_per_second: sampler.examples_seen() as f64 / runtime.max(f64::MIN_POSITIVE),
+    })
+}
+
+fn step_log(
+    progress: &mut Progress,
+    sampler: &GlobalBatchSampler,
+    step: usize,
+    batches: &StepBatches,
+    grad_norm: f64,
+    lr: f64,
+) -> StepLog {
+    let elapsed = progress.last_log.elapsed().as_secs_f64();
+    let losses = std::mem::take(&mut progress.losses_since_log);
+    let entry = StepLog {
+        step,
+        epoch: sampler.epoch(),
+        train_coverage: sampler.train_coverage(),
+        local_batch_sizes: batches.local_sizes(),
+        global_batch: batches.global_size(),
+        indices: batches.per_rank_indices(),
+        loss: losses.iter().sum::<f64>() / losses.len().max(1) as f64,
+        grad_norm,
+        learning_rate: lr,
+        examples_per_s: progress.examples_since_log as f64 / elapsed.max(f64::MIN_POSITIVE),
+        micro_batches: batches.micro.len(),
+        oom_events: std::mem::take(&mut progress.oom_events_since_log),
+        predicted_memory: None,
+        measured_memory: None,
+    };
+    progress.examples_since_log = 0;
+    progress.last_log = Instant::now();
+    entry
+}

@@ -1,0 +1,9 @@
+//! The loop, on top of everything: entry points, the rank loop, one step, OOM
+//! recovery, checkpoints and the run's checked settings.
+
+pub mod checkpoint;
+pub(crate) mod engine;
+pub mod launch;
+pub mod oom;
+pub(crate) mod settings;
+pub(crate) mod step;

@@ -1,0 +1,134 @@
+//! Out-of-memory handling: recognising OOM errors, and a fault-injection hook that
+//! produces them on CPU for tests and demos.
+
+use std::collections::BTreeSet;
+
+use crate::error::Error;
+
+/// Whether an error is the device running out of memory (candle surfaces CUDA's
+/// `CUDA_ERROR_OUT_OF_MEMORY` and allocator failures as messages).
+pub fn is_out_of_memory(error: &Error) -> bool {
+    match error {
+        Error::OutOfMemory { .. } => true,
+        Error::Candle(e) => {
+            let msg = e.to_string().to_lowercase();
+            msg.contains("out of memory") || msg.contains("out_of_memory")
+        }
+        _ => false,
+    }
+}
+
+/// Injects out-of-memory errors into forward passes, so every OOM policy can be
+/// exercised without a GPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FaultInjector {
+    at_steps: BTreeSet<usize>,
+    above_local_batch: Option<usize>,
+}
+
+impl FaultInjector {
+    /// No faults.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The first attempt of each listed step runs out of memory on exactly one
+    /// rank: rank `step % k`, where `k` is the number of ranks that have examples in
+    /// that step (ranks `0..k`, as the even split fills the lowest ranks first). So
+    /// every listed step that the run reaches fires exactly once, even at an epoch's
+    /// short tail, and the other ranks must agree through the communicator before
+    /// anyone steps.
+    pub fn at_steps(steps: impl IntoIterator<Item = usize>) -> Self {
+        Self {
+            at_steps: steps.into_iter().collect(),
+            above_local_batch: None,
+        }
+    }
+
+    /// Every forward pass over more than `examples` examples on one rank runs out of
+    /// memory: a simple memory law for `halve` and `split_retry`.
+    pub fn above_local_batch(mut self, examples: usize) -> Self {
+        self.above_local_batch = Some(examples);
+        self
+    }
+
+    /// Also fails the first attempt of each of `steps`.
+    pub fn and_steps(mut self, steps: impl IntoIterator<Item = usize>) -> Self {
+        self.at_steps.extend(steps);
+        self
+    }
+
+    /// The listed steps not yet fired.
+    pub fn steps(&self) -> impl Iterator<Item = usize> + '_ {
+        self.at_steps.iter().copied()
+    }
+
+    /// Whether nothing will ever be injected.
+    pub fn is_empty(&self) -> bool {
+        self.at_steps.is_empty() && self.above_local_batch.is_none()
+    }
+
+    /// Called before each forward pass of `examples` examples; `active_ranks` is the
+    /// number of ranks with examples in this step.
+    pub(crate) fn check(
+        &mut self,
+        step: usize,
+        rank: usize,
+        active_ranks: usize,
+        examples: usize,
+    ) -> Result<(), Error> {
+        if step % active_ranks.max(1) == rank && self.at_steps.remove(&step) {
+            return Err(Error::OutOfMemory {
+                step,
+                detail: format!("injected at step {step} on rank {rank}"),
+            });
+        }
+        match self.above_local_batch {
+            Some(limit) if examples > limit => Err(Error::OutOfMemory {
+                step,
+                detail: format!(
+                    "injected: {examples} examples exceed the limit of {limit} on rank {rank}"
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listed_steps_fire_once_on_one_rank() {
+        let mut rank0 = FaultInjector::at_steps([2, 3]);
+        let mut rank1 = rank0.clone();
+        assert!(rank0.check(2, 0, 2, 4).is_err());
+        assert!(rank0.check(2, 0, 2, 4).is_ok(), "fires once");
+        assert!(rank1.check(2, 1, 2, 4).is_ok(), "step 2 belongs to rank 0");
+        assert!(rank1.check(3, 1, 2, 4).is_err());
+    }
+
+    #[test]
+    fn listed_steps_hit_a_rank_that_has_examples() {
+        // Step 3 of a short epoch tail where only rank 0 has examples: 3 % 1 == 0.
+        let mut rank0 = FaultInjector::at_steps([3]);
+        assert!(rank0.check(3, 0, 1, 1).is_err());
+        // With three active ranks of four, step 5 hits rank 5 % 3 == 2.
+        let mut rank2 = FaultInjector::at_steps([5]);
+        let mut rank1 = rank2.clone();
+        assert!(rank1.check(5, 1, 3, 2).is_ok());
+        assert!(rank2.check(5, 2, 3, 2).is_err());
+    }
+
+    #[test]
+    fn memory_law_fires_above_the_limit() {
+        let mut f = FaultInjector::none().above_local_batch(3);
+        assert!(f.check(1, 0, 1, 3).is_ok());
+        assert!(is_out_of_memory(&f.check(1, 0, 1, 4).unwrap_err()));
+        let cuda = Error::Candle(candle_core::Error::Msg(
+            "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")".into(),
+        ));
+        assert!(is_out_of_memory(&cuda));
+    }
+}

@@ -1,0 +1,317 @@
+//! One optimisation step on one rank: collate, forward and backward of every
+//! micro-batch (in chunks after an OOM), one all-reduce with agreement flags, the
+//! optimizer update.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use candle_core::backprop::GradStore;
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::Optimizer;
+
+use crate::config::policy::Reweight;
+use crate::data::planner::StepBatches;
+use crate::dist::communicator::Communicator;
+use crate::error::{Error, Result};
+use crate::train::oom::{is_out_of_memory, FaultInjector};
+use crate::user::data::{Collate, Dataset};
+use crate::user::model::{Batch, TrainModel};
+use crate::user::trainer::{AdaptiveTrainer, CollateFor};
+
+/// What one rank needs besides the model to run a step.
+pub(crate) struct StepInput<'a, D: ?Sized, C> {
+    pub dataset: &'a D,
+    pub collate: &'a C,
+    pub device: &'a Device,
+    pub reweight: Reweight,
+    pub max_grad_norm: f64,
+    pub faults: FaultInjector,
+}
+
+/// How a step ended, the same on every rank.
+#[derive(Debug)]
+pub(crate) enum StepOutcome {
+    /// The update was applied.
+    Trained { loss: f64, grad_norm: Option<f64> },
+    /// Some rank ran out of memory; nobody stepped.
+    OutOfMemory { detail: String },
+}
+
+/// This rank's accumulated gradients (aligned with the parameters), loss share and
+/// token count.
+struct LocalGrads {
+    grads: Vec<Option<Tensor>>,
+    loss: f64,
+    tokens: f64,
+}
+
+/// Runs `f`, turning a panic into this rank's error.
+pub(crate) fn guarded<R>(rank: usize, f: impl FnOnce() -> Result<R>) -> Result<R> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        Err(Error::RankPanicked {
+            rank,
+            message: panic_message(&*p),
+        })
+    })
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}
+
+fn collate_chunk<B: Batch, D, C>(input: &StepInput<'_, D, C>, indices: &[usize]) -> Result<B>
+where
+    D: Dataset + ?Sized,
+    C: Collate<D::Item, Batch = B>,
+{
+    let items: Vec<D::Item> = indices.iter().map(|&i| input.dataset.get(i)).collect();
+    let batch = input.collate.collate(&items, input.device)?;
+    if batch.num_examples() != items.len() {
+        return Err(Error::InvalidConfig(format!(
+            "collate returned a batch of {} examples for {} items",
+            batch.num_examples(),
+            items.len()
+        )));
+    }
+    Ok(batch)
+}
+
+/// Forward and backward over this rank's share of every micro-batch, each split in
+/// `chunks` pieces, gradients summed. `known_weight` (the global example count, or
+/// the number of active rank slices for `RankMean`) scales each loss so the sum is
+/// the global mean; token counts are only known afterwards and scale at the end.
+#[allow(clippy::too_many_arguments)]
+fn accumulate_local<M, D, C>(
+    model: &M,
+    input: &mut StepInput<'_, D, C>,
+    params: &[(String, Var)],
+    batches: &StepBatches,
+    rank: usize,
+    chunks: usize,
+    known_weight: f64,
+    step: usize,
+) -> Result<LocalGrads>
+where
+    M: TrainModel,
+    D: Dataset + ?Sized,
+    C: Collate<D::Item, Batch = M::Batch>,
+{
+    let mut local = LocalGrads {
+        grads: vec![None; params.len()],
+        loss: 0.0,
+        tokens: 0.0,
+    };
+    let active_ranks = batches.local_sizes().iter().filter(|&&n| n > 0).count();
+    for micro in &batches.micro {
+        let indices = micro.local(rank);
+        if indices.is_empty() {
+            continue;
+        }
+        let chunk_len = indices.len().div_ceil(chunks);
+        for chunk in indices.chunks(chunk_len) {
+            input.faults.check(step, rank, active_ranks, chunk.len())?;
+            let batch = collate_chunk(input, chunk)?;
+            local.tokens += batch.num_tokens() as f64;
+            let losses = model.per_example_loss(&batch)?;
+            if losses.dims() != [chunk.len()] {
+                return Err(Error::LossShape {
+                    shape: losses.dims().to_vec(),
+                    examples: chunk.len(),
+                });
+            }
+            let sum = losses.sum_all()?;
+            let share = match input.reweight {
+                Reweight::SampleCount => (sum / known_weight)?,
+                Reweight::TokenCount => sum,
+                Reweight::RankMean => (sum / (indices.len() as f64 * known_weight))?,
+            };
+            local.loss += share.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+            let grads = share.backward()?;
+            for (slot, (_, var)) in local.grads.iter_mut().zip(params) {
+                if let Some(g) = grads.get(var.as_tensor()) {
+                    *slot = Some(match slot.take() {
+                        Some(acc) => (acc + g)?,
+                        None => g.clone(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(local)
+}
+
+/// One optimisation step on this rank. Every rank calls it with the same batches
+/// and `chunks`; OOMs and failures are agreed through one all-reduce before anyone
+/// updates its weights.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn train_step<T, D, C>(
+    trainer: &mut T,
+    comm: &impl Communicator,
+    input: &mut StepInput<'_, D, C>,
+    params: &[(String, Var)],
+    batches: &StepBatches,
+    chunks: usize,
+    lr: f64,
+    step: usize,
+    want_norm: bool,
+) -> Result<StepOutcome>
+where
+    T: AdaptiveTrainer,
+    D: Dataset + ?Sized,
+    C: CollateFor<T, D>,
+{
+    let (model, optimizer) = trainer.parts();
+    let (rank, world) = (comm.rank(), comm.world_size());
+    let reweight = input.reweight;
+    let known_weight = match reweight {
+        Reweight::SampleCount => batches.global_size() as f64,
+        Reweight::RankMean => batches
+            .micro
+            .iter()
+            .map(|m| m.active_ranks())
+            .sum::<usize>() as f64,
+        Reweight::TokenCount => 1.0,
+    };
+    let local = guarded(rank, || {
+        accumulate_local(
+            &*model,
+            input,
+            params,
+            batches,
+            rank,
+            chunks,
+            known_weight,
+            step,
+        )
+    });
+    let (grads, loss, tokens) = if world == 1 {
+        match local {
+            Ok(l) => (l.grads, l.loss, l.tokens),
+            Err(e) if is_out_of_memory(&e) => {
+                return Ok(StepOutcome::OutOfMemory {
+                    detail: e.to_string(),
+                })
+            }
+            Err(e) => return Err(e),
+        }
+    } else {
+        match reduce(comm, params, local)? {
+            Reduced::Ok(grads, loss, tokens) => (grads, loss, tokens),
+            Reduced::OutOfMemory(detail) => return Ok(StepOutcome::OutOfMemory { detail }),
+        }
+    };
+    let (mut grads, loss) = if reweight == Reweight::TokenCount {
+        if tokens <= 0.0 {
+            return Err(Error::InvalidConfig(format!(
+                "step {step}: the global batch has no tokens to weigh the loss by"
+            )));
+        }
+        let scaled = grads
+            .into_iter()
+            .map(|g| g.map(|g| g / tokens).transpose())
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        (scaled, loss / tokens)
+    } else {
+        (grads, loss)
+    };
+    if !loss.is_finite() {
+        return Err(Error::NonFiniteLoss { step, loss });
+    }
+    let clipping = input.max_grad_norm > 0.0;
+    let grad_norm = if want_norm || clipping {
+        Some(global_norm(&grads)?)
+    } else {
+        None
+    };
+    if let (true, Some(norm)) = (clipping, grad_norm) {
+        if norm > input.max_grad_norm {
+            let factor = input.max_grad_norm / (norm + 1e-6);
+            grads = grads
+                .into_iter()
+                .map(|g| g.map(|g| g * factor).transpose())
+                .collect::<candle_core::Result<Vec<_>>>()?;
+        }
+    }
+    let mut store = GradStore::default();
+    for ((_, var), grad) in params.iter().zip(grads) {
+        if let Some(grad) = grad {
+            store.insert(var.as_tensor(), grad);
+        }
+    }
+    optimizer.set_learning_rate(lr);
+    optimizer.step(&store)?;
+    Ok(StepOutcome::Trained { loss, grad_norm })
+}
+
+enum Reduced {
+    Ok(Vec<Option<Tensor>>, f64, f64),
+    OutOfMemory(String),
+}
+
+/// All-reduces gradients (zeros where a rank has none), loss, tokens and the
+/// failure / OOM flags in one collective.
+fn reduce(
+    comm: &impl Communicator,
+    params: &[(String, Var)],
+    local: Result<LocalGrads>,
+) -> Result<Reduced> {
+    let zeros = |var: &Var| var.as_tensor().zeros_like();
+    let (mut tensors, loss, tokens) = match &local {
+        Ok(l) => {
+            let tensors = l
+                .grads
+                .iter()
+                .zip(params)
+                .map(|(g, (_, var))| g.as_ref().map_or_else(|| zeros(var), |g| Ok(g.clone())))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            (tensors, l.loss, l.tokens)
+        }
+        Err(_) => (
+            params
+                .iter()
+                .map(|(_, v)| zeros(v))
+                .collect::<candle_core::Result<Vec<_>>>()?,
+            0.0,
+            0.0,
+        ),
+    };
+    let oom = matches!(&local, Err(e) if is_out_of_memory(e));
+    let failed = local.is_err() && !oom;
+    let mut scalars = [
+        loss,
+        tokens,
+        f64::from(u8::from(failed)),
+        f64::from(u8::from(oom)),
+    ];
+    comm.all_reduce_sum(&mut tensors, &mut scalars)?;
+    let [loss, tokens, failed, oom] = scalars;
+    match local {
+        Err(e) if !is_out_of_memory(&e) => Err(e),
+        _ if failed > 0.0 => Err(Error::PeerFailed { rank: comm.rank() }),
+        Err(e) => Ok(Reduced::OutOfMemory(e.to_string())),
+        Ok(_) if oom > 0.0 => Ok(Reduced::OutOfMemory(format!(
+            "{oom} rank(s) ran out of memory"
+        ))),
+        Ok(_) => Ok(Reduced::Ok(
+            tensors.into_iter().map(Some).collect(),
+            loss,
+            tokens,
+        )),
+    }
+}
+
+fn global_norm(grads: &[Option<Tensor>]) -> Result<f64> {
+    let mut sum = 0.0;
+    for g in grads.iter().flatten() {
+        sum += g
+            .to_dtype(DType::F64)?
+            .sqr()?
+            .sum_all()?
+            .to_scalar::<f64>()?;
+    }
+    Ok(sum.sqrt())
+}

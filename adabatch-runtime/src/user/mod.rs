@@ -1,0 +1,7 @@
+//! What a user implements or builds: the model, the data, the trainer and its
+//! seeded parameters.
+
+pub mod data;
+pub mod model;
+pub mod params;
+pub mod trainer;

@@ -1,0 +1,35 @@
+//! The model a user trains: per-example losses and named parameters.
+
+use candle_core::{Tensor, Var};
+
+/// A model the engine can train: per-example losses on a collated batch, and its
+/// trainable parameters by name (like PyTorch's `named_parameters()`).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be trained by adabatch: it does not implement `adabatch::TrainModel`",
+    label = "the `#[model]` field must implement `adabatch::TrainModel`",
+    note = "implement `TrainModel for {Self}`: `type Batch`, `fn per_example_loss(&self, &Self::Batch) -> candle_core::Result<Tensor>` and `fn named_parameters(&self) -> Vec<(String, Var)>`"
+)]
+pub trait TrainModel {
+    /// The collated batch the model consumes.
+    type Batch: Batch;
+
+    /// Loss of every example of `batch`, shape `[batch.num_examples()]`.
+    ///
+    /// With `reweight = token_count` each entry is the *sum* of that example's token
+    /// losses; otherwise it is the example's (mean) loss.
+    fn per_example_loss(&self, batch: &Self::Batch) -> candle_core::Result<Tensor>;
+
+    /// Trainable variables with unique, stable names: the same names and shapes on
+    /// every rank (the engine sorts them by name for the all-reduce).
+    fn named_parameters(&self) -> Vec<(String, Var)>;
+}
+
+/// A collated batch.
+pub trait Batch {
+    /// Number of examples.
+    fn num_examples(&self) -> usize;
+    /// Number of tokens that carry loss, for `reweight = token_count`.
+    fn num_tokens(&self) -> usize {
+        self.num_examples()
+    }
+}

@@ -1,7 +1,0 @@
-"""Import stub (see bench/planning/stubs/README.md)."""
-
-
-class Dataset:
-    @classmethod
-    def from_list(cls, *args, **kwargs):
-        raise RuntimeError("datasets stub: not available in the planning benchmark")

@@ -1,3 +1,0 @@
-"""Import stub (see bench/planning/stubs/README.md)."""
-
-from . import data  # noqa: F401

@@ -1,5 +1,0 @@
-"""Import stub (see bench/planning/stubs/README.md)."""
-
-
-class TrainerCallback:
-    pass

@@ -1,0 +1,5 @@
+"""Import stub (see benches/compare/planning/stubs/README.md)."""
+
+
+class Module:
+    pass
