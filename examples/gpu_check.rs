@@ -20,8 +20,9 @@ use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use adabatch::memory::device::PeakSampler;
 use adabatch::prelude::*;
-use adabatch::{Communicator, PeakSampler};
+use adabatch::Communicator;
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{AdamW, Embedding, Linear, Module, Optimizer, ParamsAdamW};
@@ -1051,7 +1052,7 @@ pub(crate) mod memory {
 
     pub fn run(opts: &MemoryOpts) -> AnyResult<bool> {
         let device = parse_device(&opts.device)?;
-        let info = adabatch::memory_info(&device);
+        let info = adabatch::memory::device::memory_info(&device);
         let info_ok = match (&device, info) {
             (Device::Cpu, None) => true,
             (_, Some(m)) => m.total_bytes > 0 && m.free_bytes <= m.total_bytes,

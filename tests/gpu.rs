@@ -14,7 +14,7 @@ mod gpu_check;
 
 use std::io::Write;
 
-use adabatch::{memory_info, PeakSampler};
+use adabatch::memory::device::{memory_info, PeakSampler};
 use candle_core::{DType, Device, Tensor};
 
 /// A CUDA device, or `None` after saying why the test is skipped.

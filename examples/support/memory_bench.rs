@@ -96,7 +96,7 @@ fn fits(opts: &BatchingOpts, sorted: &[Example], size: usize) -> AnyResult<bool>
     });
     match result {
         Ok(_) => Ok(true),
-        Err(e) if adabatch::oom::is_out_of_memory(&e) => Ok(false),
+        Err(e) if adabatch::train::oom::is_out_of_memory(&e) => Ok(false),
         Err(e) => Err(e.into()),
     }
 }
@@ -200,8 +200,8 @@ pub fn batching(opts: &BatchingOpts) -> AnyResult<bool> {
 
 pub fn oom(opts: &OomOpts) -> AnyResult<bool> {
     let device = parse_device(&opts.device)?;
-    let info =
-        adabatch::memory_info(&device).ok_or("no device memory figures: needs a CUDA device")?;
+    let info = adabatch::memory::device::memory_info(&device)
+        .ok_or("no device memory figures: needs a CUDA device")?;
     let ballast_bytes = info
         .free_bytes
         .saturating_sub((opts.headroom_gib * (1u64 << 30) as f64) as u64);
