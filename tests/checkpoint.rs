@@ -127,9 +127,12 @@ fn resume_refuses_a_checkpoint_of_another_run() {
     other.resume_from_checkpoint = Some(out.join("checkpoint-3"));
     let err = run(&other).0.unwrap_err();
     assert!(
-        matches!(err, Error::InvalidConfig(ref m) if m.contains("world_size")),
+        matches!(err, Error::CheckpointMismatch { ref what, .. } if what == "world_size"),
         "{err}"
     );
     other.resume_from_checkpoint = Some(out.join("checkpoint-99"));
-    assert!(matches!(run(&other).0.unwrap_err(), Error::Io { .. }));
+    assert!(matches!(
+        run(&other).0.unwrap_err(),
+        Error::CorruptCheckpoint { .. }
+    ));
 }

@@ -60,13 +60,19 @@ fn zero_epochs_and_zero_ranks() {
     ));
     assert!(matches!(
         run(&dataset(4, 0), &args(0, 1, 1)).unwrap_err(),
-        Error::InvalidConfig(_)
+        Error::InvalidSetting {
+            name: "nproc_per_node",
+            ..
+        }
     ));
     let mut a = args(1, 1, 1);
     a.max_steps = Some(0);
     assert!(matches!(
         run(&dataset(4, 0), &a).unwrap_err(),
-        Error::InvalidConfig(_)
+        Error::InvalidSetting {
+            name: "max_steps",
+            ..
+        }
     ));
 }
 
@@ -208,7 +214,7 @@ fn a_failing_factory_on_one_rank_is_reported() {
         &args(3, 1, 1),
         |ctx: &RankContext| {
             if ctx.rank() == 2 {
-                return Err(Error::InvalidConfig("rank 2 has no model".into()));
+                return Err(Error::msg("rank 2 has no model"));
             }
             factory(ctx)
         },
@@ -270,6 +276,6 @@ fn train_refuses_several_ranks_and_bad_devices() {
     a.device = "tpu".into();
     assert!(matches!(
         run(&dataset(8, 0), &a).unwrap_err(),
-        Error::Device(..)
+        Error::Device { .. }
     ));
 }

@@ -59,9 +59,111 @@ pub enum Error {
         /// The loss value.
         loss: f64,
     },
-    /// A configuration value is out of range.
-    #[error("invalid configuration: {0}")]
-    InvalidConfig(String),
+    /// A run-time setting is out of its range.
+    #[error("{name} = {value}: {expected}")]
+    InvalidSetting {
+        /// The setting (the `TrainingArgs` field or DSL key).
+        name: &'static str,
+        /// The value given.
+        value: String,
+        /// What it must be.
+        expected: &'static str,
+    },
+    /// `min_batch` is above `max_batch`.
+    #[error("min_batch ({min}) is larger than max_batch ({max})")]
+    BatchLimitsCrossed {
+        /// The lower clamp.
+        min: usize,
+        /// The upper clamp.
+        max: usize,
+    },
+    /// A schedule's own arguments are invalid (a spec built by hand).
+    #[error("schedule {schedule}: {reason}")]
+    InvalidSchedule {
+        /// The schedule's form, e.g. `interval`.
+        schedule: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// This runtime cannot run the trainer's policy.
+    #[error("unsupported policy: {reason}")]
+    UnsupportedPolicy {
+        /// Why.
+        reason: &'static str,
+    },
+    /// Two settings that decide the same thing were both given.
+    #[error("{first} and {second} cannot be combined: {reason}")]
+    ConflictingSettings {
+        /// One setting.
+        first: &'static str,
+        /// The other.
+        second: &'static str,
+        /// Why not.
+        reason: &'static str,
+    },
+    /// `WithLengths` got a different number of lengths than examples.
+    #[error("{lengths} lengths for a dataset of {examples} examples")]
+    LengthsMismatch {
+        /// Lengths given.
+        lengths: usize,
+        /// Examples in the dataset.
+        examples: usize,
+    },
+    /// A collate returned a batch of another size than the items it was given.
+    #[error("collate returned a batch of {returned} examples for {items} items")]
+    CollateSize {
+        /// `Batch::num_examples` of the result.
+        returned: usize,
+        /// Items passed in.
+        items: usize,
+    },
+    /// `reweight = token_count` and a global batch without tokens.
+    #[error("step {step}: the global batch has no tokens to weigh the loss by")]
+    NoTokens {
+        /// The step.
+        step: usize,
+    },
+    /// `named_parameters` returned a name twice.
+    #[error("parameter name `{name}` appears twice in named_parameters")]
+    DuplicateParameter {
+        /// The repeated name.
+        name: String,
+    },
+    /// A `#[regressor]` planned different batches on different ranks.
+    #[error("the #[regressor] planned different batches on different ranks (epoch {epoch}): it must be deterministic")]
+    RegressorDisagrees {
+        /// The epoch being planned.
+        epoch: usize,
+    },
+    /// A checkpoint cannot be read (missing or unparsable files).
+    #[error("checkpoint {path}: {detail}")]
+    CorruptCheckpoint {
+        /// The checkpoint directory or file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A checkpoint does not belong to this run.
+    #[error("checkpoint {path}: written with {what} = {checkpoint}, this run has {run}")]
+    CheckpointMismatch {
+        /// The checkpoint directory.
+        path: PathBuf,
+        /// What differs (a setting, or a parameter's name or shape).
+        what: String,
+        /// The checkpoint's value.
+        checkpoint: String,
+        /// This run's value.
+        run: String,
+    },
+    /// A length-aware run's checkpoint from the middle of an epoch.
+    #[error("checkpoint {path}: length-aware epochs are replanned from their start; resume from a checkpoint written at an epoch boundary")]
+    MidEpochLengthAwareCheckpoint {
+        /// The checkpoint directory.
+        path: PathBuf,
+    },
+    /// An error raised by the user's own code (a factory, a callback).
+    #[error("{0}")]
+    Message(String),
     /// The model returned losses of the wrong shape.
     #[error("per_example_loss returned shape {shape:?} for a batch of {examples} examples; expected [{examples}]")]
     LossShape {
@@ -96,8 +198,13 @@ pub enum Error {
         message: String,
     },
     /// The device could not be used.
-    #[error("device `{0}`: {1}")]
-    Device(String, String),
+    #[error("device `{spec}`: {reason}")]
+    Device {
+        /// The device as given (`cpu`, `cuda:1`, ...).
+        spec: String,
+        /// Why it cannot be used.
+        reason: String,
+    },
     /// The device ran out of memory and the OOM policy is `fail`.
     #[error("out of memory at step {step}: {detail}")]
     OutOfMemory {
@@ -123,9 +230,27 @@ pub enum Error {
     /// `launch_group` was given no rank to run in this process.
     #[error("launch_group needs at least one rank in this process")]
     EmptyGroup,
+    /// Reading or writing JSON (a checkpoint's state, a log) failed.
+    #[error("{path}: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: serde_json::Error,
+    },
+    /// The multi-node rendezvous failed.
+    #[error(transparent)]
+    Rendezvous(#[from] crate::dist::rendezvous::RendezvousError),
     /// A collective operation failed.
     #[error("communicator: {0}")]
     Comm(String),
+}
+
+impl Error {
+    /// An error of the user's own code, with its message.
+    pub fn msg(message: impl std::fmt::Display) -> Self {
+        Self::Message(message.to_string())
+    }
 }
 
 fn step_note(after_step: Option<usize>) -> String {

@@ -172,13 +172,15 @@ impl BatchLimits {
     /// Checks the bounds themselves.
     pub fn new(min: usize, max: Option<usize>) -> Result<Self> {
         if min == 0 {
-            return Err(Error::InvalidConfig("min_batch must be at least 1".into()));
+            return Err(Error::InvalidSetting {
+                name: "min_batch",
+                value: "0".into(),
+                expected: "at least 1",
+            });
         }
         if let Some(max) = max {
             if max < min {
-                return Err(Error::InvalidConfig(format!(
-                    "min_batch ({min}) is larger than max_batch ({max})"
-                )));
+                return Err(Error::BatchLimitsCrossed { min, max });
             }
         }
         Ok(Self { min, max })
@@ -198,34 +200,39 @@ impl BatchLimits {
 /// Checks a schedule's own arguments (the macro checks the same at compile time;
 /// this catches specs built by hand).
 pub fn validate_spec(spec: &ScheduleSpec) -> Result<()> {
-    let bad = |msg: String| Err(Error::InvalidConfig(msg));
+    let bad =
+        |schedule: &'static str, reason: String| Err(Error::InvalidSchedule { schedule, reason });
     match *spec {
         ScheduleSpec::Constant(Some(0)) => {
-            bad("constant(0): a batch size must be at least 1".into())
+            bad("constant", "a batch size must be at least 1".into())
         }
         ScheduleSpec::Interval { every: 0, .. } => {
-            bad("interval: `every` must be at least 1".into())
+            bad("interval", "`every` must be at least 1".into())
         }
         ScheduleSpec::Interval {
             growth: Growth::Add(0),
             ..
-        } => bad("interval: the step `+k` must not be zero".into()),
+        } => bad("interval", "the step `+k` must not be zero".into()),
         ScheduleSpec::Interval {
             growth: Growth::Mul(k),
             ..
-        } if k < 2 => bad(format!("interval: the factor `*{k}` must be at least 2")),
+        } if k < 2 => bad("interval", format!("the factor `*{k}` must be at least 2")),
         ScheduleSpec::Linear { from, to, over } if from == 0 || to == 0 || over == 0 => bad(
+            "linear",
             format!("linear({from}, {to}, over = {over}): sizes and `over` must be at least 1"),
         ),
         ScheduleSpec::Steps(table) => {
             if table.is_empty() {
-                return bad("steps(..) needs at least one `threshold => size` pair".into());
+                return bad(
+                    "steps",
+                    "needs at least one `threshold => size` pair".into(),
+                );
             }
             if table.iter().any(|&(_, size)| size == 0) {
-                return bad("steps(..): every size must be at least 1".into());
+                return bad("steps", "every size must be at least 1".into());
             }
             if table.windows(2).any(|w| w[0].0 >= w[1].0) {
-                return bad("steps(..): thresholds must be strictly increasing".into());
+                return bad("steps", "thresholds must be strictly increasing".into());
             }
             Ok(())
         }
@@ -234,12 +241,13 @@ pub fn validate_spec(spec: &ScheduleSpec) -> Result<()> {
             max_range,
         } => {
             if !(threshold > 0.0 && threshold <= 1.0) {
-                return bad(format!("memory: threshold {threshold} must be in (0, 1]"));
+                return bad("memory", format!("threshold {threshold} must be in (0, 1]"));
             }
             if max_range.is_nan() || max_range < 1.0 {
-                return bad(format!(
-                    "memory: max_range {max_range} must be at least 1.0"
-                ));
+                return bad(
+                    "memory",
+                    format!("max_range {max_range} must be at least 1.0"),
+                );
             }
             Ok(())
         }

@@ -98,9 +98,11 @@ impl GlobalBatchSampler {
             return Err(Error::EmptyDataset);
         }
         if world_size == 0 {
-            return Err(Error::InvalidConfig(
-                "a sampler needs at least one rank".into(),
-            ));
+            return Err(Error::InvalidSetting {
+                name: "world_size",
+                value: "0".into(),
+                expected: "a sampler needs at least one rank",
+            });
         }
         let mut sampler = Self {
             num_examples,

@@ -115,27 +115,29 @@ fn cuda_err(what: &str) -> impl FnOnce(cudarc::driver::DriverError) -> Error + '
 fn ordinal(device: &Device) -> Result<usize> {
     match device.location() {
         DeviceLocation::Cuda { gpu_id } => Ok(gpu_id),
-        other => Err(Error::Device(
-            format!("{other:?}"),
-            "the NCCL communicator needs CUDA devices".into(),
-        )),
+        other => Err(Error::Device {
+            spec: format!("{other:?}"),
+            reason: "the NCCL communicator needs CUDA devices".into(),
+        }),
     }
 }
 
 /// A CUDA device with its own stream (NCCL and candle then share that stream).
 fn open_device(ordinal: usize) -> Result<Device> {
-    Device::new_cuda_with_stream(ordinal)
-        .map_err(|e| Error::Device(format!("cuda:{ordinal}"), e.to_string()))
+    Device::new_cuda_with_stream(ordinal).map_err(|e| Error::Device {
+        spec: format!("cuda:{ordinal}"),
+        reason: e.to_string(),
+    })
 }
 
 fn check_distinct(ordinals: &[usize]) -> Result<()> {
     let mut seen = ordinals.to_vec();
     seen.sort_unstable();
     if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
-        return Err(Error::Device(
-            format!("cuda:{}", w[0]),
-            "appears twice: NCCL needs one GPU per rank".into(),
-        ));
+        return Err(Error::Device {
+            spec: format!("cuda:{}", w[0]),
+            reason: "appears twice: NCCL needs one GPU per rank".into(),
+        });
     }
     Ok(())
 }
@@ -166,9 +168,7 @@ impl Nccl {
     /// preferred (see [`Nccl::group_on`]).
     pub fn group(devices: &[Device]) -> Result<Vec<Nccl>> {
         if devices.is_empty() {
-            return Err(Error::InvalidConfig(
-                "an NCCL group needs at least one device".into(),
-            ));
+            return Err(Error::EmptyGroup);
         }
         let ordinals = devices.iter().map(ordinal).collect::<Result<Vec<_>>>()?;
         check_distinct(&ordinals)?;
@@ -238,9 +238,11 @@ impl Nccl {
     ) -> Result<Vec<(Nccl, Device)>> {
         let g = gpus_per_process;
         if g == 0 {
-            return Err(Error::InvalidConfig(
-                "gpus_per_process must be at least 1".into(),
-            ));
+            return Err(Error::InvalidSetting {
+                name: "gpus_per_process",
+                value: "0".into(),
+                expected: "at least 1",
+            });
         }
         let world = env.world_size * g;
         let ordinals: Vec<usize> = (env.local_rank * g..env.local_rank * g + g).collect();
@@ -450,10 +452,10 @@ impl Nccl {
 fn cuda_device(device: &Device) -> Result<&CudaDevice> {
     match device {
         Device::Cuda(d) => Ok(d),
-        other => Err(Error::Device(
-            format!("{:?}", other.location()),
-            "the NCCL communicator needs a CUDA device".into(),
-        )),
+        other => Err(Error::Device {
+            spec: format!("{:?}", other.location()),
+            reason: "the NCCL communicator needs a CUDA device".into(),
+        }),
     }
 }
 
@@ -711,9 +713,9 @@ mod tests {
     fn non_cuda_devices_are_refused() {
         assert!(matches!(
             Nccl::group(&[Device::Cpu]),
-            Err(Error::Device(_, msg)) if msg.contains("CUDA")
+            Err(Error::Device { reason, .. }) if reason.contains("CUDA")
         ));
-        assert!(matches!(Nccl::group(&[]), Err(Error::InvalidConfig(_))));
+        assert!(matches!(Nccl::group(&[]), Err(Error::EmptyGroup)));
     }
 
     #[test]
@@ -722,10 +724,10 @@ mod tests {
             eprintln!("skipping: a CUDA device is present");
             return;
         }
-        assert!(matches!(Nccl::group_on(&[0]), Err(Error::Device(..))));
+        assert!(matches!(Nccl::group_on(&[0]), Err(Error::Device { .. })));
         assert!(matches!(
             Nccl::group_on(&[1, 1]),
-            Err(Error::Device(_, msg)) if msg.contains("twice")
+            Err(Error::Device { reason, .. }) if reason.contains("twice")
         ));
     }
 }

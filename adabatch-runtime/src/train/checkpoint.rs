@@ -52,8 +52,12 @@ pub fn save(output_dir: &Path, params: &[(String, Var)], state: &TrainerState) -
         .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
         .collect();
     candle_core::safetensors::save(&tensors, partial.join(WEIGHTS))?;
-    let json = serde_json::to_vec_pretty(state).map_err(|e| io(&partial)(e.into()))?;
-    std::fs::write(partial.join(STATE), json).map_err(io(&partial))?;
+    let state_path = partial.join(STATE);
+    let json = serde_json::to_vec_pretty(state).map_err(|source| Error::Json {
+        path: state_path.clone(),
+        source,
+    })?;
+    std::fs::write(&state_path, json).map_err(io(&state_path))?;
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
     }
@@ -64,33 +68,39 @@ pub fn save(output_dir: &Path, params: &[(String, Var)], state: &TrainerState) -
 /// Reads a checkpoint's state.
 pub fn load_state(dir: &Path) -> Result<TrainerState> {
     let path = dir.join(STATE);
-    let bytes = std::fs::read(&path).map_err(io(&path))?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| Error::InvalidConfig(format!("{}: {e}", path.display())))
+    let bytes = std::fs::read(&path).map_err(|e| Error::CorruptCheckpoint {
+        path: dir.to_path_buf(),
+        detail: format!("cannot read {STATE}: {e}"),
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::CorruptCheckpoint {
+        path: dir.to_path_buf(),
+        detail: format!("{STATE} is not a trainer state: {e}"),
+    })
 }
 
 /// Loads a checkpoint's weights into `params` (every name must be present with the
 /// same shape).
 pub fn load_weights(dir: &Path, params: &[(String, Var)], device: &Device) -> Result<()> {
     let path = dir.join(WEIGHTS);
-    if !path.exists() {
-        return Err(Error::Io {
-            path,
-            source: std::io::ErrorKind::NotFound.into(),
-        });
-    }
-    let tensors = candle_core::safetensors::load(&path, device)?;
+    let tensors =
+        candle_core::safetensors::load(&path, device).map_err(|e| Error::CorruptCheckpoint {
+            path: dir.to_path_buf(),
+            detail: format!("cannot load {WEIGHTS}: {e}"),
+        })?;
     for (name, var) in params {
-        let tensor = tensors.get(name).ok_or_else(|| {
-            Error::InvalidConfig(format!("{}: no parameter `{name}`", path.display()))
+        let tensor = tensors.get(name).ok_or_else(|| Error::CheckpointMismatch {
+            path: dir.to_path_buf(),
+            what: format!("parameter `{name}`"),
+            checkpoint: "absent".into(),
+            run: format!("{:?}", var.shape()),
         })?;
         if tensor.shape() != var.shape() {
-            return Err(Error::InvalidConfig(format!(
-                "{}: `{name}` has shape {:?}, the model {:?}",
-                path.display(),
-                tensor.shape(),
-                var.shape()
-            )));
+            return Err(Error::CheckpointMismatch {
+                path: dir.to_path_buf(),
+                what: format!("the shape of `{name}`"),
+                checkpoint: format!("{:?}", tensor.shape()),
+                run: format!("{:?}", var.shape()),
+            });
         }
         var.set(&tensor.to_dtype(var.dtype())?)?;
     }
@@ -132,10 +142,12 @@ pub(crate) fn resume_checkpoint(
 ) -> Result<TrainerState> {
     let state = load_state(dir)?;
     let mismatch = |what: &str, theirs: String, ours: String| {
-        Err(Error::InvalidConfig(format!(
-            "{}: the checkpoint was written with {what} = {theirs}, this run has {ours}",
-            dir.display()
-        )))
+        Err(Error::CheckpointMismatch {
+            path: dir.to_path_buf(),
+            what: what.into(),
+            checkpoint: theirs,
+            run: ours,
+        })
     };
     if state.num_examples != plan.num_examples {
         return mismatch(
@@ -158,10 +170,9 @@ pub(crate) fn resume_checkpoint(
     // includes a checkpoint written after an epoch's last step (position = N).
     let position = state.planner.position;
     if plan.batching.is_some() && position > 0 && position < plan.num_examples {
-        return Err(Error::InvalidConfig(format!(
-            "{}: length-aware epochs are replanned from their start; resume from a checkpoint written at an epoch boundary",
-            dir.display()
-        )));
+        return Err(Error::MidEpochLengthAwareCheckpoint {
+            path: dir.to_path_buf(),
+        });
     }
     load_weights(dir, params, device)?;
     Ok(state)

@@ -59,9 +59,7 @@ fn plan_length_epoch<T: AdaptiveTrainer>(
                     epoch_plan.sizes.len() as f64 * world as f64,
                 ]
             {
-                return Err(Error::InvalidConfig(format!(
-                    "the #[regressor] planned different batches on different ranks (epoch {epoch}): it must be deterministic"
-                )));
+                return Err(Error::RegressorDisagrees { epoch });
             }
         }
         return Ok(Some(epoch_plan));
@@ -109,10 +107,9 @@ fn sorted_parameters<M: TrainModel>(model: &M) -> Result<Vec<(String, Var)>> {
     }
     params.sort_by(|a, b| a.0.cmp(&b.0));
     if let Some(w) = params.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(Error::InvalidConfig(format!(
-            "parameter name `{}` appears twice in named_parameters",
-            w[0].0
-        )));
+        return Err(Error::DuplicateParameter {
+            name: w[0].0.clone(),
+        });
     }
     Ok(params)
 }

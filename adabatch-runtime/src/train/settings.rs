@@ -1,11 +1,12 @@
 //! The settings of one run, checked once before any rank starts.
 
-use crate::adapt::lr::LrSchedule;
+use crate::adapt::lr::{LrSchedule, LrSchedulerType};
 use crate::adapt::schedule::{validate_spec, BatchLimits, Schedule, ScheduleSpec};
 use crate::config::args::TrainingArgs;
 use crate::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
 use crate::data::length::{LengthBatching, LengthOptions};
-use crate::data::planner::RunLength;
+use crate::data::planner::{RunLength, StepPlanner};
+use crate::data::sampler::GlobalBatchSampler;
 use crate::dist::device::DeviceSpec;
 use crate::error::{Error, Result};
 use crate::report::logging::Logger;
@@ -36,6 +37,26 @@ pub(crate) struct RunSettings {
     pub(crate) save_steps: usize,
     pub(crate) resume: Option<std::path::PathBuf>,
     pub(crate) device: DeviceSpec,
+    /// Said once at the start of the run (settings that another one overrides).
+    pub(crate) warnings: Vec<String>,
+}
+
+/// `Ok` when `ok`, else the typed error naming the setting.
+fn require(
+    ok: bool,
+    name: &'static str,
+    value: impl ToString,
+    expected: &'static str,
+) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidSetting {
+            name,
+            value: value.to_string(),
+            expected,
+        })
+    }
 }
 
 impl RunSettings {
@@ -45,11 +66,7 @@ impl RunSettings {
         args: &TrainingArgs,
         world_size: usize,
     ) -> Result<Self> {
-        if world_size == 0 {
-            return Err(Error::InvalidConfig(
-                "nproc_per_node must be at least 1".into(),
-            ));
-        }
+        require(world_size > 0, "nproc_per_node", world_size, "at least 1")?;
         if num_examples == 0 {
             return Err(Error::EmptyDataset);
         }
@@ -64,44 +81,47 @@ impl RunSettings {
                 what: "per_device_train_batch_size",
             });
         }
-        if args.max_steps == Some(0) {
-            return Err(Error::InvalidConfig("max_steps must be at least 1".into()));
-        }
+        require(args.max_steps != Some(0), "max_steps", 0, "at least 1")?;
         if args.num_train_epochs == 0 && args.max_steps.is_none() {
             return Err(Error::ZeroEpochs);
         }
-        if args.logging_steps == 0 {
-            return Err(Error::InvalidConfig(
-                "logging_steps must be at least 1".into(),
-            ));
-        }
-        if !(args.learning_rate.is_finite() && args.learning_rate >= 0.0) {
-            return Err(Error::InvalidConfig(format!(
-                "learning_rate {} must be finite and >= 0",
-                args.learning_rate
-            )));
-        }
-        if !(0.0..=1.0).contains(&args.warmup_ratio) {
-            return Err(Error::InvalidConfig(format!(
-                "warmup_ratio {} must be in [0, 1]",
-                args.warmup_ratio
-            )));
-        }
-        if !(args.max_grad_norm.is_finite() && args.max_grad_norm >= 0.0) {
-            return Err(Error::InvalidConfig(format!(
-                "max_grad_norm {} must be finite and >= 0",
-                args.max_grad_norm
-            )));
-        }
+        require(args.logging_steps > 0, "logging_steps", 0, "at least 1")?;
+        let finite_non_negative = |x: f64| x.is_finite() && x >= 0.0;
+        require(
+            finite_non_negative(args.learning_rate),
+            "learning_rate",
+            args.learning_rate,
+            "finite and >= 0",
+        )?;
+        require(
+            (0.0..=1.0).contains(&args.warmup_ratio),
+            "warmup_ratio",
+            args.warmup_ratio,
+            "in [0, 1]",
+        )?;
+        require(
+            finite_non_negative(args.max_grad_norm),
+            "max_grad_norm",
+            args.max_grad_norm,
+            "finite and >= 0 (0 = no clipping)",
+        )?;
+        require(
+            finite_non_negative(args.memory_margin),
+            "memory_margin",
+            args.memory_margin,
+            "finite and >= 0",
+        )?;
         if let Some(reason) = policy.unsupported() {
-            return Err(Error::InvalidConfig(reason.into()));
+            return Err(Error::UnsupportedPolicy { reason });
         }
         validate_spec(&policy.schedule)?;
         let micro_batches = match policy.grad_accum {
             GradAccum::Fixed(0) | GradAccum::Target { global: 0 } => {
-                return Err(Error::InvalidConfig(
-                    "grad_accum needs at least one micro-batch / example".into(),
-                ))
+                return Err(Error::InvalidSetting {
+                    name: "grad_accum",
+                    value: "0".into(),
+                    expected: "at least one micro-batch / example",
+                })
             }
             GradAccum::Fixed(n) => n,
             GradAccum::Target { global } => {
@@ -114,25 +134,53 @@ impl RunSettings {
             limits.apply(0, policy.schedule.initial(args.per_device_train_batch_size))?;
         let batching = length_batching(policy, args, initial_per_device, world_size)?;
         if batching.is_some() && policy.grad_accum != GradAccum::Fixed(1) {
-            return Err(Error::InvalidConfig(
-                "length-aware batching sizes each global batch itself: use grad_accum = fixed(1)"
-                    .into(),
-            ));
+            return Err(Error::ConflictingSettings {
+                first: "length-aware batching",
+                second: "grad_accum",
+                reason: "length-aware batching sizes each global batch itself: use grad_accum = fixed(1)",
+            });
         }
-        if !(args.memory_margin.is_finite() && args.memory_margin >= 0.0) {
-            return Err(Error::InvalidConfig(format!(
-                "memory_margin {} must be finite and >= 0",
-                args.memory_margin
-            )));
+        let mut warnings = Vec::new();
+        if initial_per_device != args.per_device_train_batch_size {
+            warnings.push(format!(
+                "--per-device-train-batch-size {} is overridden: the trainer's schedule (with its min_batch/max_batch) starts at {} per device",
+                args.per_device_train_batch_size, initial_per_device
+            ));
         }
         let length = args
             .max_steps
             .map_or(RunLength::Epochs(args.num_train_epochs), RunLength::Steps);
-        let total_examples = (args.num_train_epochs.max(1) * num_examples) as f64;
+        let seed = args.seed.unwrap_or(policy.seed);
+        let needs_horizon =
+            args.lr_scheduler_type != LrSchedulerType::Constant || args.warmup_ratio > 0.0;
+        let total_examples = if !needs_horizon {
+            (args.num_train_epochs.max(1) * num_examples) as f64
+        } else if batching.is_none() {
+            // Deterministic sizes: the horizon is exactly what the run will consume
+            // (max_steps and drop_last included), as HF decays to 0 at the end.
+            planned_examples(
+                num_examples,
+                world_size,
+                (policy.schedule, limits, initial_per_device),
+                length,
+                drop_last,
+                policy.grad_accum,
+            )? as f64
+        } else {
+            let estimate = match length {
+                RunLength::Epochs(epochs) => epochs * num_examples,
+                RunLength::Steps(steps) => (steps * initial_per_device * world_size)
+                    .min(args.num_train_epochs.max(1) * num_examples),
+            };
+            warnings.push(format!(
+                "length-aware batches are sized while training: the learning-rate horizon is an estimate of {estimate} examples"
+            ));
+            estimate as f64
+        };
         Ok(Self {
             num_examples,
             world_size,
-            seed: args.seed.unwrap_or(policy.seed),
+            seed,
             drop_last,
             shuffle: policy.shuffle,
             schedule: policy.schedule,
@@ -160,6 +208,7 @@ impl RunSettings {
             save_steps: args.save_steps,
             resume: args.resume_from_checkpoint.clone(),
             device: DeviceSpec::parse(&args.device)?,
+            warnings,
         })
     }
 
@@ -173,13 +222,46 @@ impl RunSettings {
         } else {
             total
         };
-        Logger::new(
+        let logger = Logger::new(
             args.log_jsonl.as_deref(),
             bar,
             !args.quiet,
             args.log_indices,
-        )
+        )?;
+        for warning in &self.warnings {
+            logger.event(&format!("warning: {warning}"));
+        }
+        Ok(logger)
     }
+}
+
+/// Examples a run with deterministic batch sizes consumes, from a dry run of its
+/// step planner (sizes do not depend on the permutation, so none is shuffled).
+fn planned_examples(
+    num_examples: usize,
+    world_size: usize,
+    (schedule, limits, initial_per_device): (ScheduleSpec, BatchLimits, usize),
+    length: RunLength,
+    drop_last: bool,
+    grad_accum: GradAccum,
+) -> Result<usize> {
+    let sampler = GlobalBatchSampler::new(num_examples, world_size, 0, false, drop_last)?;
+    let mut planner = StepPlanner::new(
+        sampler,
+        schedule,
+        limits,
+        initial_per_device,
+        length,
+        world_size,
+        drop_last,
+    )?
+    .with_grad_accum(grad_accum);
+    let mut total = 0;
+    while let Some(batches) = planner.next_step() {
+        total += batches.global_size();
+        planner.finish_step()?;
+    }
+    Ok(total)
 }
 
 /// Length-aware batching from the policy (`schedule = memory(..)`) or the run's
@@ -192,10 +274,13 @@ fn length_batching(
 ) -> Result<Option<(LengthBatching, LengthOptions)>> {
     let baseline_size = initial_per_device * world_size;
     let batching = match (policy.schedule, args.max_tokens_per_batch) {
-        (ScheduleSpec::Memory { .. }, Some(_)) => return Err(Error::InvalidConfig(
-            "--max-tokens-per-batch and schedule = memory(..) both size the batches: choose one"
-                .into(),
-        )),
+        (ScheduleSpec::Memory { .. }, Some(_)) => {
+            return Err(Error::ConflictingSettings {
+                first: "--max-tokens-per-batch",
+                second: "schedule = memory(..)",
+                reason: "both size the batches: choose one",
+            })
+        }
         (
             ScheduleSpec::Memory {
                 threshold,
@@ -219,13 +304,13 @@ fn length_batching(
         (_, Some(max_tokens)) => LengthBatching::TokenBudget { max_tokens },
         (_, None) => return Ok(None),
     };
-    if args
-        .max_batch_growth
-        .is_some_and(|g| !(g.is_finite() && g > 0.0))
-    {
-        return Err(Error::InvalidConfig(
-            "max_batch_growth must be a positive fraction".into(),
-        ));
+    if let Some(growth) = args.max_batch_growth {
+        require(
+            growth.is_finite() && growth > 0.0,
+            "max_batch_growth",
+            growth,
+            "a positive fraction",
+        )?;
     }
     let options = LengthOptions {
         friendly_sizes: args.friendly_batch_sizes,

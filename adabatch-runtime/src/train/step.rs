@@ -71,11 +71,10 @@ where
     let items: Vec<D::Item> = indices.iter().map(|&i| input.dataset.get(i)).collect();
     let batch = input.collate.collate(&items, input.device)?;
     if batch.num_examples() != items.len() {
-        return Err(Error::InvalidConfig(format!(
-            "collate returned a batch of {} examples for {} items",
-            batch.num_examples(),
-            items.len()
-        )));
+        return Err(Error::CollateSize {
+            returned: batch.num_examples(),
+            items: items.len(),
+        });
     }
     Ok(batch)
 }
@@ -206,9 +205,7 @@ where
     };
     let (mut grads, loss) = if reweight == Reweight::TokenCount {
         if tokens <= 0.0 {
-            return Err(Error::InvalidConfig(format!(
-                "step {step}: the global batch has no tokens to weigh the loss by"
-            )));
+            return Err(Error::NoTokens { step });
         }
         let scaled = grads
             .into_iter()

@@ -40,11 +40,10 @@ impl<D: Dataset> WithLengths<D> {
     /// Attaches one length per example.
     pub fn new(inner: D, lengths: Vec<usize>) -> Result<Self> {
         if lengths.len() != inner.len() {
-            return Err(Error::InvalidConfig(format!(
-                "{} lengths for a dataset of {} examples",
-                lengths.len(),
-                inner.len()
-            )));
+            return Err(Error::LengthsMismatch {
+                lengths: lengths.len(),
+                examples: inner.len(),
+            });
         }
         Ok(Self { inner, lengths })
     }
