@@ -21,9 +21,10 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use adabatch::data::sampler::GlobalBatchSampler;
 use adabatch::{
-    AdaptiveTrainer, Batch, GlobalBatchSampler, Parameters, ScheduleSpec, TrainModel, TrainSummary,
-    TrainerPolicy, TrainingArgs,
+    AdaptiveTrainer, Batch, Parameters, ScheduleSpec, TrainModel, TrainSummary, TrainerPolicy,
+    TrainingArgs,
 };
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{AdamW, Linear, Module, Optimizer, ParamsAdamW};

@@ -15,7 +15,7 @@
 
 use std::time::Instant;
 
-use adabatch::data::length::{EpochPlan, LengthBatching, LengthIndex, LengthOptions};
+use adabatch::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex, LengthOptions};
 use adabatch::memory::model::{cpu_memory_proxy, PaddedTokens};
 use adabatch::{BatchFeatures, MemoryModel, OnlineMemoryModel};
 use clap::Parser;
@@ -106,7 +106,7 @@ fn median(values: &mut [f64]) -> f64 {
 }
 
 /// Whether the plan draws every one of `n` examples exactly once.
-fn covers_each_once(plan: &EpochPlan, n: usize) -> bool {
+fn covers_each_once(plan: &LengthAwareEpoch, n: usize) -> bool {
     if plan.order.len() != n || plan.sizes.iter().sum::<usize>() != n {
         return false;
     }

@@ -175,6 +175,20 @@ pub enum Error {
     /// The model has no trainable parameters.
     #[error("the model has no trainable parameters: `named_parameters` returned nothing")]
     NoParameters,
+    /// The optimizer's first update changed none of the model's parameters: it
+    /// holds other variables (e.g. built from `params.all_vars()` before the model
+    /// created its own).
+    #[error("the optimizer's first update changed none of the model's {parameters} parameters with a gradient: build it from the model's variables after the model (e.g. `AdamW::new(params.all_vars(), ..)` after `Model::new(params.var_builder(..))`)")]
+    OptimizerUpdatesNothing {
+        /// Parameters that had a gradient.
+        parameters: usize,
+    },
+    /// The optimizer's first update left some parameters with a gradient unchanged.
+    #[error("the optimizer does not update these parameters, though they have gradients: {names:?} (build the optimizer from all of the model's variables)")]
+    ParametersNotUpdated {
+        /// Their names.
+        names: Vec<String>,
+    },
     /// Ranks disagree on the model's parameters.
     #[error("rank {rank} has different parameters than rank 0: {detail}")]
     ParameterMismatch {

@@ -64,7 +64,7 @@ impl Default for LengthOptions {
 /// One epoch of length-aware batches: the order of examples and the size of each
 /// global batch (sizes sum to the number of examples).
 #[derive(Debug, Clone, PartialEq)]
-pub struct EpochPlan {
+pub struct LengthAwareEpoch {
     /// Example indices in the order they are drawn.
     pub order: Vec<usize>,
     /// Global batch sizes, in order.
@@ -216,7 +216,7 @@ impl LengthIndex {
         model: &dyn MemoryModel,
         seed: u64,
         epoch: usize,
-    ) -> EpochPlan {
+    ) -> LengthAwareEpoch {
         let (sizes, predicted) = self.batch_sizes(batching, options, model);
         let mut batches: Vec<(Vec<usize>, f64)> = Vec::with_capacity(sizes.len());
         let mut start = 0;
@@ -236,7 +236,7 @@ impl LengthIndex {
             let keep = options.keep_first.min(batches.len());
             batches[keep..].shuffle(&mut rng);
         }
-        EpochPlan {
+        LengthAwareEpoch {
             sizes: batches.iter().map(|(b, _)| b.len()).collect(),
             predicted: if predicted.is_empty() {
                 Vec::new()

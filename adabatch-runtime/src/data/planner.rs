@@ -5,8 +5,8 @@
 
 use crate::adapt::schedule::{BatchLimits, Schedule};
 use crate::config::policy::GradAccum;
-use crate::data::length::EpochPlan;
-use crate::data::sampler::{GlobalBatchSampler, StepPlan};
+use crate::data::length::LengthAwareEpoch;
+use crate::data::sampler::{GlobalBatch, GlobalBatchSampler};
 use crate::error::{Error, Result};
 
 /// How long a run lasts.
@@ -22,13 +22,13 @@ pub enum RunLength {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepBatches {
     /// Global micro-batches, in order; gradients of all of them make one update.
-    pub micro: Vec<StepPlan>,
+    pub micro: Vec<GlobalBatch>,
 }
 
 impl StepBatches {
     /// Examples of the whole step (the effective global batch).
     pub fn global_size(&self) -> usize {
-        self.micro.iter().map(StepPlan::global_size).sum()
+        self.micro.iter().map(GlobalBatch::global_size).sum()
     }
     /// Each rank's examples over all micro-batches.
     pub fn local_sizes(&self) -> Vec<usize> {
@@ -62,7 +62,7 @@ impl StepBatches {
     pub fn max_local(&self) -> usize {
         self.micro
             .iter()
-            .flat_map(StepPlan::local_sizes)
+            .flat_map(GlobalBatch::local_sizes)
             .max()
             .unwrap_or(0)
     }
@@ -160,7 +160,7 @@ impl<S: Schedule> StepPlanner<S> {
     /// `plan_epoch(epoch)` may return a length-aware plan for it.
     pub fn next_step_with(
         &mut self,
-        mut plan_epoch: impl FnMut(usize) -> Result<Option<EpochPlan>>,
+        mut plan_epoch: impl FnMut(usize) -> Result<Option<LengthAwareEpoch>>,
     ) -> Result<Option<StepBatches>> {
         loop {
             if self.sampler.position() == 0
@@ -187,7 +187,7 @@ impl<S: Schedule> StepPlanner<S> {
                 _ => {}
             }
             let wanted = self.micro_batches_per_step();
-            let micro: Vec<StepPlan> =
+            let micro: Vec<GlobalBatch> =
                 std::iter::from_fn(|| self.sampler.next_step(self.per_device))
                     .take(wanted)
                     .collect();

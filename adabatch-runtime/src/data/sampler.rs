@@ -16,14 +16,14 @@ use crate::error::{Error, Result};
 
 /// One optimisation step's global batch and its split over ranks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepPlan {
+pub struct GlobalBatch {
     /// Dataset indices of the global batch, in permutation order.
     pub indices: Vec<usize>,
     /// Each rank's slice of `indices`.
     pub splits: Vec<Range<usize>>,
 }
 
-impl StepPlan {
+impl GlobalBatch {
     /// Indices that rank `rank` trains on (possibly none).
     pub fn local(&self, rank: usize) -> &[usize] {
         &self.indices[self.splits[rank].clone()]
@@ -134,7 +134,7 @@ impl GlobalBatchSampler {
 
     /// The next global batch of `per_device` examples per rank in the current epoch,
     /// or `None` when the epoch is used up (or cut by `drop_last`).
-    pub fn next_step(&mut self, per_device: usize) -> Option<StepPlan> {
+    pub fn next_step(&mut self, per_device: usize) -> Option<GlobalBatch> {
         let remaining = self.num_examples - self.position;
         if let Some(planned) = &mut self.planned {
             let (take, predicted) = planned.pop_front()?;
@@ -149,14 +149,14 @@ impl GlobalBatchSampler {
         self.take(wanted.min(remaining))
     }
 
-    fn take(&mut self, take: usize) -> Option<StepPlan> {
+    fn take(&mut self, take: usize) -> Option<GlobalBatch> {
         if take == 0 {
             return None;
         }
         let indices = self.permutation[self.position..self.position + take].to_vec();
         self.position += take;
         self.examples_seen += take;
-        Some(StepPlan {
+        Some(GlobalBatch {
             indices,
             splits: split_evenly(take, self.world_size),
         })

@@ -71,6 +71,8 @@ impl StepLog {
 /// Where rank 0 writes its logs.
 pub struct Logger {
     jsonl: Option<(PathBuf, BufWriter<File>)>,
+    /// The JSONL file was opened for appending and already had content.
+    appended_to_lines: bool,
     progress: ProgressBar,
     print_steps: bool,
     print_indices: bool,
@@ -83,7 +85,9 @@ impl Logger {
         total_examples: Option<u64>,
         print_steps: bool,
         print_indices: bool,
+        append: bool,
     ) -> Result<Self> {
+        let mut appended_to_lines = false;
         let jsonl = match jsonl {
             Some(path) => {
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -92,10 +96,18 @@ impl Logger {
                         source,
                     })?;
                 }
-                let file = File::create(path).map_err(|source| Error::Io {
-                    path: path.into(),
-                    source,
-                })?;
+                appended_to_lines = append && std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
+                // A resumed run continues its log instead of truncating it.
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .write(true)
+                    .append(append)
+                    .truncate(!append)
+                    .open(path)
+                    .map_err(|source| Error::Io {
+                        path: path.into(),
+                        source,
+                    })?;
                 Some((path.to_path_buf(), BufWriter::new(file)))
             }
             None => None,
@@ -113,6 +125,7 @@ impl Logger {
         };
         Ok(Self {
             jsonl,
+            appended_to_lines,
             progress,
             print_steps,
             print_indices,
@@ -149,7 +162,10 @@ impl Logger {
                 path: path.clone(),
                 source,
             };
-            serde_json::to_writer(&mut *writer, entry).map_err(|e| io(e.into()))?;
+            serde_json::to_writer(&mut *writer, entry).map_err(|source| Error::Json {
+                path: path.clone(),
+                source,
+            })?;
             writer.write_all(b"\n").map_err(io)?;
             writer.flush().map_err(io)?;
         }
@@ -162,6 +178,32 @@ impl Logger {
         if self.print_steps {
             self.progress.suspend(|| eprintln!("{message}"));
         }
+    }
+
+    /// Marks in the JSONL log that the run resumed here: one line
+    /// `{"event": "resume", "checkpoint": ..., "step": N}`; step lines have no
+    /// `event` key.
+    pub fn mark_resume(&mut self, checkpoint: &Path, step: usize) -> Result<()> {
+        self.event(&format!(
+            "resuming from {} at step {step}",
+            checkpoint.display()
+        ));
+        // Only a log that already holds lines needs the mark between two runs.
+        let continued = self.appended_to_lines;
+        if let (true, Some((path, writer))) = (continued, &mut self.jsonl) {
+            let line = serde_json::json!({
+                "event": "resume",
+                "checkpoint": checkpoint.display().to_string(),
+                "step": step,
+            });
+            writeln!(writer, "{line}")
+                .and_then(|()| writer.flush())
+                .map_err(|source| Error::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        Ok(())
     }
 
     /// Closes the bar.

@@ -9,7 +9,7 @@ pub struct TrainSummary {
     pub epoch: f64,
     /// Examples seen in total.
     pub examples_seen: usize,
-    /// Mean of the step losses.
+    /// Mean of this run's step losses (NaN when it trained no step).
     pub train_loss: f64,
     /// Loss of every step, in order.
     pub step_losses: Vec<f64>,
@@ -21,12 +21,31 @@ pub struct TrainSummary {
     pub world_size: usize,
     /// Wall time of the loop, seconds.
     pub train_runtime: f64,
-    /// Examples per second over the run.
+    /// Examples per second trained by this run (a resumed run counts only its own).
     pub train_samples_per_second: f64,
+    /// The checkpoint's step this run resumed from, if it did.
+    pub resumed_from_step: Option<usize>,
+}
+
+impl TrainSummary {
+    /// Whether this run trained no step (e.g. resumed from a finished run).
+    pub fn trained_nothing(&self) -> bool {
+        self.step_losses.is_empty()
+    }
 }
 
 impl std::fmt::Display for TrainSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.trained_nothing() {
+            return match self.resumed_from_step {
+                Some(step) => write!(
+                    f,
+                    "nothing left to train: the checkpoint of step {step} had already finished the run ({} examples, epoch {:.2})",
+                    self.examples_seen, self.epoch
+                ),
+                None => write!(f, "the run trained no step"),
+            };
+        }
         write!(
             f,
             "{{'train_runtime': {:.3}, 'train_samples_per_second': {:.1}, 'train_loss': {:.4}, 'epoch': {:.2}, 'global_step': {}, 'examples_seen': {}, 'final_per_device_batch_size': {}, 'world_size': {}, 'oom_events': {}}}",

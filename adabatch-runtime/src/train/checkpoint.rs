@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{Device, Tensor, Var};
 
-use crate::adapt::schedule::Schedule;
+use crate::adapt::schedule::{Schedule, ScheduleSpec};
 use crate::data::planner::{PlannerState, StepPlanner};
 use crate::error::{Error, Result};
 use crate::report::logging::Logger;
@@ -29,6 +29,84 @@ pub struct TrainerState {
     pub num_examples: usize,
     /// OOM events handled so far.
     pub oom_events: usize,
+    /// The trainer's policy the run was written with (absent in older checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyRecord>,
+}
+
+/// The policy keys a resumed run must share with the checkpoint, as text.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PolicyRecord {
+    /// `schedule`.
+    pub schedule: String,
+    /// `min_batch`.
+    pub min_batch: usize,
+    /// `max_batch`.
+    pub max_batch: Option<usize>,
+    /// `drop_last` (after `--dataloader-drop-last`).
+    pub drop_last: bool,
+    /// `reweight`.
+    pub reweight: String,
+    /// `grad_accum`.
+    pub grad_accum: String,
+    /// `lr_scaling`.
+    pub lr_scaling: String,
+    /// `shuffle`.
+    pub shuffle: bool,
+}
+
+impl PolicyRecord {
+    fn of(settings: &RunSettings) -> Self {
+        Self {
+            // A function's address differs between processes: name the kind only.
+            schedule: match settings.schedule {
+                ScheduleSpec::Custom(_) => "Custom(fn)".into(),
+                other => format!("{other:?}"),
+            },
+            min_batch: settings.limits.min,
+            max_batch: settings.limits.max,
+            drop_last: settings.drop_last,
+            reweight: format!("{:?}", settings.reweight),
+            grad_accum: format!("{:?}", settings.grad_accum),
+            lr_scaling: format!("{:?}", settings.lr.scaling),
+            shuffle: settings.shuffle,
+        }
+    }
+
+    /// The first key that differs: (key, checkpoint's value, this run's value).
+    fn first_difference(&self, run: &Self) -> Option<(&'static str, String, String)> {
+        let pairs = [
+            ("schedule", self.schedule.clone(), run.schedule.clone()),
+            (
+                "min_batch",
+                self.min_batch.to_string(),
+                run.min_batch.to_string(),
+            ),
+            (
+                "max_batch",
+                format!("{:?}", self.max_batch),
+                format!("{:?}", run.max_batch),
+            ),
+            (
+                "drop_last",
+                self.drop_last.to_string(),
+                run.drop_last.to_string(),
+            ),
+            ("reweight", self.reweight.clone(), run.reweight.clone()),
+            (
+                "grad_accum",
+                self.grad_accum.clone(),
+                run.grad_accum.clone(),
+            ),
+            (
+                "lr_scaling",
+                self.lr_scaling.clone(),
+                run.lr_scaling.clone(),
+            ),
+            ("shuffle", self.shuffle.to_string(), run.shuffle.to_string()),
+        ];
+        pairs.into_iter().find(|(_, a, b)| a != b)
+    }
 }
 
 const WEIGHTS: &str = "model.safetensors";
@@ -109,7 +187,7 @@ pub fn load_weights(dir: &Path, params: &[(String, Var)], device: &Device) -> Re
 
 /// Writes rank 0's checkpoint of the run as it stands.
 pub(crate) fn save_checkpoint<S: Schedule>(
-    plan: &RunSettings,
+    settings: &RunSettings,
     planner: &StepPlanner<S>,
     params: &[(String, Var)],
     oom_events: usize,
@@ -117,12 +195,13 @@ pub(crate) fn save_checkpoint<S: Schedule>(
 ) -> Result<()> {
     let state = TrainerState {
         planner: planner.state(),
-        seed: plan.seed,
-        world_size: plan.world_size,
-        num_examples: plan.num_examples,
+        seed: settings.seed,
+        world_size: settings.world_size,
+        num_examples: settings.num_examples,
         oom_events,
+        policy: Some(PolicyRecord::of(settings)),
     };
-    let dir = save(&plan.output_dir, params, &state)?;
+    let dir = save(&settings.output_dir, params, &state)?;
     if let Some(logger) = logger {
         logger.event(&format!(
             "step {}: saved {}",
@@ -136,7 +215,7 @@ pub(crate) fn save_checkpoint<S: Schedule>(
 /// Loads a checkpoint's weights and checks that it belongs to this run.
 pub(crate) fn resume_checkpoint(
     dir: &std::path::Path,
-    plan: &RunSettings,
+    settings: &RunSettings,
     params: &[(String, Var)],
     device: &Device,
 ) -> Result<TrainerState> {
@@ -149,27 +228,33 @@ pub(crate) fn resume_checkpoint(
             run: ours,
         })
     };
-    if state.num_examples != plan.num_examples {
+    if state.num_examples != settings.num_examples {
         return mismatch(
             "num_examples",
             state.num_examples.to_string(),
-            plan.num_examples.to_string(),
+            settings.num_examples.to_string(),
         );
     }
-    if state.world_size != plan.world_size {
+    if state.world_size != settings.world_size {
         return mismatch(
             "world_size",
             state.world_size.to_string(),
-            plan.world_size.to_string(),
+            settings.world_size.to_string(),
         );
     }
-    if state.seed != plan.seed {
-        return mismatch("seed", state.seed.to_string(), plan.seed.to_string());
+    if state.seed != settings.seed {
+        return mismatch("seed", state.seed.to_string(), settings.seed.to_string());
+    }
+    // A resumed run never silently takes the checkpoint's policy, nor the other way.
+    if let Some(written) = &state.policy {
+        if let Some((key, theirs, ours)) = written.first_difference(&PolicyRecord::of(settings)) {
+            return mismatch(&format!("policy key `{key}`"), theirs, ours);
+        }
     }
     // A length-aware epoch is planned from its start: resume at a boundary, which
     // includes a checkpoint written after an epoch's last step (position = N).
     let position = state.planner.position;
-    if plan.batching.is_some() && position > 0 && position < plan.num_examples {
+    if settings.batching.is_some() && position > 0 && position < settings.num_examples {
         return Err(Error::MidEpochLengthAwareCheckpoint {
             path: dir.to_path_buf(),
         });

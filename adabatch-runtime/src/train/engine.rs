@@ -5,7 +5,7 @@ use std::time::Instant;
 use candle_core::{Device, Tensor, Var};
 
 use crate::config::policy::OomPolicy;
-use crate::data::length::{EpochPlan, LengthBatching, LengthIndex};
+use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex};
 use crate::data::planner::{StepBatches, StepPlanner};
 use crate::data::sampler::GlobalBatchSampler;
 use crate::dist::communicator::Communicator;
@@ -23,24 +23,24 @@ use crate::user::data::Dataset;
 use crate::user::model::TrainModel;
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
 
-/// The plan of a length-aware epoch. Every rank must plan the same batches: a
+/// The settings of a length-aware epoch. Every rank must settings the same batches: a
 /// user `#[regressor]` is checked for agreement, and the built-in online models
 /// (each fitted to its own rank's measurements) are combined by taking the most
 /// conservative prediction.
-fn plan_length_epoch<T: AdaptiveTrainer>(
-    plan: &RunSettings,
+fn length_aware_epoch<T: AdaptiveTrainer>(
+    settings: &RunSettings,
     index: Option<&LengthIndex>,
     trainer: &mut T,
     online: &OnlineMemoryModel,
     comm: &impl Communicator,
     epoch: usize,
-) -> Result<Option<EpochPlan>> {
-    let (Some((batching, options)), Some(index)) = (plan.batching, index) else {
+) -> Result<Option<LengthAwareEpoch>> {
+    let (Some((batching, options)), Some(index)) = (settings.batching, index) else {
         return Ok(None);
     };
     let world = comm.world_size();
     if let Some(user) = trainer.regressor() {
-        let epoch_plan = index.plan_epoch(batching, &options, &*user, plan.seed, epoch);
+        let epoch_plan = index.plan_epoch(batching, &options, &*user, settings.seed, epoch);
         if world > 1 {
             let fingerprint = epoch_plan
                 .sizes
@@ -65,9 +65,13 @@ fn plan_length_epoch<T: AdaptiveTrainer>(
         return Ok(Some(epoch_plan));
     }
     if world == 1 || !matches!(batching, LengthBatching::Memory { .. }) {
-        return Ok(Some(
-            index.plan_epoch(batching, &options, online, plan.seed, epoch),
-        ));
+        return Ok(Some(index.plan_epoch(
+            batching,
+            &options,
+            online,
+            settings.seed,
+            epoch,
+        )));
     }
     let mut all = vec![0.0; 5 * world];
     all[5 * comm.rank()..5 * comm.rank() + 5].copy_from_slice(&online.snapshot());
@@ -80,7 +84,7 @@ fn plan_length_epoch<T: AdaptiveTrainer>(
         batching,
         &options,
         &MostConservative(models),
-        plan.seed,
+        settings.seed,
         epoch,
     )))
 }
@@ -156,7 +160,7 @@ pub(crate) fn rank_loop<T, D, C>(
     comm: &impl Communicator,
     dataset: &D,
     collate: &C,
-    plan: &RunSettings,
+    settings: &RunSettings,
     device: &Device,
     mut logger: Option<&mut Logger>,
 ) -> Result<TrainSummary>
@@ -167,28 +171,33 @@ where
 {
     let (model, _) = trainer.parts();
     let params = sorted_parameters(&*model)?;
-    let resumed = match &plan.resume {
-        Some(dir) => Some(resume_checkpoint(dir, plan, &params, device)?),
+    let resumed = match &settings.resume {
+        Some(dir) => Some(resume_checkpoint(dir, settings, &params, device)?),
         None => None,
     };
     synchronise_parameters(comm, &params)?;
+    if let (Some(state), Some(dir), Some(logger)) =
+        (&resumed, &settings.resume, logger.as_deref_mut())
+    {
+        logger.mark_resume(dir, state.planner.global_step)?;
+    }
     let sampler = GlobalBatchSampler::new(
-        plan.num_examples,
-        plan.world_size,
-        plan.seed,
-        plan.shuffle,
-        plan.drop_last,
+        settings.num_examples,
+        settings.world_size,
+        settings.seed,
+        settings.shuffle,
+        settings.drop_last,
     )?;
     let mut planner = StepPlanner::new(
         sampler,
-        plan.schedule,
-        plan.limits,
-        plan.initial_per_device,
-        plan.length,
-        plan.world_size,
-        plan.drop_last,
+        settings.schedule,
+        settings.limits,
+        settings.initial_per_device,
+        settings.length,
+        settings.world_size,
+        settings.drop_last,
     )?
-    .with_grad_accum(plan.grad_accum);
+    .with_grad_accum(settings.grad_accum);
     if let Some(state) = &resumed {
         planner.restore(&state.planner);
     }
@@ -196,19 +205,20 @@ where
         dataset,
         collate,
         device,
-        reweight: plan.reweight,
-        max_grad_norm: plan.max_grad_norm,
-        faults: plan.faults.clone(),
+        reweight: settings.reweight,
+        max_grad_norm: settings.max_grad_norm,
+        faults: settings.faults.clone(),
+        verify_update: true,
     };
-    let length_index = plan.batching.map(|_| {
+    let length_index = settings.batching.map(|_| {
         LengthIndex::new(
-            &(0..plan.num_examples)
+            &(0..settings.num_examples)
                 .map(|i| dataset.example_len(i))
                 .collect::<Vec<_>>(),
         )
     });
-    let mut online = OnlineMemoryModel::new(plan.memory_margin);
-    let memory_mode = matches!(plan.batching, Some((LengthBatching::Memory { .. }, _)));
+    let mut online = OnlineMemoryModel::new(settings.memory_margin);
+    let memory_mode = matches!(settings.batching, Some((LengthBatching::Memory { .. }, _)));
     let started = Instant::now();
     let mut progress = Progress {
         losses_since_log: Vec::new(),
@@ -222,14 +232,21 @@ where
     let mut chunks = 1;
     let mut retried_at_floor = false;
     while let Some(batches) = planner.next_step_with(|epoch| {
-        plan_length_epoch(plan, length_index.as_ref(), trainer, &online, comm, epoch)
+        length_aware_epoch(
+            settings,
+            length_index.as_ref(),
+            trainer,
+            &online,
+            comm,
+            epoch,
+        )
     })? {
         let step = planner.step();
         let predicted_memory = planner.sampler().last_predicted();
         let consumed_before = planner.sampler().examples_seen() - batches.global_size();
-        let lr = plan.lr.at(consumed_before, batches.global_size());
+        let lr = settings.lr.at(consumed_before, batches.global_size());
         let log_now =
-            logger.is_some() && (step % plan.logging_steps == 0 || planner.is_last_step());
+            logger.is_some() && (step % settings.logging_steps == 0 || planner.is_last_step());
         // Only memory-aware runs need the device's peak (it synchronises the device).
         let peak = (memory_mode && !device.is_cpu()).then(|| PeakSampler::start(device));
         let outcome = train_step(
@@ -241,14 +258,14 @@ where
             StepOutcome::OutOfMemory { detail } => {
                 progress.oom_events += 1;
                 progress.oom_events_since_log += 1;
-                let action = match plan.oom {
+                let action = match settings.oom {
                     OomPolicy::Fail => return Err(Error::OutOfMemory { step, detail }),
                     // At the floor (size 1, or one example per chunk) an OOM may still
                     // be transient (fragmentation): one plain retry, then give up.
                     OomPolicy::Halve | OomPolicy::SplitRetry => {
                         let before = (planner.per_device(), chunks);
                         planner.rewind(&batches);
-                        let shrunk = if plan.oom == OomPolicy::Halve {
+                        let shrunk = if settings.oom == OomPolicy::Halve {
                             planner.halve()
                         } else if chunks < batches.max_local() {
                             chunks = (chunks * 2).min(batches.max_local());
@@ -267,7 +284,7 @@ where
                             }
                             retried_at_floor = true;
                         }
-                        match plan.oom {
+                        match settings.oom {
                             OomPolicy::Halve => format!(
                                 "halve: per-device size {} -> {}, retrying the same {} examples",
                                 before.0,
@@ -291,7 +308,7 @@ where
                 };
                 if let Some(logger) = logger.as_deref_mut() {
                     logger.event(&format!("step {step}: out of memory ({detail}); {action}"));
-                    if plan.oom == OomPolicy::Skip {
+                    if settings.oom == OomPolicy::Skip {
                         logger.advance(batches.global_size(), planner.sampler().epoch());
                     }
                 }
@@ -335,9 +352,9 @@ where
             }
         }
         planner.finish_step()?;
-        if plan.save_steps > 0 && step % plan.save_steps == 0 && comm.rank() == 0 {
+        if settings.save_steps > 0 && step % settings.save_steps == 0 && comm.rank() == 0 {
             save_checkpoint(
-                plan,
+                settings,
                 &planner,
                 &params,
                 progress.oom_events,
@@ -345,10 +362,10 @@ where
             )?;
         }
     }
-    let saved_last = plan.save_steps > 0 && planner.step() % plan.save_steps == 0;
-    if plan.save_steps > 0 && !saved_last && comm.rank() == 0 {
+    let saved_last = settings.save_steps > 0 && planner.step() % settings.save_steps == 0;
+    if settings.save_steps > 0 && !saved_last && comm.rank() == 0 {
         save_checkpoint(
-            plan,
+            settings,
             &planner,
             &params,
             progress.oom_events,
@@ -360,18 +377,26 @@ where
     }
     let runtime = started.elapsed().as_secs_f64();
     let sampler = planner.sampler();
-    let steps = progress.step_losses.len().max(1) as f64;
+    let resumed_at = resumed.as_ref().map(|s| s.planner.examples_seen);
+    // Throughput and loss of this run only (a resumed run starts mid-way).
+    let trained_here = sampler.examples_seen() - resumed_at.unwrap_or(0);
+    let train_loss = if progress.step_losses.is_empty() {
+        f64::NAN
+    } else {
+        progress.step_losses.iter().sum::<f64>() / progress.step_losses.len() as f64
+    };
     Ok(TrainSummary {
         global_step: planner.step(),
         epoch: sampler.epoch(),
         examples_seen: sampler.examples_seen(),
-        train_loss: progress.step_losses.iter().sum::<f64>() / steps,
+        train_loss,
         step_losses: progress.step_losses,
         oom_events: progress.oom_events,
         final_per_device_batch_size: planner.per_device(),
-        world_size: plan.world_size,
+        world_size: settings.world_size,
         train_runtime: runtime,
-        train_samples_per_second: sampler.examples_seen() as f64 / runtime.max(f64::MIN_POSITIVE),
+        train_samples_per_second: trained_here as f64 / runtime.max(f64::MIN_POSITIVE),
+        resumed_from_step: resumed.as_ref().map(|s| s.planner.global_step),
     })
 }
 

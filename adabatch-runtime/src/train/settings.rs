@@ -227,6 +227,7 @@ impl RunSettings {
             bar,
             !args.quiet,
             args.log_indices,
+            self.resume.is_some(),
         )?;
         for warning in &self.warnings {
             logger.event(&format!("warning: {warning}"));

@@ -25,6 +25,9 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
     pub reweight: Reweight,
     pub max_grad_norm: f64,
     pub faults: FaultInjector,
+    /// Check at the next update that the optimizer changes every parameter that
+    /// has a gradient.
+    pub verify_update: bool,
 }
 
 /// How a step ended, the same on every rank.
@@ -239,8 +242,19 @@ where
             store.insert(var.as_tensor(), grad);
         }
     }
+    // The first update is checked: an optimizer built from other variables (or
+    // before the model made its own) would otherwise train nothing, silently.
+    let before = if input.verify_update && lr > 0.0 {
+        Some(gradient_carrying_values(params, &store)?)
+    } else {
+        None
+    };
     optimizer.set_learning_rate(lr);
     optimizer.step(&store)?;
+    if let Some(before) = before {
+        input.verify_update = false;
+        check_updated(&before)?;
+    }
     Ok(StepOutcome::Trained { loss, grad_norm })
 }
 
@@ -311,4 +325,47 @@ fn global_norm(grads: &[Option<Tensor>]) -> Result<f64> {
             .to_scalar::<f64>()?;
     }
     Ok(sum.sqrt())
+}
+
+/// Copies of the parameters whose gradient is not zero, with their variables.
+fn gradient_carrying_values(
+    params: &[(String, Var)],
+    store: &GradStore,
+) -> Result<Vec<(String, Var, Tensor)>> {
+    let mut values = Vec::new();
+    for (name, var) in params {
+        if let Some(grad) = store.get(var.as_tensor()) {
+            let largest = grad
+                .abs()?
+                .max_all()?
+                .to_dtype(DType::F64)?
+                .to_scalar::<f64>()?;
+            if largest > 0.0 {
+                values.push((name.clone(), var.clone(), var.as_tensor().copy()?));
+            }
+        }
+    }
+    Ok(values)
+}
+
+/// An error when the update left parameters with a gradient unchanged.
+fn check_updated(before: &[(String, Var, Tensor)]) -> Result<()> {
+    let mut stale = Vec::new();
+    for (name, var, old) in before {
+        let moved = (var.as_tensor() - old)?
+            .abs()?
+            .max_all()?
+            .to_dtype(DType::F64)?
+            .to_scalar::<f64>()?;
+        if moved == 0.0 {
+            stale.push(name.clone());
+        }
+    }
+    match stale.len() {
+        0 => Ok(()),
+        n if n == before.len() => Err(Error::OptimizerUpdatesNothing {
+            parameters: stale.len(),
+        }),
+        _ => Err(Error::ParametersNotUpdated { names: stale }),
+    }
 }
