@@ -212,28 +212,7 @@ fn rank_mean_update_is_the_mean_of_rank_means() {
     assert_close(&one_sgd_step(2, 2, true), &sgd_update(&mean));
 }
 
-#[test]
-fn empty_rank_joins_with_zero_weight() {
-    // N = 3 on 2 ranks with size 2: the first step is [2, 1]; with size 1 the last
-    // step of an epoch is [1, 0] — the second rank is empty and must not hang or
-    // bias the mean.
-    let data = dataset(3, 9);
-    let log = temp_log("empty_rank");
-    let mut a = args(2, 1, 2);
-    a.log_jsonl = Some(log.clone());
-    adabatch::launch(&data, &collate, &a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = SGD::new(model.params.all_vars(), 0.1)?;
-        Ok(SgdTrainer { model, opt })
-    })
-    .map(|trained| trained.summary)
-    .unwrap();
-    let sizes: Vec<Vec<usize>> = read_log(&log)
-        .into_iter()
-        .map(|s| s.local_batch_sizes)
-        .collect();
-    assert_eq!(sizes, vec![vec![1, 1], vec![1, 0], vec![1, 1], vec![1, 0]]);
-}
+// Empty ranks, token weights and clipping against hand computations: tests/numerics.rs.
 
 #[test]
 fn train_on_one_rank_matches_launch() {
