@@ -1,10 +1,11 @@
-//! CUDA checks (feature `cuda`; the NCCL test needs `nccl`). Each test skips, with
-//! a message, when no CUDA device can be opened, so this file also runs on a
-//! machine without a GPU. The checks are those of `examples/gpu_check.rs`, which
-//! is compiled in here as a module.
+//! CUDA checks (feature `cuda`; the NCCL test needs `nccl`). The tests that need
+//! a GPU are `#[ignore]`d, so a machine without one reports them as *ignored*
+//! (never as passed); on the GPU machine run them with `--include-ignored`, and
+//! there a missing CUDA device fails them. The checks are those of
+//! `examples/gpu_check.rs`, which is compiled in here as a module.
 //!
 //! ```text
-//! cargo test --release --features nccl --test gpu -- --nocapture --test-threads 1
+//! cargo test --release --features nccl --test gpu -- --include-ignored --nocapture --test-threads 1
 //! ```
 #![cfg(feature = "cuda")]
 
@@ -17,20 +18,16 @@ use std::io::Write;
 use adabatch::memory::device::{memory_info, PeakSampler};
 use candle_core::{DType, Device, Tensor};
 
-/// A CUDA device, or `None` after saying why the test is skipped.
-fn cuda_or_skip(test: &str) -> Option<Device> {
-    match Device::new_cuda(0) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            eprintln!("skipping: no CUDA device for `{test}` ({e})");
-            None
-        }
-    }
+/// The CUDA device; a test that asked for one fails without it.
+fn cuda(test: &str) -> Device {
+    Device::new_cuda(0)
+        .unwrap_or_else(|e| panic!("`{test}` needs a CUDA device and none opened: {e}"))
 }
 
-/// A small corpus of sentences of varied lengths, some with commas.
-fn corpus() -> tempfile_like::TempFile {
-    let mut file = tempfile_like::TempFile::new("gpu_test_corpus.txt");
+/// A small corpus of sentences of varied lengths, some with commas, in a file of
+/// its own for each test (`test` names it).
+fn corpus(test: &str) -> tempfile_like::TempFile {
+    let mut file = tempfile_like::TempFile::new(&format!("gpu_test_corpus_{test}.txt"));
     for i in 0..300 {
         let words = 3 + (i * 7) % 40;
         let line: Vec<String> = (0..words)
@@ -87,10 +84,9 @@ fn check(args: &[&str]) {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored on the GPU machine"]
 fn replay_on_cuda_matches_cpu() {
-    if cuda_or_skip("replay_on_cuda_matches_cpu").is_none() {
-        return;
-    }
+    cuda("replay_on_cuda_matches_cpu");
     check(&["gpu_check", "replay"]);
     check(&[
         "gpu_check",
@@ -104,18 +100,16 @@ fn replay_on_cuda_matches_cpu() {
 
 #[cfg(feature = "nccl")]
 #[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored on the GPU machine"]
 fn nccl_world_of_one() {
-    if cuda_or_skip("nccl_world_of_one").is_none() {
-        return;
-    }
+    cuda("nccl_world_of_one");
     check(&["gpu_check", "nccl", "--timing-iters", "5"]);
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored on the GPU machine"]
 fn memory_figures_on_cuda() {
-    let Some(device) = cuda_or_skip("memory_figures_on_cuda") else {
-        return;
-    };
+    let device = cuda("memory_figures_on_cuda");
     let info = memory_info(&device).expect("memory_info on a CUDA device");
     assert!(
         info.total_bytes > 0 && info.free_bytes <= info.total_bytes,
@@ -133,7 +127,7 @@ fn memory_figures_on_cuda() {
             "two 4 MiB tensors were live: {mem:?}"
         );
     }
-    let data = corpus();
+    let data = corpus("memory_figures_on_cuda");
     check(&[
         "gpu_check",
         "memory",
@@ -147,11 +141,10 @@ fn memory_figures_on_cuda() {
 }
 
 #[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored on the GPU machine"]
 fn bench_and_breakdown_run() {
-    if cuda_or_skip("bench_and_breakdown_run").is_none() {
-        return;
-    }
-    let data = corpus();
+    cuda("bench_and_breakdown_run");
+    let data = corpus("bench_and_breakdown_run");
     let small = [
         "--data",
         data.path(),
