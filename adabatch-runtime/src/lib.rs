@@ -49,6 +49,7 @@ pub use report::summary::TrainSummary;
 pub use train::launch::launch_nccl;
 pub use train::launch::{launch, launch_group, train, Trained};
 pub use user::data::{Collate, Dataset, WithLengths};
+pub use user::loss::{per_example_cross_entropy, per_example_token_cross_entropy_sum};
 pub use user::model::{Batch, TrainModel};
 pub use user::params::Parameters;
 pub use user::trainer::{AdaptiveTrainer, RankContext};

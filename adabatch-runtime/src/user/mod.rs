@@ -2,6 +2,7 @@
 //! seeded parameters.
 
 pub mod data;
+pub mod loss;
 pub mod model;
 pub mod params;
 pub mod trainer;

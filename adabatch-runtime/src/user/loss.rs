@@ -1,0 +1,168 @@
+//! Per-example losses for [`TrainModel::per_example_loss`](crate::TrainModel).
+//!
+//! candle-nn's `loss::cross_entropy` returns the *batch mean*, one scalar. The engine
+//! needs one loss per example (it weights and sums them across ranks itself), so
+//! these keep the batch dimension:
+//!
+//! - [`per_example_cross_entropy`]: classifiers, `[batch, classes]` logits, one
+//!   loss per example;
+//! - [`per_example_token_cross_entropy_sum`]: language models, `[batch, len, vocab]`
+//!   logits and a padding mask, the *sum* of each example's token losses (what
+//!   `reweight = token_count` expects).
+
+use candle_core::{Result, Tensor, D};
+
+/// Cross-entropy of every example: `logits` `[batch, classes]` (unnormalised),
+/// `targets` `[batch]` class ids (`u32`, `u8` or `i64`); returns `[batch]`, entry
+/// `i` = `-log softmax(logits[i])[targets[i]]`.
+///
+/// The class dimension is normalised by a log-softmax and then *indexed*, not
+/// averaged: the result is the negative log-likelihood of the target class, as in
+/// PyTorch's `cross_entropy(..., reduction="none")`.
+pub fn per_example_cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let (batch, _classes) = logits.dims2()?;
+    let target_batch = targets.dims1()?;
+    if target_batch != batch {
+        candle_core::bail!(
+            "per_example_cross_entropy: {batch} rows of logits but {target_batch} targets"
+        );
+    }
+    target_log_likelihood(logits, targets)?.neg()
+}
+
+/// Per-example sum of token cross-entropies, for language models: `logits`
+/// `[batch, len, vocab]`, `targets` `[batch, len]` token ids, `mask` `[batch, len]`
+/// (1 for tokens that carry loss, 0 for padding; any float dtype); returns
+/// `[batch]`, entry `i` = `Σ_t mask[i, t] · -log softmax(logits[i, t])[targets[i, t]]`.
+///
+/// A sum, not a mean: with `reweight = token_count` the engine divides by the
+/// global token count (`Batch::num_tokens`), so every token weighs the same across
+/// examples and ranks.
+pub fn per_example_token_cross_entropy_sum(
+    logits: &Tensor,
+    targets: &Tensor,
+    mask: &Tensor,
+) -> Result<Tensor> {
+    let (batch, len, _vocab) = logits.dims3()?;
+    for (name, tensor) in [("targets", targets), ("mask", mask)] {
+        let dims = tensor.dims2()?;
+        if dims != (batch, len) {
+            candle_core::bail!(
+                "per_example_token_cross_entropy_sum: logits are [{batch}, {len}, _] but {name} is {:?}",
+                tensor.dims()
+            );
+        }
+    }
+    let nll = target_log_likelihood(logits, targets)?.neg()?;
+    (nll * mask.to_dtype(logits.dtype())?)?.sum(1)
+}
+
+/// `log softmax(logits)[.., target]` over the last dimension; `targets` has the
+/// shape of `logits` without its last dimension.
+fn target_log_likelihood(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let log_probs = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    log_probs
+        .gather(&targets.unsqueeze(D::Minus1)?, D::Minus1)?
+        .squeeze(D::Minus1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device, Var};
+
+    /// `-log(exp(z[t]) / Σ_k exp(z[k]))`, by hand in f64.
+    fn nll(z: &[f64], t: usize) -> f64 {
+        z.iter().map(|v| v.exp()).sum::<f64>().ln() - z[t]
+    }
+
+    fn close(got: &[f32], want: &[f64]) {
+        assert_eq!(got.len(), want.len(), "{got:?} vs {want:?}");
+        for (g, w) in got.iter().zip(want) {
+            assert!((f64::from(*g) - w).abs() < 1e-5, "{got:?} vs {want:?}");
+        }
+    }
+
+    #[test]
+    fn classes_matches_hand_computation() -> Result<()> {
+        let rows = [[1.0, 2.0, 3.0], [0.0, 0.0, 0.0], [-2.0, 5.0, 0.5]];
+        let logits = Tensor::new(&rows, &Device::Cpu)?.to_dtype(DType::F32)?;
+        let targets = Tensor::new(&[2u32, 1, 0], &Device::Cpu)?;
+        let got = per_example_cross_entropy(&logits, &targets)?;
+        assert_eq!(got.dims(), &[3]);
+        // 0.4076, ln 3 = 1.0986, 7.0185: the target's NLL, not a mean over classes.
+        close(
+            &got.to_vec1::<f32>()?,
+            &[nll(&rows[0], 2), nll(&rows[1], 1), nll(&rows[2], 0)],
+        );
+        assert!((nll(&rows[1], 1) - 3f64.ln()).abs() < 1e-12);
+        Ok(())
+    }
+
+    #[test]
+    fn i64_targets_and_a_single_example() -> Result<()> {
+        let logits = Tensor::new(&[[0.5f32, -0.5]], &Device::Cpu)?;
+        let targets = Tensor::new(&[1i64], &Device::Cpu)?;
+        let got = per_example_cross_entropy(&logits, &targets)?;
+        close(&got.to_vec1::<f32>()?, &[nll(&[0.5, -0.5], 1)]);
+        Ok(())
+    }
+
+    #[test]
+    fn gradient_is_softmax_minus_one_hot() -> Result<()> {
+        let z = [1.0f64, 2.0, 3.0];
+        let logits = Var::new(&[[1.0f32, 2.0, 3.0]], &Device::Cpu)?;
+        let targets = Tensor::new(&[0u32], &Device::Cpu)?;
+        let loss = per_example_cross_entropy(logits.as_tensor(), &targets)?.sum_all()?;
+        let grad = loss.backward()?.get(logits.as_tensor()).cloned().unwrap();
+        let total: f64 = z.iter().map(|v| v.exp()).sum();
+        let want: Vec<f64> = z
+            .iter()
+            .enumerate()
+            .map(|(k, v)| v.exp() / total - f64::from(u8::from(k == 0)))
+            .collect();
+        close(&grad.flatten_all()?.to_vec1::<f32>()?, &want);
+        Ok(())
+    }
+
+    #[test]
+    fn shape_mistakes_are_errors() -> Result<()> {
+        let logits = Tensor::zeros((2, 3), DType::F32, &Device::Cpu)?;
+        let three = Tensor::new(&[0u32, 1, 2], &Device::Cpu)?;
+        let err = per_example_cross_entropy(&logits, &three).unwrap_err();
+        assert!(
+            err.to_string().contains("2 rows of logits but 3 targets"),
+            "{err}"
+        );
+        let flat = Tensor::zeros(6, DType::F32, &Device::Cpu)?;
+        assert!(per_example_cross_entropy(&flat, &three).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn token_sum_skips_padding() -> Result<()> {
+        // Two examples of length 2; the second has one real token.
+        let z = [[[2.0, 0.0], [0.0, 1.0]], [[-1.0, 1.0], [9.0, -9.0]]];
+        let logits = Tensor::new(&z, &Device::Cpu)?.to_dtype(DType::F32)?;
+        let targets = Tensor::new(&[[0u32, 1], [1, 1]], &Device::Cpu)?;
+        let mask = Tensor::new(&[[1f32, 1.0], [1.0, 0.0]], &Device::Cpu)?;
+        let got = per_example_token_cross_entropy_sum(&logits, &targets, &mask)?;
+        let want = [nll(&z[0][0], 0) + nll(&z[0][1], 1), nll(&z[1][0], 1)];
+        close(&got.to_vec1::<f32>()?, &want);
+        // An f64 mask works too.
+        let got =
+            per_example_token_cross_entropy_sum(&logits, &targets, &mask.to_dtype(DType::F64)?)?;
+        close(&got.to_vec1::<f32>()?, &want);
+        Ok(())
+    }
+
+    #[test]
+    fn token_sum_shape_mistakes_are_errors() -> Result<()> {
+        let logits = Tensor::zeros((2, 3, 4), DType::F32, &Device::Cpu)?;
+        let targets = Tensor::zeros((2, 3), DType::U32, &Device::Cpu)?;
+        let short_mask = Tensor::zeros((2, 2), DType::F32, &Device::Cpu)?;
+        let err = per_example_token_cross_entropy_sum(&logits, &targets, &short_mask).unwrap_err();
+        assert!(err.to_string().contains("mask is [2, 2]"), "{err}");
+        Ok(())
+    }
+}
