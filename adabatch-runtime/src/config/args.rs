@@ -97,6 +97,51 @@ pub struct TrainingArgs {
     /// Clip the global gradient norm to this value (0 = off).
     #[arg(long, default_value_t = 0.0)]
     pub max_grad_norm: f64,
+    /// Plan the whole run without training: print a summary (steps, examples per
+    /// epoch, global batch range, learning rate, size changes) and, with
+    /// `--log-jsonl`, write the planned steps (no loss).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Where else logs go (HF `report_to`): `tensorboard` writes event files to
+    /// `--logging-dir`; `none` (the default) writes none.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub report_to: Vec<ReportTo>,
+    /// Directory of the TensorBoard event files (default: `<output_dir>/runs`).
+    #[arg(long)]
+    pub logging_dir: Option<PathBuf>,
+    /// At the end of the run, draw its logged steps to this SVG or PNG file
+    /// (batch size, coverage and epoch, loss and learning rate).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+/// Integrations that receive the logs besides the console and JSONL (HF `report_to`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportTo {
+    /// No integration.
+    None,
+    /// TensorBoard event files in `--logging-dir`.
+    Tensorboard,
+    /// Every integration adabatch has (TensorBoard).
+    All,
+}
+
+impl TrainingArgs {
+    /// Whether TensorBoard event files are written.
+    pub fn reports_to_tensorboard(&self) -> bool {
+        self.report_to
+            .iter()
+            .any(|r| matches!(r, ReportTo::Tensorboard | ReportTo::All))
+    }
+
+    /// The directory of TensorBoard event files: `--logging-dir`, else
+    /// `<output_dir>/runs`.
+    pub fn tensorboard_dir(&self) -> PathBuf {
+        self.logging_dir
+            .clone()
+            .unwrap_or_else(|| self.output_dir.join("runs"))
+    }
 }
 
 impl Default for TrainingArgs {
