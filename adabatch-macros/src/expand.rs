@@ -1,13 +1,14 @@
-//! Tokens from a [`TrainerSpec`]: the struct, the `AdaptiveTrainer` impl, an
-//! inherent impl with `POLICY`, `new`, `train`, `launch`, and compile-time checks.
+//! Tokens from a [`TrainerSpec`]: the struct, the `AdaptiveTrainer` impl, the
+//! inherent items (`glue`), and the compile-time checks of the policy.
 //! Everything but the struct lives inside one `const _: () = { ... };`.
 
 use proc_macro2::{Group, Literal, Span, TokenStream, TokenTree};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
-use syn::Ident;
+use syn::{Ident, ItemStruct};
 
+use crate::glue::{self, Mode};
 use crate::spec::{
-    GradAccum, Growth, LrScaling, Oom, PolicyValue, Reweight, Schedule, TrainerSpec,
+    GradAccum, Growth, LrScaling, Oom, Parts, PolicyValue, Reweight, Schedule, TrainerSpec,
 };
 
 /// The whole expansion.
@@ -15,8 +16,6 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
     let krate = &spec.krate;
     let p = quote!(#krate::__private);
     let item = &spec.item;
-    let ident = &item.ident;
-    let (impl_generics, ty_generics, where_clause) = item.generics.split_for_impl();
 
     // A `custom(path)` schedule goes through a typed const spanned on the path, so a
     // function of the wrong signature is reported there, once.
@@ -36,7 +35,7 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
         .iter()
         .map(|k| policy_field(&p, &k.value))
         .collect();
-    let policy_expr = policy_literal(&p, fields.iter().map(|(f, e)| (f, e)), fields.len());
+    let policy_expr = policy_literal(&p, fields.iter().map(|(f, e)| (f, e)));
 
     // One check per key, spanned on its value: the runtime says which policies it
     // cannot run yet (`TrainerPolicy::assert_supported`), the error lands on the key.
@@ -45,7 +44,7 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
         .iter()
         .zip(&fields)
         .map(|(key, (field, expr))| {
-            let alone = policy_literal(&p, std::iter::once((field, expr)), 1);
+            let alone = policy_literal(&p, std::iter::once((field, expr)));
             quote_spanned! {at(key.span)=>
                 const _: () = (#alone).assert_supported();
             }
@@ -55,7 +54,7 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
     let singles_ok: Vec<TokenStream> = fields
         .iter()
         .map(|(field, expr)| {
-            let alone = policy_literal(&p, std::iter::once((field, expr)), 1);
+            let alone = policy_literal(&p, std::iter::once((field, expr)));
             quote!((#alone).unsupported().is_none())
         })
         .collect();
@@ -72,11 +71,50 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
         }
     };
 
-    let model = &spec.model;
-    let optimizer = &spec.optimizer;
-    let (model_ident, model_ty) = (&model.ident, &model.ty);
-    let (opt_ident, opt_ty) = (&optimizer.ident, &optimizer.ty);
-    let regressor_fn = spec.regressor.as_ref().map(|r| {
+    let policy_const = format_ident!("__ADABATCH_POLICY");
+    let trainer_impl = trainer_impl(&p, item, &spec.parts, &quote!(#policy_const));
+    let inherent = glue::inherent(
+        &p,
+        item,
+        &quote!(#policy_const),
+        Mode::Real {
+            model_ty: &spec.parts.model.ty,
+        },
+    );
+
+    // `..DEFAULT` is written even when every key is given, so that a field added to
+    // `TrainerPolicy` does not break generated code.
+    quote! {
+        #item
+
+        #[allow(clippy::needless_update)]
+        const _: () = {
+            #schedule_fn_item
+
+            const #policy_const: #p::TrainerPolicy = #policy_expr;
+
+            #trainer_impl
+
+            #inherent
+
+            #(#per_key)*
+            #whole_check
+        };
+    }
+}
+
+/// `impl AdaptiveTrainer for Struct`, with `policy` as its `POLICY`.
+pub fn trainer_impl(
+    p: &TokenStream,
+    item: &ItemStruct,
+    parts: &Parts,
+    policy: &TokenStream,
+) -> TokenStream {
+    let ident = &item.ident;
+    let (impl_generics, ty_generics, where_clause) = item.generics.split_for_impl();
+    let (model_ident, model_ty) = (&parts.model.ident, &parts.model.ty);
+    let (opt_ident, opt_ty) = (&parts.optimizer.ident, &parts.optimizer.ty);
+    let regressor_fn = parts.regressor.as_ref().map(|r| {
         let (r_ident, r_ty) = (&r.ident, &r.ty);
         let cast = quote_spanned! {at(first_span(r_ty))=> regressor};
         quote! {
@@ -86,129 +124,28 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
             }
         }
     });
-
-    let field_idents: Vec<&Ident> = item
-        .fields
-        .iter()
-        .filter_map(|f| f.ident.as_ref())
-        .collect();
-    let field_tys = item.fields.iter().map(|f| &f.ty);
-
-    // Method generics that cannot clash with the struct's own.
-    let taken: Vec<String> = item
-        .generics
-        .type_params()
-        .map(|t| t.ident.to_string())
-        .collect();
-    let fresh = |name: &str| {
-        let mut candidate = name.to_string();
-        while taken.contains(&candidate) {
-            candidate = format!("__{candidate}");
-        }
-        Ident::new(&candidate, Span::call_site())
-    };
-    let (d, c, f) = (fresh("D"), fresh("C"), fresh("F"));
-    let extra = |bounds: TokenStream| match where_clause {
-        Some(w) if !w.predicates.is_empty() => {
-            let preds = &w.predicates;
-            let comma = (!preds.trailing_punct()).then(|| quote!(,));
-            quote!(where #preds #comma #bounds)
-        }
-        _ => quote!(where #bounds),
-    };
-    // `train` and `launch` are glue whose bounds name the model's batch type: if the
-    // model is not a `TrainModel` they fail too, so every token of them (but the
-    // user's own where-clause) reports at the model's type, where `type Model`
-    // already says what is wrong.
-    let glue = |tokens: TokenStream| respan(tokens, at(first_span(model_ty)));
-    let train_where = extra(glue(quote! {
-        #d: #p::Dataset + ?::core::marker::Sized,
-        #c: #p::CollateFor<Self, #d>,
-    }));
-    let launch_where = extra(glue(quote! {
-        Self: ::core::marker::Send,
-        #d: #p::Dataset + ?::core::marker::Sized,
-        #c: #p::CollateFor<Self, #d>,
-        #f: ::core::ops::Fn(&#p::RankContext) -> #p::Result<Self> + ::core::marker::Sync,
-    }));
-    let train_sig = glue(quote! {
-        /// Trains this trainer on one rank (`args.nproc_per_node` must be 1;
-        /// use `launch` for several ranks); it keeps its trained weights.
-        pub fn train<#d, #c>(
-            &mut self,
-            dataset: &#d,
-            collate: &#c,
-            args: &#p::TrainingArgs,
-        ) -> #p::Result<#p::TrainSummary>
-    });
-    let train_body = glue(quote! {{
-        #p::train(self, dataset, collate, args)
-    }});
-    let launch_sig = glue(quote! {
-        /// Trains on `args.nproc_per_node` ranks, building each rank's trainer
-        /// with `factory`.
-        pub fn launch<#d, #c, #f>(
-            dataset: &#d,
-            collate: &#c,
-            args: &#p::TrainingArgs,
-            factory: #f,
-        ) -> #p::Result<#p::Trained<Self>>
-    });
-    let launch_body = glue(quote! {{
-        #p::launch::<Self, #d, #c, #f>(dataset, collate, args, factory)
-    }});
-    let policy_const = format_ident!("__ADABATCH_POLICY");
-
     quote! {
-        #item
-
-        const _: () = {
-            #schedule_fn_item
-
-            const #policy_const: #p::TrainerPolicy = #policy_expr;
-
-            #[automatically_derived]
-            impl #impl_generics #p::AdaptiveTrainer for #ident #ty_generics #where_clause {
-                type Model = #model_ty;
-                type Optimizer = #opt_ty;
-                const POLICY: #p::TrainerPolicy = #policy_const;
-                fn parts(&mut self) -> (&mut Self::Model, &mut Self::Optimizer) {
-                    (&mut self.#model_ident, &mut self.#opt_ident)
-                }
-                #regressor_fn
+        #[automatically_derived]
+        impl #impl_generics #p::AdaptiveTrainer for #ident #ty_generics #where_clause {
+            type Model = #model_ty;
+            type Optimizer = #opt_ty;
+            const POLICY: #p::TrainerPolicy = #policy;
+            fn parts(&mut self) -> (&mut Self::Model, &mut Self::Optimizer) {
+                (&mut self.#model_ident, &mut self.#opt_ident)
             }
-
-            #[automatically_derived]
-            #[allow(dead_code, private_interfaces, clippy::too_many_arguments)]
-            impl #impl_generics #ident #ty_generics #where_clause {
-                /// The training policy fixed by `#[adaptive_trainer(...)]` (unset keys
-                /// keep `TrainerPolicy::DEFAULT`).
-                pub const POLICY: #p::TrainerPolicy = #policy_const;
-
-                /// Builds the trainer from its fields, in declaration order.
-                pub fn new(#(#field_idents: #field_tys),*) -> Self {
-                    Self { #(#field_idents),* }
-                }
-
-                #train_sig #train_where #train_body
-
-                #launch_sig #launch_where #launch_body
-            }
-
-            #(#per_key)*
-            #whole_check
-        };
+            #regressor_fn
+        }
     }
 }
 
 /// A span that reports at `location` but, like the rest of the expansion, counts as
 /// macro-generated (lints such as clippy's skip it).
-fn at(location: Span) -> Span {
+pub fn at(location: Span) -> Span {
     Span::call_site().located_at(location)
 }
 
 /// `tokens` with every span (groups included) set to `span`.
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+pub fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut tree| {
@@ -224,7 +161,7 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         .collect()
 }
 
-fn first_span(tokens: impl quote::ToTokens) -> Span {
+pub fn first_span(tokens: impl quote::ToTokens) -> Span {
     tokens
         .into_token_stream()
         .into_iter()
@@ -232,20 +169,15 @@ fn first_span(tokens: impl quote::ToTokens) -> Span {
         .map_or_else(Span::call_site, |t| t.span())
 }
 
-/// `TrainerPolicy { field: value, .., ..DEFAULT }` (no `..DEFAULT` when all are set).
+/// `TrainerPolicy { field: value, .., ..DEFAULT }`: the fields not given keep
+/// their default, however many fields `TrainerPolicy` has.
 fn policy_literal<'a>(
     p: &TokenStream,
     fields: impl Iterator<Item = (&'a Ident, &'a TokenStream)>,
-    count: usize,
 ) -> TokenStream {
     let (names, exprs): (Vec<_>, Vec<_>) = fields.unzip();
-    let rest = (count < ALL_FIELDS).then(|| quote!(..#p::TrainerPolicy::DEFAULT));
-    quote!(#p::TrainerPolicy { #(#names: #exprs,)* #rest })
+    quote!(#p::TrainerPolicy { #(#names: #exprs,)* ..#p::TrainerPolicy::DEFAULT })
 }
-
-/// Number of fields of `TrainerPolicy` (one per DSL key but `crate`, with
-/// `min_batch` / `max_batch` separate).
-const ALL_FIELDS: usize = 10;
 
 fn some(value: TokenStream) -> TokenStream {
     quote!(::core::option::Option::Some(#value))

@@ -1,15 +1,26 @@
 //! The `#[adaptive_trainer(...)]` attribute of adabatch.
 //!
 //! Use it through the `adabatch` crate (`use adabatch::prelude::*;`), which documents
-//! the DSL. The pipeline: `parse` reads the arguments into a loose syntax tree,
-//! `validate` interprets them and the struct into a `spec::TrainerSpec` while
-//! collecting every error, and `expand` turns the spec into a small typed glue layer
-//! that calls the generic engine through `::adabatch::__private`.
+//! the DSL. The pipeline, one concept per module:
+//!
+//! - `parse`: the loose syntax of the arguments, every value with its span;
+//! - `attr` (one file per key family) and `item` (the struct and its field roles)
+//!   read them into typed values, collecting every mistake in a `ctxt::Ctxt`;
+//! - `check`: rules that span several keys;
+//! - `spec`: the plain `TrainerSpec` (or, with mistakes, a `Fallback`);
+//! - `expand` and `glue`: tokens from the spec only, a small typed glue layer that
+//!   calls the generic engine through `::adabatch::__private`; `fallback`: the errors
+//!   and stand-ins for the generated items, so that one mistake does not cascade.
 
+mod attr;
+mod check;
+mod ctxt;
 mod expand;
+mod fallback;
+mod glue;
+mod item;
 mod parse;
 mod spec;
-mod validate;
 
 #[cfg(test)]
 mod tests;
@@ -29,12 +40,8 @@ pub fn adaptive_trainer(args: TokenStream, input: TokenStream) -> TokenStream {
             return out;
         }
     };
-    match validate::validate(args, item) {
+    match spec::build(args, item) {
         Ok(spec) => expand::expand(&spec).into(),
-        Err(invalid) => {
-            let mut out = invalid.item;
-            out.extend(invalid.error.to_compile_error());
-            out.into()
-        }
+        Err(fallback) => fallback::expand(&fallback).into(),
     }
 }

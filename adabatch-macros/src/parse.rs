@@ -1,7 +1,7 @@
 //! Syntax of the attribute arguments.
 //!
 //! The grammar here is deliberately loose: it accepts every `key = value` list whose
-//! values are literals, paths or calls, so that `validate` can interpret each key on
+//! values are literals, paths or calls, so that `attr` can interpret each key on
 //! its own and report *all* mistakes of one attribute together, each on its token.
 //!
 //! ```text
@@ -24,11 +24,11 @@ use syn::{token, Ident, Lit, Path, Token};
 /// The whole argument list of `#[adaptive_trainer(...)]`.
 #[derive(Debug, Clone)]
 pub struct AttrArgs {
-    /// The arguments in source order (duplicates included: `validate` reports them).
+    /// The arguments in source order (duplicates included: `attr` reports them).
     pub args: Vec<Arg>,
 }
 
-/// One `key = value` (or a bare `key`, which `validate` rejects with a hint).
+/// One `key = value` (or a bare `key`, which `attr` rejects with a hint).
 #[derive(Debug, Clone)]
 pub struct Arg {
     /// The key as written (`crate` is accepted as an identifier).

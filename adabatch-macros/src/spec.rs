@@ -1,8 +1,15 @@
 //! The validated trainer description: plain data, with the spans generated code
-//! needs to point its own errors (trait bounds, const evaluation) at user tokens.
+//! needs to point its own errors (trait bounds, const evaluation) at user tokens;
+//! and, for an attribute with mistakes, what the fallback expansion needs.
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream};
 use syn::{Ident, ItemStruct, Path, Type};
+
+use crate::attr::{parse_args, Attrs};
+use crate::check::check;
+use crate::ctxt::Ctxt;
+use crate::item::{parse_item, Shape};
+use crate::parse::AttrArgs;
 
 /// Everything `expand` needs, and nothing it has to check again.
 #[derive(Debug, Clone)]
@@ -13,12 +20,44 @@ pub struct TrainerSpec {
     pub policy: Vec<PolicyKey>,
     /// The user's struct, field attributes stripped.
     pub item: ItemStruct,
+    /// Its marked fields.
+    pub parts: Parts,
+}
+
+/// The marked fields of a trainer.
+#[derive(Debug, Clone)]
+pub struct Parts {
     /// The `#[model]` field.
     pub model: FieldRef,
     /// The `#[optimizer]` field.
     pub optimizer: FieldRef,
     /// The `#[regressor]` field, if any.
     pub regressor: Option<FieldRef>,
+}
+
+/// An attribute with mistakes: the errors, and the item to emit with stand-ins for
+/// the generated items, so that the user's later uses of them do not cascade.
+pub struct Fallback {
+    /// Every mistake, combined.
+    pub error: syn::Error,
+    /// The item.
+    pub item: FallbackItem,
+}
+
+/// The item of a [`Fallback`].
+#[allow(clippy::large_enum_variant)]
+pub enum FallbackItem {
+    /// A struct (field attributes stripped): stand-ins can be generated.
+    Struct {
+        /// Where generated code finds the facade; `None` when `crate = ..` is broken.
+        krate: Option<Path>,
+        /// The struct.
+        item: ItemStruct,
+        /// Its marked fields, when they are valid.
+        parts: Option<Parts>,
+    },
+    /// Anything else, emitted as is (field attributes stripped).
+    Other(TokenStream),
 }
 
 /// A marked field.
@@ -66,7 +105,7 @@ pub enum PolicyValue {
 }
 
 /// `schedule = ...`
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Schedule {
     /// `constant` / `constant(n)`
     Constant(Option<usize>),
@@ -97,50 +136,6 @@ pub enum Schedule {
         /// Largest growth factor.
         max_range: f64,
     },
-}
-
-impl PartialEq for Schedule {
-    fn eq(&self, other: &Self) -> bool {
-        use Schedule::*;
-        match (self, other) {
-            (Constant(a), Constant(b)) => a == b,
-            (
-                Interval {
-                    every: a,
-                    growth: g,
-                },
-                Interval {
-                    every: b,
-                    growth: h,
-                },
-            ) => a == b && g == h,
-            (
-                Linear {
-                    from: a,
-                    to: b,
-                    over: c,
-                },
-                Linear {
-                    from: d,
-                    to: e,
-                    over: f,
-                },
-            ) => (a, b, c) == (d, e, f),
-            (Steps(a), Steps(b)) => a == b,
-            (Custom(a), Custom(b)) => a == b,
-            (
-                Memory {
-                    threshold: a,
-                    max_range: b,
-                },
-                Memory {
-                    threshold: c,
-                    max_range: d,
-                },
-            ) => (a, b) == (c, d),
-            _ => false,
-        }
-    }
 }
 
 /// `interval`'s change.
@@ -194,4 +189,53 @@ pub enum LrScaling {
     Linear,
     /// `sqrt`
     Sqrt,
+}
+
+/// Reads the attribute's arguments (or their syntax error) and the item, collecting
+/// every mistake: the spec, or what the fallback expansion needs.
+pub fn build(args: syn::Result<AttrArgs>, item: syn::Item) -> Result<TrainerSpec, Box<Fallback>> {
+    let mut cx = Ctxt::new();
+    let args = args.map_err(|e| cx.push(e)).ok();
+    let attrs: Option<Attrs> = args.as_ref().map(|args| parse_args(args, &mut cx));
+    let shape = parse_item(item, &mut cx);
+    let (item, roles) = match shape {
+        Shape::Struct(item, roles) => (item, roles),
+        Shape::Other(tokens) => {
+            let error = cx.check().err().unwrap_or_else(|| {
+                syn::Error::new(Span::call_site(), "invalid `#[adaptive_trainer]`")
+            });
+            return Err(Box::new(Fallback {
+                error,
+                item: FallbackItem::Other(tokens),
+            }));
+        }
+    };
+    if let Some(attrs) = &attrs {
+        check(attrs, roles.as_ref(), &mut cx);
+    }
+    let parts = roles.map(|r| r.parts);
+    let result = cx.check();
+    if let (Ok(()), Some(attrs), Some(parts)) = (&result, &attrs, &parts) {
+        return Ok(TrainerSpec {
+            krate: attrs
+                .krate()
+                .unwrap_or_else(|| syn::parse_quote!(::adabatch)),
+            policy: attrs.keys.clone(),
+            item,
+            parts: parts.clone(),
+        });
+    }
+    // Every `None` above pushed an error: the last resort is unreachable in practice.
+    let error = result
+        .err()
+        .unwrap_or_else(|| syn::Error::new(Span::call_site(), "invalid `#[adaptive_trainer]`"));
+    Err(Box::new(Fallback {
+        error,
+        item: FallbackItem::Struct {
+            // A syntax error in the arguments: assume the default path.
+            krate: attrs.map_or_else(|| Some(syn::parse_quote!(::adabatch)), |a| a.krate()),
+            item,
+            parts,
+        },
+    }))
 }

@@ -1,0 +1,103 @@
+//! `grad_accum = fixed(n) | target(global = n)`.
+
+use syn::Lit;
+
+use super::call::{exact_args, named_args};
+use super::suggest::unknown;
+use super::values::int;
+use crate::ctxt::Ctxt;
+use crate::parse::{path_to_string, CallArg, Value};
+use crate::spec::GradAccum;
+
+/// `grad_accum` forms.
+pub const GRAD_ACCUMS: &[&str] = &["fixed", "target"];
+
+/// Reads `grad_accum = ...`.
+pub fn grad_accum(value: &Value, cx: &mut Ctxt) -> Option<GradAccum> {
+    let forms = "expected `fixed(n)` or `target(global = n)`";
+    let call = match value {
+        Value::Call(call) => call,
+        Value::Lit(Lit::Int(i)) => {
+            cx.on(
+                i,
+                format!(
+                    "invalid `grad_accum`: {forms}; write `grad_accum = fixed({})`",
+                    i.base10_digits()
+                ),
+            );
+            return None;
+        }
+        Value::Path(p) if p.is_ident("fixed") || p.is_ident("target") => {
+            let example = if p.is_ident("fixed") {
+                "fixed(2)"
+            } else {
+                "target(global = 64)"
+            };
+            cx.on(
+                p,
+                format!(
+                    "`{}` needs an argument, e.g. `grad_accum = {example}`",
+                    path_to_string(p)
+                ),
+            );
+            return None;
+        }
+        Value::Path(p) if p.get_ident().is_some() => {
+            cx.on(
+                p,
+                unknown("`grad_accum` form", &path_to_string(p), GRAD_ACCUMS),
+            );
+            return None;
+        }
+        other => {
+            cx.on(
+                other,
+                format!("invalid `grad_accum`: {forms}, found {}", other.describe()),
+            );
+            return None;
+        }
+    };
+    let name = path_to_string(&call.name);
+    match name.as_str() {
+        "fixed" => {
+            let [arg] = exact_args::<1>(call, "fixed(n)", cx)?;
+            match arg {
+                CallArg::Plain(v) => {
+                    let n = int::<usize>("fixed", v, cx)?;
+                    if n == 0 {
+                        cx.on(v, "`fixed(0)`: accumulate at least 1 micro-batch per step");
+                        return None;
+                    }
+                    Some(GradAccum::Fixed(n))
+                }
+                other => {
+                    cx.on(other, "expected an integer, as in `fixed(2)`");
+                    None
+                }
+            }
+        }
+        "target" => {
+            let named = named_args(call, &["global"], cx)?;
+            let Some(v) = named.get("global") else {
+                cx.at(
+                    call.paren.span.join(),
+                    "`target` needs `global = n`, e.g. `target(global = 64)`",
+                );
+                return None;
+            };
+            let n = int::<usize>("global", v, cx)?;
+            if n == 0 {
+                cx.on(
+                    *v,
+                    "`target(global = 0)`: the effective global batch must be at least 1",
+                );
+                return None;
+            }
+            Some(GradAccum::Target(n))
+        }
+        _ => {
+            cx.on(&call.name, unknown("`grad_accum` form", &name, GRAD_ACCUMS));
+            None
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! The attribute's keys: the table of keys, and the dispatch of each `key = value`
+//! to the reader of its family (one file each).
+//!
+//! Every key is read on its own, so that every mistake of one attribute is reported;
+//! rules that span several keys are in `check`.
+
+mod call;
+mod grad_accum;
+mod schedule;
+pub mod suggest;
+mod values;
+
+use std::collections::HashMap;
+
+use syn::spanned::Spanned;
+use syn::{Lit, Path};
+
+use crate::ctxt::Ctxt;
+use crate::parse::{path_to_string, Arg, AttrArgs, Value};
+use crate::spec::{LrScaling, Oom, PolicyKey, PolicyValue, Reweight, Schedule};
+use suggest::unknown;
+
+/// Every key of the DSL, in the order of the documentation.
+pub const KEYS: &[&str] = &[
+    "schedule",
+    "min_batch",
+    "max_batch",
+    "drop_last",
+    "reweight",
+    "oom",
+    "grad_accum",
+    "lr_scaling",
+    "shuffle",
+    "seed",
+    "crate",
+];
+
+/// `reweight` values.
+pub const REWEIGHTS: &[&str] = &["sample_count", "token_count", "none"];
+/// `oom` values.
+pub const OOMS: &[&str] = &["fail", "halve", "split_retry", "skip"];
+/// `lr_scaling` values.
+pub const LR_SCALINGS: &[&str] = &["none", "linear", "sqrt"];
+
+/// A key as the attribute gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Written<T> {
+    /// Not written.
+    Absent,
+    /// Written, with a mistake (already reported).
+    Invalid,
+    /// Written and valid.
+    Valid(T),
+}
+
+/// The interpreted arguments: the valid keys (the spec's policy), and what the
+/// checks across keys need.
+#[derive(Debug, Clone)]
+pub struct Attrs<'a> {
+    /// Valid policy keys, in source order.
+    pub keys: Vec<PolicyKey>,
+    /// `crate = ...`.
+    pub krate: Written<Path>,
+    /// `schedule = ...`.
+    pub schedule: Written<Schedule>,
+    /// `min_batch = n`, with its value's tokens.
+    pub min_batch: Option<(usize, &'a Value)>,
+    /// `max_batch = n`, with its value's tokens.
+    pub max_batch: Option<(usize, &'a Value)>,
+}
+
+impl Attrs<'_> {
+    /// Where generated code finds the facade: `::adabatch` unless `crate = "..."`;
+    /// `None` when `crate` was given but is not a path.
+    pub fn krate(&self) -> Option<Path> {
+        match &self.krate {
+            Written::Absent => Some(syn::parse_quote!(::adabatch)),
+            Written::Valid(path) => Some(path.clone()),
+            Written::Invalid => None,
+        }
+    }
+}
+
+/// Interprets every argument, pushing an error for each mistake; the keys that were
+/// valid are kept (the spec is only built when no error was pushed).
+pub fn parse_args<'a>(args: &'a AttrArgs, cx: &mut Ctxt) -> Attrs<'a> {
+    let mut seen: HashMap<String, &'a Arg> = HashMap::new();
+    let mut attrs = Attrs {
+        keys: Vec::new(),
+        krate: Written::Absent,
+        schedule: Written::Absent,
+        min_batch: None,
+        max_batch: None,
+    };
+
+    for arg in &args.args {
+        let name = arg.key.to_string();
+        let name = name.strip_prefix("r#").unwrap_or(&name).to_string();
+        if !KEYS.contains(&name.as_str()) {
+            cx.at(arg.key.span(), unknown("key", &name, KEYS));
+            continue;
+        }
+        if let Some(first) = seen.get(&name) {
+            cx.at(
+                arg.key.span(),
+                format!(
+                    "duplicate key `{name}`: each key may be given once; `{}` comes first",
+                    short(first)
+                ),
+            );
+            continue;
+        }
+        seen.insert(name.clone(), arg);
+        let Some((_, value)) = &arg.value else {
+            cx.at(
+                arg.key.span(),
+                format!("`{name}` needs a value, e.g. `{name} = {}`", example(&name)),
+            );
+            match name.as_str() {
+                "schedule" => attrs.schedule = Written::Invalid,
+                "crate" => attrs.krate = Written::Invalid,
+                _ => {}
+            }
+            continue;
+        };
+        let span = value.span();
+        let parsed = match name.as_str() {
+            "crate" => {
+                attrs.krate = written(values::crate_path(value, cx));
+                continue;
+            }
+            "schedule" => {
+                let s = schedule::schedule(value, cx);
+                attrs.schedule = written(s.clone());
+                s.map(PolicyValue::Schedule)
+            }
+            "min_batch" => values::batch_size(&name, value, cx).map(|n| {
+                attrs.min_batch = Some((n, value));
+                PolicyValue::MinBatch(n)
+            }),
+            "max_batch" => values::batch_size(&name, value, cx).map(|n| {
+                attrs.max_batch = Some((n, value));
+                PolicyValue::MaxBatch(n)
+            }),
+            "drop_last" => values::boolean(&name, value, cx).map(PolicyValue::DropLast),
+            "shuffle" => values::boolean(&name, value, cx).map(PolicyValue::Shuffle),
+            "seed" => values::int::<u64>(&name, value, cx).map(PolicyValue::Seed),
+            "reweight" => values::choice(&name, value, REWEIGHTS, cx).map(|c| {
+                PolicyValue::Reweight(match c {
+                    "sample_count" => Reweight::SampleCount,
+                    "token_count" => Reweight::TokenCount,
+                    _ => Reweight::RankMean,
+                })
+            }),
+            "oom" => values::choice(&name, value, OOMS, cx).map(|c| {
+                PolicyValue::Oom(match c {
+                    "fail" => Oom::Fail,
+                    "halve" => Oom::Halve,
+                    "split_retry" => Oom::SplitRetry,
+                    _ => Oom::Skip,
+                })
+            }),
+            "lr_scaling" => values::choice(&name, value, LR_SCALINGS, cx).map(|c| {
+                PolicyValue::LrScaling(match c {
+                    "none" => LrScaling::Off,
+                    "linear" => LrScaling::Linear,
+                    _ => LrScaling::Sqrt,
+                })
+            }),
+            "grad_accum" => grad_accum::grad_accum(value, cx).map(PolicyValue::GradAccum),
+            _ => unreachable!("every key of KEYS is handled"),
+        };
+        if let Some(value) = parsed {
+            attrs.keys.push(PolicyKey { value, span });
+        }
+    }
+    attrs
+}
+
+fn written<T>(value: Option<T>) -> Written<T> {
+    value.map_or(Written::Invalid, Written::Valid)
+}
+
+/// A key as written, its value short: `seed = 1`, `oom = halve`,
+/// `schedule = interval(..)`.
+fn short(arg: &Arg) -> String {
+    let key = arg.key.to_string();
+    let key = key.strip_prefix("r#").unwrap_or(&key);
+    let Some((_, value)) = &arg.value else {
+        return key.to_string();
+    };
+    let value = match value {
+        Value::Lit(Lit::Str(s)) => format!("{:?}", s.value()),
+        Value::Lit(lit) => quote::ToTokens::to_token_stream(lit).to_string(),
+        Value::Path(p) => path_to_string(p),
+        Value::Call(c) => format!("{}(..)", path_to_string(&c.name)),
+    };
+    format!("{key} = {value}")
+}
+
+/// An example value of `key`, for "`key` needs a value".
+fn example(key: &str) -> &'static str {
+    match key {
+        "schedule" => "interval(5, +1)",
+        "min_batch" => "1",
+        "max_batch" => "64",
+        "drop_last" | "shuffle" => "true",
+        "reweight" => "sample_count",
+        "oom" => "fail",
+        "grad_accum" => "fixed(2)",
+        "lr_scaling" => "sqrt",
+        "seed" => "42",
+        _ => "\"::adabatch\"",
+    }
+}

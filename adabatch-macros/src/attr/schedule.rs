@@ -1,0 +1,361 @@
+//! `schedule = ...`: the forms `constant`, `interval`, `linear`, `steps`, `custom`,
+//! `memory`, their arguments' syntax and shape.
+//!
+//! The simple literal cases of the value rules (`constant(0)`, `interval(0, ..)`,
+//! `*1`, ...) are reported here on the offending token; the runtime's
+//! `validate_spec` states the same rules for specs built in code.
+
+use syn::Lit;
+
+use super::call::{exact_args, named_args};
+use super::suggest::{one_of, unknown, unknown_of};
+use super::values::{float, int};
+use crate::ctxt::Ctxt;
+use crate::parse::{path_to_string, Call, CallArg, Op, Value};
+use crate::spec::{Growth, Schedule};
+
+/// The schedule kinds.
+pub const SCHEDULES: &[&str] = &[
+    "constant", "interval", "linear", "steps", "custom", "memory",
+];
+
+/// Every form, for "expected one of".
+const SCHEDULE_FORMS: &str = "expected one of `constant`, `constant(n)`, `interval(every, +k)`, `interval(every, -k)`, `interval(every, *k)`, `linear(from, to, over = n)`, `steps(0 => 8, 100 => 16)`, `custom(path::to::fn)`, `memory(threshold = 0.9, max_range = 2.0)`";
+
+/// Reads `schedule = ...`.
+pub fn schedule(value: &Value, cx: &mut Ctxt) -> Option<Schedule> {
+    match value {
+        Value::Path(p) => match p.get_ident().map(ToString::to_string).as_deref() {
+            Some("constant") => Some(Schedule::Constant(None)),
+            Some("memory") => Some(Schedule::Memory {
+                threshold: 0.9,
+                max_range: 2.0,
+            }),
+            Some(name @ ("interval" | "linear" | "steps" | "custom")) => {
+                let form = match name {
+                    "interval" => "interval(every, +k)",
+                    "linear" => "linear(from, to, over = n)",
+                    "steps" => "steps(0 => 8, 100 => 16)",
+                    _ => "custom(path::to::fn)",
+                };
+                cx.on(p, format!("`{name}` needs arguments: `{form}`"));
+                None
+            }
+            Some(name) => {
+                cx.on(
+                    p,
+                    unknown("schedule", name, SCHEDULES)
+                        .replace(&one_of(SCHEDULES), SCHEDULE_FORMS),
+                );
+                None
+            }
+            None => {
+                cx.on(
+                    p,
+                    format!(
+                        "invalid `schedule`: {SCHEDULE_FORMS}; found {}",
+                        value.describe()
+                    ),
+                );
+                None
+            }
+        },
+        Value::Call(call) => {
+            let name = path_to_string(&call.name);
+            match name.as_str() {
+                "constant" => constant(call, cx),
+                "interval" => interval(call, cx),
+                "linear" => linear(call, cx),
+                "steps" => steps(call, cx),
+                "custom" => custom(call, cx),
+                "memory" => memory(call, cx),
+                _ => {
+                    let msg = if call.name.get_ident().is_some() {
+                        unknown("schedule", &name, SCHEDULES)
+                            .replace(&one_of(SCHEDULES), SCHEDULE_FORMS)
+                    } else {
+                        format!("unknown schedule `{name}(..)`; {SCHEDULE_FORMS}; a function of your own goes in `custom({name})`")
+                    };
+                    cx.on(&call.name, msg);
+                    None
+                }
+            }
+        }
+        Value::Lit(lit) => {
+            let hint = match lit {
+                Lit::Int(i) => {
+                    format!("; for a fixed size write `constant({})`", i.base10_digits())
+                }
+                _ => String::new(),
+            };
+            cx.on(
+                lit,
+                format!(
+                    "invalid `schedule`: {SCHEDULE_FORMS}; found {}{hint}",
+                    value.describe()
+                ),
+            );
+            None
+        }
+    }
+}
+
+fn constant(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
+    if call.args.is_empty() {
+        return Some(Schedule::Constant(None));
+    }
+    let [arg] = exact_args::<1>(call, "constant(n)", cx)?;
+    let CallArg::Plain(v) = arg else {
+        cx.on(arg, "expected a batch size, as in `constant(8)`");
+        return None;
+    };
+    let n = int::<usize>("constant", v, cx)?;
+    if n == 0 {
+        cx.on(v, "`constant(0)`: a batch size must be at least 1");
+        return None;
+    }
+    Some(Schedule::Constant(Some(n)))
+}
+
+fn interval(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
+    let [every_arg, growth_arg] = exact_args::<2>(call, "interval(every, +k)", cx)?;
+    let every = match every_arg {
+        CallArg::Plain(v) => match int::<usize>("every", v, cx) {
+            Some(0) => {
+                cx.on(v, "`interval`: `every` must be at least 1 (the size changes after every `every` steps)");
+                None
+            }
+            n => n,
+        },
+        other => {
+            cx.on(
+                other,
+                "expected the number of steps between changes, as in `interval(5, +1)`",
+            );
+            None
+        }
+    };
+    let growth = match growth_arg {
+        CallArg::Op { op, value } => match (op, int::<u64>("interval", value, cx)) {
+            (_, None) => None,
+            (Op::Add(_) | Op::Sub(_), Some(0)) => {
+                cx.on(
+                    growth_arg,
+                    "`interval`: the step must not be zero; use `constant` for a fixed size",
+                );
+                None
+            }
+            (Op::Mul(_), Some(k)) if k < 2 => {
+                cx.on(
+                    growth_arg,
+                    format!("`interval`: the factor `*{k}` must be at least 2"),
+                );
+                None
+            }
+            (Op::Mul(_), Some(k)) => match usize::try_from(k) {
+                Ok(k) => Some(Growth::Mul(k)),
+                Err(_) => {
+                    cx.on(value, "`interval`: factor too large");
+                    None
+                }
+            },
+            (Op::Add(_), Some(k)) => i64::try_from(k).ok().map(Growth::Add),
+            (Op::Sub(_), Some(k)) => i64::try_from(k).ok().map(|k| Growth::Add(-k)),
+        }
+        .or_else(|| {
+            if let CallArg::Op {
+                value: Value::Lit(Lit::Int(i)),
+                ..
+            } = growth_arg
+            {
+                if i.base10_parse::<u64>().is_ok_and(|k| k > i64::MAX as u64) {
+                    cx.on(growth_arg, "`interval`: step too large");
+                }
+            }
+            None
+        }),
+        CallArg::Plain(Value::Lit(Lit::Int(i))) => {
+            cx.on(
+                i,
+                format!("expected `+k`, `-k` or `*k` as the change of `interval`, found `{0}`: write `+{0}` to grow by {0}, or `*{0}` to multiply", i.base10_digits()),
+            );
+            None
+        }
+        other => {
+            cx.on(
+                other,
+                "expected `+k`, `-k` or `*k` as the change of `interval`, as in `interval(5, +1)`",
+            );
+            None
+        }
+    };
+    Some(Schedule::Interval {
+        every: every?,
+        growth: growth?,
+    })
+}
+
+fn linear(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
+    let mut positional = Vec::new();
+    let mut over = None;
+    let mut ok = true;
+    for arg in &call.args {
+        match arg {
+            CallArg::Plain(v) => positional.push(v),
+            CallArg::Named { name, value, .. } if name == "over" => {
+                if over.replace(value).is_some() {
+                    cx.at(name.span(), "duplicate argument `over` of `linear`");
+                    ok = false;
+                }
+            }
+            CallArg::Named { name, .. } => {
+                cx.at(
+                    name.span(),
+                    unknown_of("argument", &name.to_string(), " of `linear`", &["over"]),
+                );
+                ok = false;
+            }
+            other => {
+                cx.on(other, "expected a batch size; `linear(from, to, over = n)`");
+                ok = false;
+            }
+        }
+    }
+    if !ok {
+        return None;
+    }
+    let (from, to) = match positional.as_slice() {
+        [from, to] => (*from, *to),
+        [from, to, third] if over.is_none() => {
+            cx.on(
+                *third,
+                "write the length of the ramp as `over = n`: `linear(from, to, over = n)`",
+            );
+            let _ = (from, to);
+            return None;
+        }
+        other => {
+            cx.at(
+                call.paren.span.join(),
+                format!("`linear` takes two sizes and `over = n`, found {} positional argument(s): `linear(from, to, over = n)`", other.len()),
+            );
+            return None;
+        }
+    };
+    let from = positive("from", from, cx);
+    let to = positive("to", to, cx);
+    let over = match over {
+        Some(v) => positive("over", v, cx),
+        None => {
+            cx.at(
+                call.paren.span.join(),
+                "`linear` needs the length of the ramp: `linear(from, to, over = n)`",
+            );
+            None
+        }
+    };
+    Some(Schedule::Linear {
+        from: from?,
+        to: to?,
+        over: over?,
+    })
+}
+
+fn steps(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
+    if call.args.is_empty() {
+        cx.at(
+            call.paren.span.join(),
+            "`steps` needs at least one `threshold => size` pair, e.g. `steps(0 => 8, 100 => 16)`",
+        );
+        return None;
+    }
+    let mut table = Vec::new();
+    let mut ok = true;
+    let mut previous: Option<usize> = None;
+    for arg in &call.args {
+        let CallArg::Arrow { lhs, rhs, .. } = arg else {
+            cx.on(
+                arg,
+                "expected `threshold => size`, as in `steps(0 => 8, 100 => 16)`",
+            );
+            ok = false;
+            continue;
+        };
+        let threshold = int::<usize>("steps threshold", lhs, cx);
+        let size = int::<usize>("steps size", rhs, cx);
+        if size == Some(0) {
+            cx.on(rhs, "`steps`: a batch size must be at least 1");
+            ok = false;
+        }
+        if let (Some(t), Some(p)) = (threshold, previous) {
+            if t <= p {
+                cx.on(
+                    lhs,
+                    format!(
+                        "`steps`: thresholds must be strictly increasing: `{t}` comes after `{p}`"
+                    ),
+                );
+                ok = false;
+            }
+        }
+        match (threshold, size) {
+            (Some(t), Some(s)) => table.push((t, s)),
+            _ => ok = false,
+        }
+        if threshold.is_some() {
+            previous = threshold;
+        }
+    }
+    ok.then_some(Schedule::Steps(table))
+}
+
+fn custom(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
+    let [arg] = exact_args::<1>(call, "custom(path::to::fn)", cx)?;
+    match arg {
+        CallArg::Plain(Value::Path(p)) => Some(Schedule::Custom(p.clone())),
+        other => {
+            cx.on(other, "expected the path of a `fn(step: usize, current: usize) -> usize`, as in `custom(my_schedule)`");
+            None
+        }
+    }
+}
+
+fn memory(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
+    let named = named_args(call, &["threshold", "max_range"], cx)?;
+    let threshold = match named.get("threshold") {
+        None => Some(0.9),
+        Some(v) => float("threshold", v, cx).and_then(|t| {
+            if t > 0.0 && t <= 1.0 {
+                Some(t)
+            } else {
+                cx.on(*v, format!("`memory`: `threshold = {t}` must be in (0, 1]: a fraction of the baseline batch's peak memory"));
+                None
+            }
+        }),
+    };
+    let max_range = match named.get("max_range") {
+        None => Some(2.0),
+        Some(v) => float("max_range", v, cx).and_then(|r| {
+            if r.is_finite() && r >= 1.0 {
+                Some(r)
+            } else {
+                cx.on(*v, format!("`memory`: `max_range = {r}` must be at least 1.0: the largest growth factor over the initial size"));
+                None
+            }
+        }),
+    };
+    Some(Schedule::Memory {
+        threshold: threshold?,
+        max_range: max_range?,
+    })
+}
+
+/// A `linear` argument: an integer of at least 1.
+fn positive(what: &str, value: &Value, cx: &mut Ctxt) -> Option<usize> {
+    let n = int::<usize>(what, value, cx)?;
+    if n == 0 {
+        cx.on(value, format!("`linear`: `{what}` must be at least 1"));
+        return None;
+    }
+    Some(n)
+}

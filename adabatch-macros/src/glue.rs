@@ -1,0 +1,180 @@
+//! The inherent items of a trainer: `POLICY`, `new`, `train`, `launch`.
+//!
+//! Each is written once, for two uses: the real glue, which calls the runtime, and
+//! the stand-ins of the fallback expansion (an attribute with mistakes), which have
+//! the same names, parameters and return types, looser bounds and bodies that never
+//! run, so that the user's calls type-check and only the mistakes are reported.
+//! A change of a signature here is a change of both.
+
+use proc_macro2::{Span, TokenStream};
+use quote::quote;
+use syn::{Fields, Generics, Ident, ItemStruct, Type};
+
+use crate::expand::{at, first_span, respan};
+
+/// Which of the two the items are.
+#[derive(Clone, Copy)]
+pub enum Mode<'a> {
+    /// The glue: calls the runtime. Its bounds name the model's batch type, through
+    /// a method parameter `M` (`Self: AdaptiveTrainer<Model = M>`) so that a model
+    /// that is not a `TrainModel` is reported once, at `type Model`, and not again
+    /// by the well-formedness check of these signatures.
+    Real {
+        /// The `#[model]` field's type: the glue's own errors point there.
+        model_ty: &'a Type,
+    },
+    /// The stand-ins of the fallback expansion.
+    Stub,
+}
+
+/// `impl Struct { POLICY, new, train, launch }`; `policy` is the value of `POLICY`.
+pub fn inherent(
+    p: &TokenStream,
+    item: &ItemStruct,
+    policy: &TokenStream,
+    mode: Mode,
+) -> TokenStream {
+    let ident = &item.ident;
+    let (impl_generics, ty_generics, where_clause) = item.generics.split_for_impl();
+    let [d, c, f, m] = ["D", "C", "F", "M"].map(|name| fresh(&item.generics, name));
+    let real = matches!(mode, Mode::Real { .. });
+    // In the glue, every token but the user's own where-clause reports at the
+    // model's type.
+    let glue = |tokens: TokenStream| match mode {
+        Mode::Real { model_ty } => respan(tokens, at(first_span(model_ty))),
+        Mode::Stub => tokens,
+    };
+    let with_where = |bounds: TokenStream| match where_clause {
+        Some(w) if !w.predicates.is_empty() => {
+            let preds = &w.predicates;
+            let comma = (!preds.trailing_punct()).then(|| quote!(,));
+            quote!(where #preds #comma #bounds)
+        }
+        _ => quote!(where #bounds),
+    };
+    let model_generic = real.then(|| quote!(, #m));
+    // The bounds that tie the collate's batches to the model, in the glue.
+    let model_bounds = real.then(|| {
+        quote! {
+            Self: #p::AdaptiveTrainer<Model = #m>,
+            #m: #p::TrainModel,
+            #d: #p::Dataset + ?::core::marker::Sized,
+            #c: #p::CollateFor<Self, #d>,
+        }
+    });
+    let stub_bounds = (!real).then(|| quote!(#d: ?::core::marker::Sized,));
+    let body = |call: TokenStream| match mode {
+        Mode::Real { .. } => quote!({ #call }),
+        Mode::Stub => quote!({ ::core::unimplemented!() }),
+    };
+
+    let train_sig = glue(quote! {
+        /// Trains this trainer on one rank (`args.nproc_per_node` must be 1;
+        /// use `launch` for several ranks); it keeps its trained weights.
+        pub fn train<#d, #c #model_generic>(
+            &mut self,
+            dataset: &#d,
+            collate: &#c,
+            args: &#p::TrainingArgs,
+        ) -> #p::Result<#p::TrainSummary>
+    });
+    let train_where = with_where(glue(quote!(#model_bounds #stub_bounds)));
+    let train_body = glue(body(quote!(#p::train(self, dataset, collate, args))));
+
+    let launch_sig = glue(quote! {
+        /// Trains on `args.nproc_per_node` ranks, building each rank's trainer
+        /// with `factory`; returns rank 0's trained trainer and the summary.
+        pub fn launch<#d, #c, #f #model_generic>(
+            dataset: &#d,
+            collate: &#c,
+            args: &#p::TrainingArgs,
+            factory: #f,
+        ) -> #p::Result<#p::Trained<Self>>
+    });
+    let send = real.then(|| quote!(Self: ::core::marker::Send,));
+    let launch_where = with_where(glue(quote! {
+        #send
+        #model_bounds
+        #stub_bounds
+        #f: ::core::ops::Fn(&#p::RankContext) -> #p::Result<Self> + ::core::marker::Sync,
+    }));
+    let launch_body = glue(body(
+        quote!(#p::launch::<Self, #d, #c, #f>(dataset, collate, args, factory)),
+    ));
+
+    let new = new_fn(item);
+    let lints = match mode {
+        Mode::Real { .. } => quote!(dead_code, private_interfaces, clippy::too_many_arguments),
+        Mode::Stub => quote!(
+            dead_code,
+            private_interfaces,
+            unused_variables,
+            clippy::too_many_arguments
+        ),
+    };
+    quote! {
+        #[automatically_derived]
+        #[allow(#lints)]
+        impl #impl_generics #ident #ty_generics #where_clause {
+            /// The training policy fixed by `#[adaptive_trainer(...)]` (unset keys
+            /// keep `TrainerPolicy::DEFAULT`).
+            pub const POLICY: #p::TrainerPolicy = #policy;
+
+            #new
+
+            #train_sig #train_where #train_body
+
+            #launch_sig #launch_where #launch_body
+        }
+    }
+}
+
+/// `new`: one parameter per field, in declaration order.
+fn new_fn(item: &ItemStruct) -> TokenStream {
+    let tys = item.fields.iter().map(|f| &f.ty);
+    match &item.fields {
+        Fields::Named(_) => {
+            let names: Vec<&Ident> = item
+                .fields
+                .iter()
+                .filter_map(|f| f.ident.as_ref())
+                .collect();
+            quote! {
+                /// Builds the trainer from its fields, in declaration order.
+                pub fn new(#(#names: #tys),*) -> Self {
+                    Self { #(#names),* }
+                }
+            }
+        }
+        Fields::Unnamed(_) => {
+            let names: Vec<Ident> = (0..item.fields.len())
+                .map(|i| Ident::new(&format!("_{i}"), Span::call_site()))
+                .collect();
+            quote! {
+                /// Builds the trainer from its fields, in declaration order.
+                pub fn new(#(#names: #tys),*) -> Self {
+                    Self(#(#names),*)
+                }
+            }
+        }
+        Fields::Unit => quote! {
+            /// Builds the trainer.
+            pub fn new() -> Self {
+                Self
+            }
+        },
+    }
+}
+
+/// A method generic named `name` that cannot clash with the struct's own.
+fn fresh(generics: &Generics, name: &str) -> Ident {
+    let taken: Vec<String> = generics
+        .type_params()
+        .map(|t| t.ident.to_string())
+        .collect();
+    let mut candidate = name.to_string();
+    while taken.contains(&candidate) {
+        candidate = format!("__{candidate}");
+    }
+    Ident::new(&candidate, Span::call_site())
+}

@@ -1,0 +1,252 @@
+//! The item under the attribute: a struct with named fields, and the roles of its
+//! fields (`#[model]`, `#[optimizer]`, `#[regressor]`), which are stripped from the
+//! struct that is emitted.
+
+use std::collections::HashMap;
+
+use proc_macro2::TokenStream;
+use quote::ToTokens;
+use syn::punctuated::Punctuated;
+use syn::{Attribute, Fields, Ident, Item, ItemStruct, Meta};
+
+use crate::attr::suggest::did_you_mean;
+use crate::ctxt::Ctxt;
+use crate::spec::{FieldRef, Parts};
+
+/// The field attributes.
+pub const FIELD_ATTRS: &[&str] = &["model", "optimizer", "regressor"];
+
+/// The marked fields of a valid struct.
+pub struct Roles {
+    /// `#[model]`, `#[optimizer]`, `#[regressor]`.
+    pub parts: Parts,
+    /// The `#[regressor]` attribute, for errors about it.
+    pub regressor_attr: Option<Attribute>,
+}
+
+/// What the item turned out to be (built once per expansion: size does not matter).
+#[allow(clippy::large_enum_variant)]
+pub enum Shape {
+    /// A struct (field attributes stripped), with its roles when they are valid.
+    Struct(ItemStruct, Option<Roles>),
+    /// Anything else, as tokens to emit unchanged (field attributes stripped).
+    Other(TokenStream),
+}
+
+const NEEDS_NAMED: &str =
+    "`#[adaptive_trainer]` needs a struct with named fields, one `#[model]` and one `#[optimizer]`";
+
+/// Checks the item's shape and its field attributes; strips the attributes.
+pub fn parse_item(item: Item, cx: &mut Ctxt) -> Shape {
+    match item {
+        Item::Struct(mut s) => {
+            let fields = match &mut s.fields {
+                Fields::Named(named) => field_attrs(&s.ident, &mut named.named, cx),
+                Fields::Unnamed(unnamed) => {
+                    cx.at(unnamed.paren_token.span.join(), format!("{NEEDS_NAMED}; found a tuple struct: name its fields, as in `struct Trainer {{ #[model] model: M, #[optimizer] opt: O }}`"));
+                    // Strip the roles; their mistakes are not reported on top.
+                    let mut ignored = Ctxt::new();
+                    let _ = field_attrs(&s.ident, &mut unnamed.unnamed, &mut ignored);
+                    let _ = ignored.check();
+                    None
+                }
+                Fields::Unit => {
+                    cx.at(
+                        s.ident.span(),
+                        format!("{NEEDS_NAMED}; found a unit struct"),
+                    );
+                    None
+                }
+            };
+            Shape::Struct(s, fields)
+        }
+        Item::Enum(mut e) => {
+            cx.at(e.enum_token.span, format!("{NEEDS_NAMED}; found an enum"));
+            for variant in &mut e.variants {
+                for field in variant.fields.iter_mut() {
+                    field.attrs.retain(|a| !is_field_attr(a));
+                }
+            }
+            Shape::Other(e.into_token_stream())
+        }
+        Item::Union(mut u) => {
+            cx.at(u.union_token.span, format!("{NEEDS_NAMED}; found a union"));
+            for field in u.fields.named.iter_mut() {
+                field.attrs.retain(|a| !is_field_attr(a));
+            }
+            Shape::Other(u.into_token_stream())
+        }
+        other => {
+            cx.on(
+                item_head(&other),
+                format!("{NEEDS_NAMED}; it cannot be applied to this item"),
+            );
+            Shape::Other(other.into_token_stream())
+        }
+    }
+}
+
+fn item_head(item: &Item) -> TokenStream {
+    match item {
+        Item::Fn(f) => f.sig.to_token_stream(),
+        Item::Impl(i) => i.impl_token.to_token_stream(),
+        Item::Trait(t) => t.trait_token.to_token_stream(),
+        Item::Mod(m) => m.mod_token.to_token_stream(),
+        other => other.to_token_stream(),
+    }
+}
+
+fn attr_name(attr: &Attribute) -> Option<String> {
+    attr.path().get_ident().map(ToString::to_string)
+}
+
+fn is_field_attr(attr: &Attribute) -> bool {
+    attr_name(attr).is_some_and(|n| FIELD_ATTRS.contains(&n.as_str()))
+}
+
+/// A near miss of a field attribute, `#[modle]`: stripped, reported with a hint.
+fn near_miss(attr: &Attribute) -> Option<&'static str> {
+    let name = attr_name(attr)?;
+    if FIELD_ATTRS.contains(&name.as_str()) || BUILTIN_ATTRS.contains(&name.as_str()) {
+        return None;
+    }
+    did_you_mean(&name, FIELD_ATTRS)
+}
+
+const BUILTIN_ATTRS: &[&str] = &[
+    "doc",
+    "cfg",
+    "cfg_attr",
+    "allow",
+    "warn",
+    "deny",
+    "expect",
+    "forbid",
+    "deprecated",
+    "must_use",
+];
+
+/// Finds the roles of the fields and strips their attributes.
+fn field_attrs(
+    ident: &Ident,
+    fields: &mut Punctuated<syn::Field, syn::token::Comma>,
+    cx: &mut Ctxt,
+) -> Option<Roles> {
+    let mut found: HashMap<&'static str, (FieldRef, Attribute)> = HashMap::new();
+    // Roles already reported on (a near miss, a conflict): not reported missing too.
+    let mut attempted: Vec<&'static str> = Vec::new();
+    let mut ok = true;
+    for field in fields.iter_mut() {
+        let mut roles: Vec<(&'static str, Attribute)> = Vec::new();
+        let mut kept = Vec::new();
+        for attr in std::mem::take(&mut field.attrs) {
+            if let Some(best) = near_miss(&attr) {
+                attempted.extend(FIELD_ATTRS.iter().find(|r| **r == best));
+                cx.on(attr.path(), format!("unknown field attribute `#[{}]`: did you mean `#[{best}]`? (expected one of `#[model]`, `#[optimizer]`, `#[regressor]`)", attr_name(&attr).unwrap_or_default()));
+                ok = false;
+                continue;
+            }
+            let Some(role) =
+                attr_name(&attr).and_then(|n| FIELD_ATTRS.iter().find(|r| **r == n).copied())
+            else {
+                kept.push(attr);
+                continue;
+            };
+            match &attr.meta {
+                Meta::Path(_) => {}
+                Meta::List(list) => {
+                    cx.at(
+                        list.delimiter.span().join(),
+                        format!("`#[{role}]` takes no arguments: write `#[{role}]`"),
+                    );
+                    ok = false;
+                }
+                Meta::NameValue(nv) => {
+                    cx.on(
+                        &nv.value,
+                        format!("`#[{role}]` takes no value: write `#[{role}]`"),
+                    );
+                    ok = false;
+                }
+            }
+            roles.push((role, attr));
+        }
+        field.attrs = kept;
+        if roles.len() > 1 {
+            cx.on(&roles[1].1, format!("a field can have only one of `#[model]`, `#[optimizer]`, `#[regressor]`; this one is already `#[{}]`", roles[0].0));
+            attempted.extend(roles.iter().map(|(role, _)| *role));
+            ok = false;
+            continue;
+        }
+        let Some((role, attr)) = roles.pop() else {
+            continue;
+        };
+        let Some(field_ident) = field.ident.clone() else {
+            continue;
+        };
+        if let Some((first, _)) = found.get(role) {
+            cx.on(
+                &attr,
+                format!(
+                    "duplicate `#[{role}]`: exactly one field can be the {}; `{}` already is",
+                    role_noun(role),
+                    first.ident
+                ),
+            );
+            ok = false;
+            continue;
+        }
+        found.insert(
+            role,
+            (
+                FieldRef {
+                    ident: field_ident,
+                    ty: field.ty.clone(),
+                },
+                attr,
+            ),
+        );
+    }
+    for role in ["model", "optimizer"] {
+        if !found.contains_key(role) && !attempted.contains(&role) {
+            let example = if role == "model" {
+                "#[model] model: MyModel"
+            } else {
+                "#[optimizer] opt: candle_nn::AdamW"
+            };
+            cx.at(
+                ident.span(),
+                format!(
+                    "missing `#[{role}]`: mark the field that holds the {}, as in `{example}`",
+                    role_noun(role)
+                ),
+            );
+            ok = false;
+        }
+    }
+    if !ok {
+        return None;
+    }
+    let (model, _) = found.remove("model")?;
+    let (optimizer, _) = found.remove("optimizer")?;
+    let (regressor, regressor_attr) = match found.remove("regressor") {
+        Some((f, a)) => (Some(f), Some(a)),
+        None => (None, None),
+    };
+    Some(Roles {
+        parts: Parts {
+            model,
+            optimizer,
+            regressor,
+        },
+        regressor_attr,
+    })
+}
+
+fn role_noun(role: &str) -> &'static str {
+    match role {
+        "model" => "model",
+        "optimizer" => "optimizer",
+        _ => "memory model",
+    }
+}

@@ -1,0 +1,198 @@
+//! `schedule = ...`: every form, and the checks of its arguments.
+
+use syn::parse_quote;
+
+use super::{assert_error, schedule};
+use crate::spec::{Growth, Schedule};
+
+#[test]
+fn schedule_constant_forms() {
+    assert_eq!(
+        schedule(parse_quote!(schedule = constant)),
+        Schedule::Constant(None)
+    );
+    assert_eq!(
+        schedule(parse_quote!(schedule = constant())),
+        Schedule::Constant(None)
+    );
+    assert_eq!(
+        schedule(parse_quote!(schedule = constant(8))),
+        Schedule::Constant(Some(8))
+    );
+}
+
+#[test]
+fn schedule_interval_forms() {
+    assert_eq!(
+        schedule(parse_quote!(schedule = interval(5, +1))),
+        Schedule::Interval {
+            every: 5,
+            growth: Growth::Add(1)
+        }
+    );
+    assert_eq!(
+        schedule(parse_quote!(schedule = interval(3, -2))),
+        Schedule::Interval {
+            every: 3,
+            growth: Growth::Add(-2)
+        }
+    );
+    assert_eq!(
+        schedule(parse_quote!(schedule = interval(10, *2))),
+        Schedule::Interval {
+            every: 10,
+            growth: Growth::Mul(2)
+        }
+    );
+}
+
+#[test]
+fn schedule_linear_steps_custom_memory() {
+    assert_eq!(
+        schedule(parse_quote!(schedule = linear(2, 32, over = 100))),
+        Schedule::Linear {
+            from: 2,
+            to: 32,
+            over: 100
+        }
+    );
+    assert_eq!(
+        schedule(parse_quote!(schedule = steps(0 => 8, 100 => 16, 200 => 32,))),
+        Schedule::Steps(vec![(0, 8), (100, 16), (200, 32)])
+    );
+    assert_eq!(
+        schedule(parse_quote!(schedule = custom(crate::schedules::warmup))),
+        Schedule::Custom(parse_quote!(crate::schedules::warmup))
+    );
+    assert_eq!(
+        schedule(parse_quote!(
+            schedule = memory(threshold = 0.8, max_range = 3)
+        )),
+        Schedule::Memory {
+            threshold: 0.8,
+            max_range: 3.0
+        }
+    );
+    assert_eq!(
+        schedule(parse_quote!(schedule = memory(max_range = 1.5))),
+        Schedule::Memory {
+            threshold: 0.9,
+            max_range: 1.5
+        }
+    );
+    assert_eq!(
+        schedule(parse_quote!(schedule = memory)),
+        Schedule::Memory {
+            threshold: 0.9,
+            max_range: 2.0
+        }
+    );
+}
+
+#[test]
+fn schedule_argument_checks() {
+    assert_error(
+        parse_quote!(schedule = constant(0)),
+        "`constant(0)`: a batch size must be at least 1",
+    );
+    assert_error(
+        parse_quote!(schedule = constant(1, 2)),
+        "`constant` takes 1 argument, found 2",
+    );
+    assert_error(
+        parse_quote!(schedule = interval(0, +1)),
+        "`every` must be at least 1",
+    );
+    assert_error(
+        parse_quote!(schedule = interval(5, +0)),
+        "the step must not be zero",
+    );
+    assert_error(
+        parse_quote!(schedule = interval(5, -0)),
+        "the step must not be zero",
+    );
+    assert_error(
+        parse_quote!(schedule = interval(5, *1)),
+        "the factor `*1` must be at least 2",
+    );
+    assert_error(
+        parse_quote!(schedule = interval(5, 1)),
+        "write `+1` to grow by 1",
+    );
+    assert_error(
+        parse_quote!(schedule = interval(5)),
+        "`interval` takes 2 arguments, found 1",
+    );
+    assert_error(
+        parse_quote!(schedule = interval),
+        "`interval` needs arguments: `interval(every, +k)`",
+    );
+    assert_error(
+        parse_quote!(schedule = linear(0, 8, over = 10)),
+        "`linear`: `from` must be at least 1",
+    );
+    assert_error(
+        parse_quote!(schedule = linear(1, 0, over = 10)),
+        "`to` must be at least 1",
+    );
+    assert_error(
+        parse_quote!(schedule = linear(1, 8, over = 0)),
+        "`over` must be at least 1",
+    );
+    assert_error(
+        parse_quote!(schedule = linear(1, 8)),
+        "`linear` needs the length of the ramp",
+    );
+    assert_error(
+        parse_quote!(schedule = linear(1, 8, 10)),
+        "write the length of the ramp as `over = n`",
+    );
+    assert_error(
+        parse_quote!(schedule = steps()),
+        "`steps` needs at least one `threshold => size` pair",
+    );
+    assert_error(
+        parse_quote!(schedule = steps(0 => 8, 0 => 16)),
+        "thresholds must be strictly increasing: `0` comes after `0`",
+    );
+    assert_error(
+        parse_quote!(schedule = steps(10 => 8, 5 => 16)),
+        "thresholds must be strictly increasing",
+    );
+    assert_error(
+        parse_quote!(schedule = steps(0 => 0)),
+        "`steps`: a batch size must be at least 1",
+    );
+    assert_error(
+        parse_quote!(schedule = steps(0, 8)),
+        "expected `threshold => size`",
+    );
+    assert_error(
+        parse_quote!(schedule = custom(1)),
+        "expected the path of a `fn(step: usize, current: usize) -> usize`",
+    );
+    assert_error(
+        parse_quote!(schedule = custom(a, b)),
+        "`custom` takes 1 argument, found 2",
+    );
+    assert_error(
+        parse_quote!(schedule = memory(threshold = 0.0)),
+        "`threshold = 0` must be in (0, 1]",
+    );
+    assert_error(
+        parse_quote!(schedule = memory(threshold = 1.5)),
+        "must be in (0, 1]",
+    );
+    assert_error(
+        parse_quote!(schedule = memory(max_range = 0.5)),
+        "`max_range = 0.5` must be at least 1.0",
+    );
+    assert_error(
+        parse_quote!(schedule = memory(0.9)),
+        "`memory` takes named arguments",
+    );
+    assert_error(
+        parse_quote!(schedule = memory(threshold = 0.5, threshold = 0.6)),
+        "duplicate argument `threshold`",
+    );
+}
