@@ -18,6 +18,15 @@
 
 pub use adabatch_runtime::*;
 
+/// The candle tensor crate adabatch is built on (`Tensor`, `Device`, `DType`, `Var`):
+/// `use adabatch::candle_core;` keeps your versions in step with adabatch's.
+pub use candle_core;
+/// candle's layers and optimizers (`Linear`, `VarBuilder`, `AdamW`, `Optimizer`).
+pub use candle_nn;
+/// The command-line parser of [`TrainingArgs`]: `#[command(flatten)]` it into your
+/// own `#[derive(clap::Parser)]` through `adabatch::clap`.
+pub use clap;
+
 #[doc = include_str!("../docs/adaptive_trainer.md")]
 pub use adabatch_macros::adaptive_trainer;
 
@@ -25,8 +34,9 @@ pub use adabatch_macros::adaptive_trainer;
 pub mod prelude {
     pub use crate::adaptive_trainer;
     pub use adabatch_runtime::{
-        launch, train, AdaptiveTrainer, Batch, Collate, Dataset, MemoryModel, Parameters,
-        RankContext, Result, TrainModel, TrainSummary, Trained, TrainingArgs, WithLengths,
+        launch, per_example_cross_entropy, per_example_token_cross_entropy_sum, train,
+        AdaptiveTrainer, Batch, Collate, Dataset, MemoryModel, Parameters, RankContext, Result,
+        TrainModel, TrainSummary, Trained, TrainingArgs, WithLengths,
     };
 }
 
