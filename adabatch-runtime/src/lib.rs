@@ -36,7 +36,7 @@ pub mod user;
 
 pub use adapt::lr::{LrScaling, LrSchedulerType};
 pub use adapt::schedule::{Growth, ScheduleFn, ScheduleSpec};
-pub use config::args::TrainingArgs;
+pub use config::args::{ReportTo, TrainingArgs};
 pub use config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
 pub use dist::communicator::{Communicator, Local, Single};
 #[cfg(feature = "nccl")]
@@ -47,6 +47,7 @@ pub use report::logging::StepLog;
 pub use report::summary::TrainSummary;
 #[cfg(feature = "nccl")]
 pub use train::launch::launch_nccl;
+pub use train::dry_run::{dry_run, DryRun};
 pub use train::launch::{launch, launch_group, train, Trained};
 pub use user::data::{Collate, Dataset, WithLengths};
 pub use user::loss::{per_example_cross_entropy, per_example_token_cross_entropy_sum};

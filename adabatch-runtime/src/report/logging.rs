@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::config::args::TrainingArgs;
 use crate::error::{Error, Result};
+use crate::report::plot::{label_of, plot_runs, RunLog};
+use crate::report::tensorboard::EventWriter;
 
 /// One logged optimisation step.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -25,12 +28,18 @@ pub struct StepLog {
     /// Each rank's dataset indices at this step.
     pub indices: Vec<Vec<usize>>,
     /// Mean training loss over the steps since the previous log (HF semantics).
+    /// NaN when there is none (a dry run plans steps without training them):
+    /// written as `null`, and `null` or an absent key reads back as NaN.
+    #[serde(default = "nan", deserialize_with = "null_as_nan")]
     pub loss: f64,
-    /// Global gradient norm of this step (before clipping).
+    /// Global gradient norm of this step (before clipping); NaN (`null`) when
+    /// unknown.
+    #[serde(default = "nan", deserialize_with = "null_as_nan")]
     pub grad_norm: f64,
     /// Learning rate used at this step.
     pub learning_rate: f64,
-    /// Examples per second since the previous log.
+    /// Examples per second since the previous log; NaN (`null`) in a dry run.
+    #[serde(default = "nan", deserialize_with = "null_as_nan")]
     pub examples_per_s: f64,
     /// Global micro-batches accumulated into this step's update.
     #[serde(default = "one")]
@@ -49,6 +58,16 @@ pub struct StepLog {
 
 fn one() -> usize {
     1
+}
+
+fn nan() -> f64 {
+    f64::NAN
+}
+
+/// JSON has no NaN: serde_json writes it as `null`, and this reads `null` back.
+fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f64, D::Error> {
+    use serde::Deserialize;
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 impl StepLog {
@@ -76,6 +95,9 @@ pub struct Logger {
     progress: ProgressBar,
     print_steps: bool,
     print_indices: bool,
+    tensorboard: Option<EventWriter>,
+    /// `--plot`: where the picture goes, and the steps logged by this run.
+    plot: Option<(PathBuf, Vec<StepLog>)>,
 }
 
 impl Logger {
@@ -129,7 +151,20 @@ impl Logger {
             progress,
             print_steps,
             print_indices,
+            tensorboard: None,
+            plot: None,
         })
+    }
+
+    /// Adds the outputs `args` asks for besides the console and JSONL: TensorBoard
+    /// event files (`--report-to tensorboard`, in `--logging-dir`) and a picture of
+    /// the run at its end (`--plot`).
+    pub fn with_outputs(mut self, args: &TrainingArgs) -> Result<Self> {
+        if args.reports_to_tensorboard() {
+            self.tensorboard = Some(EventWriter::create(&args.tensorboard_dir())?);
+        }
+        self.plot = args.plot.clone().map(|path| (path, Vec::new()));
+        Ok(self)
     }
 
     /// Advances the bar by `examples`.
@@ -169,6 +204,12 @@ impl Logger {
             writer.write_all(b"\n").map_err(io)?;
             writer.flush().map_err(io)?;
         }
+        if let Some(tensorboard) = &mut self.tensorboard {
+            tensorboard.write_step(entry)?;
+        }
+        if let Some((_, steps)) = &mut self.plot {
+            steps.push(entry.clone());
+        }
         Ok(())
     }
 
@@ -206,8 +247,35 @@ impl Logger {
         Ok(())
     }
 
-    /// Closes the bar.
+    /// Closes the bar and draws `--plot`: from the whole JSONL log where there is
+    /// one (a resumed run's log holds the steps before the resume too), else from
+    /// the steps logged by this run. A plot that cannot be drawn is a warning: the
+    /// run itself succeeded.
     pub fn finish(&self) {
         self.progress.finish_and_clear();
+        if let Err(e) = self.write_plot() {
+            eprintln!("warning: {e}");
+        }
+    }
+
+    /// Draws `--plot` now (see [`Logger::finish`]).
+    pub fn write_plot(&self) -> Result<()> {
+        let Some((out, steps)) = &self.plot else {
+            return Ok(());
+        };
+        let path = self.jsonl.as_ref().map(|(p, _)| p.clone());
+        let run = match &path {
+            Some(p) => RunLog::read(p)?,
+            None => RunLog {
+                label: label_of(None),
+                steps: steps.clone(),
+            },
+        };
+        plot_runs(&[run], out)?;
+        if self.print_steps {
+            self.progress
+                .suspend(|| eprintln!("plot of the run written to {}", out.display()));
+        }
+        Ok(())
     }
 }

@@ -1,4 +1,7 @@
-//! What a run tells: per-step logs (console, progress bar, JSONL) and the summary.
+//! What a run tells: per-step logs (console, progress bar, JSONL, TensorBoard), the
+//! summary, and pictures of runs.
 
 pub mod logging;
+pub mod plot;
 pub mod summary;
+pub mod tensorboard;

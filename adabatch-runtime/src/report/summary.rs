@@ -32,10 +32,27 @@ impl TrainSummary {
     pub fn trained_nothing(&self) -> bool {
         self.step_losses.is_empty()
     }
+
+    /// Whether this is the summary of a dry run (`--dry-run`): steps planned, none
+    /// trained, no checkpoint resumed.
+    pub fn is_dry_run(&self) -> bool {
+        self.trained_nothing() && self.global_step > 0 && self.resumed_from_step.is_none()
+    }
 }
 
 impl std::fmt::Display for TrainSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_dry_run() {
+            return write!(
+                f,
+                "{{'dry_run': True, 'global_step': {}, 'examples_seen': {}, 'epoch': {:.2}, 'final_per_device_batch_size': {}, 'world_size': {}}}",
+                self.global_step,
+                self.examples_seen,
+                self.epoch,
+                self.final_per_device_batch_size,
+                self.world_size
+            );
+        }
         if self.trained_nothing() {
             return match self.resumed_from_step {
                 Some(step) => write!(

@@ -11,6 +11,7 @@ use crate::config::args::TrainingArgs;
 use crate::dist::communicator::{Communicator, Local, Single};
 use crate::error::{Error, Result};
 use crate::report::summary::TrainSummary;
+use crate::train::dry_run::{dry_run_launch, dry_run_trainer};
 use crate::train::engine::rank_loop;
 use crate::train::oom::FaultInjector;
 use crate::train::settings::RunSettings;
@@ -55,6 +56,9 @@ where
         });
     }
     let settings = RunSettings::new(&T::POLICY, dataset.len(), args, 1)?;
+    if args.dry_run {
+        return dry_run_trainer(trainer, dataset, args, &settings);
+    }
     let device = settings.device.open(0)?;
     let mut logger = settings.logger(args)?;
     rank_loop(
@@ -104,6 +108,10 @@ where
 {
     let mut settings = RunSettings::new(&T::POLICY, dataset.len(), args, args.nproc_per_node)?;
     settings.faults = faults.and_steps(settings.faults.steps());
+    if args.dry_run {
+        let device = settings.device.open(0)?;
+        return dry_run_launch(dataset, args, &settings, (0, device), factory);
+    }
     // Several GPUs with NCCL: device-side all-reduce, one thread per GPU. Without
     // the `nccl` feature, CUDA ranks use the host-staged `Local` communicator below.
     #[cfg(feature = "nccl")]
@@ -158,6 +166,19 @@ where
         return Err(Error::EmptyGroup);
     };
     let settings = RunSettings::new(&T::POLICY, dataset.len(), args, first.world_size())?;
+    if args.dry_run {
+        let (comm, device) = members
+            .iter()
+            .min_by_key(|(c, _)| c.rank())
+            .unwrap_or(&members[0]);
+        return dry_run_launch(
+            dataset,
+            args,
+            &settings,
+            (comm.rank(), device.clone()),
+            factory,
+        );
+    }
     run_group(members, dataset, collate, args, &settings, factory)
 }
 

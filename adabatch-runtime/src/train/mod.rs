@@ -2,6 +2,7 @@
 //! recovery, checkpoints and the run's checked settings.
 
 pub mod checkpoint;
+pub mod dry_run;
 pub(crate) mod engine;
 pub mod launch;
 pub mod oom;

@@ -228,7 +228,8 @@ impl RunSettings {
             !args.quiet,
             args.log_indices,
             self.resume.is_some(),
-        )?;
+        )?
+        .with_outputs(args)?;
         for warning in &self.warnings {
             logger.event(&format!("warning: {warning}"));
         }

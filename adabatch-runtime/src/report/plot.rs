@@ -1,0 +1,491 @@
+//! Pictures of runs: global batch size, coverage and epoch, loss and learning rate
+//! against steps and against examples seen, several runs overlaid.
+//!
+//! Used by `adabatch plot RUN.jsonl ... -o OUT.svg|OUT.png` and by a run's own
+//! `--plot PATH`. SVG needs no font (the viewer draws the text); PNG is drawn with
+//! DejaVu Sans, embedded in the binary, so neither needs a system library.
+
+use std::error::Error as StdError;
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::report::logging::StepLog;
+
+/// One run to draw: its legend label and its logged steps, in order.
+#[derive(Debug, Clone)]
+pub struct RunLog {
+    /// Legend label (by default the log file's name without `.jsonl`).
+    pub label: String,
+    /// The logged steps.
+    pub steps: Vec<StepLog>,
+}
+
+impl RunLog {
+    /// Reads a JSONL step log ([`read_step_log`]), labelled with the file's stem.
+    pub fn read(path: &Path) -> Result<Self> {
+        let label = path.file_stem().map_or_else(
+            || path.display().to_string(),
+            |s| s.to_string_lossy().into(),
+        );
+        Ok(Self {
+            label,
+            steps: read_step_log(path)?,
+        })
+    }
+
+    /// Examples seen after each logged step, and whether they are exact examples
+    /// (`true`) or, when the log cannot tell the dataset's size, epochs (`false`).
+    ///
+    /// A log of every step sums the global batches; otherwise the dataset's size `N`
+    /// is recovered from `epoch = seen / N` (the smallest `N` at least the largest
+    /// global batch that makes every `epoch·N` and `train_coverage·N` whole).
+    pub fn examples_seen(&self) -> (Vec<f64>, bool) {
+        let dense = self.steps.iter().enumerate().all(|(i, s)| s.step == i + 1);
+        if dense {
+            let mut seen = 0.0;
+            let xs = self
+                .steps
+                .iter()
+                .map(|s| {
+                    seen += s.global_batch as f64;
+                    seen
+                })
+                .collect();
+            return (xs, true);
+        }
+        let whole = |x: f64| (x - x.round()).abs() < 1e-6 * x.abs().max(1.0);
+        let smallest = self.steps.iter().map(|s| s.global_batch).max().unwrap_or(1);
+        let found = (smallest.max(1)..=1_000_000).find(|&n| {
+            self.steps
+                .iter()
+                .all(|s| whole(s.epoch * n as f64) && whole(s.train_coverage * n as f64))
+        });
+        match found {
+            Some(n) => (
+                self.steps
+                    .iter()
+                    .map(|s| (s.epoch * n as f64).round())
+                    .collect(),
+                true,
+            ),
+            None => (self.steps.iter().map(|s| s.epoch).collect(), false),
+        }
+    }
+}
+
+/// The steps of a JSONL log. Lines without a `step`, or with an `event` (e.g. the
+/// `{"event": "resume", ...}` mark of a resumed run), and blank lines are skipped.
+pub fn read_step_log(path: &Path) -> Result<Vec<StepLog>> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.into(),
+        source,
+    })?;
+    let json = |source| Error::Json {
+        path: path.into(),
+        source,
+    };
+    let mut steps = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let value: serde_json::Value = serde_json::from_str(line).map_err(json)?;
+        if value.get("step").is_none() || value.get("event").is_some() {
+            continue;
+        }
+        steps.push(serde_json::from_value(value).map_err(json)?);
+    }
+    Ok(steps)
+}
+
+/// Draws `runs` to `out`: SVG for `.svg`, PNG for `.png` (other extensions are an
+/// error). The directory is created if needed.
+pub fn plot_runs(runs: &[RunLog], out: &Path) -> Result<()> {
+    let fail = |what: String| Error::Message(format!("plot {}: {what}", out.display()));
+    if runs.is_empty() {
+        return Err(fail("no run to draw".into()));
+    }
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|source| Error::Io {
+            path: parent.into(),
+            source,
+        })?;
+    }
+    register_font();
+    let ext = out
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    let drawn = match ext.as_deref() {
+        Some("svg") => draw(SVGBackend::new(out, SIZE).into_drawing_area(), runs),
+        Some("png") => draw(BitMapBackend::new(out, SIZE).into_drawing_area(), runs),
+        _ => return Err(fail("the output must end in .svg or .png".into())),
+    };
+    drawn.map_err(|e| fail(e.to_string()))
+}
+
+/// Draws the steps a run has logged to `out` ([`plot_runs`] of one run labelled
+/// `label`).
+pub fn plot_steps(label: &str, steps: &[StepLog], out: &Path) -> Result<()> {
+    plot_runs(
+        &[RunLog {
+            label: label.into(),
+            steps: steps.to_vec(),
+        }],
+        out,
+    )
+}
+
+/// A run's label from its log path, or `run` without one.
+pub fn label_of(path: Option<&PathBuf>) -> String {
+    path.and_then(|p| p.file_stem())
+        .map_or_else(|| "run".into(), |s| s.to_string_lossy().into())
+}
+
+const SIZE: (u32, u32) = (1400, 1500);
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // DejaVu Sans is a valid font: registration cannot fail.
+        let _ = plotters::style::register_font(
+            "sans-serif",
+            FontStyle::Normal,
+            dejavu::sans::regular(),
+        );
+    });
+}
+
+/// Colour-blind-safe palette (Okabe–Ito), one colour per run.
+const PALETTE: [RGBColor; 7] = [
+    RGBColor(0, 114, 178),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(204, 121, 167),
+    RGBColor(86, 180, 233),
+    RGBColor(213, 94, 0),
+    RGBColor(0, 0, 0),
+];
+
+fn colour(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+type Draw = std::result::Result<(), Box<dyn StdError>>;
+
+/// A run's points of one quantity against one axis, NaN values left out.
+fn points(xs: &[f64], steps: &[StepLog], y: impl Fn(&StepLog) -> f64) -> Vec<(f64, f64)> {
+    xs.iter()
+        .zip(steps)
+        .map(|(&x, s)| (x, y(s)))
+        .filter(|(_, y)| y.is_finite())
+        .collect()
+}
+
+/// The range of `values` with a little room, never empty.
+fn range(values: impl Iterator<Item = f64>, from_zero: bool) -> std::ops::Range<f64> {
+    let (mut lo, mut hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
+    if !lo.is_finite() || !hi.is_finite() {
+        return 0.0..1.0;
+    }
+    if from_zero {
+        lo = lo.min(0.0);
+    }
+    if hi - lo < 1e-12 {
+        let pad = hi.abs().max(1e-12) * 0.1;
+        lo -= pad;
+        hi += pad;
+        if from_zero {
+            lo = lo.max(0.0).min(hi - pad);
+        }
+    }
+    let pad = (hi - lo) * 0.05;
+    (if from_zero && lo >= 0.0 { lo } else { lo - pad })..hi + pad
+}
+
+struct Axis {
+    /// Per run: x of each logged step.
+    xs: Vec<Vec<f64>>,
+    label: &'static str,
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, runs: &[RunLog]) -> Draw
+where
+    DB::ErrorType: 'static,
+{
+    root.fill(&WHITE)?;
+    let (title, body) = root.split_vertically(50);
+    let names: Vec<&str> = runs.iter().map(|r| r.label.as_str()).collect();
+    title.titled(
+        &format!("adabatch: {}", names.join(" vs ")),
+        ("sans-serif", 26),
+    )?;
+    let seen: Vec<(Vec<f64>, bool)> = runs.iter().map(RunLog::examples_seen).collect();
+    let exact = seen.iter().all(|(_, e)| *e);
+    let by_step = Axis {
+        xs: runs
+            .iter()
+            .map(|r| r.steps.iter().map(|s| s.step as f64).collect())
+            .collect(),
+        label: "optimisation step",
+    };
+    let by_examples = Axis {
+        xs: seen.into_iter().map(|(xs, _)| xs).collect(),
+        label: if exact {
+            "examples seen"
+        } else {
+            "examples seen (in epochs: the log does not tell N)"
+        },
+    };
+    let panels = body.split_evenly((4, 2));
+    for (column, axis) in [by_step, by_examples].iter().enumerate() {
+        let panel = |row: usize| &panels[row * 2 + column];
+        line_panel(
+            panel(0),
+            runs,
+            axis,
+            "Global batch size",
+            "global batch (examples)",
+            |s| s.global_batch as f64,
+            true,
+        )?;
+        coverage_panel(panel(1), runs, axis)?;
+        line_panel(
+            panel(2),
+            runs,
+            axis,
+            "Training loss",
+            "loss (mean since last log)",
+            |s| s.loss,
+            false,
+        )?;
+        line_panel(
+            panel(3),
+            runs,
+            axis,
+            "Learning rate",
+            "learning rate",
+            |s| s.learning_rate,
+            true,
+        )?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+fn x_range(axis: &Axis) -> std::ops::Range<f64> {
+    range(axis.xs.iter().flatten().copied(), true)
+}
+
+fn line_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    runs: &[RunLog],
+    axis: &Axis,
+    caption: &str,
+    y_label: &str,
+    y: impl Fn(&StepLog) -> f64,
+    from_zero: bool,
+) -> Draw
+where
+    DB::ErrorType: 'static,
+{
+    let series: Vec<Vec<(f64, f64)>> = runs
+        .iter()
+        .zip(&axis.xs)
+        .map(|(run, xs)| points(xs, &run.steps, &y))
+        .collect();
+    let y_range = range(series.iter().flatten().map(|p| p.1), from_zero);
+    let scientific = y_range.end.abs() < 1e-2 && y_range.end != 0.0;
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .caption(caption, ("sans-serif", 20))
+        .x_label_area_size(42)
+        .y_label_area_size(78)
+        .build_cartesian_2d(x_range(axis), y_range)?;
+    chart
+        .configure_mesh()
+        .x_desc(axis.label)
+        .y_desc(y_label)
+        .x_labels(8)
+        .y_labels(6)
+        .x_label_formatter(&|v| format_tick(*v))
+        .y_label_formatter(&|v| {
+            if scientific {
+                format!("{v:.1e}")
+            } else {
+                format_tick(*v)
+            }
+        })
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 15))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()?;
+    if series.iter().all(Vec::is_empty) {
+        let (w, h) = area.dim_in_pixel();
+        area.draw(&Text::new(
+            "no values logged (a dry run has no loss)",
+            (w as i32 / 2 - 150, h as i32 / 2),
+            ("sans-serif", 16)
+                .into_font()
+                .color(&RGBColor(110, 110, 110)),
+        ))?;
+    }
+    for (i, (run, pts)) in runs.iter().zip(series).enumerate() {
+        let c = colour(i);
+        let markers = pts.len() <= 60;
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?
+            .label(run.label.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 22, y)], c.stroke_width(3)));
+        if markers {
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 2, c.filled())))?;
+        }
+    }
+    legend(&mut chart)
+}
+
+fn legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+) -> Draw
+where
+    DB::ErrorType: 'static,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font(("sans-serif", 14))
+        .draw()?;
+    Ok(())
+}
+
+/// Coverage (solid, left axis) and epoch (dashed, right axis).
+fn coverage_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    runs: &[RunLog],
+    axis: &Axis,
+) -> Draw
+where
+    DB::ErrorType: 'static,
+{
+    let epochs: Vec<Vec<(f64, f64)>> = runs
+        .iter()
+        .zip(&axis.xs)
+        .map(|(run, xs)| points(xs, &run.steps, |s| s.epoch))
+        .collect();
+    let epoch_range = range(epochs.iter().flatten().map(|p| p.1), true);
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .caption(
+            "Coverage (solid, left) and epoch (dashed, right)",
+            ("sans-serif", 20),
+        )
+        .x_label_area_size(42)
+        .y_label_area_size(78)
+        .right_y_label_area_size(60)
+        .build_cartesian_2d(x_range(axis), 0.0..1.05)?
+        .set_secondary_coord(x_range(axis), epoch_range);
+    chart
+        .configure_mesh()
+        .x_desc(axis.label)
+        .y_desc("train coverage (fraction of N)")
+        .x_labels(8)
+        .y_labels(6)
+        .x_label_formatter(&|v| format_tick(*v))
+        .y_label_formatter(&|v| format!("{v:.1}"))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 15))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()?;
+    chart
+        .configure_secondary_axes()
+        .y_desc("epoch (passes over the data)")
+        .y_labels(6)
+        .y_label_formatter(&|v| format_tick(*v))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 15))
+        .draw()?;
+    for (i, (run, xs)) in runs.iter().zip(&axis.xs).enumerate() {
+        let c = colour(i);
+        let coverage = points(xs, &run.steps, |s| s.train_coverage);
+        chart
+            .draw_series(LineSeries::new(coverage, c.stroke_width(2)))?
+            .label(run.label.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 22, y)], c.stroke_width(3)));
+        chart.draw_secondary_series(DashedLineSeries::new(
+            epochs[i].clone(),
+            6,
+            4,
+            c.stroke_width(2),
+        ))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font(("sans-serif", 14))
+        .draw()?;
+    Ok(())
+}
+
+/// Tick labels without float noise: integers as integers, else up to 3 decimals.
+fn format_tick(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-9 {
+        format!("{}", v.round() as i64)
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(step: usize, global_batch: usize, epoch: f64, coverage: f64) -> StepLog {
+        StepLog {
+            step,
+            epoch,
+            train_coverage: coverage,
+            local_batch_sizes: vec![global_batch],
+            global_batch,
+            indices: vec![],
+            loss: 1.0,
+            grad_norm: f64::NAN,
+            learning_rate: 1e-3,
+            examples_per_s: f64::NAN,
+            micro_batches: 1,
+            oom_events: 0,
+            predicted_memory: None,
+            measured_memory: None,
+        }
+    }
+
+    #[test]
+    fn examples_seen_of_dense_and_sparse_logs() {
+        let dense = RunLog {
+            label: "a".into(),
+            steps: vec![entry(1, 4, 0.4, 0.4), entry(2, 4, 0.8, 0.8)],
+        };
+        assert_eq!(dense.examples_seen(), (vec![4.0, 8.0], true));
+        // N = 10, logged every 2 steps: seen 7 then 13 (epoch 1.3, coverage 0.3).
+        let sparse = RunLog {
+            label: "b".into(),
+            steps: vec![entry(2, 4, 0.7, 0.7), entry(4, 3, 1.3, 0.3)],
+        };
+        assert_eq!(sparse.examples_seen(), (vec![7.0, 13.0], true));
+    }
+
+    #[test]
+    fn ticks() {
+        assert_eq!(format_tick(3.0), "3");
+        assert_eq!(format_tick(0.25), "0.25");
+        assert_eq!(format_tick(1234.5), "1234");
+    }
+}
