@@ -1,6 +1,8 @@
-//! Which examples go into which step: the global-batch sampler, length-aware
-//! epochs and the step planner that drives both with the schedule.
+//! Which examples go into which step: the global-batch sampler, its seeded
+//! constant-memory permutations, length-aware epochs and the step planner that
+//! drives both with the schedule.
 
 pub mod length;
+pub mod permutation;
 pub mod planner;
 pub mod sampler;
