@@ -1,18 +1,39 @@
 //! The adaptive global-batch sampler and its coverage accounting.
 //!
-//! Each epoch draws one permutation of `0..N` from `(seed, epoch)`, the same on
-//! every rank. A step takes the next `per_device * world_size` indices and splits
-//! them over ranks as evenly as possible (rank `r` gets `take / W + (r < take % W)`).
-//! Every rank computes the same plan, so every rank runs the same number of steps.
+//! Each epoch has one permutation of `0..N` keyed by `(seed, epoch)`, the same on
+//! every rank. A step takes the next `per_device * world_size` positions and splits
+//! them over ranks as evenly as possible (rank `r` gets `take / W + (r < take % W)`,
+//! contiguous slices in rank order). Every rank computes the same plan, so every
+//! rank runs the same number of steps.
+//!
+//! # Cost at scale
+//!
+//! The permutation is a [`Permutation`]: a keyed Feistel bijection with
+//! cycle-walking, evaluated position by position. No epoch's order is ever
+//! materialised, so a sampler holds O(1) memory whatever `N` is, and its state is
+//! just `(epoch, position, examples seen)` (that is all a resume needs).
+//!
+//! - [`GlobalBatchSampler::next_step`] computes the whole global batch:
+//!   O(global batch) time and memory per step.
+//! - [`GlobalBatchSampler::next_local`] computes only one rank's slice of it:
+//!   O(local batch) time and memory per step, O(1) for the split itself. Every
+//!   rank can plan its own share independently and they agree by construction.
+//! - Length-aware epochs ([`GlobalBatchSampler::start_planned_epoch`]) are the
+//!   exception: their order sorts the data by length, so they hold the epoch's
+//!   order (8 bytes per example) and cost O(N log N) to plan once per epoch (the
+//!   length index itself is sorted once per run).
+//!
+//! Without shuffle the permutation is the identity.
 
 use std::collections::VecDeque;
 use std::ops::Range;
 
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-
+use crate::data::permutation::Permutation;
 use crate::error::{Error, Result};
+
+/// The source key of the single-source sampler's permutations (a mixture keys
+/// each source's permutations by its own number).
+pub const PRIMARY_SOURCE: u64 = 0;
 
 /// One optimisation step's global batch and its split over ranks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,19 +72,72 @@ impl GlobalBatch {
 /// Splits `take` examples over `world_size` ranks: the first `take % W` ranks get one more.
 /// No ranks, no slices.
 pub fn split_evenly(take: usize, world_size: usize) -> Vec<Range<usize>> {
+    (0..world_size)
+        .map(|rank| split_of(take, world_size, rank))
+        .collect()
+}
+
+/// Rank `rank`'s slice of a global batch of `take` examples split over
+/// `world_size` ranks (one element of [`split_evenly`], in O(1)).
+pub fn split_of(take: usize, world_size: usize, rank: usize) -> Range<usize> {
     if world_size == 0 {
-        return Vec::new();
+        return 0..0;
     }
     let (base, extra) = (take / world_size, take % world_size);
-    let mut start = 0;
-    (0..world_size)
-        .map(|rank| {
-            let len = base + usize::from(rank < extra);
-            let range = start..start + len;
-            start += len;
-            range
-        })
-        .collect()
+    let start = rank * base + rank.min(extra);
+    start..start + base + usize::from(rank < extra)
+}
+
+/// One rank's share of one global batch, computed without the other ranks' shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalBatch {
+    /// The rank this share belongs to.
+    pub rank: usize,
+    /// Ranks the global batch is split over.
+    pub world_size: usize,
+    /// Position in the epoch's permutation of the global batch's first example.
+    pub start: usize,
+    /// Examples in the global batch.
+    pub global_size: usize,
+    /// This rank's slice of the global batch ([`split_of`]).
+    pub split: Range<usize>,
+    /// Dataset indices this rank trains on (possibly none).
+    pub indices: Vec<usize>,
+}
+
+impl LocalBatch {
+    /// Local batch size of every rank (O(W)).
+    pub fn local_sizes(&self) -> Vec<usize> {
+        (0..self.world_size)
+            .map(|r| split_of(self.global_size, self.world_size, r).len())
+            .collect()
+    }
+}
+
+/// Where an epoch's order comes from.
+#[derive(Debug, Clone)]
+enum Order {
+    /// The keyed permutation (or the identity): O(1) memory.
+    Keyed(Permutation),
+    /// A length-aware plan's order, held whole.
+    Planned(Vec<usize>),
+}
+
+impl Order {
+    #[inline]
+    fn at(&self, position: usize) -> usize {
+        match self {
+            Order::Keyed(p) => p.at(position),
+            Order::Planned(order) => order[position],
+        }
+    }
+
+    fn range(&self, positions: Range<usize>) -> Vec<usize> {
+        match self {
+            Order::Keyed(p) => p.range(positions).collect(),
+            Order::Planned(order) => order[positions].to_vec(),
+        }
+    }
 }
 
 /// Draws global batches epoch by epoch and tracks coverage.
@@ -75,7 +149,7 @@ pub struct GlobalBatchSampler {
     shuffle: bool,
     drop_last: bool,
     epoch: usize,
-    permutation: Vec<usize>,
+    order: Order,
     position: usize,
     examples_seen: usize,
     /// Length-aware epochs: the remaining global batch sizes (and predicted memory)
@@ -111,55 +185,91 @@ impl GlobalBatchSampler {
             shuffle,
             drop_last,
             epoch: 0,
-            permutation: Vec::new(),
+            order: Order::Keyed(Permutation::identity(num_examples)),
             position: 0,
             examples_seen: 0,
             planned: None,
             last_predicted: None,
         };
-        sampler.permutation = sampler.permutation_of(0);
+        sampler.order = Order::Keyed(sampler.permutation(0));
         Ok(sampler)
     }
 
-    /// The permutation of epoch `epoch` (identity without shuffle).
-    pub fn permutation_of(&self, epoch: usize) -> Vec<usize> {
-        let mut perm: Vec<usize> = (0..self.num_examples).collect();
+    /// The permutation of epoch `epoch` (identity without shuffle), in O(1) memory.
+    pub fn permutation(&self, epoch: usize) -> Permutation {
         if self.shuffle {
-            let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-            rng.set_stream(epoch as u64);
-            perm.shuffle(&mut rng);
+            Permutation::new(self.num_examples, self.seed, PRIMARY_SOURCE, epoch as u64)
+        } else {
+            Permutation::identity(self.num_examples)
         }
-        perm
+    }
+
+    /// The permutation of epoch `epoch` as a vector: O(N) time and memory, for
+    /// tests and small data sets; the sampler itself never builds it.
+    pub fn permutation_of(&self, epoch: usize) -> Vec<usize> {
+        self.permutation(epoch).to_vec()
+    }
+
+    /// The dataset index at `position` of the current epoch's order.
+    pub fn index_at(&self, position: usize) -> usize {
+        self.order.at(position)
     }
 
     /// The next global batch of `per_device` examples per rank in the current epoch,
     /// or `None` when the epoch is used up (or cut by `drop_last`).
+    /// O(global batch) time and memory.
     pub fn next_step(&mut self, per_device: usize) -> Option<GlobalBatch> {
-        let remaining = self.num_examples - self.position;
-        if let Some(planned) = &mut self.planned {
-            let (take, predicted) = planned.pop_front()?;
-            let take = take.min(remaining);
-            self.last_predicted = predicted.is_finite().then_some(predicted);
-            return self.take(take);
-        }
-        let wanted = per_device.saturating_mul(self.world_size);
-        if remaining == 0 || wanted == 0 || (self.drop_last && remaining < wanted) {
-            return None;
-        }
-        self.take(wanted.min(remaining))
-    }
-
-    fn take(&mut self, take: usize) -> Option<GlobalBatch> {
-        if take == 0 {
-            return None;
-        }
-        let indices = self.permutation[self.position..self.position + take].to_vec();
-        self.position += take;
-        self.examples_seen += take;
+        let take = self.next_take(per_device)?;
+        let indices = self.order.range(self.position..self.position + take);
+        self.advance(take);
         Some(GlobalBatch {
             indices,
             splits: split_evenly(take, self.world_size),
         })
+    }
+
+    /// Like [`GlobalBatchSampler::next_step`] (the sampler advances by the whole
+    /// global batch), but computes only rank `rank`'s share of it: O(local batch)
+    /// time and memory. Every rank calling this with the same sizes gets the
+    /// contiguous slices, in rank order, of the global batch `next_step` would give.
+    pub fn next_local(&mut self, per_device: usize, rank: usize) -> Option<LocalBatch> {
+        debug_assert!(rank < self.world_size, "rank out of range");
+        let take = self.next_take(per_device)?;
+        let start = self.position;
+        let split = split_of(take, self.world_size, rank);
+        let indices = self.order.range(start + split.start..start + split.end);
+        self.advance(take);
+        Some(LocalBatch {
+            rank,
+            world_size: self.world_size,
+            start,
+            global_size: take,
+            split,
+            indices,
+        })
+    }
+
+    /// Size of the next global batch (consuming a planned size), `None` at the end
+    /// of the epoch.
+    fn next_take(&mut self, per_device: usize) -> Option<usize> {
+        let remaining = self.num_examples - self.position;
+        let take = if let Some(planned) = &mut self.planned {
+            let (take, predicted) = planned.pop_front()?;
+            self.last_predicted = predicted.is_finite().then_some(predicted);
+            take.min(remaining)
+        } else {
+            let wanted = per_device.saturating_mul(self.world_size);
+            if remaining == 0 || wanted == 0 || (self.drop_last && remaining < wanted) {
+                return None;
+            }
+            wanted.min(remaining)
+        };
+        (take > 0).then_some(take)
+    }
+
+    fn advance(&mut self, take: usize) {
+        self.position += take;
+        self.examples_seen += take;
     }
 
     /// Returns the last `examples` drawn in this epoch to the sampler.
@@ -177,7 +287,7 @@ impl GlobalBatchSampler {
     pub fn start_planned_epoch(&mut self, order: Vec<usize>, sizes: &[usize], predicted: &[f64]) {
         debug_assert_eq!(self.position, 0);
         debug_assert_eq!(order.len(), self.num_examples);
-        self.permutation = order;
+        self.order = Order::Planned(order);
         let predicted = predicted.iter().copied().chain(std::iter::repeat(f64::NAN));
         self.planned = Some(sizes.iter().copied().zip(predicted).collect());
     }
@@ -215,7 +325,7 @@ impl GlobalBatchSampler {
     /// Moves to `position` examples into epoch `epoch` (for resuming a checkpoint).
     pub fn restore(&mut self, epoch: usize, position: usize, examples_seen: usize) {
         self.epoch = epoch;
-        self.permutation = self.permutation_of(epoch);
+        self.order = Order::Keyed(self.permutation(epoch));
         self.position = position.min(self.num_examples);
         self.examples_seen = examples_seen;
         self.planned = None;
@@ -228,7 +338,7 @@ impl GlobalBatchSampler {
         self.position = 0;
         self.planned = None;
         self.last_predicted = None;
-        self.permutation = self.permutation_of(self.epoch);
+        self.order = Order::Keyed(self.permutation(self.epoch));
     }
 
     /// Current epoch (0-based).
@@ -266,6 +376,64 @@ mod tests {
         assert_eq!(split_evenly(5, 2), vec![0..3, 3..5]);
         assert_eq!(split_evenly(1, 3), vec![0..1, 1..1, 1..1]);
         assert_eq!(split_evenly(6, 3), vec![0..2, 2..4, 4..6]);
+        assert!(split_evenly(6, 0).is_empty());
+        for (take, world) in [(0, 3), (7, 3), (4096, 4096), (5000, 4096), (3, 4096)] {
+            let splits = split_evenly(take, world);
+            assert_eq!(splits.first().map(|r| r.start), Some(0));
+            assert_eq!(splits.last().map(|r| r.end), Some(take));
+            assert!(splits.windows(2).all(|w| w[0].end == w[1].start));
+        }
+    }
+
+    #[test]
+    fn local_slices_are_the_global_batch_in_rank_order() {
+        let mut global = GlobalBatchSampler::new(23, 4, 9, true, false).unwrap();
+        let mut ranks: Vec<_> = (0..4)
+            .map(|_| GlobalBatchSampler::new(23, 4, 9, true, false).unwrap())
+            .collect();
+        for per_device in [1, 3, 2, 5, 5] {
+            let batch = global.next_step(per_device);
+            let locals: Vec<_> = ranks
+                .iter_mut()
+                .enumerate()
+                .map(|(rank, s)| s.next_local(per_device, rank))
+                .collect();
+            let Some(batch) = batch else {
+                assert!(locals.iter().all(Option::is_none));
+                break;
+            };
+            let locals: Vec<LocalBatch> = locals.into_iter().map(Option::unwrap).collect();
+            assert_eq!(locals[0].local_sizes(), batch.local_sizes());
+            let joined: Vec<usize> = locals.iter().flat_map(|l| l.indices.clone()).collect();
+            assert_eq!(joined, batch.indices);
+        }
+        assert_eq!(global.position(), 23);
+        assert!(ranks.iter().all(|s| s.position() == 23));
+    }
+
+    #[test]
+    fn rewind_draws_the_same_positions_again() {
+        let mut s = GlobalBatchSampler::new(100, 2, 5, true, false).unwrap();
+        s.next_step(3).unwrap();
+        let first = s.next_local(4, 0).unwrap();
+        assert_eq!(
+            (first.start, first.global_size, first.split.clone()),
+            (6, 8, 0..4)
+        );
+        s.rewind(first.global_size);
+        assert_eq!(s.position(), 6);
+        let again = s.next_local(2, 0).unwrap();
+        assert_eq!(again.start, first.start);
+        assert_eq!(again.indices, first.indices[..2]);
+        assert_eq!(s.index_at(again.start + 2), first.indices[2]);
+    }
+
+    #[test]
+    fn without_shuffle_the_order_is_the_identity() {
+        let mut s = GlobalBatchSampler::new(9, 2, 5, false, false).unwrap();
+        assert_eq!(s.next_step(2).unwrap().indices, vec![0, 1, 2, 3]);
+        s.start_next_epoch();
+        assert_eq!(s.next_local(2, 1).unwrap().indices, vec![2, 3]);
     }
 
     #[test]
