@@ -9,7 +9,9 @@
 //! ```
 //!
 //! and review each changed `.stderr`: the error must point at the offending token
-//! (the key, the value, the field type), not at the attribute as a whole.
+//! (the key, the value, the field type), not at the attribute as a whole, and there
+//! must be exactly one error per mistake (`fallback/` checks that a mistake does not
+//! cascade into the program's uses of the generated items).
 
 const COMPILE_FAIL: &[&str] = &[
     "unknown_key",
@@ -22,6 +24,7 @@ const COMPILE_FAIL: &[&str] = &[
     "trait_not_implemented",
     "custom_fn",
     "unsupported",
+    "fallback",
 ];
 
 #[test]

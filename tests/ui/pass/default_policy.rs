@@ -29,9 +29,11 @@ fn main() -> adabatch::Result<()> {
     let params = Parameters::new(42);
     let model = tiny::Tiny::new(params.clone(), &Device::Cpu)?;
     let opt = SGD::new(params.all_vars(), 0.1)?;
-    let trainer = Trainer::new("tiny".to_string(), model, opt);
+    let mut trainer = Trainer::new("tiny".to_string(), model, opt);
     assert_eq!(trainer.name, "tiny");
     let summary = trainer.train(&tiny::dataset(), &tiny::collate, &tiny::args())?;
     assert_eq!(summary.global_step, 3);
+    // The trainer keeps its trained weights.
+    assert_eq!(trainer.name, "tiny");
     Ok(())
 }

@@ -48,7 +48,7 @@ fn main() -> adabatch::Result<()> {
         per_device_train_batch_size: 1,
         ..tiny::args()
     };
-    let summary = Trainer::launch(
+    let trained = Trainer::launch(
         &tiny::dataset(),
         &tiny::collate,
         &args,
@@ -59,6 +59,9 @@ fn main() -> adabatch::Result<()> {
             Ok(Trainer::new(model, opt))
         },
     )?;
+    // Rank 0's trainer comes back with the summary.
+    let Trained { trainer, summary } = trained;
+    let _: Trainer<tiny::Tiny, SGD> = trainer;
     assert_eq!(summary.world_size, 2);
     assert_eq!(summary.global_step, 3);
     assert_eq!(summary.final_per_device_batch_size, 2);

@@ -26,7 +26,7 @@ fn main() -> adabatch::Result<()> {
     assert!(!ReplayTrainer::POLICY.drop_last);
 
     let data = tiny::dataset();
-    let summary =
+    let trained =
         ReplayTrainer::launch(&data, &tiny::collate, &tiny::args(), |ctx: &RankContext| {
             let params = ctx.parameters();
             let model = tiny::Tiny::new(params.clone(), ctx.device())?;
@@ -34,6 +34,6 @@ fn main() -> adabatch::Result<()> {
             let _ = DType::F32;
             Ok(ReplayTrainer::new(model, opt))
         })?;
-    println!("{summary:?}");
+    println!("{:?}", trained.summary);
     Ok(())
 }

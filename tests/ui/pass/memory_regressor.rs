@@ -40,7 +40,7 @@ fn main() -> adabatch::Result<()> {
             max_range: 2.0
         }
     );
-    let summary = Trainer::launch(
+    let trained = Trainer::launch(
         &tiny::dataset(),
         &tiny::collate,
         &tiny::args(),
@@ -54,6 +54,6 @@ fn main() -> adabatch::Result<()> {
             Ok(trainer)
         },
     )?;
-    assert_eq!(summary.global_step, 3);
+    assert_eq!(trained.summary.global_step, 3);
     Ok(())
 }

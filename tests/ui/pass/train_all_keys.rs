@@ -52,7 +52,7 @@ fn main() -> adabatch::Result<()> {
     let params = Parameters::new(Trainer::POLICY.seed);
     let model = tiny::Tiny::new(params.clone(), &device)?;
     let opt = SGD::new(params.all_vars(), 0.05)?;
-    let trainer = Trainer::new(model, opt, 3);
+    let mut trainer = Trainer::new(model, opt, 3);
     let args = tiny::args();
     assert_eq!(args.max_steps, Some(trainer.steps_requested));
     let summary = trainer.train(&tiny::dataset(), &tiny::collate, &args)?;
