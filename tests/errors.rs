@@ -1,9 +1,51 @@
-//! Every bad input gets a typed error, never a panic or a hang.
+//! Every bad input gets a typed error, never a panic or a hang. Each variant of
+//! `adabatch::Error` reachable from the public API has a test matching the variant
+//! and its fields; `assert_sentence` checks its message reads as a sentence.
+//!
+//! | variant                         | test                                                 |
+//! |---------------------------------|------------------------------------------------------|
+//! | `Candle`                        | `candle_errors_keep_their_type`                      |
+//! | `EmptyDataset`                  | `empty_dataset`                                      |
+//! | `MoreRanksThanExamples`         | `more_ranks_than_examples`                           |
+//! | `ZeroBatchSize`                 | `zero_batch_size`, `invalid_settings_name_the_setting` |
+//! | `ZeroEpochs`                    | `zero_epochs_and_zero_ranks`                         |
+//! | `ScheduleReturnedZero`          | `schedule_returning_zero_names_the_step`             |
+//! | `GlobalBatchTooLarge`           | `drop_last_with_a_global_batch_larger_than_the_data` |
+//! | `NonFiniteLoss`                 | `non_finite_loss_names_the_step`                     |
+//! | `InvalidSetting`                | `invalid_settings_name_the_setting`, `zero_epochs_and_zero_ranks`, `batch_limits_crossed` |
+//! | `BatchLimitsCrossed`            | `batch_limits_crossed`                               |
+//! | `InvalidSchedule`               | `invalid_schedule`                                   |
+//! | `UnsupportedPolicy`             | `unsupported_policy`                                 |
+//! | `ConflictingSettings`           | `conflicting_settings`                               |
+//! | `LengthsMismatch`               | `lengths_mismatch`                                   |
+//! | `CollateSize`                   | `collate_size`                                       |
+//! | `NoTokens`                      | `no_tokens`                                          |
+//! | `DuplicateParameter`            | `duplicate_parameter`                                |
+//! | `RegressorDisagrees`            | `regressor_disagrees`                                |
+//! | `CorruptCheckpoint`             | `checkpoint_errors` (+ checkpoint.rs)                |
+//! | `CheckpointMismatch`            | `checkpoint_errors` (+ checkpoint.rs)                |
+//! | `MidEpochLengthAwareCheckpoint` | `mid_epoch_length_aware_checkpoint`                  |
+//! | `Message`                       | `message_from_user_code`, `a_failing_factory_on_one_rank_is_reported` |
+//! | `LossShape`                     | `wrong_loss_shape_is_a_typed_error`                  |
+//! | `NoParameters`                  | `no_parameters`                                      |
+//! | `ParameterMismatch`             | `parameter_mismatch`                                 |
+//! | `PeerFailed`                    | `peer_failed_on_the_rank_that_did_not_fail`          |
+//! | `RankPanicked`                  | `a_panicking_model_is_reported_not_propagated`       |
+//! | `Device`                        | `train_refuses_several_ranks_and_bad_devices`, `displays_of_fielded_variants_are_sentences` |
+//! | `OutOfMemory`                   | `out_of_memory_with_fail` (+ oom.rs)                 |
+//! | `Io`                            | `io_error_names_the_file`                            |
+//! | `TrainNeedsOneRank`             | `train_needs_one_rank_and_empty_group`               |
+//! | `EmptyGroup`                    | `train_needs_one_rank_and_empty_group`               |
+//! | `Comm`                          | `comm_error_on_mismatched_all_reduce`                |
+//! | `Rendezvous`                    | rendezvous.rs unit tests (reachable only through `launch_nccl`, feature `nccl`) |
+//! | `Json`                          | not reachable: serialising a checkpoint's own state cannot fail |
+//!
+//! Flags and their tests are tabled in tests/flags.rs.
 
 mod common;
 
 use adabatch::prelude::*;
-use adabatch::{Error, ScheduleSpec, TrainerPolicy};
+use adabatch::{BatchFeatures, Error, GradAccum, Growth, Reweight, ScheduleSpec, TrainerPolicy};
 use candle_core::{Device, Tensor};
 use candle_nn::AdamW;
 use common::*;
@@ -278,4 +320,702 @@ fn train_refuses_several_ranks_and_bad_devices() {
         run(&dataset(8, 0), &a).unwrap_err(),
         Error::Device { .. }
     ));
+}
+
+// ---------------------------------------------------------------------------
+// Every other variant reachable from the public API, matched with its fields, and
+// its message checked to be a sentence.
+
+/// The Display form is a sentence for a person, not a Debug dump of the variant.
+fn assert_sentence(err: &Error) {
+    let text = err.to_string();
+    let debug = format!("{err:?}");
+    let variant: String = debug.chars().take_while(|c| c.is_alphanumeric()).collect();
+    assert!(text.len() >= 20, "too short: {text:?}");
+    assert!(!text.contains(&format!("{variant} {{")), "{text}");
+    assert!(!text.contains(&format!("{variant}(")), "{text}");
+    assert!(
+        !text.contains("Some(") && !text.contains(": None"),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "one line: {text:?}");
+    assert!(
+        text.contains(' ') && text.chars().filter(|c| c.is_alphabetic()).count() >= 10,
+        "{text}"
+    );
+}
+
+fn policy_run<T: AdaptiveTrainer<Model = Regression, Optimizer = AdamW> + Send>(
+    data: &[Example],
+    a: &TrainingArgs,
+    wrap: fn(Regression, AdamW) -> T,
+) -> Error {
+    adabatch::launch(data, &collate, a, adamw_factory(wrap))
+        .map(|trained| trained.summary)
+        .unwrap_err()
+}
+
+#[test]
+fn displays_of_the_older_tests_are_sentences() {
+    for err in [
+        run(&[], &args(1, 2, 1)).unwrap_err(),
+        run(&dataset(4, 0), &args(1, 0, 1)).unwrap_err(),
+        run(&dataset(3, 0), &args(4, 1, 1)).unwrap_err(),
+        run(&dataset(4, 0), &args(1, 1, 0)).unwrap_err(),
+        run(&dataset(4, 0), &args(0, 1, 1)).unwrap_err(),
+    ] {
+        assert_sentence(&err);
+    }
+}
+
+#[test]
+fn invalid_settings_name_the_setting() {
+    let cases: [(&str, fn(&mut TrainingArgs)); 7] = [
+        ("logging_steps", |a| a.logging_steps = 0),
+        ("learning_rate", |a| a.learning_rate = f64::NAN),
+        ("learning_rate", |a| a.learning_rate = -1.0),
+        ("warmup_ratio", |a| a.warmup_ratio = 1.5),
+        ("max_grad_norm", |a| a.max_grad_norm = -0.5),
+        ("memory_margin", |a| a.memory_margin = f64::INFINITY),
+        ("max_batch_growth", |a| {
+            a.max_tokens_per_batch = Some(100);
+            a.max_batch_growth = Some(0.0);
+        }),
+    ];
+    for (setting, set) in cases {
+        let mut a = args(1, 1, 1);
+        set(&mut a);
+        let err = run(&dataset(4, 0), &a).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidSetting { name, .. } if name == setting),
+            "{setting}: {err}"
+        );
+        assert!(err.to_string().starts_with(setting), "{err}");
+        assert_sentence(&err);
+    }
+    let err = run(&dataset(4, 0), &{
+        let mut a = args(1, 1, 1);
+        a.max_tokens_per_batch = Some(0);
+        a
+    })
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ZeroBatchSize {
+                what: "max_tokens_per_batch"
+            }
+        ),
+        "{err}"
+    );
+}
+
+hand_trainer!(
+    Crossed,
+    AdamW,
+    TrainerPolicy {
+        min_batch: 5,
+        max_batch: Some(2),
+        ..TrainerPolicy::DEFAULT
+    }
+);
+hand_trainer!(
+    ZeroMin,
+    AdamW,
+    TrainerPolicy {
+        min_batch: 0,
+        ..TrainerPolicy::DEFAULT
+    }
+);
+hand_trainer!(
+    ZeroAccum,
+    AdamW,
+    TrainerPolicy {
+        grad_accum: GradAccum::Fixed(0),
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
+#[test]
+fn batch_limits_crossed() {
+    let err = policy_run(&dataset(8, 0), &args(1, 1, 1), |model, opt| Crossed {
+        model,
+        opt,
+    });
+    assert!(
+        matches!(err, Error::BatchLimitsCrossed { min: 5, max: 2 }),
+        "{err}"
+    );
+    assert_sentence(&err);
+    let err = policy_run(&dataset(8, 0), &args(1, 1, 1), |model, opt| ZeroMin {
+        model,
+        opt,
+    });
+    assert!(
+        matches!(
+            err,
+            Error::InvalidSetting {
+                name: "min_batch",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = policy_run(&dataset(8, 0), &args(1, 1, 1), |model, opt| ZeroAccum {
+        model,
+        opt,
+    });
+    assert!(
+        matches!(
+            err,
+            Error::InvalidSetting {
+                name: "grad_accum",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+hand_trainer!(
+    EveryZero,
+    AdamW,
+    TrainerPolicy {
+        schedule: ScheduleSpec::Interval {
+            every: 0,
+            growth: Growth::Add(1)
+        },
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
+#[test]
+fn invalid_schedule() {
+    let err = policy_run(&dataset(8, 0), &args(1, 1, 1), |model, opt| EveryZero {
+        model,
+        opt,
+    });
+    assert!(
+        matches!(&err, Error::InvalidSchedule { schedule: "interval", reason } if reason.contains("every")),
+        "{err}"
+    );
+    assert_sentence(&err);
+}
+
+const MEMORY: ScheduleSpec = ScheduleSpec::Memory {
+    threshold: 0.9,
+    max_range: 2.0,
+};
+hand_trainer!(
+    MemoryAccum,
+    AdamW,
+    TrainerPolicy {
+        schedule: MEMORY,
+        grad_accum: GradAccum::Fixed(2),
+        ..TrainerPolicy::DEFAULT
+    }
+);
+hand_trainer!(
+    Memory,
+    AdamW,
+    TrainerPolicy {
+        schedule: MEMORY,
+        ..TrainerPolicy::DEFAULT
+    }
+);
+hand_trainer!(
+    Accum,
+    AdamW,
+    TrainerPolicy {
+        grad_accum: GradAccum::Fixed(2),
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
+fn with_lengths(n: usize) -> WithLengths<Vec<Example>> {
+    WithLengths::new(dataset(n, 0), (0..n).map(|i| 4 + i % 7).collect()).unwrap()
+}
+
+#[test]
+fn unsupported_policy() {
+    let err = adabatch::launch(
+        &with_lengths(8),
+        &collate,
+        &args(1, 1, 1),
+        adamw_factory(|model, opt| MemoryAccum { model, opt }),
+    )
+    .map(|t| t.summary)
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::UnsupportedPolicy { reason } if reason.contains("grad_accum")),
+        "{err}"
+    );
+    assert_sentence(&err);
+}
+
+#[test]
+fn conflicting_settings() {
+    let mut a = args(1, 1, 1);
+    a.max_tokens_per_batch = Some(64);
+    let err = adabatch::launch(
+        &with_lengths(8),
+        &collate,
+        &a,
+        adamw_factory(|model, opt| Memory { model, opt }),
+    )
+    .map(|t| t.summary)
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ConflictingSettings {
+                first: "--max-tokens-per-batch",
+                second: "schedule = memory(..)",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_sentence(&err);
+    let err = adabatch::launch(
+        &with_lengths(8),
+        &collate,
+        &a,
+        adamw_factory(|model, opt| Accum { model, opt }),
+    )
+    .map(|t| t.summary)
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ConflictingSettings {
+                second: "grad_accum",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn lengths_mismatch() {
+    let err = WithLengths::new(dataset(4, 0), vec![3, 4, 5]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::LengthsMismatch {
+                lengths: 3,
+                examples: 4
+            }
+        ),
+        "{err}"
+    );
+    assert_sentence(&err);
+}
+
+#[test]
+fn collate_size() {
+    let drops_one = |items: &[Example], device: &Device| collate(&items[1..], device);
+    let err = adabatch::launch(&dataset(8, 0), &drops_one, &args(2, 2, 1), factory)
+        .map(|t| t.summary)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::CollateSize {
+                returned: 1,
+                items: 2
+            }
+        ),
+        "{err}"
+    );
+    assert_sentence(&err);
+}
+
+#[test]
+fn candle_errors_keep_their_type() {
+    let fails = |_: &[Example], _: &Device| -> candle_core::Result<RegBatch> {
+        candle_core::bail!("the collate cannot build this batch")
+    };
+    let err = adabatch::launch(&dataset(4, 0), &fails, &args(1, 2, 1), factory)
+        .map(|t| t.summary)
+        .unwrap_err();
+    assert!(matches!(err, Error::Candle(_)), "{err:?}");
+    // candle appends its backtrace when RUST_BACKTRACE is set: the first line is
+    // the message.
+    let text = err.to_string();
+    let first = text.lines().next().unwrap();
+    assert_eq!(first, "candle: the collate cannot build this batch");
+}
+
+hand_trainer!(
+    Tokens,
+    AdamW,
+    TrainerPolicy {
+        reweight: Reweight::TokenCount,
+        shuffle: false,
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
+#[test]
+fn no_tokens() {
+    // Examples 2 and 3 have no tokens: the second step (size 2, no shuffle) has
+    // nothing to weigh its loss by.
+    let mut data = dataset(6, 0);
+    data[2].tokens = 0;
+    data[3].tokens = 0;
+    let err = policy_run(&data, &args(1, 2, 1), |model, opt| Tokens { model, opt });
+    assert!(matches!(err, Error::NoTokens { step: 2 }), "{err}");
+    assert_sentence(&err);
+}
+
+/// A model whose parameter list is given by the test.
+struct Params(
+    Regression,
+    fn(&Regression) -> Vec<(String, candle_core::Var)>,
+);
+impl TrainModel for Params {
+    type Batch = RegBatch;
+    fn per_example_loss(&self, batch: &RegBatch) -> candle_core::Result<Tensor> {
+        self.0.per_example_loss(batch)
+    }
+    fn named_parameters(&self) -> Vec<(String, candle_core::Var)> {
+        (self.1)(&self.0)
+    }
+}
+struct ParamsTrainer(Params, AdamW);
+impl AdaptiveTrainer for ParamsTrainer {
+    type Model = Params;
+    type Optimizer = AdamW;
+    const POLICY: TrainerPolicy = TrainerPolicy::DEFAULT;
+    fn parts(&mut self) -> (&mut Params, &mut AdamW) {
+        (&mut self.0, &mut self.1)
+    }
+}
+
+fn params_run(
+    world: usize,
+    names: impl Fn(usize) -> fn(&Regression) -> Vec<(String, candle_core::Var)> + Sync,
+) -> Error {
+    adabatch::launch(
+        &dataset(8, 0),
+        &collate,
+        &args(world, 1, 1),
+        |ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = adamw(&model, 0.05)?;
+            Ok(ParamsTrainer(Params(model, names(ctx.rank())), opt))
+        },
+    )
+    .map(|t| t.summary)
+    .unwrap_err()
+}
+
+#[test]
+fn no_parameters() {
+    let err = params_run(1, |_| |_| Vec::new());
+    assert!(matches!(err, Error::NoParameters), "{err}");
+    assert_sentence(&err);
+}
+
+#[test]
+fn duplicate_parameter() {
+    let err = params_run(1, |_| {
+        |m| {
+            let mut p = m.named_parameters();
+            p.push(p[0].clone());
+            p
+        }
+    });
+    assert!(
+        matches!(&err, Error::DuplicateParameter { name } if name == "linear.bias"),
+        "{err}"
+    );
+    assert_sentence(&err);
+}
+
+#[test]
+fn parameter_mismatch() {
+    // Rank 1 trains one tensor fewer than rank 0.
+    let err = params_run(2, |rank| {
+        if rank == 1 {
+            |m| m.named_parameters()[..1].to_vec()
+        } else {
+            |m| m.named_parameters()
+        }
+    });
+    assert!(matches!(err, Error::ParameterMismatch { .. }), "{err}");
+    assert_sentence(&err);
+}
+
+/// Predicts by rank: rank 1 is far more cautious, so the ranks plan differently.
+struct ByRank(usize);
+impl MemoryModel for ByRank {
+    fn predict(&self, c: &BatchFeatures, b: &BatchFeatures) -> f64 {
+        (1 + 4 * self.0) as f64 * c.padded_tokens as f64 / b.padded_tokens as f64
+    }
+}
+struct ByRankTrainer(Regression, AdamW, ByRank);
+impl AdaptiveTrainer for ByRankTrainer {
+    type Model = Regression;
+    type Optimizer = AdamW;
+    const POLICY: TrainerPolicy = TrainerPolicy {
+        schedule: ScheduleSpec::Memory {
+            threshold: 0.9,
+            max_range: 4.0,
+        },
+        ..TrainerPolicy::DEFAULT
+    };
+    fn parts(&mut self) -> (&mut Regression, &mut AdamW) {
+        (&mut self.0, &mut self.1)
+    }
+    fn regressor(&mut self) -> Option<&mut dyn MemoryModel> {
+        Some(&mut self.2)
+    }
+}
+
+#[test]
+fn regressor_disagrees() {
+    let data =
+        WithLengths::new(dataset(40, 0), (0..40).map(|i| 10 + (i * 7) % 50).collect()).unwrap();
+    let err = adabatch::launch(&data, &collate, &args(2, 1, 1), |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = adamw(&model, 0.05)?;
+        Ok(ByRankTrainer(model, opt, ByRank(ctx.rank())))
+    })
+    .map(|t| t.summary)
+    .unwrap_err();
+    assert!(
+        matches!(err, Error::RegressorDisagrees { epoch: 0 }),
+        "{err}"
+    );
+    assert_sentence(&err);
+}
+
+#[test]
+fn checkpoint_errors() {
+    let dir = temp_log("ckpt-errors").with_extension("");
+    // Nothing at the path.
+    let mut a = args(1, 1, 1);
+    a.resume_from_checkpoint = Some(dir.join("checkpoint-404"));
+    let err = run(&dataset(8, 0), &a).unwrap_err();
+    assert!(
+        matches!(&err, Error::CorruptCheckpoint { path, detail } if path.ends_with("checkpoint-404") && detail.contains("trainer_state.json")),
+        "{err}"
+    );
+    assert_sentence(&err);
+    // A checkpoint of another policy (the schedule differs).
+    let mut a = args(1, 1, 2);
+    a.max_steps = Some(3);
+    a.save_steps = 3;
+    a.output_dir = dir.clone();
+    run(&dataset(8, 0), &a).unwrap();
+    let mut b = args(1, 1, 2);
+    b.resume_from_checkpoint = Some(dir.join("checkpoint-3"));
+    let err = adabatch::launch(
+        &dataset(8, 0),
+        &collate,
+        &b,
+        adamw_factory(|model, opt| Ordered { model, opt }),
+    )
+    .map(|t| t.summary)
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::CheckpointMismatch { what, checkpoint, run, .. }
+            if what.contains("schedule") && checkpoint.starts_with("Interval") && run == "Constant(None)"),
+        "{err}"
+    );
+    assert_sentence(&err);
+}
+
+#[test]
+fn mid_epoch_length_aware_checkpoint() {
+    let dir = temp_log("ckpt-length").with_extension("");
+    let mut a = args(1, 1, 1);
+    a.max_tokens_per_batch = Some(20);
+    a.max_steps = Some(2);
+    a.save_steps = 2;
+    a.output_dir = dir.clone();
+    adabatch::launch(&with_lengths(30), &collate, &a, factory).unwrap();
+    let mut b = args(1, 1, 1);
+    b.max_tokens_per_batch = Some(20);
+    b.resume_from_checkpoint = Some(dir.join("checkpoint-2"));
+    let err = adabatch::launch(&with_lengths(30), &collate, &b, factory)
+        .map(|t| t.summary)
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::MidEpochLengthAwareCheckpoint { path } if path.ends_with("checkpoint-2")),
+        "{err}"
+    );
+    assert_sentence(&err);
+}
+
+#[test]
+fn message_from_user_code() {
+    let err = adabatch::launch(
+        &dataset(8, 0),
+        &collate,
+        &args(1, 1, 1),
+        |_: &RankContext| -> adabatch::Result<IntervalTrainer> {
+            Err(Error::msg("no model for you"))
+        },
+    )
+    .map(|t| t.summary)
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::Message(m) if m == "no model for you"),
+        "{err}"
+    );
+}
+
+#[test]
+fn peer_failed_on_the_rank_that_did_not_fail() {
+    // Two `launch_group` calls share one group: rank 0's factory fails, rank 1
+    // reports that a peer failed.
+    let data = dataset(8, 0);
+    let mut members = adabatch::Local::group(2).into_iter();
+    let (m0, m1) = (members.next().unwrap(), members.next().unwrap());
+    let (r0, r1) = std::thread::scope(|s| {
+        let data = &data;
+        let r0 = s.spawn(move || {
+            adabatch::launch_group(
+                vec![(m0, Device::Cpu)],
+                data,
+                &collate,
+                &args(2, 1, 1),
+                |_: &RankContext| -> adabatch::Result<IntervalTrainer> {
+                    Err(Error::msg("rank 0 cannot build"))
+                },
+            )
+            .map(|t| t.summary)
+        });
+        let r1 = s.spawn(move || {
+            adabatch::launch_group(
+                vec![(m1, Device::Cpu)],
+                data,
+                &collate,
+                &args(2, 1, 1),
+                factory,
+            )
+            .map(|t| t.summary)
+        });
+        (r0.join().unwrap(), r1.join().unwrap())
+    });
+    assert!(matches!(r0, Err(Error::Message(_))), "{r0:?}");
+    let err = r1.unwrap_err();
+    assert!(matches!(err, Error::PeerFailed { rank: 1 }), "{err}");
+    assert_sentence(&err);
+}
+
+#[test]
+fn out_of_memory_with_fail() {
+    let mut a = args(1, 2, 1);
+    a.inject_oom_at_steps = vec![2];
+    let err = run(&dataset(8, 0), &a).unwrap_err();
+    assert!(matches!(err, Error::OutOfMemory { step: 2, .. }), "{err}");
+    assert_sentence(&err);
+}
+
+#[test]
+fn io_error_names_the_file() {
+    // A log file below a regular file cannot be created.
+    let file = temp_log("not-a-dir");
+    std::fs::write(&file, b"").unwrap();
+    let mut a = args(1, 1, 1);
+    a.log_jsonl = Some(file.join("run.jsonl"));
+    let err = run(&dataset(4, 0), &a).unwrap_err();
+    assert!(
+        matches!(&err, Error::Io { path, .. } if path.starts_with(&file)),
+        "{err}"
+    );
+    assert_sentence(&err);
+}
+
+#[test]
+fn train_needs_one_rank_and_empty_group() {
+    let model = Regression::new(adabatch::Parameters::new(1), &Device::Cpu).unwrap();
+    let opt = adamw(&model, 0.05).unwrap();
+    let err = adabatch::train(
+        &mut IntervalTrainer { model, opt },
+        &dataset(8, 0),
+        &collate,
+        &args(3, 1, 1),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, Error::TrainNeedsOneRank { nproc_per_node: 3 }),
+        "{err}"
+    );
+    assert_sentence(&err);
+    let err = adabatch::launch_group(
+        Vec::<(adabatch::Local, Device)>::new(),
+        &dataset(8, 0),
+        &collate,
+        &args(1, 1, 1),
+        factory,
+    )
+    .map(|t| t.summary)
+    .unwrap_err();
+    assert!(matches!(err, Error::EmptyGroup), "{err}");
+    assert_sentence(&err);
+}
+
+#[test]
+fn comm_error_on_mismatched_all_reduce() {
+    use adabatch::Communicator;
+    let group = adabatch::Local::group(2);
+    let results: Vec<adabatch::Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = group
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let mut scalars = vec![1.0; 1 + c.rank()];
+                    c.all_reduce_sum(&mut [], &mut scalars)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in results {
+        let err = r.unwrap_err();
+        assert!(
+            matches!(&err, Error::Comm(m) if m.contains("rank 0 sent 1 values, rank 1 sent 2")),
+            "{err}"
+        );
+        assert_sentence(&err);
+    }
+}
+
+#[test]
+fn displays_of_fielded_variants_are_sentences() {
+    // Variants the tests above reach with their fields, shown here as text.
+    let err = run(&dataset(4, 0), &{
+        let mut a = args(1, 1, 1);
+        a.device = "tpu".into();
+        a
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::Device { spec, .. } if spec == "tpu"),
+        "{err}"
+    );
+    assert_sentence(&err);
+    let mut a = args(2, 3, 1);
+    a.dataloader_drop_last = Some(true);
+    let err = run(&dataset(5, 0), &a).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::GlobalBatchTooLarge {
+                global_batch: 6,
+                per_device: 3,
+                world_size: 2,
+                examples: 5,
+                after_step: None
+            }
+        ),
+        "{err}"
+    );
+    assert_sentence(&err);
 }

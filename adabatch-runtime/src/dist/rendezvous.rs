@@ -518,16 +518,22 @@ pub fn exchange(
 
 #[cfg(test)]
 mod tests {
+    //! No sleeps and no port races: rank 0's listener is bound to port 0 before
+    //! anyone connects and handed to `serve`, so a peer's connection waits in the
+    //! listener's backlog whatever the threads' timing. Timeouts only bound a
+    //! failure, except where the timeout is what is tested; there the other side's
+    //! part is done first, by hand.
     use super::*;
     use std::collections::HashMap;
 
-    /// A free loopback port (bound then released; the tests bind it again at once).
-    fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
+    /// Long enough never to fire on a loaded machine: it only bounds a failure.
+    const GENEROUS_MS: u64 = 30_000;
+
+    /// Rank 0's listener on a loopback port chosen by the OS, and its port.
+    fn bound() -> (TcpListener, u16) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        (listener, port)
     }
 
     fn rdzv(port: u16, rank: usize, world_size: usize, timeout_ms: u64) -> Rendezvous {
@@ -540,65 +546,85 @@ mod tests {
         }
     }
 
+    /// A peer's hello, written by hand.
+    fn hello(rank: u32, world_size: u32) -> Vec<u8> {
+        let mut h = MAGIC.to_vec();
+        h.extend_from_slice(&rank.to_be_bytes());
+        h.extend_from_slice(&world_size.to_be_bytes());
+        h
+    }
+
+    /// Reads rank 0's answer on a hand-made peer connection.
+    fn read_answer(stream: &mut TcpStream) -> (u8, Vec<u8>) {
+        let deadline = Instant::now() + Duration::from_millis(GENEROUS_MS);
+        let mut head = [0u8; 5];
+        read_exact_by(stream, &mut head, deadline).unwrap();
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let mut body = vec![0u8; len];
+        read_exact_by(stream, &mut body, deadline).unwrap();
+        (head[0], body)
+    }
+
     #[test]
     fn every_rank_gets_rank_zeros_payload() {
-        let port = free_port();
+        let (listener, port) = bound();
         let id: Vec<u8> = (0..128u8).collect();
-        let results: Vec<_> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..4)
-                .map(|rank| {
-                    let id = id.clone();
-                    s.spawn(move || {
-                        // Peers start first and must retry until rank 0 listens.
-                        if rank == 0 {
-                            std::thread::sleep(Duration::from_millis(150));
-                        }
-                        exchange(&rdzv(port, rank, 4, 10_000), || Ok(id))
-                    })
-                })
+        let (served, joined) = std::thread::scope(|s| {
+            // Peers start before rank 0 serves: their connections wait in the backlog.
+            let peers: Vec<_> = (1..4)
+                .map(|rank| s.spawn(move || rdzv(port, rank, 4, GENEROUS_MS).join()))
                 .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
+            let served = rdzv(port, 0, 4, GENEROUS_MS).serve(&listener, &id);
+            let joined: Vec<_> = peers.into_iter().map(|h| h.join().unwrap()).collect();
+            (served, joined)
         });
-        for r in results {
+        served.unwrap();
+        for r in joined {
             assert_eq!(r.unwrap(), id);
         }
     }
 
     #[test]
     fn world_of_one_needs_no_peer() {
-        let port = free_port();
-        let got = exchange(&rdzv(port, 0, 1, 100), || Ok(vec![7])).unwrap();
+        // Port 0: the OS picks one; nobody connects.
+        let got = exchange(&rdzv(0, 0, 1, GENEROUS_MS), || Ok(vec![7])).unwrap();
         assert_eq!(got, vec![7]);
     }
 
     #[test]
     fn missing_peers_time_out_with_their_ranks() {
-        let port = free_port();
-        let (r0, r2) = std::thread::scope(|s| {
-            let r0 = s.spawn(|| exchange(&rdzv(port, 0, 4, 600), || Ok(vec![1, 2, 3])));
-            let r2 = s.spawn(|| exchange(&rdzv(port, 2, 4, 600), || unreachable!()));
-            (r0.join().unwrap(), r2.join().unwrap())
-        });
+        let (listener, port) = bound();
+        // Rank 2 arrives (by hand, before rank 0 serves, so it is in time whatever
+        // the scheduling); ranks 1 and 3 never do. The timeout is what is tested.
+        let mut rank2 = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        rank2.write_all(&hello(2, 4)).unwrap();
+        let started = Instant::now();
+        let r0 = rdzv(port, 0, 4, 300).serve(&listener, &[1, 2, 3]);
         match r0 {
             Err(RendezvousError::Timeout {
                 missing,
                 world_size: 4,
-                ..
-            }) => assert_eq!(missing, vec![1, 3]),
+                addr,
+                waited,
+            }) => {
+                assert_eq!(missing, vec![1, 3]);
+                assert_eq!(addr, format!("127.0.0.1:{port}"));
+                assert!(waited >= Duration::from_millis(300), "{waited:?}");
+            }
             other => panic!("expected a timeout naming ranks 1 and 3, got {other:?}"),
         }
-        match r2 {
-            Err(RendezvousError::Aborted { rank: 2, message }) => {
-                assert!(message.contains("[1, 3]"), "{message}")
-            }
-            other => panic!("rank 2 should hear rank 0 give up, got {other:?}"),
-        }
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        // Rank 2 hears rank 0 give up, with the missing ranks.
+        let (status, body) = read_answer(&mut rank2);
+        assert_eq!(status, STATUS_FAILED);
+        let message = String::from_utf8(body).unwrap();
+        assert!(message.contains("[1, 3]"), "{message}");
         // The run's error keeps the rendezvous error's type.
         let err = crate::Error::from(RendezvousError::Timeout {
             missing: vec![1, 3],
             world_size: 4,
             addr: "127.0.0.1:1".into(),
-            waited: Duration::from_millis(600),
+            waited: Duration::from_millis(300),
         });
         assert!(
             matches!(&err, crate::Error::Rendezvous(RendezvousError::Timeout { missing, .. }) if missing == &[1, 3]),
@@ -607,44 +633,123 @@ mod tests {
     }
 
     #[test]
-    fn absent_rank_zero_is_reported_by_the_peer() {
-        let port = free_port();
-        let started = Instant::now();
-        match exchange(&rdzv(port, 1, 2, 300), || unreachable!()) {
-            Err(RendezvousError::MasterUnreachable { rank: 1, addr, .. }) => {
-                assert_eq!(addr, format!("127.0.0.1:{port}"))
+    fn a_peer_hears_rank_zero_abort() {
+        // The peer side of the same failure, through `join`: rank 0 (by hand)
+        // reads the hello and answers with a failure.
+        let (listener, port) = bound();
+        let (joined, ()) = std::thread::scope(|s| {
+            let peer = s.spawn(|| rdzv(port, 2, 4, GENEROUS_MS).join());
+            let (mut stream, _) = listener.accept().unwrap();
+            let deadline = Instant::now() + Duration::from_millis(GENEROUS_MS);
+            assert_eq!(read_hello(&mut stream, deadline).unwrap(), (2, 4));
+            send_answer(&mut stream, STATUS_FAILED, b"rank(s) [1, 3] did not arrive").unwrap();
+            (peer.join().unwrap(), ())
+        });
+        match joined {
+            Err(RendezvousError::Aborted { rank: 2, message }) => {
+                assert!(message.contains("[1, 3]"), "{message}")
+            }
+            other => panic!("rank 2 should hear rank 0 give up, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rank_zero_hanging_up_is_reported_by_the_peer() {
+        // Rank 0 accepts and closes without answering: the peer reports it at once
+        // (the event), not after its deadline.
+        let (listener, port) = bound();
+        let joined = std::thread::scope(|s| {
+            let peer = s.spawn(|| rdzv(port, 1, 2, GENEROUS_MS).join());
+            let (stream, _) = listener.accept().unwrap();
+            let mut stream = stream;
+            let deadline = Instant::now() + Duration::from_millis(GENEROUS_MS);
+            assert_eq!(read_hello(&mut stream, deadline).unwrap(), (1, 2));
+            drop(stream);
+            peer.join().unwrap()
+        });
+        match joined {
+            Err(RendezvousError::MasterUnreachable {
+                rank: 1,
+                addr,
+                waited,
+                last_error,
+            }) => {
+                assert_eq!(addr, format!("127.0.0.1:{port}"));
+                assert!(last_error.contains("waiting for the id"), "{last_error}");
+                assert!(waited < Duration::from_millis(GENEROUS_MS));
             }
             other => panic!("expected MasterUnreachable, got {other:?}"),
         }
-        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
     fn mismatched_world_sizes_are_refused() {
-        let port = free_port();
+        let (listener, port) = bound();
         let (r0, r1) = std::thread::scope(|s| {
-            let r0 = s.spawn(|| exchange(&rdzv(port, 0, 2, 5_000), || Ok(vec![9])));
-            let r1 = s.spawn(|| exchange(&rdzv(port, 1, 3, 5_000), || unreachable!()));
-            (r0.join().unwrap(), r1.join().unwrap())
+            let r1 = s.spawn(|| rdzv(port, 1, 3, GENEROUS_MS).join());
+            let r0 = rdzv(port, 0, 2, GENEROUS_MS).serve(&listener, &[9]);
+            (r0, r1.join().unwrap())
         });
         assert!(matches!(r0, Err(RendezvousError::Protocol(m)) if m.contains("world of 3")));
         assert!(matches!(r1, Err(RendezvousError::Aborted { rank: 1, .. })));
     }
 
     #[test]
+    fn duplicate_and_out_of_range_ranks_are_refused() {
+        for (first, second, expected) in [
+            (hello(1, 3), hello(1, 3), "arrived twice"),
+            (hello(5, 3), hello(1, 3), "claims rank 5"),
+            (hello(0, 3), hello(1, 3), "claims rank 0"),
+        ] {
+            let (listener, port) = bound();
+            let mut a = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            a.write_all(&first).unwrap();
+            let mut b = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            b.write_all(&second).unwrap();
+            let r0 = rdzv(port, 0, 3, GENEROUS_MS).serve(&listener, &[1]);
+            assert!(
+                matches!(&r0, Err(RendezvousError::Protocol(m)) if m.contains(expected)),
+                "{expected}: {r0:?}"
+            );
+        }
+    }
+
+    #[test]
     fn stray_connections_are_ignored() {
-        let port = free_port();
+        let (listener, port) = bound();
+        // The stray connection is queued first, then the real peer.
+        let mut stray = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stray.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        drop(stray);
         let (r0, r1) = std::thread::scope(|s| {
-            let r0 = s.spawn(|| exchange(&rdzv(port, 0, 2, 5_000), || Ok(vec![5, 6])));
-            std::thread::sleep(Duration::from_millis(100));
-            let mut stray = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            stray.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
-            drop(stray);
-            let r1 = s.spawn(|| exchange(&rdzv(port, 1, 2, 5_000), || unreachable!()));
-            (r0.join().unwrap(), r1.join().unwrap())
+            let r1 = s.spawn(|| rdzv(port, 1, 2, GENEROUS_MS).join());
+            let r0 = rdzv(port, 0, 2, GENEROUS_MS).serve(&listener, &[5, 6]);
+            (r0, r1.join().unwrap())
         });
-        assert_eq!(r0.unwrap(), vec![5, 6]);
+        r0.unwrap();
         assert_eq!(r1.unwrap(), vec![5, 6]);
+    }
+
+    #[test]
+    fn serve_and_join_check_their_roles() {
+        let (listener, port) = bound();
+        assert!(matches!(
+            rdzv(port, 1, 2, GENEROUS_MS).serve(&listener, &[1]),
+            Err(RendezvousError::Protocol(m)) if m.contains("only rank 0 serves")
+        ));
+        assert!(matches!(
+            rdzv(port, 0, 2, GENEROUS_MS).join(),
+            Err(RendezvousError::Protocol(_))
+        ));
+        assert!(matches!(
+            rdzv(port, 2, 2, GENEROUS_MS).join(),
+            Err(RendezvousError::Protocol(m)) if m.contains("not in a world of 2")
+        ));
+        let too_big = vec![0u8; MAX_PAYLOAD as usize + 1];
+        assert!(matches!(
+            rdzv(port, 0, 2, GENEROUS_MS).serve(&listener, &too_big),
+            Err(RendezvousError::Protocol(m)) if m.contains("exceeds")
+        ));
     }
 
     #[test]

@@ -1,0 +1,708 @@
+//! One test per public setting of `TrainingArgs` (and the public entry points and
+//! memory-model combinators) that had none elsewhere.
+//!
+//! | flag / API                         | test                                                   |
+//! |------------------------------------|--------------------------------------------------------|
+//! | every flag, CLI names and defaults | `cli_parses_every_flag`, `cli_defaults_and_bad_values`  |
+//! | `--logging-steps` > 1              | `logging_steps_logs_every_kth_step_and_the_last`,      |
+//! |                                    | `logging_steps_logs_the_last_step_of_an_epoch_run` (ignored: bug) |
+//! | `--max-tokens-per-batch`           | `token_budget_sizes_follow_the_budget` (+ memory.rs)    |
+//! | `--friendly-batch-sizes`           | `friendly_batch_sizes_round_down_to_2n_or_3x2n`         |
+//! | `--even-batch-sizes`               | `even_batch_sizes_round_down_to_even`                   |
+//! | `--max-batch-growth`               | `max_batch_growth_caps_growth_between_batches`          |
+//! | `--keep-first-batches` > 1         | `keep_first_batches_keeps_the_hardest_batches_first`    |
+//! | `--memory-margin`                  | `memory_margin_scales_the_unfitted_predictions`         |
+//! | `launch_group`                     | `launch_group_with_local_members_matches_launch`,       |
+//! |                                    | properties.rs `every_rank_runs_the_same_steps`          |
+//! | `memory::model::MostConservative`  | `most_conservative_takes_the_largest_prediction`        |
+//! | `MemoryModel::observe` (regressor) | `a_user_regressor_observes_every_ranks_batches`,        |
+//! |                                    | `empty_slices_are_not_observed` (ignored: bug)          |
+//! | `--max-grad-norm`                  | numerics.rs `max_grad_norm_clips_to_the_given_norm`     |
+//! | `--lr-scheduler-type`, `--warmup-ratio` | numerics.rs `linear_and_cosine_with_warmup_...`    |
+//! | `--max-steps`                      | numerics.rs `linear_schedule_with_max_steps_...`, engine.rs |
+//! | `--dataloader-drop-last`           | numerics.rs `drop_last_horizon_...`, properties.rs      |
+//! | `--nproc-per-node`, `--seed`       | engine.rs, properties.rs                                |
+//! | `--oom`, `--inject-oom-at-steps`   | oom.rs                                                  |
+//! | `--save-steps`, `--output-dir`, `--resume-from-checkpoint` | checkpoint.rs                   |
+//! | `--device`                         | errors.rs (`Device`), gpu.rs                            |
+//! | `--log-jsonl`                      | every file reading logs; errors.rs (`Io`)               |
+//! | `--log-indices`, `--quiet`, `--disable-tqdm` | `console_flags_do_not_change_the_run`         |
+//!
+//! The error variants and their tests are tabled in tests/errors.rs.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use adabatch::memory::model::{cpu_memory_proxy, MostConservative};
+use adabatch::prelude::*;
+use adabatch::{
+    BatchFeatures, LrSchedulerType, MemoryModel, OnlineMemoryModel, OomPolicy, ScheduleSpec,
+    StepLog, TrainerPolicy,
+};
+use candle_core::Device;
+use candle_nn::AdamW;
+use clap::Parser;
+use common::*;
+
+// ---------------------------------------------------------------------------
+// CLI
+
+#[test]
+fn cli_parses_every_flag() {
+    let a = TrainingArgs::try_parse_from([
+        "train",
+        "--num-train-epochs",
+        "7",
+        "--max-steps",
+        "11",
+        "--per-device-train-batch-size",
+        "3",
+        "--learning-rate",
+        "0.25",
+        "--lr-scheduler-type",
+        "cosine",
+        "--warmup-ratio",
+        "0.1",
+        "--seed",
+        "99",
+        "--dataloader-drop-last",
+        "true",
+        "--nproc-per-node",
+        "4",
+        "--device",
+        "cuda:1",
+        "--logging-steps",
+        "5",
+        "--log-jsonl",
+        "run.jsonl",
+        "--output-dir",
+        "out",
+        "--save-steps",
+        "6",
+        "--resume-from-checkpoint",
+        "out/checkpoint-6",
+        "--log-indices",
+        "--quiet",
+        "--disable-tqdm",
+        "--max-tokens-per-batch",
+        "512",
+        "--friendly-batch-sizes",
+        "--even-batch-sizes",
+        "--keep-first-batches",
+        "2",
+        "--max-batch-growth",
+        "0.5",
+        "--memory-margin",
+        "0.2",
+        "--oom",
+        "split-retry",
+        "--inject-oom-at-steps",
+        "3,7",
+        "--max-grad-norm",
+        "1.5",
+    ])
+    .unwrap();
+    assert_eq!(a.num_train_epochs, 7);
+    assert_eq!(a.max_steps, Some(11));
+    assert_eq!(a.per_device_train_batch_size, 3);
+    assert_eq!(a.learning_rate, 0.25);
+    assert_eq!(a.lr_scheduler_type, LrSchedulerType::Cosine);
+    assert_eq!(a.warmup_ratio, 0.1);
+    assert_eq!(a.seed, Some(99));
+    assert_eq!(a.dataloader_drop_last, Some(true));
+    assert_eq!(a.nproc_per_node, 4);
+    assert_eq!(a.device, "cuda:1");
+    assert_eq!(a.logging_steps, 5);
+    assert_eq!(a.log_jsonl, Some(PathBuf::from("run.jsonl")));
+    assert_eq!(a.output_dir, PathBuf::from("out"));
+    assert_eq!(a.save_steps, 6);
+    assert_eq!(
+        a.resume_from_checkpoint,
+        Some(PathBuf::from("out/checkpoint-6"))
+    );
+    assert!(a.log_indices && a.quiet && a.disable_tqdm);
+    assert_eq!(a.max_tokens_per_batch, Some(512));
+    assert!(a.friendly_batch_sizes && a.even_batch_sizes);
+    assert_eq!(a.keep_first_batches, 2);
+    assert_eq!(a.max_batch_growth, Some(0.5));
+    assert_eq!(a.memory_margin, 0.2);
+    assert_eq!(a.oom, Some(OomPolicy::SplitRetry));
+    assert_eq!(a.inject_oom_at_steps, vec![3, 7]);
+    assert_eq!(a.max_grad_norm, 1.5);
+    // The DSL spelling of the OOM policy is accepted too.
+    let a = TrainingArgs::try_parse_from(["train", "--oom", "split_retry"]).unwrap();
+    assert_eq!(a.oom, Some(OomPolicy::SplitRetry));
+    for (value, policy) in [
+        ("fail", OomPolicy::Fail),
+        ("halve", OomPolicy::Halve),
+        ("skip", OomPolicy::Skip),
+    ] {
+        let a = TrainingArgs::try_parse_from(["train", "--oom", value]).unwrap();
+        assert_eq!(a.oom, Some(policy));
+    }
+    let a = TrainingArgs::try_parse_from(["train", "--lr-scheduler-type", "linear"]).unwrap();
+    assert_eq!(a.lr_scheduler_type, LrSchedulerType::Linear);
+    let a = TrainingArgs::try_parse_from(["train", "--dataloader-drop-last", "false"]).unwrap();
+    assert_eq!(a.dataloader_drop_last, Some(false));
+}
+
+#[test]
+fn cli_defaults_and_bad_values() {
+    let a = TrainingArgs::try_parse_from(["train"]).unwrap();
+    assert_eq!(a.num_train_epochs, 3);
+    assert_eq!(a.max_steps, None);
+    assert_eq!(a.per_device_train_batch_size, 8);
+    assert_eq!(a.learning_rate, 5e-5);
+    assert_eq!(a.lr_scheduler_type, LrSchedulerType::Constant);
+    assert_eq!(a.warmup_ratio, 0.0);
+    assert_eq!(a.seed, None);
+    assert_eq!(a.dataloader_drop_last, None);
+    assert_eq!(a.nproc_per_node, 1);
+    assert_eq!(a.device, "cpu");
+    assert_eq!(a.logging_steps, 1);
+    assert_eq!(a.log_jsonl, None);
+    assert_eq!(a.output_dir, PathBuf::from("adabatch_output"));
+    assert_eq!(a.save_steps, 0);
+    assert_eq!(a.resume_from_checkpoint, None);
+    assert!(!a.log_indices && !a.quiet && !a.disable_tqdm);
+    assert_eq!(a.max_tokens_per_batch, None);
+    assert!(!a.friendly_batch_sizes && !a.even_batch_sizes);
+    assert_eq!(a.keep_first_batches, 1);
+    assert_eq!(a.max_batch_growth, None);
+    assert_eq!(a.memory_margin, 0.05);
+    assert_eq!(a.oom, None);
+    assert!(a.inject_oom_at_steps.is_empty());
+    assert_eq!(a.max_grad_norm, 0.0);
+    // `Default` is the parse of no arguments.
+    let d = TrainingArgs::default();
+    assert_eq!(
+        serde_json::to_value(&d).unwrap(),
+        serde_json::to_value(&a).unwrap()
+    );
+    for bad in [
+        &["train", "--oom", "explode"][..],
+        &["train", "--lr-scheduler-type", "step"],
+        &["train", "--dataloader-drop-last", "maybe"],
+        &["train", "--per-device-train-batch-size", "-1"],
+        &["train", "--inject-oom-at-steps", "3,x"],
+        &["train", "--no-such-flag"],
+    ] {
+        assert!(TrainingArgs::try_parse_from(bad).is_err(), "{bad:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Logging
+
+fn logged_run(a: &TrainingArgs, n: usize) -> (TrainSummary, Vec<StepLog>) {
+    let log = temp_log("flags");
+    let mut a = a.clone();
+    a.log_jsonl = Some(log.clone());
+    let summary = adabatch::launch(
+        &dataset(n, 3),
+        &collate,
+        &a,
+        adamw_factory(|model, opt| IntervalTrainer { model, opt }),
+    )
+    .unwrap()
+    .summary;
+    (summary, read_log(&log))
+}
+
+/// Logged steps, and each logged loss against the mean of the step losses since
+/// the previous log.
+fn check_logging(a: &TrainingArgs, expected_steps: &[usize]) {
+    let (summary, logs) = logged_run(a, 20);
+    // 20 examples, 2 ranks, interval(5, +1): 5 steps of 2, 2 of 4, then the 2 left.
+    assert_eq!(summary.global_step, 8);
+    let steps: Vec<usize> = logs.iter().map(|l| l.step).collect();
+    assert_eq!(steps, expected_steps);
+    let mut from = 0;
+    for l in &logs {
+        let window = &summary.step_losses[from..l.step];
+        let mean = window.iter().sum::<f64>() / window.len() as f64;
+        assert!(
+            (l.loss - mean).abs() <= 1e-12 * mean.abs().max(1.0),
+            "step {}",
+            l.step
+        );
+        assert!(l.grad_norm.is_finite());
+        from = l.step;
+    }
+    // The same run logged at every step has the same losses, and each entry
+    // describes its own step.
+    let mut every = a.clone();
+    every.logging_steps = 1;
+    let (all, all_logs) = logged_run(&every, 20);
+    assert_eq!(all.step_losses, summary.step_losses);
+    assert_eq!(all_logs.len(), 8);
+    for l in &logs {
+        let same = &all_logs[l.step - 1];
+        assert_eq!(l.indices, same.indices);
+        assert_eq!(l.learning_rate, same.learning_rate);
+        assert_eq!(l.epoch, same.epoch);
+        assert_eq!(l.grad_norm, same.grad_norm);
+    }
+}
+
+#[test]
+fn logging_steps_logs_every_kth_step_and_the_last() {
+    let mut a = args(2, 1, 1);
+    a.logging_steps = 4;
+    check_logging(&a, &[4, 8]);
+    // A run that ends by max_steps logs its last step too.
+    a.logging_steps = 3;
+    a.max_steps = Some(8);
+    a.num_train_epochs = 5;
+    check_logging(&a, &[3, 6, 8]);
+}
+
+#[test]
+#[ignore = "bug: a run that ends by epochs does not log its last step when logging_steps does not divide it (train/engine.rs, log_now uses planner.is_last_step, which only knows max_steps)"]
+fn logging_steps_logs_the_last_step_of_an_epoch_run() {
+    let mut a = args(2, 1, 1);
+    a.logging_steps = 3;
+    check_logging(&a, &[3, 6, 8]);
+}
+
+#[test]
+fn console_flags_do_not_change_the_run() {
+    let (quiet, _) = logged_run(&args(2, 1, 2), 12);
+    let mut a = args(2, 1, 2);
+    a.quiet = false;
+    a.disable_tqdm = true;
+    a.log_indices = true;
+    let (loud, _) = logged_run(&a, 12);
+    assert_eq!(quiet.step_losses, loud.step_losses);
+}
+
+// ---------------------------------------------------------------------------
+// Length-aware batching options (token budget: sizes are a pure function of the
+// lengths and the options, recomputed here from their documented rules).
+
+hand_trainer!(
+    OrderedPlain,
+    AdamW,
+    TrainerPolicy {
+        shuffle: false,
+        ..TrainerPolicy::DEFAULT
+    }
+);
+hand_trainer!(ShuffledPlain, AdamW, TrainerPolicy::DEFAULT);
+
+const N: usize = 60;
+const BUDGET: usize = 600;
+
+fn lengths() -> Vec<usize> {
+    (0..N).map(|i| 8 + (i * 53) % 120).collect()
+}
+
+fn length_data() -> WithLengths<Vec<Example>> {
+    WithLengths::new(dataset(N, 21), lengths()).unwrap()
+}
+
+/// Examples longest first, ties by index.
+fn sorted_by_length() -> Vec<usize> {
+    let l = lengths();
+    let mut order: Vec<usize> = (0..N).collect();
+    order.sort_by(|&a, &b| l[b].cmp(&l[a]).then(a.cmp(&b)));
+    order
+}
+
+fn largest_friendly(size: usize) -> usize {
+    (0..usize::BITS)
+        .flat_map(|k| [1usize << k, 3 << k])
+        .filter(|&s| s <= size.max(1))
+        .max()
+        .unwrap()
+}
+
+/// The token-budget cut: `budget / length of the batch's longest example`, capped
+/// by `growth` (a fraction of the first batch's size) over the previous batch,
+/// rounded, and at most what is left.
+fn expected_sizes(friendly: bool, even: bool, growth: Option<f64>) -> Vec<usize> {
+    let l = lengths();
+    let order = sorted_by_length();
+    let first = (BUDGET / l[order[0]]).max(1);
+    let cap = growth.map(|g| ((g * first as f64).ceil() as usize).max(1));
+    let mut sizes: Vec<usize> = Vec::new();
+    let mut start = 0;
+    while start < N {
+        let mut size = (BUDGET / l[order[start]]).max(1);
+        if let (Some(cap), Some(&prev)) = (cap, sizes.last()) {
+            size = size.min(prev + cap);
+        }
+        if friendly {
+            size = largest_friendly(size);
+        }
+        if even && size > 1 {
+            size -= size % 2;
+        }
+        size = size.min(N - start);
+        sizes.push(size);
+        start += size;
+    }
+    sizes
+}
+
+fn budget_run<T>(
+    options: impl FnOnce(&mut TrainingArgs),
+    epochs: usize,
+    wrap: fn(Regression, AdamW) -> T,
+) -> Vec<StepLog>
+where
+    T: AdaptiveTrainer<Model = Regression> + Send,
+{
+    let log = temp_log("budget");
+    let mut a = args(1, 2, epochs);
+    a.max_tokens_per_batch = Some(BUDGET);
+    a.log_jsonl = Some(log.clone());
+    options(&mut a);
+    adabatch::launch(&length_data(), &collate, &a, adamw_factory(wrap)).unwrap();
+    read_log(&log)
+}
+
+/// Without shuffling, steps are the sorted examples cut at the expected sizes.
+fn assert_cut(logs: &[StepLog], sizes: &[usize]) {
+    let got: Vec<usize> = logs.iter().map(|l| l.global_batch).collect();
+    assert_eq!(got, sizes);
+    let order = sorted_by_length();
+    let mut start = 0;
+    for l in logs {
+        assert_eq!(l.indices.concat(), order[start..start + l.global_batch]);
+        start += l.global_batch;
+    }
+}
+
+#[test]
+fn token_budget_sizes_follow_the_budget() {
+    let logs = budget_run(|_| {}, 1, |model, opt| OrderedPlain { model, opt });
+    let sizes = expected_sizes(false, false, None);
+    assert!(sizes
+        .iter()
+        .any(|s| s % 2 == 1 && *s != largest_friendly(*s)));
+    assert_cut(&logs, &sizes);
+}
+
+#[test]
+fn friendly_batch_sizes_round_down_to_2n_or_3x2n() {
+    let logs = budget_run(
+        |a| a.friendly_batch_sizes = true,
+        1,
+        |model, opt| OrderedPlain { model, opt },
+    );
+    let sizes = expected_sizes(true, false, None);
+    assert_ne!(sizes, expected_sizes(false, false, None));
+    // All but the epoch's last (what is left) are 2^n or 3·2^n.
+    for &s in &sizes[..sizes.len() - 1] {
+        assert_eq!(s, largest_friendly(s), "{sizes:?}");
+    }
+    assert_cut(&logs, &sizes);
+}
+
+#[test]
+fn even_batch_sizes_round_down_to_even() {
+    let logs = budget_run(
+        |a| a.even_batch_sizes = true,
+        1,
+        |model, opt| OrderedPlain { model, opt },
+    );
+    let sizes = expected_sizes(false, true, None);
+    assert_ne!(sizes, expected_sizes(false, false, None));
+    for &s in &sizes[..sizes.len() - 1] {
+        assert!(s % 2 == 0 || s == 1, "{sizes:?}");
+    }
+    assert_cut(&logs, &sizes);
+}
+
+#[test]
+fn max_batch_growth_caps_growth_between_batches() {
+    let logs = budget_run(
+        |a| a.max_batch_growth = Some(0.5),
+        1,
+        |model, opt| OrderedPlain { model, opt },
+    );
+    let sizes = expected_sizes(false, false, Some(0.5));
+    assert_ne!(sizes, expected_sizes(false, false, None));
+    // First batch 600 / 127 = 4: each batch at most 2 larger than the previous.
+    assert_eq!(sizes[0], 4);
+    assert!(sizes.windows(2).all(|w| w[1] <= w[0] + 2), "{sizes:?}");
+    assert_cut(&logs, &sizes);
+}
+
+#[test]
+fn keep_first_batches_keeps_the_hardest_batches_first() {
+    let sizes = expected_sizes(false, false, None);
+    let order = sorted_by_length();
+    let batch_sets: Vec<Vec<usize>> = sizes
+        .iter()
+        .scan(0, |start, &s| {
+            let mut b = order[*start..*start + s].to_vec();
+            b.sort_unstable();
+            *start += s;
+            Some(b)
+        })
+        .collect();
+    let steps_per_epoch = sizes.len();
+    let first_sets = |logs: &[StepLog], epoch: usize, k: usize| -> Vec<Vec<usize>> {
+        logs[epoch * steps_per_epoch..epoch * steps_per_epoch + k]
+            .iter()
+            .map(|l| {
+                let mut b = l.indices.concat();
+                b.sort_unstable();
+                b
+            })
+            .collect()
+    };
+    let kept = budget_run(
+        |a| a.keep_first_batches = 3,
+        3,
+        |model, opt| ShuffledPlain { model, opt },
+    );
+    assert_eq!(kept.len(), 3 * steps_per_epoch);
+    for epoch in 0..3 {
+        assert_eq!(
+            first_sets(&kept, epoch, 3),
+            batch_sets[..3],
+            "epoch {epoch}"
+        );
+    }
+    // With the default (1) only the first batch is pinned: the next two are
+    // shuffled away from their sorted place in some epoch.
+    let default = budget_run(|_| {}, 3, |model, opt| ShuffledPlain { model, opt });
+    for epoch in 0..3 {
+        assert_eq!(first_sets(&default, epoch, 1), batch_sets[..1]);
+    }
+    assert!(
+        (0..3).any(|e| first_sets(&default, e, 3) != batch_sets[..3]),
+        "batch order is shuffled after the kept batches"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Memory models
+
+const MEMORY_POLICY: TrainerPolicy = TrainerPolicy {
+    schedule: ScheduleSpec::Memory {
+        threshold: 0.9,
+        max_range: 4.0,
+    },
+    ..TrainerPolicy::DEFAULT
+};
+hand_trainer!(MemoryTrainer, AdamW, MEMORY_POLICY);
+
+fn padded(indices: &[usize], l: &[usize]) -> f64 {
+    (indices.len() * indices.iter().map(|&i| l[i]).max().unwrap()) as f64
+}
+
+#[test]
+fn memory_margin_scales_the_unfitted_predictions() {
+    // The first epoch is planned before any measurement: the online model answers
+    // padded tokens relative to the baseline (the 2 longest examples), times
+    // 1 + margin.
+    let l = lengths();
+    let order = sorted_by_length();
+    let baseline = padded(&order[..2], &l);
+    for margin in [0.0, 0.2, 0.5] {
+        let log = temp_log("margin");
+        let mut a = args(1, 2, 1);
+        a.memory_margin = margin;
+        a.log_jsonl = Some(log.clone());
+        adabatch::launch(
+            &length_data(),
+            &collate,
+            &a,
+            adamw_factory(|model, opt| MemoryTrainer { model, opt }),
+        )
+        .unwrap();
+        let logs = read_log(&log);
+        assert_eq!(logs[0].predicted_memory, Some(1.0 + margin));
+        for s in &logs {
+            let expected = (1.0 + margin) * padded(&s.indices.concat(), &l) / baseline;
+            let got = s.predicted_memory.unwrap();
+            assert!(
+                (got - expected).abs() < 1e-12,
+                "step {}: {got} vs {expected}",
+                s.step
+            );
+        }
+    }
+}
+
+#[test]
+fn most_conservative_takes_the_largest_prediction() {
+    let law = |f: &BatchFeatures, scale: f64| {
+        (scale
+            * (1.0e5
+                + 300.0 * f.padded_tokens as f64
+                + 2.0 * (f.batch_size * f.max_len * f.max_len) as f64)) as u64
+    };
+    let mut small = OnlineMemoryModel::new(0.05);
+    let mut large = OnlineMemoryModel::new(0.05);
+    for (size, len) in [(2, 100), (4, 60), (8, 30), (16, 12), (3, 80)] {
+        let f = BatchFeatures::of_lengths(vec![len; size]);
+        small.observe(&f, law(&f, 1.0));
+        large.observe(&f, law(&f, 1.5) + 400_000);
+    }
+    let unfitted = OnlineMemoryModel::new(0.0);
+    let models = vec![small.clone(), large.clone(), unfitted.clone()];
+    let combined = MostConservative(models.clone());
+    let baseline = BatchFeatures::of_lengths([100, 100]);
+    let mut winners = std::collections::BTreeSet::new();
+    for (size, len) in [(2, 100), (4, 50), (10, 20), (30, 8), (1, 200)] {
+        let c = BatchFeatures::of_lengths(vec![len; size]);
+        let each: Vec<f64> = models.iter().map(|m| m.predict(&c, &baseline)).collect();
+        let max = each.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        assert_eq!(combined.predict(&c, &baseline), max);
+        winners.insert(each.iter().position(|&p| p == max).unwrap());
+    }
+    // The cases exercise more than one model as the most conservative.
+    assert!(winners.len() > 1, "{winners:?}");
+    // What ranks exchange (snapshots) predicts the same as the models.
+    let c = BatchFeatures::of_lengths([40; 6]);
+    for m in &models {
+        let again = OnlineMemoryModel::from_snapshot(m.snapshot());
+        assert_eq!(again.predict(&c, &baseline), m.predict(&c, &baseline));
+    }
+    // One model is itself.
+    let one = MostConservative(vec![small.clone()]);
+    assert_eq!(one.predict(&c, &baseline), small.predict(&c, &baseline));
+}
+
+/// A regressor that answers like padded tokens and records what it observes.
+struct Recorder {
+    rank: usize,
+    seen: Arc<Mutex<Vec<(usize, BatchFeatures, u64)>>>,
+}
+impl MemoryModel for Recorder {
+    fn predict(&self, candidate: &BatchFeatures, baseline: &BatchFeatures) -> f64 {
+        candidate.padded_tokens as f64 / baseline.padded_tokens as f64
+    }
+    fn observe(&mut self, features: &BatchFeatures, peak_bytes: u64) {
+        self.seen
+            .lock()
+            .unwrap()
+            .push((self.rank, *features, peak_bytes));
+    }
+}
+struct RecorderTrainer(Regression, AdamW, Recorder);
+impl AdaptiveTrainer for RecorderTrainer {
+    type Model = Regression;
+    type Optimizer = AdamW;
+    const POLICY: TrainerPolicy = MEMORY_POLICY;
+    fn parts(&mut self) -> (&mut Regression, &mut AdamW) {
+        (&mut self.0, &mut self.1)
+    }
+    fn regressor(&mut self) -> Option<&mut dyn MemoryModel> {
+        Some(&mut self.2)
+    }
+}
+
+fn regressor_run(world: usize, n: usize) -> (Vec<StepLog>, Vec<(usize, BatchFeatures, u64)>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = temp_log("observe");
+    let mut a = args(world, 2, 2);
+    a.log_jsonl = Some(log.clone());
+    let data = WithLengths::new(dataset(n, 21), lengths()[..n].to_vec()).unwrap();
+    adabatch::launch(&data, &collate, &a, |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = adamw(&model, 0.05)?;
+        let rec = Recorder {
+            rank: ctx.rank(),
+            seen: Arc::clone(&seen),
+        };
+        Ok(RecorderTrainer(model, opt, rec))
+    })
+    .unwrap();
+    let seen = std::mem::take(&mut *seen.lock().unwrap());
+    (read_log(&log), seen)
+}
+
+#[test]
+fn a_user_regressor_observes_every_ranks_batches() {
+    let l = lengths();
+    let (logs, seen) = regressor_run(2, N);
+    // Once per step on every rank, with that rank's own slice and (on CPU) the
+    // documented memory proxy of it.
+    assert_eq!(seen.len(), 2 * logs.len());
+    for rank in 0..2 {
+        let observed: Vec<(BatchFeatures, u64)> = seen
+            .iter()
+            .filter(|(r, _, _)| *r == rank)
+            .map(|(_, f, b)| (*f, *b))
+            .collect();
+        let expected: Vec<(BatchFeatures, u64)> = logs
+            .iter()
+            .map(|s| {
+                let f = BatchFeatures::of_lengths(s.indices[rank].iter().map(|&i| l[i]));
+                (f, cpu_memory_proxy(&f))
+            })
+            .collect();
+        assert_eq!(observed, expected, "rank {rank}");
+    }
+    // Rank 0's measurement is what the log reports.
+    for (s, (_, f, bytes)) in logs.iter().zip(seen.iter().filter(|(r, _, _)| *r == 0)) {
+        assert_eq!(s.measured_memory, Some(*bytes), "step {}: {f:?}", s.step);
+    }
+}
+
+#[test]
+#[ignore = "bug: a rank with an empty slice in a memory-aware step observes an empty batch measured at 0 bytes (train/engine.rs, measured_memory)"]
+fn empty_slices_are_not_observed() {
+    // An empty rank has nothing to measure; observing a 0-byte empty batch (weight
+    // 1/max(y,1)² = 1 in the fit, against ~1e-12 for real ones) drags the online
+    // model's fixed cost to 0.
+    // 8 examples on 3 ranks of 2: a first batch of 6, then 2 left for 3 ranks.
+    let (logs, seen) = regressor_run(3, 8);
+    assert!(
+        logs.iter().any(|s| s.local_batch_sizes.contains(&0)),
+        "the run has a step with an empty rank"
+    );
+    for (rank, f, bytes) in &seen {
+        assert!(
+            f.batch_size > 0,
+            "rank {rank} observed an empty batch ({bytes} bytes)"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// launch_group
+
+#[test]
+fn launch_group_with_local_members_matches_launch() {
+    let data = dataset(23, 4);
+    for world in [1, 2, 3] {
+        let via_launch = adabatch::launch(
+            &data,
+            &collate,
+            &args(world, 2, 2),
+            adamw_factory(|model, opt| IntervalTrainer { model, opt }),
+        )
+        .unwrap()
+        .summary;
+        // `nproc_per_node` is ignored: the members decide the world.
+        let members: Vec<(adabatch::Local, Device)> = adabatch::Local::group(world)
+            .into_iter()
+            .map(|c| (c, Device::Cpu))
+            .collect();
+        let via_group = adabatch::launch_group(
+            members,
+            &data,
+            &collate,
+            &args(1, 2, 2),
+            adamw_factory(|model, opt| IntervalTrainer { model, opt }),
+        )
+        .unwrap()
+        .summary;
+        assert_eq!(via_group.world_size, world);
+        assert_eq!(via_group.global_step, via_launch.global_step);
+        assert_eq!(via_group.examples_seen, via_launch.examples_seen);
+        assert_eq!(
+            via_group.step_losses, via_launch.step_losses,
+            "world {world}"
+        );
+    }
+}
