@@ -53,13 +53,16 @@ pub fn inherent(
         _ => quote!(where #bounds),
     };
     let model_generic = real.then(|| quote!(, #m));
-    // The bounds that tie the collate's batches to the model, in the glue.
+    // The bounds that tie the collate's batches to the model, in the glue. The
+    // collate is bound through `M` rather than `CollateFor<Self, D>`: at a call with
+    // a model that is not a `TrainModel`, `CollateFor` fails too (two errors per
+    // call instead of one).
     let model_bounds = real.then(|| {
         quote! {
             Self: #p::AdaptiveTrainer<Model = #m>,
             #m: #p::TrainModel,
             #d: #p::Dataset + ?::core::marker::Sized,
-            #c: #p::CollateFor<Self, #d>,
+            #c: #p::Collate<<#d as #p::Dataset>::Item, Batch = <#m as #p::TrainModel>::Batch>,
         }
     });
     let stub_bounds = (!real).then(|| quote!(#d: ?::core::marker::Sized,));
