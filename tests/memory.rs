@@ -129,8 +129,10 @@ fn memory_schedule_grows_batches_on_shorter_inputs() {
         );
         for l in &logs {
             let predicted = l.predicted_memory.expect("memory mode logs predictions");
+            // A batch grows only while the prediction stays under the threshold
+            // (0.9); only a batch at the baseline size may be predicted above it.
             assert!(
-                predicted <= 1.0 + 1e-9 || l.global_batch == baseline,
+                predicted <= 0.9 || l.global_batch <= baseline,
                 "step {}: {predicted}",
                 l.step
             );
