@@ -370,7 +370,8 @@ fn displays_of_the_older_tests_are_sentences() {
 
 #[test]
 fn invalid_settings_name_the_setting() {
-    let cases: [(&str, fn(&mut TrainingArgs)); 7] = [
+    type Case = (&'static str, fn(&mut TrainingArgs));
+    let cases: [Case; 7] = [
         ("logging_steps", |a| a.logging_steps = 0),
         ("learning_rate", |a| a.learning_rate = f64::NAN),
         ("learning_rate", |a| a.learning_rate = -1.0),

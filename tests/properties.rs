@@ -251,8 +251,11 @@ proptest! {
 struct Recording {
     inner: Regression,
     rank: usize,
-    seen: Arc<Mutex<Vec<(usize, Vec<usize>)>>>,
+    seen: Seen,
 }
+
+/// `(rank, example ids)` of every batch, in the order the ranks computed them.
+type Seen = Arc<Mutex<Vec<(usize, Vec<usize>)>>>;
 
 impl TrainModel for Recording {
     type Batch = RegBatch;
