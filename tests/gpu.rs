@@ -2,7 +2,7 @@
 //! a GPU are `#[ignore]`d, so a machine without one reports them as *ignored*
 //! (never as passed); on the GPU machine run them with `--include-ignored`, and
 //! there a missing CUDA device fails them. The checks are those of
-//! `examples/gpu_check.rs`, which is compiled in here as a module.
+//! `examples/gpu_check/` (one module per subcommand), compiled in here as a module.
 //!
 //! ```text
 //! cargo test --release --features nccl --test gpu -- --include-ignored --nocapture --test-threads 1
@@ -10,7 +10,7 @@
 #![cfg(feature = "cuda")]
 
 #[allow(dead_code)]
-#[path = "../examples/gpu_check.rs"]
+#[path = "../examples/gpu_check/main.rs"]
 mod gpu_check;
 
 use std::io::Write;
