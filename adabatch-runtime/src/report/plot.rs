@@ -216,12 +216,13 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let (title, body) = root.split_vertically(50);
+    let (header, body) = root.split_vertically(86);
     let names: Vec<&str> = runs.iter().map(|r| r.label.as_str()).collect();
-    title.titled(
+    let legend_row = header.titled(
         &format!("adabatch: {}", names.join(" vs ")),
         ("sans-serif", 26),
     )?;
+    header_legend(&legend_row, runs)?;
     let seen: Vec<(Vec<f64>, bool)> = runs.iter().map(RunLog::examples_seen).collect();
     let exact = seen.iter().all(|(_, e)| *e);
     let by_step = Axis {
@@ -332,33 +333,58 @@ where
                 .color(&RGBColor(110, 110, 110)),
         ))?;
     }
-    for (i, (run, pts)) in runs.iter().zip(series).enumerate() {
+    for (i, pts) in series.into_iter().enumerate() {
         let c = colour(i);
         let markers = pts.len() <= 60;
-        chart
-            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?
-            .label(run.label.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 22, y)], c.stroke_width(3)));
+        chart.draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))?;
         if markers {
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 2, c.filled())))?;
         }
     }
-    legend(&mut chart)
+    Ok(())
 }
 
-fn legend<'a, DB: DrawingBackend + 'a, X: Ranged, Y: Ranged>(
-    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
-) -> Draw
+/// One legend for all panels, under the title: each run's colour and label, and
+/// what solid and dashed lines mean.
+fn header_legend<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, runs: &[RunLog]) -> Draw
 where
     DB::ErrorType: 'static,
 {
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .label_font(("sans-serif", 14))
-        .draw()?;
+    let font = ("sans-serif", 17).into_font().color(&BLACK);
+    let (width, _) = area.dim_in_pixel();
+    let mut entries: Vec<(String, ShapeStyle, bool)> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.label.clone(), colour(i).stroke_width(3), false))
+        .collect();
+    let grey = RGBColor(90, 90, 90);
+    entries.push(("coverage".into(), grey.stroke_width(2), false));
+    entries.push(("epoch".into(), grey.stroke_width(2), true));
+    let widths: Vec<i32> = entries
+        .iter()
+        .map(|(label, _, _)| {
+            area.estimate_text_size(label, &font)
+                .map_or(8 * label.len() as i32, |(w, _)| w as i32)
+                + 44
+        })
+        .collect();
+    let total: i32 = widths.iter().sum::<i32>() + 30;
+    let mut x = ((width as i32 - total) / 2).max(10);
+    let y = 14;
+    for (k, ((label, style, dashed), w)) in entries.iter().zip(&widths).enumerate() {
+        if k == runs.len() {
+            x += 30; // a gap between runs and line styles
+        }
+        if *dashed {
+            for s in (0..30).step_by(10) {
+                area.draw(&PathElement::new([(x + s, y), (x + s + 6, y)], *style))?;
+            }
+        } else {
+            area.draw(&PathElement::new([(x, y), (x + 30, y)], *style))?;
+        }
+        area.draw(&Text::new(label.clone(), (x + 36, y - 9), font.clone()))?;
+        x += w;
+    }
     Ok(())
 }
 
@@ -411,10 +437,7 @@ where
     for (i, (run, xs)) in runs.iter().zip(&axis.xs).enumerate() {
         let c = colour(i);
         let coverage = points(xs, &run.steps, |s| s.train_coverage);
-        chart
-            .draw_series(LineSeries::new(coverage, c.stroke_width(2)))?
-            .label(run.label.clone())
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 22, y)], c.stroke_width(3)));
+        chart.draw_series(LineSeries::new(coverage, c.stroke_width(2)))?;
         chart.draw_secondary_series(DashedLineSeries::new(
             epochs[i].clone(),
             6,
@@ -422,13 +445,6 @@ where
             c.stroke_width(2),
         ))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(180, 180, 180))
-        .label_font(("sans-serif", 14))
-        .draw()?;
     Ok(())
 }
 

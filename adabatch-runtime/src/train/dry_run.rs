@@ -143,7 +143,7 @@ impl fmt::Display for DryRun {
         )?;
         writeln!(
             f,
-            "  learning rate: {:e} at step 1, {:e} at step {}",
+            "  learning rate: {:.3e} at step 1, {:.3e} at step {}",
             first.learning_rate, last.learning_rate, last.step
         )?;
         let changes = self.size_changes();
