@@ -30,7 +30,8 @@ fn crc32c(data: &[u8]) -> u32 {
 
 fn masked(data: &[u8]) -> u32 {
     let crc = crc32c(data);
-    ((crc >> 15) | (crc << 17)).wrapping_add(0xa282_ead8)
+    // The spec: ((crc >> 15) | (crc << 17)) + 0xa282ead8.
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
 #[test]
