@@ -155,9 +155,33 @@ pub enum Error {
         /// This run's value.
         run: String,
     },
+    /// `--resume-from-checkpoint latest` found no complete checkpoint.
+    #[error("no complete checkpoint in {output_dir} to resume from")]
+    NoCheckpoint {
+        /// Where it looked.
+        output_dir: PathBuf,
+    },
     /// A length-aware run's checkpoint from the middle of an epoch.
     #[error("checkpoint {path}: length-aware epochs are replanned from their start; resume from a checkpoint written at an epoch boundary")]
     MidEpochLengthAwareCheckpoint {
+        /// The checkpoint directory.
+        path: PathBuf,
+    },
+    /// The optimizer cannot restore a saved state (it cannot export one either).
+    #[error("this optimizer cannot restore the checkpoint's `{kind}` state: use a checkpointable optimizer (adabatch::optim::AdamW or Sgd), or pass --ignore-optimizer-state to resume with fresh optimizer state")]
+    OptimizerStateUnsupported {
+        /// Who wrote the state.
+        kind: String,
+    },
+    /// The checkpoint's optimizer state does not fit this run's optimizer.
+    #[error("the checkpoint's optimizer state does not fit this optimizer: {detail}")]
+    OptimizerStateMismatch {
+        /// What differs.
+        detail: String,
+    },
+    /// The checkpoint has no optimizer state and the run did not opt in to fresh state.
+    #[error("checkpoint {path} has no optimizer state (its optimizer could not save one): pass --ignore-optimizer-state to resume with fresh optimizer state")]
+    OptimizerStateMissing {
         /// The checkpoint directory.
         path: PathBuf,
     },

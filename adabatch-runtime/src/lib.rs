@@ -14,6 +14,7 @@
 //! | [`adapt`] | controllers: batch-size schedules, learning rate |
 //! | [`data`] | which examples go into which step: sampler, length-aware epochs, planner |
 //! | [`memory`] | predicting and measuring peak memory |
+//! | [`optim`] | checkpointable optimizers (`AdamW`, `Sgd`) and their state |
 //! | [`dist`] | communicators between ranks, rendezvous, device parsing |
 //! | [`report`] | logs and the run summary |
 //! | [`train`] | entry points, the rank loop, one step, OOM recovery, checkpoints |
@@ -30,6 +31,7 @@ pub mod data;
 pub mod dist;
 pub mod error;
 pub mod memory;
+pub mod optim;
 pub mod report;
 pub mod train;
 pub mod user;
@@ -43,6 +45,7 @@ pub use dist::communicator::{Communicator, Local, Single};
 pub use dist::nccl::Nccl;
 pub use error::{Error, Result};
 pub use memory::model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
+pub use optim::TrainOptimizer;
 pub use report::logging::StepLog;
 pub use report::summary::TrainSummary;
 #[cfg(feature = "nccl")]

@@ -53,9 +53,17 @@ pub struct TrainingArgs {
     /// Save a checkpoint every this many steps, and at the end (0 = never).
     #[arg(long, default_value_t = 0)]
     pub save_steps: usize,
-    /// Resume from this checkpoint directory (weights and position in the data).
+    /// Resume from this checkpoint directory (weights, optimizer state, position in
+    /// the data), or `latest`: the newest complete checkpoint in `--output-dir`.
     #[arg(long)]
     pub resume_from_checkpoint: Option<PathBuf>,
+    /// Keep only the newest N checkpoints in `--output-dir`.
+    #[arg(long)]
+    pub save_total_limit: Option<usize>,
+    /// Resume even when the checkpoint has no optimizer state this optimizer can
+    /// restore (its moments then start afresh).
+    #[arg(long)]
+    pub ignore_optimizer_state: bool,
     /// Print every rank's local batch size and indices on logged steps.
     #[arg(long)]
     pub log_indices: bool,

@@ -290,9 +290,32 @@ impl<S: Schedule> StepPlanner<S> {
     pub fn sampler(&self) -> &GlobalBatchSampler {
         &self.sampler
     }
-    /// Whether the step just taken is the run's last by step count.
-    pub fn is_last_step(&self) -> bool {
-        self.length == RunLength::Steps(self.step)
+    /// Whether the step just taken is the run's last: the `max_steps`-th, or the
+    /// end of the last epoch (its examples used up, or a remainder that
+    /// `drop_last` will drop). Called before [`StepPlanner::finish_step`].
+    pub fn is_last_step(&self) -> bool
+    where
+        S: Clone,
+    {
+        match self.length {
+            RunLength::Steps(max) => self.step >= max,
+            RunLength::Epochs(epochs) => {
+                if self.sampler.epoch_index() + 1 < epochs {
+                    return false;
+                }
+                let remaining = self.sampler.num_examples() - self.sampler.position();
+                if remaining == 0 {
+                    return true;
+                }
+                if !self.drop_last || self.sampler.is_planned() {
+                    return false;
+                }
+                // The size the schedule will pick next decides whether the rest is dropped.
+                let raw = self.schedule.clone().next(self.step, self.per_device);
+                let next = self.limits.apply(self.step, raw).unwrap_or(self.per_device);
+                remaining < next * self.world_size
+            }
+        }
     }
 }
 

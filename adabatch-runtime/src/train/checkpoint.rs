@@ -1,8 +1,9 @@
 //! Checkpoints: model weights (safetensors) and the trainer state needed to resume
 //! mid-epoch with the same batches the run would have had.
 //!
-//! The optimizer's state is not saved: candle's optimizers do not expose it, so
-//! stateless optimizers (SGD) resume exactly and AdamW restarts its moments.
+//! The optimizer's state is saved through [`TrainOptimizer`] (`optimizer.safetensors`):
+//! adabatch's `AdamW` and `Sgd` resume exactly; candle's `AdamW` cannot export its
+//! moments, so its checkpoints warn and resuming them needs `--ignore-optimizer-state`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -12,11 +13,12 @@ use candle_core::{Device, Tensor, Var};
 use crate::adapt::schedule::{Schedule, ScheduleSpec};
 use crate::data::planner::{PlannerState, StepPlanner};
 use crate::error::{Error, Result};
+use crate::optim::{OptimizerState, TrainOptimizer};
 use crate::report::logging::Logger;
 use crate::train::settings::RunSettings;
 
 /// Where the run stood when the checkpoint was written.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TrainerState {
     /// The step planner's position, sizes and clamps.
     #[serde(flatten)]
@@ -29,6 +31,9 @@ pub struct TrainerState {
     pub num_examples: usize,
     /// OOM events handled so far.
     pub oom_events: usize,
+    /// The online memory model's fit (memory-aware runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_fit: Option<[f64; 5]>,
     /// The trainer's policy the run was written with (absent in older checkpoints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyRecord>,
@@ -119,28 +124,103 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Writes `output_dir/checkpoint-{step}/` (weights and state); returns its path.
-pub fn save(output_dir: &Path, params: &[(String, Var)], state: &TrainerState) -> Result<PathBuf> {
-    let dir = output_dir.join(format!("checkpoint-{}", state.planner.global_step));
-    // Write next to the target and rename, so a crash never leaves half a checkpoint.
-    let partial = output_dir.join(format!(".checkpoint-{}.partial", state.planner.global_step));
+const OPTIMIZER: &str = "optimizer.safetensors";
+
+/// Forces a file (or directory) to disk.
+fn sync(path: &Path) -> Result<()> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io(path))
+}
+
+/// Writes `output_dir/checkpoint-{step}/`: weights, the optimizer's state when it
+/// has one, and the trainer state; returns its path. Crash-safe: everything goes to
+/// a hidden temporary directory, is synced to disk, and only then renamed into
+/// place, so a kill at any moment leaves the previous checkpoints usable.
+pub fn save(
+    output_dir: &Path,
+    params: &[(String, Var)],
+    optimizer: Option<&OptimizerState>,
+    state: &TrainerState,
+) -> Result<PathBuf> {
+    let step = state.planner.global_step;
+    let dir = output_dir.join(format!("checkpoint-{step}"));
+    let partial = output_dir.join(format!(".checkpoint-{step}.partial"));
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial).map_err(io(&partial))?;
+    }
     std::fs::create_dir_all(&partial).map_err(io(&partial))?;
     let tensors: HashMap<String, Tensor> = params
         .iter()
         .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
         .collect();
-    candle_core::safetensors::save(&tensors, partial.join(WEIGHTS))?;
+    let weights = partial.join(WEIGHTS);
+    candle_core::safetensors::save(&tensors, &weights)?;
+    sync(&weights)?;
+    if let Some(optimizer) = optimizer {
+        let path = partial.join(OPTIMIZER);
+        optimizer.save(&path)?;
+        sync(&path)?;
+    }
+    // The trainer state is written last: a directory without it is incomplete.
     let state_path = partial.join(STATE);
     let json = serde_json::to_vec_pretty(state).map_err(|source| Error::Json {
         path: state_path.clone(),
         source,
     })?;
     std::fs::write(&state_path, json).map_err(io(&state_path))?;
+    sync(&state_path)?;
+    sync(&partial)?;
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
     }
     std::fs::rename(&partial, &dir).map_err(io(&dir))?;
+    sync(output_dir)?;
     Ok(dir)
+}
+
+/// The complete checkpoints (`checkpoint-N` with a trainer state) in `output_dir`,
+/// oldest first.
+pub fn complete_checkpoints(output_dir: &Path) -> Result<Vec<(usize, PathBuf)>> {
+    let entries = match std::fs::read_dir(output_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(output_dir)(e)),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(io(output_dir))?.path();
+        let step = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("checkpoint-"))
+            .and_then(|n| n.parse::<usize>().ok());
+        if let (Some(step), true) = (step, path.join(STATE).is_file()) {
+            found.push((step, path));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The newest complete checkpoint in `output_dir` (`--resume-from-checkpoint latest`).
+pub fn latest(output_dir: &Path) -> Result<PathBuf> {
+    complete_checkpoints(output_dir)?
+        .pop()
+        .map(|(_, path)| path)
+        .ok_or_else(|| Error::NoCheckpoint {
+            output_dir: output_dir.to_path_buf(),
+        })
+}
+
+/// Keeps the newest `keep` complete checkpoints (`--save-total-limit`).
+pub fn prune(output_dir: &Path, keep: usize) -> Result<()> {
+    let all = complete_checkpoints(output_dir)?;
+    let excess = all.len().saturating_sub(keep);
+    for (_, path) in &all[..excess] {
+        std::fs::remove_dir_all(path).map_err(io(path))?;
+    }
+    Ok(())
 }
 
 /// Reads a checkpoint's state.
@@ -186,11 +266,14 @@ pub fn load_weights(dir: &Path, params: &[(String, Var)], device: &Device) -> Re
 }
 
 /// Writes rank 0's checkpoint of the run as it stands.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn save_checkpoint<S: Schedule>(
     settings: &RunSettings,
     planner: &StepPlanner<S>,
     params: &[(String, Var)],
+    optimizer: &impl TrainOptimizer,
     oom_events: usize,
+    memory_fit: Option<[f64; 5]>,
     logger: Option<&Logger>,
 ) -> Result<()> {
     let state = TrainerState {
@@ -200,23 +283,40 @@ pub(crate) fn save_checkpoint<S: Schedule>(
         num_examples: settings.num_examples,
         oom_events,
         policy: Some(PolicyRecord::of(settings)),
+        memory_fit,
     };
-    let dir = save(&settings.output_dir, params, &state)?;
+    let optimizer_state = optimizer.export_state(params)?;
+    let dir = save(
+        &settings.output_dir,
+        params,
+        optimizer_state.as_ref(),
+        &state,
+    )?;
+    if let Some(keep) = settings.save_total_limit {
+        prune(&settings.output_dir, keep)?;
+    }
     if let Some(logger) = logger {
         logger.event(&format!(
             "step {}: saved {}",
             state.planner.global_step,
             dir.display()
         ));
+        if optimizer_state.is_none() {
+            logger.event(
+                "warning: the optimizer cannot save its state (e.g. candle's AdamW): resuming this checkpoint restarts it and needs --ignore-optimizer-state; adabatch::optim::AdamW resumes exactly",
+            );
+        }
     }
     Ok(())
 }
 
-/// Loads a checkpoint's weights and checks that it belongs to this run.
+/// Loads a checkpoint's weights and optimizer state and checks that it belongs to
+/// this run.
 pub(crate) fn resume_checkpoint(
     dir: &std::path::Path,
     settings: &RunSettings,
     params: &[(String, Var)],
+    optimizer: &mut impl TrainOptimizer,
     device: &Device,
 ) -> Result<TrainerState> {
     let state = load_state(dir)?;
@@ -260,5 +360,17 @@ pub(crate) fn resume_checkpoint(
         });
     }
     load_weights(dir, params, device)?;
+    let optimizer_file = dir.join(OPTIMIZER);
+    if optimizer_file.is_file() {
+        let saved = OptimizerState::load(&optimizer_file, device)?;
+        match optimizer.import_state(params, &saved) {
+            Err(Error::OptimizerStateUnsupported { .. }) if settings.ignore_optimizer_state => {}
+            other => other?,
+        }
+    } else if !settings.ignore_optimizer_state {
+        return Err(Error::OptimizerStateMissing {
+            path: dir.to_path_buf(),
+        });
+    }
     Ok(state)
 }

@@ -172,7 +172,12 @@ where
     let (model, _) = trainer.parts();
     let params = sorted_parameters(&*model)?;
     let resumed = match &settings.resume {
-        Some(dir) => Some(resume_checkpoint(dir, settings, &params, device)?),
+        Some(dir) => {
+            let (_, optimizer) = trainer.parts();
+            Some(resume_checkpoint(
+                dir, settings, &params, optimizer, device,
+            )?)
+        }
         None => None,
     };
     synchronise_parameters(comm, &params)?;
@@ -217,7 +222,10 @@ where
                 .collect::<Vec<_>>(),
         )
     });
-    let mut online = OnlineMemoryModel::new(settings.memory_margin);
+    let mut online = match resumed.as_ref().and_then(|s| s.memory_fit) {
+        Some(fit) => OnlineMemoryModel::from_snapshot(fit),
+        None => OnlineMemoryModel::new(settings.memory_margin),
+    };
     let memory_mode = matches!(settings.batching, Some((LengthBatching::Memory { .. }, _)));
     let started = Instant::now();
     let mut progress = Progress {
@@ -315,8 +323,9 @@ where
                 continue;
             }
         };
-        let measured_memory = if memory_mode {
-            let local = &batches.per_rank_indices()[comm.rank()];
+        // A rank without examples this step has nothing to measure.
+        let local = memory_mode.then(|| batches.per_rank_indices().swap_remove(comm.rank()));
+        let measured_memory = if let Some(local) = local.filter(|l| !l.is_empty()) {
             let chunk = &local[..local.len().div_ceil(chunks)];
             let features = BatchFeatures::of_lengths(chunk.iter().map(|&i| dataset.example_len(i)));
             let bytes = measure_memory(device, &features, device_peak);
@@ -357,7 +366,9 @@ where
                 settings,
                 &planner,
                 &params,
+                &*trainer.parts().1,
                 progress.oom_events,
+                memory_mode.then(|| online.snapshot()),
                 logger.as_deref(),
             )?;
         }
@@ -368,7 +379,9 @@ where
             settings,
             &planner,
             &params,
+            &*trainer.parts().1,
             progress.oom_events,
+            memory_mode.then(|| online.snapshot()),
             logger.as_deref(),
         )?;
     }

@@ -36,6 +36,8 @@ pub(crate) struct RunSettings {
     pub(crate) output_dir: std::path::PathBuf,
     pub(crate) save_steps: usize,
     pub(crate) resume: Option<std::path::PathBuf>,
+    pub(crate) save_total_limit: Option<usize>,
+    pub(crate) ignore_optimizer_state: bool,
     pub(crate) device: DeviceSpec,
     /// Said once at the start of the run (settings that another one overrides).
     pub(crate) warnings: Vec<String>,
@@ -86,6 +88,12 @@ impl RunSettings {
             return Err(Error::ZeroEpochs);
         }
         require(args.logging_steps > 0, "logging_steps", 0, "at least 1")?;
+        require(
+            args.save_total_limit != Some(0),
+            "save_total_limit",
+            0,
+            "at least 1 (or unset to keep every checkpoint)",
+        )?;
         let finite_non_negative = |x: f64| x.is_finite() && x >= 0.0;
         require(
             finite_non_negative(args.learning_rate),
@@ -206,7 +214,14 @@ impl RunSettings {
             memory_margin: args.memory_margin,
             output_dir: args.output_dir.clone(),
             save_steps: args.save_steps,
-            resume: args.resume_from_checkpoint.clone(),
+            resume: match &args.resume_from_checkpoint {
+                Some(dir) if dir.as_os_str() == "latest" => {
+                    Some(crate::train::checkpoint::latest(&args.output_dir)?)
+                }
+                other => other.clone(),
+            },
+            save_total_limit: args.save_total_limit,
+            ignore_optimizer_state: args.ignore_optimizer_state,
             device: DeviceSpec::parse(&args.device)?,
             warnings,
         })

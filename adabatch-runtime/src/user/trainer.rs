@@ -19,7 +19,7 @@ pub trait AdaptiveTrainer {
     /// The `#[model]` field's type.
     type Model: TrainModel;
     /// The `#[optimizer]` field's type.
-    type Optimizer: candle_nn::Optimizer;
+    type Optimizer: crate::optim::TrainOptimizer;
     /// The policy written in the attribute.
     const POLICY: TrainerPolicy;
     /// The model and the optimizer, borrowed together.

@@ -1,0 +1,215 @@
+//! Exact resume: N steps straight equal N/2 + save + resume + N/2, bit for bit on
+//! the same number of CPU ranks, with adabatch's checkpointable AdamW and Sgd, a
+//! growing schedule, an OOM halve and gradient accumulation inside the span.
+
+mod common;
+
+use adabatch::optim::{AdamW, ParamsAdamW, Sgd};
+use adabatch::prelude::*;
+use adabatch::{Error, GradAccum, Growth, OomPolicy, ScheduleSpec, StepLog, TrainerPolicy};
+use common::*;
+
+const GROWING: TrainerPolicy = TrainerPolicy {
+    schedule: ScheduleSpec::Interval {
+        every: 3,
+        growth: Growth::Add(1),
+    },
+    oom: OomPolicy::Halve,
+    ..TrainerPolicy::DEFAULT
+};
+
+hand_trainer!(AdamGrowing, AdamW, GROWING);
+hand_trainer!(SgdGrowing, Sgd, GROWING);
+hand_trainer!(
+    AdamAccum,
+    AdamW,
+    TrainerPolicy {
+        grad_accum: GradAccum::Fixed(2),
+        ..GROWING
+    }
+);
+hand_trainer!(CandleAdam, candle_nn::AdamW, GROWING);
+
+fn adam(model: &Regression) -> adabatch::Result<AdamW> {
+    AdamW::new(
+        model.params.all_vars(),
+        ParamsAdamW {
+            lr: 0.05,
+            ..Default::default()
+        },
+    )
+}
+
+/// Runs and returns the summary, the step logs and rank 0's final weights.
+fn run<T>(
+    a: &TrainingArgs,
+    build: impl Fn(Regression) -> adabatch::Result<T> + Sync,
+) -> adabatch::Result<(TrainSummary, Vec<StepLog>, Vec<f32>)>
+where
+    T: AdaptiveTrainer<Model = Regression> + Send,
+{
+    let log = temp_log("resume");
+    let mut a = a.clone();
+    a.log_jsonl = Some(log.clone());
+    let trained = adabatch::launch(&dataset(23, 5), &collate, &a, |ctx: &RankContext| {
+        build(Regression::new(ctx.parameters(), ctx.device())?)
+    })?;
+    let mut trainer = trained.trainer;
+    let weights = trainer
+        .parts()
+        .0
+        .params
+        .named_parameters()
+        .iter()
+        .flat_map(|(_, v)| {
+            v.as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        })
+        .collect();
+    Ok((trained.summary, read_log(&log), weights))
+}
+
+/// Straight vs interrupted at `save_at`, on `world` ranks; asserts bitwise equality.
+fn straight_equals_interrupted<T>(
+    world: usize,
+    save_at: usize,
+    build: impl Fn(Regression) -> adabatch::Result<T> + Sync + Copy,
+) where
+    T: AdaptiveTrainer<Model = Regression> + Send,
+{
+    let out = temp_log("resume-dir").with_extension("");
+    let mut a = args(world, 2, 10);
+    a.max_steps = Some(2 * save_at);
+    a.inject_oom_at_steps = vec![save_at - 1];
+    let (straight, straight_logs, straight_w) = run(&a, build).unwrap();
+    assert_eq!(straight.oom_events, 1, "the halve happens inside the span");
+
+    let mut first = a.clone();
+    first.max_steps = Some(save_at);
+    first.save_steps = save_at;
+    first.output_dir = out.clone();
+    run(&first, build).unwrap();
+
+    let mut second = a.clone();
+    second.inject_oom_at_steps.clear();
+    second.output_dir = out.clone();
+    second.resume_from_checkpoint = Some("latest".into());
+    let (resumed, resumed_logs, resumed_w) = run(&second, build).unwrap();
+    assert_eq!(resumed.global_step, straight.global_step);
+    assert_eq!(resumed.resumed_from_step, Some(save_at));
+    for (r, s) in resumed_logs.iter().zip(&straight_logs[save_at..]) {
+        assert_eq!(r.step, s.step);
+        assert_eq!(r.indices, s.indices, "step {}", r.step);
+        assert_eq!(
+            r.loss.to_bits(),
+            s.loss.to_bits(),
+            "loss of step {}",
+            r.step
+        );
+    }
+    assert_eq!(resumed_w, straight_w, "final weights bit for bit");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn adamw_resumes_bit_for_bit() {
+    straight_equals_interrupted(2, 6, |m| {
+        let opt = adam(&m)?;
+        Ok(AdamGrowing { model: m, opt })
+    });
+}
+
+#[test]
+fn sgd_resumes_bit_for_bit() {
+    straight_equals_interrupted(1, 5, |m| {
+        let opt = Sgd::new(m.params.all_vars(), 0.05);
+        Ok(SgdGrowing { model: m, opt })
+    });
+}
+
+#[test]
+fn adamw_with_accumulation_resumes_bit_for_bit() {
+    straight_equals_interrupted(3, 4, |m| {
+        let opt = adam(&m)?;
+        Ok(AdamAccum { model: m, opt })
+    });
+}
+
+#[test]
+fn candle_adamw_needs_the_opt_in() {
+    let out = temp_log("resume-candle").with_extension("");
+    let mut a = args(1, 2, 10);
+    a.max_steps = Some(4);
+    a.save_steps = 2;
+    a.output_dir = out.clone();
+    let build = |m: Regression| {
+        let opt = adamw(&m, 0.05)?;
+        Ok(CandleAdam { model: m, opt })
+    };
+    run(&a, build).unwrap();
+    assert!(!out.join("checkpoint-2/optimizer.safetensors").exists());
+    let mut resume = a.clone();
+    resume.max_steps = Some(6);
+    resume.resume_from_checkpoint = Some(out.join("checkpoint-4"));
+    assert!(matches!(
+        run(&resume, build).unwrap_err(),
+        Error::OptimizerStateMissing { .. }
+    ));
+    resume.ignore_optimizer_state = true;
+    let (summary, _, _) = run(&resume, build).unwrap();
+    assert_eq!(summary.global_step, 6);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn save_total_limit_keeps_the_newest_and_latest_finds_it() {
+    let out = temp_log("resume-limit").with_extension("");
+    let mut a = args(1, 1, 10);
+    a.max_steps = Some(7);
+    a.save_steps = 2;
+    a.save_total_limit = Some(2);
+    a.output_dir = out.clone();
+    run(&a, |m| {
+        let opt = Sgd::new(m.params.all_vars(), 0.05);
+        Ok(SgdGrowing { model: m, opt })
+    })
+    .unwrap();
+    let kept: Vec<usize> = adabatch::train::checkpoint::complete_checkpoints(&out)
+        .unwrap()
+        .into_iter()
+        .map(|(step, _)| step)
+        .collect();
+    assert_eq!(kept, vec![6, 7]);
+    assert_eq!(
+        adabatch::train::checkpoint::latest(&out).unwrap(),
+        out.join("checkpoint-7")
+    );
+    let _ = std::fs::remove_dir_all(&out);
+    assert!(matches!(
+        adabatch::train::checkpoint::latest(&out).unwrap_err(),
+        Error::NoCheckpoint { .. }
+    ));
+}
+
+#[test]
+fn a_resumed_finished_run_says_so() {
+    let out = temp_log("resume-done").with_extension("");
+    let mut a = args(1, 2, 1);
+    a.save_steps = 100;
+    a.output_dir = out.clone();
+    let build = |m: Regression| {
+        let opt = Sgd::new(m.params.all_vars(), 0.05);
+        Ok(SgdGrowing { model: m, opt })
+    };
+    let (done, _, _) = run(&a, build).unwrap();
+    a.resume_from_checkpoint = Some("latest".into());
+    let (again, logs, _) = run(&a, build).unwrap();
+    assert!(again.trained_nothing() && logs.is_empty());
+    assert_eq!(again.global_step, done.global_step);
+    let said = again.to_string();
+    assert!(said.starts_with("nothing left to train"), "{said}");
+    let _ = std::fs::remove_dir_all(&out);
+}
