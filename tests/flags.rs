@@ -260,7 +260,6 @@ fn logging_steps_logs_every_kth_step_and_the_last() {
 }
 
 #[test]
-#[ignore = "bug: a run that ends by epochs does not log its last step when logging_steps does not divide it (train/engine.rs, log_now uses planner.is_last_step, which only knows max_steps)"]
 fn logging_steps_logs_the_last_step_of_an_epoch_run() {
     let mut a = args(2, 1, 1);
     a.logging_steps = 3;
@@ -649,7 +648,6 @@ fn a_user_regressor_observes_every_ranks_batches() {
 }
 
 #[test]
-#[ignore = "bug: a rank with an empty slice in a memory-aware step observes an empty batch measured at 0 bytes (train/engine.rs, measured_memory)"]
 fn empty_slices_are_not_observed() {
     // An empty rank has nothing to measure; observing a 0-byte empty batch (weight
     // 1/max(y,1)² = 1 in the fit, against ~1e-12 for real ones) drags the online
