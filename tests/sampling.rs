@@ -131,22 +131,31 @@ fn positions_of_a_fixed_index_are_uniform_over_epochs() {
 /// OOM and is rewound (to be drawn again at the next size).
 type Op = (usize, bool);
 
-/// Every rank's plan of one run, computed independently: per epoch, the committed
-/// local batches in order.
-fn plan_rank(
+/// What every rank of one planning run agrees on.
+#[derive(Debug, Clone, Copy)]
+struct Run {
     n: usize,
     world: usize,
     seed: u64,
     shuffle: bool,
     drop_last: bool,
     epochs: usize,
-    ops: &[Op],
-    rank: usize,
-) -> Vec<Vec<LocalBatch>> {
-    let mut sampler = GlobalBatchSampler::new(n, world, seed, shuffle, drop_last).unwrap();
+}
+
+impl Run {
+    fn sampler(&self) -> GlobalBatchSampler {
+        GlobalBatchSampler::new(self.n, self.world, self.seed, self.shuffle, self.drop_last)
+            .unwrap()
+    }
+}
+
+/// One rank's plan of a run, computed on its own: per epoch, the committed local
+/// batches in order.
+fn plan_rank(run: &Run, ops: &[Op], rank: usize) -> Vec<Vec<LocalBatch>> {
+    let mut sampler = run.sampler();
     let mut ops = ops.iter().cycle();
     let mut plan = Vec::new();
-    for _ in 0..epochs {
+    for _ in 0..run.epochs {
         let mut steps = Vec::new();
         loop {
             let &(per_device, oom) = ops.next().unwrap();
@@ -186,10 +195,9 @@ proptest! {
         ops in prop::collection::vec((1usize..6, prop::bool::weighted(0.1)), 1..6),
     ) {
         prop_assume!(ops.iter().any(|&(_, oom)| !oom));
-        let mut global = GlobalBatchSampler::new(n, world, seed, shuffle, drop_last).unwrap();
-        let ranks: Vec<_> = (0..world)
-            .map(|rank| plan_rank(n, world, seed, shuffle, drop_last, epochs, &ops, rank))
-            .collect();
+        let run = Run { n, world, seed, shuffle, drop_last, epochs };
+        let mut global = run.sampler();
+        let ranks: Vec<_> = (0..world).map(|rank| plan_rank(&run, &ops, rank)).collect();
         let mut ops_iter = ops.iter().cycle();
         for epoch in 0..epochs {
             let permutation = global.permutation_of(epoch);
