@@ -26,7 +26,7 @@ use adabatch::{
     AdaptiveTrainer, Batch, Parameters, ScheduleSpec, TrainModel, TrainSummary, TrainerPolicy,
     TrainingArgs,
 };
-use candle_core::{DType, Device, Tensor, Var, D};
+use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{AdamW, Linear, Module, Optimizer, ParamsAdamW};
 use criterion::{BatchSize, Criterion, SamplingMode};
 use rand::{Rng, SeedableRng};
@@ -117,11 +117,7 @@ impl TrainModel for Mlp {
         let [fc1, fc2, fc3] = &self.layers;
         let hidden = fc1.forward(&batch.inputs)?.relu()?;
         let hidden = fc2.forward(&hidden)?.relu()?;
-        let log_probs = candle_nn::ops::log_softmax(&fc3.forward(&hidden)?, D::Minus1)?;
-        log_probs
-            .gather(&batch.labels.unsqueeze(1)?, 1)?
-            .squeeze(1)?
-            .neg()
+        adabatch::per_example_cross_entropy(&fc3.forward(&hidden)?, &batch.labels)
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {

@@ -106,12 +106,11 @@ impl TrainModel for ByteLm {
             .hidden
             .forward(&Tensor::cat(&embedded, D::Minus1)?)?
             .relu()?;
-        let log_probs = candle_nn::ops::log_softmax(&self.out.forward(&hidden)?, D::Minus1)?;
-        let nll = log_probs
-            .gather(&batch.targets.unsqueeze(D::Minus1)?, D::Minus1)?
-            .squeeze(D::Minus1)?
-            .neg()?;
-        (nll * &batch.mask)?.sum(1)
+        per_example_token_cross_entropy_sum(
+            &self.out.forward(&hidden)?,
+            &batch.targets,
+            &batch.mask,
+        )
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {

@@ -3,7 +3,7 @@
 //! and its trainer, `interval(5, +1)`.
 
 use adabatch::prelude::*;
-use candle_core::{DType, Device, Tensor, Var, D};
+use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{AdamW, Embedding, Linear, Module, Optimizer, ParamsAdamW};
 use rand::{Rng, SeedableRng};
 
@@ -84,11 +84,7 @@ impl TrainModel for Classifier {
 
     fn per_example_loss(&self, batch: &TextBatch) -> candle_core::Result<Tensor> {
         let pooled = batch.bag.matmul(&self.embedding.forward(&batch.ids)?)?;
-        let log_probs = candle_nn::ops::log_softmax(&self.head.forward(&pooled)?, D::Minus1)?;
-        log_probs
-            .gather(&batch.labels.unsqueeze(1)?, 1)?
-            .squeeze(1)?
-            .neg()
+        per_example_cross_entropy(&self.head.forward(&pooled)?, &batch.labels)
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {
