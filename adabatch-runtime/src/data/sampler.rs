@@ -19,9 +19,9 @@
 //!   O(local batch) time and memory per step, O(1) for the split itself. Every
 //!   rank can plan its own share independently and they agree by construction.
 //! - Length-aware epochs ([`GlobalBatchSampler::start_planned_epoch`]) are the
-//!   exception: their order sorts the data by length, so they hold the epoch's
-//!   order (8 bytes per example) and cost O(N log N) to plan once per epoch (the
-//!   length index itself is sorted once per run).
+//!   exception: their order follows the data sorted by length, so every rank holds
+//!   the epoch's order (8 bytes per example, plus the length index: the data
+//!   sorted once per run, O(N log N)) and plans each epoch in O(N).
 //!
 //! Without shuffle the permutation is the identity.
 
