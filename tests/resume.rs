@@ -213,3 +213,76 @@ fn a_resumed_finished_run_says_so() {
     assert!(said.starts_with("nothing left to train"), "{said}");
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// The run the kill test's child performs (and the parent re-runs to compare).
+fn kill_test_args(out: &std::path::Path) -> TrainingArgs {
+    let mut a = args(2, 2, 10);
+    a.max_steps = Some(40);
+    a.save_steps = 1;
+    a.save_total_limit = Some(3);
+    a.output_dir = out.to_path_buf();
+    a
+}
+
+fn kill_test_trainer(m: Regression) -> adabatch::Result<AdamGrowing> {
+    let opt = adam(&m)?;
+    Ok(AdamGrowing { model: m, opt })
+}
+
+/// Not a test on its own: the child process of `a_killed_run_resumes_exactly`,
+/// which re-runs this test binary with `ADABATCH_KILL_TEST_DIR` set.
+#[test]
+fn kill_test_child() {
+    if let Some(out) = std::env::var_os("ADABATCH_KILL_TEST_DIR") {
+        let mut a = kill_test_args(std::path::Path::new(&out));
+        a.resume_from_checkpoint = Some("latest".into());
+        if adabatch::train::checkpoint::complete_checkpoints(&a.output_dir)
+            .unwrap()
+            .is_empty()
+        {
+            a.resume_from_checkpoint = None;
+        }
+        run(&a, kill_test_trainer).unwrap();
+    }
+}
+
+/// A child training with `--save-steps 1` is killed with SIGKILL at 20 moments;
+/// each time the newest complete checkpoint loads, and resuming from it ends with
+/// the weights of the uninterrupted run.
+#[test]
+fn a_killed_run_resumes_exactly() {
+    use rand::{Rng, SeedableRng};
+    let clean_dir = temp_log("kill-clean").with_extension("");
+    let (_, _, clean) = run(&kill_test_args(&clean_dir), kill_test_trainer).unwrap();
+    let _ = std::fs::remove_dir_all(&clean_dir);
+    let exe = std::env::current_exe().unwrap();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let started = std::time::Instant::now();
+    for trial in 0..20 {
+        let out = temp_log(&format!("kill-{trial}")).with_extension("");
+        // Let the child start, train and checkpoint for a while, then kill it.
+        let mut child = std::process::Command::new(&exe)
+            .args(["kill_test_child", "--exact", "--test-threads", "1", "-q"])
+            .env("ADABATCH_KILL_TEST_DIR", &out)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(rng.random_range(20..400)));
+        let _ = child.kill();
+        child.wait().unwrap();
+        let mut a = kill_test_args(&out);
+        if let Ok(latest) = adabatch::train::checkpoint::latest(&out) {
+            // The newest complete checkpoint is readable, whatever the moment.
+            adabatch::train::checkpoint::load_state(&latest).unwrap();
+            a.resume_from_checkpoint = Some(latest);
+        }
+        let (_, _, resumed) = run(&a, kill_test_trainer).unwrap();
+        assert_eq!(resumed, clean, "trial {trial}: resumed weights differ");
+        let _ = std::fs::remove_dir_all(&out);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(240),
+            "the kill test is bounded in time"
+        );
+    }
+}
