@@ -286,3 +286,52 @@ fn a_killed_run_resumes_exactly() {
         );
     }
 }
+
+/// A 2-rank mid-epoch checkpoint resumed on 1, 2 and 3 ranks: the same global
+/// batches (split over the new ranks), losses within 1e-5 relative of the
+/// uninterrupted 2-rank run.
+#[test]
+fn resumes_on_another_number_of_ranks() {
+    let build = |m: Regression| {
+        let opt = adam(&m)?;
+        Ok(AdamGrowing { model: m, opt })
+    };
+    let out = temp_log("resume-ranks").with_extension("");
+    let mut a = args(2, 2, 10);
+    a.max_steps = Some(14);
+    let (_, straight_logs, _) = run(&a, build).unwrap();
+    let mut first = a.clone();
+    first.max_steps = Some(5);
+    first.save_steps = 5;
+    first.output_dir = out.clone();
+    run(&first, build).unwrap();
+    let state = adabatch::train::checkpoint::load_state(&out.join("checkpoint-5")).unwrap();
+    assert!(state.planner.position > 0, "the checkpoint is mid-epoch");
+    for world in [1, 2, 3] {
+        let mut resumed = a.clone();
+        resumed.nproc_per_node = world;
+        resumed.resume_from_checkpoint = Some(out.join("checkpoint-5"));
+        let (summary, logs, _) = run(&resumed, build).unwrap();
+        assert_eq!(summary.global_step, 14, "{world} ranks");
+        assert_eq!(logs.len(), 9);
+        for (r, s) in logs.iter().zip(&straight_logs[5..]) {
+            assert_eq!(r.step, s.step);
+            assert_eq!(r.local_batch_sizes.len(), world);
+            assert_eq!(
+                r.indices.concat(),
+                s.indices.concat(),
+                "{world} ranks, step {}: the same global batch",
+                r.step
+            );
+            let relative = (r.loss - s.loss).abs() / s.loss.abs().max(1e-12);
+            assert!(
+                relative < 1e-5,
+                "{world} ranks, step {}: loss {} vs {}",
+                r.step,
+                r.loss,
+                s.loss
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -97,27 +97,31 @@ pub struct StepPlanner<S> {
     per_device: usize,
     step: usize,
     length: RunLength,
-    world_size: usize,
+    /// The ranks per-device sizes count: a global batch is `per_device *
+    /// units_world`. The run's world size, unless it resumed a checkpoint written on
+    /// another number of ranks (it then keeps that run's global batches).
+    units_world: usize,
     drop_last: bool,
     accum: GradAccum,
     planned_epoch: Option<usize>,
 }
 
 impl<S: Schedule> StepPlanner<S> {
-    /// A planner at step 0; `initial_per_device` is the (already clamped) first size.
+    /// A planner at step 0; `initial_per_device` is the (already clamped) first size,
+    /// counted over `units_world` ranks (see [`StepPlanner::global_batch`]).
     pub fn new(
         sampler: GlobalBatchSampler,
         schedule: S,
         limits: BatchLimits,
         initial_per_device: usize,
         length: RunLength,
-        world_size: usize,
+        units_world: usize,
         drop_last: bool,
     ) -> Result<Self> {
         check_fits(
             drop_last,
             initial_per_device,
-            world_size,
+            units_world,
             sampler.num_examples(),
             None,
         )?;
@@ -128,7 +132,7 @@ impl<S: Schedule> StepPlanner<S> {
             per_device: initial_per_device,
             step: 0,
             length,
-            world_size,
+            units_world,
             drop_last,
             accum: GradAccum::Fixed(1),
             planned_epoch: None,
@@ -145,9 +149,7 @@ impl<S: Schedule> StepPlanner<S> {
     fn micro_batches_per_step(&self) -> usize {
         match self.accum {
             GradAccum::Fixed(n) => n.max(1),
-            GradAccum::Target { global } => {
-                global.div_ceil(self.per_device * self.world_size).max(1)
-            }
+            GradAccum::Target { global } => global.div_ceil(self.global_batch()).max(1),
         }
     }
 
@@ -187,10 +189,10 @@ impl<S: Schedule> StepPlanner<S> {
                 _ => {}
             }
             let wanted = self.micro_batches_per_step();
-            let micro: Vec<GlobalBatch> =
-                std::iter::from_fn(|| self.sampler.next_step(self.per_device))
-                    .take(wanted)
-                    .collect();
+            let global = self.global_batch();
+            let micro: Vec<GlobalBatch> = std::iter::from_fn(|| self.sampler.next_global(global))
+                .take(wanted)
+                .collect();
             if !micro.is_empty() {
                 self.step += 1;
                 return Ok(Some(StepBatches { micro }));
@@ -210,7 +212,7 @@ impl<S: Schedule> StepPlanner<S> {
         check_fits(
             self.drop_last,
             self.per_device,
-            self.world_size,
+            self.units_world,
             self.sampler.num_examples(),
             Some(self.step),
         )
@@ -282,6 +284,11 @@ impl<S: Schedule> StepPlanner<S> {
     pub fn step(&self) -> usize {
         self.step
     }
+    /// The next step's global (micro-)batch: the one place where a per-device size
+    /// becomes a global one.
+    pub fn global_batch(&self) -> usize {
+        self.per_device.saturating_mul(self.units_world)
+    }
     /// Per-device size of the next step.
     pub fn per_device(&self) -> usize {
         self.per_device
@@ -313,7 +320,7 @@ impl<S: Schedule> StepPlanner<S> {
                 // The size the schedule will pick next decides whether the rest is dropped.
                 let raw = self.schedule.clone().next(self.step, self.per_device);
                 let next = self.limits.apply(self.step, raw).unwrap_or(self.per_device);
-                remaining < next * self.world_size
+                remaining < next * self.units_world
             }
         }
     }

@@ -219,7 +219,15 @@ impl GlobalBatchSampler {
     /// or `None` when the epoch is used up (or cut by `drop_last`).
     /// O(global batch) time and memory.
     pub fn next_step(&mut self, per_device: usize) -> Option<GlobalBatch> {
-        let take = self.next_take(per_device)?;
+        self.next_global(per_device.saturating_mul(self.world_size))
+    }
+
+    /// The next global batch of `wanted` examples (split over this sampler's ranks
+    /// as evenly as possible), or `None` when the epoch is used up (or cut by
+    /// `drop_last`). A run resumed on another number of ranks keeps its global
+    /// sizes this way.
+    pub fn next_global(&mut self, wanted: usize) -> Option<GlobalBatch> {
+        let take = self.next_take(wanted)?;
         let indices = self.order.range(self.position..self.position + take);
         self.advance(take);
         Some(GlobalBatch {
@@ -234,7 +242,7 @@ impl GlobalBatchSampler {
     /// contiguous slices, in rank order, of the global batch `next_step` would give.
     pub fn next_local(&mut self, per_device: usize, rank: usize) -> Option<LocalBatch> {
         debug_assert!(rank < self.world_size, "rank out of range");
-        let take = self.next_take(per_device)?;
+        let take = self.next_take(per_device.saturating_mul(self.world_size))?;
         let start = self.position;
         let split = split_of(take, self.world_size, rank);
         let indices = self.order.range(start + split.start..start + split.end);
@@ -249,16 +257,15 @@ impl GlobalBatchSampler {
         })
     }
 
-    /// Size of the next global batch (consuming a planned size), `None` at the end
-    /// of the epoch.
-    fn next_take(&mut self, per_device: usize) -> Option<usize> {
+    /// Size of the next global batch of `wanted` examples (or the next planned
+    /// size), `None` at the end of the epoch.
+    fn next_take(&mut self, wanted: usize) -> Option<usize> {
         let remaining = self.num_examples - self.position;
         let take = if let Some(planned) = &mut self.planned {
             let (take, predicted) = planned.pop_front()?;
             self.last_predicted = predicted.is_finite().then_some(predicted);
             take.min(remaining)
         } else {
-            let wanted = per_device.saturating_mul(self.world_size);
             if remaining == 0 || wanted == 0 || (self.drop_last && remaining < wanted) {
                 return None;
             }

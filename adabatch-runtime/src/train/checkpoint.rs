@@ -25,7 +25,9 @@ pub struct TrainerState {
     pub planner: PlannerState,
     /// Seed of the permutations.
     pub seed: u64,
-    /// Number of ranks.
+    /// Ranks the per-device sizes count (the global batch is `per_device *
+    /// world_size`); a run resumed on another number of ranks keeps these global
+    /// batches and splits them over its own ranks.
     pub world_size: usize,
     /// Dataset size.
     pub num_examples: usize,
@@ -279,7 +281,7 @@ pub(crate) fn save_checkpoint<S: Schedule>(
     let state = TrainerState {
         planner: planner.state(),
         seed: settings.seed,
-        world_size: settings.world_size,
+        world_size: settings.units_world,
         num_examples: settings.num_examples,
         oom_events,
         policy: Some(PolicyRecord::of(settings)),
@@ -333,13 +335,6 @@ pub(crate) fn resume_checkpoint(
             "num_examples",
             state.num_examples.to_string(),
             settings.num_examples.to_string(),
-        );
-    }
-    if state.world_size != settings.world_size {
-        return mismatch(
-            "world_size",
-            state.world_size.to_string(),
-            settings.world_size.to_string(),
         );
     }
     if state.seed != settings.seed {

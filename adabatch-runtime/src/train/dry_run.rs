@@ -29,8 +29,6 @@ use candle_core::Device;
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::args::TrainingArgs;
 use crate::data::length::{LengthBatching, LengthIndex};
-use crate::data::planner::StepPlanner;
-use crate::data::sampler::GlobalBatchSampler;
 use crate::error::Result;
 use crate::memory::model::{MemoryModel, OnlineMemoryModel};
 use crate::report::logging::{Logger, StepLog};
@@ -204,23 +202,7 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
     mut regressor: Option<&mut dyn MemoryModel>,
 ) -> Result<DryRun> {
     // The planner exactly as the engine builds it.
-    let sampler = GlobalBatchSampler::new(
-        settings.num_examples,
-        settings.world_size,
-        settings.seed,
-        settings.shuffle,
-        settings.drop_last,
-    )?;
-    let mut planner = StepPlanner::new(
-        sampler,
-        settings.schedule,
-        settings.limits,
-        settings.initial_per_device,
-        settings.length,
-        settings.world_size,
-        settings.drop_last,
-    )?
-    .with_grad_accum(settings.grad_accum);
+    let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
     let length_index = settings.batching.map(|_| {
         LengthIndex::new(
             &(0..settings.num_examples)

@@ -6,7 +6,7 @@ use candle_core::{Device, Tensor, Var};
 
 use crate::config::policy::OomPolicy;
 use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex};
-use crate::data::planner::{StepBatches, StepPlanner};
+use crate::data::planner::StepBatches;
 use crate::data::sampler::GlobalBatchSampler;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
@@ -186,23 +186,7 @@ where
     {
         logger.mark_resume(dir, state.planner.global_step)?;
     }
-    let sampler = GlobalBatchSampler::new(
-        settings.num_examples,
-        settings.world_size,
-        settings.seed,
-        settings.shuffle,
-        settings.drop_last,
-    )?;
-    let mut planner = StepPlanner::new(
-        sampler,
-        settings.schedule,
-        settings.limits,
-        settings.initial_per_device,
-        settings.length,
-        settings.world_size,
-        settings.drop_last,
-    )?
-    .with_grad_accum(settings.grad_accum);
+    let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
     if let Some(state) = &resumed {
         planner.restore(&state.planner);
     }

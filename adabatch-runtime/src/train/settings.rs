@@ -17,6 +17,8 @@ use crate::train::oom::FaultInjector;
 pub(crate) struct RunSettings {
     pub(crate) num_examples: usize,
     pub(crate) world_size: usize,
+    /// Ranks the per-device sizes count (see `StepPlanner::global_batch`).
+    pub(crate) units_world: usize,
     pub(crate) seed: u64,
     pub(crate) drop_last: bool,
     pub(crate) shuffle: bool,
@@ -136,11 +138,23 @@ impl RunSettings {
                 global.div_ceil(args.per_device_train_batch_size * world_size)
             }
         };
+        let resume = match &args.resume_from_checkpoint {
+            Some(dir) if dir.as_os_str() == "latest" => {
+                Some(crate::train::checkpoint::latest(&args.output_dir)?)
+            }
+            other => other.clone(),
+        };
+        // Per-device sizes count the ranks of the run that wrote the checkpoint: a
+        // run resumed on another number of ranks keeps its global batches.
+        let units_world = match &resume {
+            Some(dir) => crate::train::checkpoint::load_state(dir)?.world_size,
+            None => world_size,
+        };
         let limits = BatchLimits::new(policy.min_batch, policy.max_batch)?;
         let drop_last = args.dataloader_drop_last.unwrap_or(policy.drop_last);
         let initial_per_device =
             limits.apply(0, policy.schedule.initial(args.per_device_train_batch_size))?;
-        let batching = length_batching(policy, args, initial_per_device, world_size)?;
+        let batching = length_batching(policy, args, initial_per_device, units_world)?;
         if batching.is_some() && policy.grad_accum != GradAccum::Fixed(1) {
             return Err(Error::ConflictingSettings {
                 first: "length-aware batching",
@@ -159,35 +173,14 @@ impl RunSettings {
             .max_steps
             .map_or(RunLength::Epochs(args.num_train_epochs), RunLength::Steps);
         let seed = args.seed.unwrap_or(policy.seed);
-        let needs_horizon =
-            args.lr_scheduler_type != LrSchedulerType::Constant || args.warmup_ratio > 0.0;
-        let total_examples = if !needs_horizon {
-            (args.num_train_epochs.max(1) * num_examples) as f64
-        } else if batching.is_none() {
-            // Deterministic sizes: the horizon is exactly what the run will consume
-            // (max_steps and drop_last included), as HF decays to 0 at the end.
-            planned_examples(
-                num_examples,
-                world_size,
-                (policy.schedule, limits, initial_per_device),
-                length,
-                drop_last,
-                policy.grad_accum,
-            )? as f64
-        } else {
-            let estimate = match length {
-                RunLength::Epochs(epochs) => epochs * num_examples,
-                RunLength::Steps(steps) => (steps * initial_per_device * world_size)
-                    .min(args.num_train_epochs.max(1) * num_examples),
-            };
-            warnings.push(format!(
-                "length-aware batches are sized while training: the learning-rate horizon is an estimate of {estimate} examples"
-            ));
-            estimate as f64
+        let micro_batches = match policy.grad_accum {
+            GradAccum::Target { .. } => micro_batches.div_ceil(initial_per_device * units_world),
+            GradAccum::Fixed(_) => micro_batches,
         };
-        Ok(Self {
+        let mut settings = Self {
             num_examples,
             world_size,
+            units_world,
             seed,
             drop_last,
             shuffle: policy.shuffle,
@@ -202,10 +195,10 @@ impl RunSettings {
             lr: LrSchedule {
                 base: args.learning_rate,
                 kind: args.lr_scheduler_type,
-                warmup_examples: args.warmup_ratio * total_examples,
-                total_examples,
+                warmup_examples: 0.0,
+                total_examples: (args.num_train_epochs.max(1) * num_examples) as f64,
                 scaling: policy.lr_scaling,
-                initial_global_batch: (initial_per_device * world_size * micro_batches)
+                initial_global_batch: (initial_per_device * units_world * micro_batches)
                     .min(num_examples),
             },
             max_grad_norm: args.max_grad_norm,
@@ -214,17 +207,76 @@ impl RunSettings {
             memory_margin: args.memory_margin,
             output_dir: args.output_dir.clone(),
             save_steps: args.save_steps,
-            resume: match &args.resume_from_checkpoint {
-                Some(dir) if dir.as_os_str() == "latest" => {
-                    Some(crate::train::checkpoint::latest(&args.output_dir)?)
-                }
-                other => other.clone(),
-            },
+            resume,
             save_total_limit: args.save_total_limit,
             ignore_optimizer_state: args.ignore_optimizer_state,
             device: DeviceSpec::parse(&args.device)?,
             warnings,
-        })
+        };
+        settings.set_lr_horizon(args)?;
+        Ok(settings)
+    }
+
+    /// The learning-rate horizon: what the run will consume. Exact for
+    /// deterministic sizes (a dry run of the planner, so `max_steps` and
+    /// `drop_last` count and a linear decay reaches 0 at the end, as in HF); an
+    /// estimate, said at the start, for length-aware batches.
+    fn set_lr_horizon(&mut self, args: &TrainingArgs) -> Result<()> {
+        let needs_horizon =
+            args.lr_scheduler_type != LrSchedulerType::Constant || args.warmup_ratio > 0.0;
+        if !needs_horizon {
+            return Ok(());
+        }
+        let total = if self.batching.is_none() {
+            let mut planner = self.step_planner(0, false)?;
+            let mut total = 0;
+            while let Some(batches) = planner.next_step() {
+                total += batches.global_size();
+                planner.finish_step()?;
+            }
+            total
+        } else {
+            let epochs = args.num_train_epochs.max(1) * self.num_examples;
+            let estimate = match self.length {
+                RunLength::Epochs(e) => e * self.num_examples,
+                RunLength::Steps(steps) => {
+                    (steps * self.initial_per_device * self.units_world).min(epochs)
+                }
+            };
+            self.warnings.push(format!(
+                "length-aware batches are sized while training: the learning-rate horizon is an estimate of {estimate} examples"
+            ));
+            estimate
+        };
+        self.lr.total_examples = total as f64;
+        self.lr.warmup_examples = args.warmup_ratio * total as f64;
+        Ok(())
+    }
+
+    /// The step planner of this run (its sampler seeded with `seed`, shuffled or
+    /// not): the one place the engine, the dry run and the LR horizon build it.
+    pub(crate) fn step_planner(
+        &self,
+        seed: u64,
+        shuffle: bool,
+    ) -> Result<StepPlanner<ScheduleSpec>> {
+        let sampler = GlobalBatchSampler::new(
+            self.num_examples,
+            self.world_size,
+            seed,
+            shuffle,
+            self.drop_last,
+        )?;
+        Ok(StepPlanner::new(
+            sampler,
+            self.schedule,
+            self.limits,
+            self.initial_per_device,
+            self.length,
+            self.units_world,
+            self.drop_last,
+        )?
+        .with_grad_accum(self.grad_accum))
     }
 
     pub(crate) fn logger(&self, args: &TrainingArgs) -> Result<Logger> {
@@ -250,35 +302,6 @@ impl RunSettings {
         }
         Ok(logger)
     }
-}
-
-/// Examples a run with deterministic batch sizes consumes, from a dry run of its
-/// step planner (sizes do not depend on the permutation, so none is shuffled).
-fn planned_examples(
-    num_examples: usize,
-    world_size: usize,
-    (schedule, limits, initial_per_device): (ScheduleSpec, BatchLimits, usize),
-    length: RunLength,
-    drop_last: bool,
-    grad_accum: GradAccum,
-) -> Result<usize> {
-    let sampler = GlobalBatchSampler::new(num_examples, world_size, 0, false, drop_last)?;
-    let mut planner = StepPlanner::new(
-        sampler,
-        schedule,
-        limits,
-        initial_per_device,
-        length,
-        world_size,
-        drop_last,
-    )?
-    .with_grad_accum(grad_accum);
-    let mut total = 0;
-    while let Some(batches) = planner.next_step() {
-        total += batches.global_size();
-        planner.finish_step()?;
-    }
-    Ok(total)
 }
 
 /// Length-aware batching from the policy (`schedule = memory(..)`) or the run's
