@@ -48,6 +48,17 @@ for lib in libcuda.so.1 libnccl.so.2; do
         exit 1
     }
 done
+# Every linked library must be one the GPU machine has: the driver's libcuda, a
+# library of the pip CUDA wheels (found under $CUDA_HOME or the NCCL wheel), or a
+# system library.
+for lib in $needed; do
+    [[ "$lib" == libcuda.so.1 ]] && continue
+    if ! find "$CUDA_HOME/lib" "$CUDA_HOME/../nccl/lib" -maxdepth 1 -name "$lib" 2>/dev/null | grep -q . &&
+        ! ldconfig -p | grep -q "[[:space:]]$lib "; then
+        say "error: $bin links $lib, which neither the CUDA wheels nor the system provide"
+        exit 1
+    fi
+done
 
 # Compress a copy without debug info (symbols stay, so backtraces keep function
 # names): about a third of the size to carry.

@@ -104,8 +104,31 @@ impl std::fmt::Debug for Nccl {
     }
 }
 
+/// An NCCL failure with its `ncclResult_t` and NCCL's own last message (cudarc's
+/// error alone prints as a bare type name).
 fn nccl_err(what: &str) -> impl FnOnce(nccl::NcclError) -> Error + '_ {
-    move |e| Error::Comm(format!("NCCL {what}: {e:?}"))
+    move |e| {
+        // SAFETY: a null communicator asks for the last error of any; NCCL returns a
+        // static, NUL-terminated string (or null).
+        let last = unsafe { nccl_sys::ncclGetLastError(std::ptr::null_mut()) };
+        let last = if last.is_null() {
+            String::new()
+        } else {
+            // SAFETY: non-null, NUL-terminated, owned by NCCL.
+            unsafe { std::ffi::CStr::from_ptr(last) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        Error::Comm(format!(
+            "NCCL {what}: {:?}{}",
+            e.0,
+            if last.is_empty() {
+                String::new()
+            } else {
+                format!(" ({last})")
+            }
+        ))
+    }
 }
 
 fn cuda_err(what: &str) -> impl FnOnce(cudarc::driver::DriverError) -> Error + '_ {
@@ -250,12 +273,17 @@ impl Nccl {
             .iter()
             .map(|&o| open_device(o))
             .collect::<Result<Vec<_>>>()?;
-        let rdzv = env.rendezvous(rendezvous_timeout);
-        let id = rendezvous::exchange(&rdzv, || {
+        let fresh_id = || -> std::result::Result<Vec<u8>, RendezvousError> {
             let id = nccl::get_uniqueid()
-                .map_err(|e| RendezvousError::Protocol(format!("ncclGetUniqueId: {e:?}")))?;
+                .map_err(|e| RendezvousError::Protocol(format!("ncclGetUniqueId: {:?}", e.0)))?;
             Ok(id.internal.iter().map(|&c| c as u8).collect())
-        })?;
+        };
+        // One process has nobody to meet: no listener, no port.
+        let id = if env.world_size == 1 {
+            fresh_id()?
+        } else {
+            rendezvous::exchange(&env.rendezvous(rendezvous_timeout), fresh_id)?
+        };
         let id = unique_id(&id)?;
         let world_i32 =
             i32::try_from(world).map_err(|_| Error::Comm(format!("world size {world}")))?;
@@ -518,6 +546,8 @@ impl Packed {
             return Ok(None);
         }
         let home = device.location();
+        // The same candle device (one stream), not just the same GPU: a tensor of
+        // another candle device on this GPU would be read unordered.
         let wide = tensors
             .iter()
             .any(|t| !matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16));
@@ -525,7 +555,7 @@ impl Packed {
         let mut flats = Vec::with_capacity(tensors.len());
         let mut parts = Vec::with_capacity(tensors.len());
         for (i, t) in tensors.iter().enumerate() {
-            if t.device().location() != home {
+            if !t.device().same_device(device) {
                 return Err(Error::Comm(format!(
                     "tensor {i} is on {:?} but this NCCL rank is on {home:?}",
                     t.device().location()

@@ -426,6 +426,9 @@ pub struct TorchrunEnv {
     pub master_addr: String,
     /// `MASTER_PORT`.
     pub master_port: u16,
+    /// The port of adabatch's own rendezvous: `ADABATCH_RENDEZVOUS_PORT`, default
+    /// `MASTER_PORT + 1` (torchrun's agent already listens on `MASTER_PORT`).
+    pub rendezvous_port: u16,
 }
 
 impl TorchrunEnv {
@@ -467,6 +470,16 @@ impl TorchrunEnv {
                 detail: "not set".into(),
             })?,
             master_port: number(&lookup, "MASTER_PORT", None)?,
+            rendezvous_port: 0,
+        };
+        let mut env = env;
+        env.rendezvous_port = match lookup("ADABATCH_RENDEZVOUS_PORT") {
+            Some(_) => number(&lookup, "ADABATCH_RENDEZVOUS_PORT", None)?,
+            None => env.master_port.checked_add(1).ok_or(RendezvousError::Env {
+                var: "MASTER_PORT",
+                detail: "65535 leaves no port for the rendezvous: set ADABATCH_RENDEZVOUS_PORT"
+                    .into(),
+            })?,
         };
         if env.world_size == 0 || env.rank >= env.world_size {
             return Err(RendezvousError::Env {
@@ -490,7 +503,7 @@ impl TorchrunEnv {
     pub fn rendezvous(&self, timeout: Duration) -> Rendezvous {
         Rendezvous {
             master_addr: self.master_addr.clone(),
-            master_port: self.master_port,
+            master_port: self.rendezvous_port,
             rank: self.rank,
             world_size: self.world_size,
             timeout,
@@ -771,7 +784,18 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!((env.rank, env.world_size, env.local_rank), (5, 16, 5));
-        assert_eq!(env.rendezvous(Duration::from_secs(1)).addr(), "node0:29500");
+        // torchrun's agent holds MASTER_PORT: the rendezvous takes the next port,
+        // or ADABATCH_RENDEZVOUS_PORT.
+        assert_eq!(env.rendezvous(Duration::from_secs(1)).addr(), "node0:29501");
+        let own = TorchrunEnv::from_lookup(vars(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "2"),
+            ("MASTER_ADDR", "node0"),
+            ("MASTER_PORT", "29500"),
+            ("ADABATCH_RENDEZVOUS_PORT", "31000"),
+        ]))
+        .unwrap();
+        assert_eq!(own.rendezvous(Duration::from_secs(1)).addr(), "node0:31000");
         let missing = TorchrunEnv::from_lookup(vars(&[("RANK", "0")])).unwrap_err();
         assert!(matches!(
             missing,

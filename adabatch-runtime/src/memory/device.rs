@@ -139,6 +139,17 @@ mod cuda {
 
     pub(super) fn reset_pool_peak(dev: &CudaDevice) {
         if let Some(pool) = pool(dev) {
+            // Keep freed memory in the pool: with the default threshold of 0 every
+            // synchronisation (each step reads its loss) returns it to the driver.
+            let mut keep: u64 = u64::MAX;
+            // SAFETY: RELEASE_THRESHOLD is a `cuuint64_t`; `keep` outlives the call.
+            let _ = unsafe {
+                sys::cuMemPoolSetAttribute(
+                    pool,
+                    sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    (&mut keep as *mut u64).cast(),
+                )
+            };
             let mut zero: u64 = 0;
             // SAFETY: USED_MEM_HIGH may only be set to 0 (a reset); `zero` outlives the call.
             let _ = unsafe {

@@ -10,12 +10,24 @@ use crate::error::Error;
 pub fn is_out_of_memory(error: &Error) -> bool {
     match error {
         Error::OutOfMemory { .. } => true,
-        Error::Candle(e) => {
-            let msg = e.to_string().to_lowercase();
-            msg.contains("out of memory") || msg.contains("out_of_memory")
-        }
+        Error::Candle(e) => names_out_of_memory(&e.to_string()),
+        // Packing buffers of a collective can run out too.
+        Error::Comm(msg) => names_out_of_memory(msg),
         _ => false,
     }
+}
+
+/// CUDA's, cuBLAS's and cuRAND's ways of saying so.
+fn names_out_of_memory(message: &str) -> bool {
+    let msg = message.to_lowercase();
+    [
+        "out of memory",
+        "out_of_memory",
+        "alloc_failed",
+        "allocation_failed",
+    ]
+    .iter()
+    .any(|needle| msg.contains(needle))
 }
 
 /// Injects out-of-memory errors into forward passes, so every OOM policy can be
@@ -130,5 +142,17 @@ mod tests {
             "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")".into(),
         ));
         assert!(is_out_of_memory(&cuda));
+        for text in [
+            "CUBLAS_STATUS_ALLOC_FAILED",
+            "CURAND_STATUS_ALLOCATION_FAILED",
+        ] {
+            assert!(is_out_of_memory(&Error::Candle(candle_core::Error::Msg(
+                text.into()
+            ))));
+        }
+        assert!(is_out_of_memory(&Error::Comm(
+            "packing: DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")".into()
+        )));
+        assert!(!is_out_of_memory(&Error::Comm("NCCL timeout".into())));
     }
 }
