@@ -8,8 +8,9 @@
 //! ```
 
 use adabatch::candle_core::{self, DType, Device, Tensor, Var, D};
-use adabatch::candle_nn::{linear, AdamW, Linear, Module, Optimizer, ParamsAdamW};
+use adabatch::candle_nn::{linear, Linear, Module};
 use adabatch::clap::{CommandFactory, FromArgMatches};
+use adabatch::optim::{AdamW, ParamsAdamW}; // checkpointable: resumes exactly
 use adabatch::prelude::*;
 
 const FEATURES: usize = 4;
