@@ -3,7 +3,7 @@
 #![deny(warnings)]
 
 use adabatch::prelude::*;
-use adabatch::ScheduleSpec;
+use adabatch::{ScheduleSpec, TrainOptimizer};
 use candle_nn::{Optimizer, SGD};
 
 #[path = "../support/tiny.rs"]
@@ -30,7 +30,7 @@ fn doubling(step: usize, current: usize) -> usize {
 struct Trainer<M, O>
 where
     M: TrainModel,
-    O: Optimizer,
+    O: TrainOptimizer,
 {
     #[model]
     model: M,
