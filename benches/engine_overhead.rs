@@ -428,6 +428,90 @@ fn profile_only(data: &[Example], spec: &str) {
     );
 }
 
+/// The same trainer with adabatch's checkpointable AdamW (fused in place on CPU).
+struct FusedTrainer {
+    model: Mlp,
+    opt: adabatch::optim::AdamW,
+}
+
+impl AdaptiveTrainer for FusedTrainer {
+    type Model = Mlp;
+    type Optimizer = adabatch::optim::AdamW;
+    const POLICY: TrainerPolicy = MlpTrainer::POLICY;
+    fn parts(&mut self) -> (&mut Mlp, &mut adabatch::optim::AdamW) {
+        (&mut self.model, &mut self.opt)
+    }
+}
+
+fn fresh_fused_trainer() -> FusedTrainer {
+    let model = Mlp::new(&Device::Cpu).expect("build the MLP");
+    let opt = adabatch::optim::AdamW::new(
+        model.params.all_vars(),
+        adabatch::optim::ParamsAdamW {
+            lr: LEARNING_RATE,
+            ..Default::default()
+        },
+    )
+    .expect("build AdamW");
+    FusedTrainer { model, opt }
+}
+
+/// `ENGINE_OVERHEAD_OPTIMIZER=<rounds>`: engine epochs with candle's AdamW and with
+/// adabatch's fused AdamW interleaved, same model, data and batches; prints medians
+/// and the ratio candle/adabatch (speed-up), after checking both end alike.
+fn optimizer_comparison(data: &[Example], rounds: usize) {
+    for batch_size in BATCH_SIZES {
+        let args = engine_args(batch_size);
+        let mut fused = fresh_fused_trainer();
+        let fused_params = fused.model.params.clone();
+        let a = adabatch::train(&mut fused, data, &collate, &args).expect("fused epoch");
+        let candle = fresh_trainer();
+        let candle_params = candle.model.params.clone();
+        let b = engine_epoch(candle, data, &args).expect("candle epoch");
+        let diff = weights(&fused_params)
+            .iter()
+            .zip(weights(&candle_params))
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        println!(
+            "batch size {batch_size}: final loss adabatch {:.6} / candle {:.6}, max weight difference {diff:.2e}",
+            a.step_losses.last().unwrap_or(&f64::NAN),
+            b.step_losses.last().unwrap_or(&f64::NAN)
+        );
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for round in 0..rounds {
+            let time_fused = || {
+                let mut t = fresh_fused_trainer();
+                timed(|| {
+                    black_box(adabatch::train(&mut t, data, &collate, &args).expect("epoch"));
+                })
+                .0
+            };
+            let time_candle = || {
+                let t = fresh_trainer();
+                timed(|| {
+                    black_box(engine_epoch(t, data, &args).expect("epoch"));
+                })
+                .0
+            };
+            if round % 2 == 0 {
+                ours.push(time_fused());
+                theirs.push(time_candle());
+            } else {
+                theirs.push(time_candle());
+                ours.push(time_fused());
+            }
+        }
+        let (o, t) = (median(&mut ours), median(&mut theirs));
+        println!(
+            "batch size {batch_size}, {rounds} rounds: engine epoch with adabatch AdamW {:.1} ms, with candle AdamW {:.1} ms, speed-up {:.2}x",
+            o * 1e3,
+            t * 1e3,
+            t / o
+        );
+    }
+}
+
 fn main() {
     // candle's CPU kernels run on one thread unless RAYON_NUM_THREADS says otherwise:
     // the engine's overhead is serial bookkeeping, and a multi-threaded gemm on these
@@ -437,6 +521,13 @@ fn main() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }
     let data = dataset();
+    if let Some(rounds) = std::env::var("ENGINE_OVERHEAD_OPTIMIZER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        optimizer_comparison(&data, rounds);
+        return;
+    }
     if let Some(spec) = std::env::var_os("ENGINE_OVERHEAD_ONLY") {
         profile_only(&data, &spec.to_string_lossy());
         return;
