@@ -17,6 +17,7 @@ use crate::memory::model::{
 use crate::report::logging::{Logger, StepLog};
 use crate::report::summary::TrainSummary;
 use crate::train::checkpoint::{resume_checkpoint, save_checkpoint};
+use crate::train::oom::OomRecovery;
 use crate::train::settings::RunSettings;
 use crate::train::step::{train_step, StepInput, StepOutcome};
 use crate::user::data::Dataset;
@@ -220,9 +221,7 @@ where
         last_log: started,
         step_losses: Vec::new(),
     };
-    // Pieces each rank slice is split into after `split_retry` OOMs of this step.
-    let mut chunks = 1;
-    let mut retried_at_floor = false;
+    let mut recovery = OomRecovery::new(settings.oom);
     while let Some(batches) = planner.next_step_with(|epoch| {
         length_aware_epoch(
             settings,
@@ -242,7 +241,15 @@ where
         // Only memory-aware runs need the device's peak (it synchronises the device).
         let peak = (memory_mode && !device.is_cpu()).then(|| PeakSampler::start(device));
         let outcome = train_step(
-            trainer, comm, &mut input, &params, &batches, chunks, lr, step, log_now,
+            trainer,
+            comm,
+            &mut input,
+            &params,
+            &batches,
+            recovery.chunks(),
+            lr,
+            step,
+            log_now,
         )?;
         let device_peak = peak.and_then(|p| p.finish().pool_peak);
         let (loss, grad_norm) = match outcome {
@@ -250,54 +257,7 @@ where
             StepOutcome::OutOfMemory { detail } => {
                 progress.oom_events += 1;
                 progress.oom_events_since_log += 1;
-                let action = match settings.oom {
-                    OomPolicy::Fail => return Err(Error::OutOfMemory { step, detail }),
-                    // At the floor (size 1, or one example per chunk) an OOM may still
-                    // be transient (fragmentation): one plain retry, then give up.
-                    OomPolicy::Halve | OomPolicy::SplitRetry => {
-                        let before = (planner.per_device(), chunks);
-                        planner.rewind(&batches);
-                        let shrunk = if settings.oom == OomPolicy::Halve {
-                            planner.halve()
-                        } else if chunks < batches.max_local() {
-                            chunks = (chunks * 2).min(batches.max_local());
-                            true
-                        } else {
-                            false
-                        };
-                        if !shrunk {
-                            if retried_at_floor {
-                                return Err(Error::OutOfMemory {
-                                    step,
-                                    detail: format!(
-                                        "{detail}; still out of memory at the smallest size"
-                                    ),
-                                });
-                            }
-                            retried_at_floor = true;
-                        }
-                        match settings.oom {
-                            OomPolicy::Halve => format!(
-                                "halve: per-device size {} -> {}, retrying the same {} examples",
-                                before.0,
-                                planner.per_device(),
-                                batches.global_size()
-                            ),
-                            _ => format!(
-                                "split_retry: replaying the same {} examples in {chunks} chunk(s) per rank",
-                                batches.global_size()
-                            ),
-                        }
-                    }
-                    OomPolicy::Skip => {
-                        planner.skip_step();
-                        format!(
-                            "skip: dropped {} examples {:?}",
-                            batches.global_size(),
-                            batches.indices()
-                        )
-                    }
-                };
+                let action = recovery.recover(&mut planner, &batches, step, &detail)?;
                 if let Some(logger) = logger.as_deref_mut() {
                     logger.event(&format!("step {step}: out of memory ({detail}); {action}"));
                     if settings.oom == OomPolicy::Skip {
@@ -310,7 +270,7 @@ where
         // A rank without examples this step has nothing to measure.
         let local = memory_mode.then(|| batches.per_rank_indices().swap_remove(comm.rank()));
         let measured_memory = if let Some(local) = local.filter(|l| !l.is_empty()) {
-            let chunk = &local[..local.len().div_ceil(chunks)];
+            let chunk = &local[..local.len().div_ceil(recovery.chunks())];
             let features = BatchFeatures::of_lengths(chunk.iter().map(|&i| dataset.example_len(i)));
             let bytes = measure_memory(device, &features, device_peak);
             if let Some(bytes) = bytes {
@@ -323,8 +283,7 @@ where
         } else {
             None
         };
-        chunks = 1;
-        retried_at_floor = false;
+        recovery.step_trained();
         progress.step_losses.push(loss);
         progress.losses_since_log.push(loss);
         progress.examples_since_log += batches.global_size();
