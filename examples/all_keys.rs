@@ -14,7 +14,9 @@ use std::path::PathBuf;
 use adabatch::prelude::*;
 use adabatch::{OnlineMemoryModel, WithLengths};
 use candle_core::{DType, Device, Tensor, Var, D};
-use candle_nn::{AdamW, Embedding, Linear, Module, Optimizer, ParamsAdamW};
+// adabatch's AdamW: candle's update, checkpointable (resumes exactly).
+use adabatch::optim::{AdamW, ParamsAdamW};
+use candle_nn::{Embedding, Linear, Module};
 use clap::{CommandFactory, FromArgMatches, Parser};
 use rand::{Rng, SeedableRng};
 
@@ -187,7 +189,11 @@ fn generated_sentences(n: usize, seed: u64) -> Vec<String> {
         .collect()
 }
 
-fn main() -> adabatch::Result<()> {
+fn main() -> std::process::ExitCode {
+    adabatch::exit_code(run())
+}
+
+fn run() -> adabatch::Result<()> {
     let command = Cli::command()
         .mut_arg("per_device_train_batch_size", |a| a.default_value("8"))
         .mut_arg("num_train_epochs", |a| a.default_value("2"))

@@ -37,7 +37,11 @@ fn parse_cli() -> Cli {
     Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
-fn main() -> adabatch::Result<()> {
+fn main() -> std::process::ExitCode {
+    adabatch::exit_code(run())
+}
+
+fn run() -> adabatch::Result<()> {
     let cli = parse_cli();
     let mut args = cli.train;
     args.log_indices = true;

@@ -284,7 +284,31 @@ pub enum Error {
     Comm(String),
 }
 
+/// The end of a `main`: `Ok` exits 0; an error prints as `error: <message>` and
+/// its causes (`caused by: ...`, one per line) on stderr, not a Debug dump, and
+/// exits 1. `fn main() -> ExitCode { adabatch::exit_code(run()) }`.
+pub fn exit_code(result: Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{}", error.report());
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 impl Error {
+    /// `error: <message>`, then `caused by: <source>` for each underlying cause.
+    pub fn report(&self) -> String {
+        let mut text = format!("error: {self}");
+        let mut cause = std::error::Error::source(self);
+        while let Some(source) = cause {
+            text.push_str(&format!("\ncaused by: {source}"));
+            cause = source.source();
+        }
+        text
+    }
+
     /// An error of the user's own code, with its message.
     pub fn msg(message: impl std::fmt::Display) -> Self {
         Self::Message(message.to_string())

@@ -37,13 +37,13 @@ pub mod train;
 pub mod user;
 
 pub use adapt::lr::{LrScaling, LrSchedulerType};
-pub use adapt::schedule::{Growth, ScheduleFn, ScheduleSpec};
+pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{ReportTo, TrainingArgs};
 pub use config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
 pub use dist::communicator::{Communicator, Local, Single};
 #[cfg(feature = "nccl")]
 pub use dist::nccl::Nccl;
-pub use error::{Error, Result};
+pub use error::{exit_code, Error, Result};
 pub use memory::model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
 pub use optim::TrainOptimizer;
 pub use report::logging::StepLog;

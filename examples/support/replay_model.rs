@@ -4,7 +4,9 @@
 
 use adabatch::prelude::*;
 use candle_core::{DType, Device, Tensor, Var};
-use candle_nn::{AdamW, Embedding, Linear, Module, Optimizer, ParamsAdamW};
+// adabatch's AdamW: candle's update, checkpointable (resumes exactly).
+use adabatch::optim::{AdamW, ParamsAdamW};
+use candle_nn::{Embedding, Linear, Module};
 use rand::{Rng, SeedableRng};
 
 /// Hash buckets of the byte n-gram embedding bag.
