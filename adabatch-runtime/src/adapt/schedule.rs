@@ -98,12 +98,10 @@ impl PartialEq for ScheduleSpec {
     }
 }
 
-/// A batch-size schedule. Implemented by [`ScheduleSpec`]; implement it for stateful
-/// schedules of your own.
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a batch-size schedule",
-    note = "implement `adabatch::Schedule` (`fn next(&mut self, step, current) -> usize`)"
-)]
+/// How the step planner asks a schedule for sizes. Implemented by [`ScheduleSpec`],
+/// the schedules of the DSL; a schedule of your own reaches a trainer as
+/// `schedule = custom(path::to::fn)` (a `fn(step, current) -> next`), not through
+/// this trait, which is internal to the planner.
 pub trait Schedule: Send {
     /// The per-device size of step 1, given the run's configured initial size.
     fn initial(&self, configured: usize) -> usize {
