@@ -66,6 +66,16 @@ policy_trainer!(
     grad_accum: GradAccum::Target { global: 12 },
 );
 policy_trainer!(
+    Megatron,
+    schedule: ScheduleSpec::Ramp(adabatch::Ramp { start: 2, increment: 3, samples: 12, global: 11 }),
+);
+policy_trainer!(
+    MegatronAccum,
+    schedule: ScheduleSpec::Ramp(adabatch::Ramp { start: 2, increment: 3, samples: 12, global: 11 }),
+    grad_accum: GradAccum::Fixed(2),
+    drop_last: true,
+);
+policy_trainer!(
     Memory,
     schedule: ScheduleSpec::Memory { threshold: 0.9, max_range: 3.0 },
 );
@@ -180,6 +190,8 @@ every_schedule! {
     drop_last_true: DropLast, per_device = 2, epochs = 3;
     grad_accum_fixed: Accum, per_device = 1, epochs = 3;
     grad_accum_target: AccumTarget, per_device = 1, epochs = 2;
+    ramp_global: Megatron, per_device = 1, epochs = 2;
+    ramp_global_accum_drop_last: MegatronAccum, per_device = 1, epochs = 3;
 }
 
 #[test]

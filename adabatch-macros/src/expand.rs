@@ -279,6 +279,15 @@ fn schedule(p: &TokenStream, s: &Schedule) -> TokenStream {
             quote!(#spec::Steps(&[#(#pairs),*]))
         }
         Schedule::Custom(_) => quote!(#spec::Custom(__ADABATCH_SCHEDULE_FN)),
+        Schedule::Ramp {
+            start,
+            increment,
+            samples,
+            global,
+        } => {
+            let (a, b, c, g) = (int(*start), int(*increment), int(*samples), int(*global));
+            quote!(#spec::Ramp(#p::Ramp { start: #a, increment: #b, samples: #c, global: #g }))
+        }
         Schedule::Memory {
             threshold,
             max_range,

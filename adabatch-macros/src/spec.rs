@@ -129,6 +129,17 @@ pub enum Schedule {
     Steps(Vec<(usize, usize)>),
     /// `custom(path)`
     Custom(Path),
+    /// `ramp(start = a, increment = b, samples = c, global = g)` (global units)
+    Ramp {
+        /// Global batch of the first step.
+        start: usize,
+        /// Growth per stair.
+        increment: usize,
+        /// Examples of the climb.
+        samples: usize,
+        /// Global batch after the ramp.
+        global: usize,
+    },
     /// `memory(threshold = x, max_range = y)`
     Memory {
         /// Fraction of the baseline's peak memory.

@@ -1,5 +1,5 @@
 //! `schedule = ...`: the forms `constant`, `interval`, `linear`, `steps`, `custom`,
-//! `memory`, their arguments' syntax and shape.
+//! `memory`, `ramp`, their arguments' syntax and shape.
 //!
 //! The simple literal cases of the value rules (`constant(0)`, `interval(0, ..)`,
 //! `*1`, ...) are reported here on the offending token; the runtime's
@@ -16,11 +16,11 @@ use crate::spec::{Growth, Schedule};
 
 /// The schedule kinds.
 pub const SCHEDULES: &[&str] = &[
-    "constant", "interval", "linear", "steps", "custom", "memory",
+    "constant", "interval", "linear", "steps", "custom", "memory", "ramp",
 ];
 
 /// Every form, for "expected one of".
-const SCHEDULE_FORMS: &str = "expected one of `constant`, `constant(n)`, `interval(every, +k)`, `interval(every, -k)`, `interval(every, *k)`, `linear(from, to, over = n)`, `steps(0 => 8, 100 => 16)`, `custom(path::to::fn)`, `memory(threshold = 0.9, max_range = 2.0)`";
+const SCHEDULE_FORMS: &str = "expected one of `constant`, `constant(n)`, `interval(every, +k)`, `interval(every, -k)`, `interval(every, *k)`, `linear(from, to, over = n)`, `steps(0 => 8, 100 => 16)`, `custom(path::to::fn)`, `memory(threshold = 0.9, max_range = 2.0)`, `ramp(start = 16, increment = 16, samples = 10000, global = 256)`";
 
 /// Reads `schedule = ...`.
 pub fn schedule(value: &Value, cx: &mut Ctxt) -> Option<Schedule> {
@@ -31,11 +31,12 @@ pub fn schedule(value: &Value, cx: &mut Ctxt) -> Option<Schedule> {
                 threshold: 0.9,
                 max_range: 2.0,
             }),
-            Some(name @ ("interval" | "linear" | "steps" | "custom")) => {
+            Some(name @ ("interval" | "linear" | "steps" | "custom" | "ramp")) => {
                 let form = match name {
                     "interval" => "interval(every, +k)",
                     "linear" => "linear(from, to, over = n)",
                     "steps" => "steps(0 => 8, 100 => 16)",
+                    "ramp" => RAMP_FORM,
                     _ => "custom(path::to::fn)",
                 };
                 cx.on(p, format!("`{name}` needs arguments: `{form}`"));
@@ -69,6 +70,7 @@ pub fn schedule(value: &Value, cx: &mut Ctxt) -> Option<Schedule> {
                 "steps" => steps(call, cx),
                 "custom" => custom(call, cx),
                 "memory" => memory(call, cx),
+                "ramp" => ramp(call, cx),
                 _ => {
                     let msg = if call.name.get_ident().is_some() {
                         unknown("schedule", &name, SCHEDULES)
@@ -347,6 +349,83 @@ fn memory(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     Some(Schedule::Memory {
         threshold: threshold?,
         max_range: max_range?,
+    })
+}
+
+const RAMP_FORM: &str = "ramp(start = 16, increment = 16, samples = 10000, global = 256)";
+const RAMP_POSITIONAL: &str = "ramp(start, increment, samples, global)";
+
+/// `ramp(start = a, increment = b, samples = c, global = g)`, or the four values
+/// positionally in that order (Megatron's `--rampup-batch-size START INCR SAMPLES
+/// --global-batch-size G`); in global units.
+fn ramp(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
+    const NAMES: [&str; 4] = ["start", "increment", "samples", "global"];
+    let named: std::collections::HashMap<String, &Value> = if call
+        .args
+        .iter()
+        .any(|a| matches!(a, CallArg::Plain(_)))
+    {
+        let args = exact_args::<4>(call, RAMP_POSITIONAL, cx)?;
+        let mut named = std::collections::HashMap::new();
+        for (name, arg) in NAMES.iter().zip(args) {
+            let CallArg::Plain(v) = arg else {
+                cx.on(arg, format!("write all four values by name or all by position: `{RAMP_FORM}` or `{RAMP_POSITIONAL}`"));
+                return None;
+            };
+            named.insert(name.to_string(), v);
+        }
+        named
+    } else {
+        named_args(call, &NAMES, cx)?
+    };
+    let missing: Vec<String> = NAMES
+        .iter()
+        .filter(|n| !named.contains_key(**n))
+        .map(|n| format!("`{n}`"))
+        .collect();
+    if !missing.is_empty() {
+        cx.at(
+            call.paren.span.join(),
+            format!("`ramp` needs {}: `{RAMP_FORM}`", missing.join(", ")),
+        );
+        return None;
+    }
+    let value = |name: &str, cx: &mut Ctxt| {
+        let v = named[name];
+        let n = int::<usize>(name, v, cx)?;
+        if n == 0 {
+            cx.on(v, format!("`ramp`: `{name}` must be at least 1"));
+            return None;
+        }
+        Some(n)
+    };
+    let start = value("start", cx);
+    let increment = value("increment", cx);
+    let samples = value("samples", cx);
+    let global = value("global", cx);
+    let (start, increment, samples, global) = (start?, increment?, samples?, global?);
+    if start >= global {
+        cx.on(
+            named["start"],
+            format!("`ramp`: `start = {start}` must be smaller than `global = {global}`; for a fixed global batch run with `--global-batch-size {global}`"),
+        );
+        return None;
+    }
+    if (global - start) % increment != 0 {
+        cx.on(
+            named["increment"],
+            format!(
+                "`ramp`: `global - start` = {} is not a multiple of `increment = {increment}`",
+                global - start
+            ),
+        );
+        return None;
+    }
+    Some(Schedule::Ramp {
+        start,
+        increment,
+        samples,
+        global,
     })
 }
 

@@ -3,7 +3,12 @@
 //! A schedule is called after every optimisation step with the step number (1-based,
 //! already incremented) and the current per-device batch size, and returns the next
 //! per-device batch size. The new size applies from the next step.
+//!
+//! Units: every schedule here counts **per-device** examples (the planner multiplies
+//! by the ranks), except [`ScheduleSpec::Ramp`], which states the **global** batch
+//! directly (see [`crate::adapt::ramp`]).
 
+pub use crate::adapt::ramp::Ramp;
 use crate::error::{Error, Result};
 
 /// How `interval` changes the size.
@@ -44,6 +49,8 @@ pub enum ScheduleSpec {
     Steps(&'static [(usize, usize)]),
     /// A user function `(step, current) -> next`.
     Custom(ScheduleFn),
+    /// Megatron's global-batch ramp over examples consumed (global units).
+    Ramp(Ramp),
     /// Grow while the memory model predicts room (needs the memory model).
     Memory {
         /// Fraction of the baseline batch's peak memory that may be used.
@@ -81,6 +88,7 @@ impl PartialEq for ScheduleSpec {
                 },
             ) => (a, b, c) == (d, e, f),
             (Steps(a), Steps(b)) => a == b,
+            (Ramp(a), Ramp(b)) => a == b,
             // Two paths to one function may still compare unequal: fine for inspection.
             (Custom(a), Custom(b)) => std::ptr::fn_addr_eq(*a, *b),
             (
@@ -109,6 +117,11 @@ pub trait Schedule: Send {
     }
     /// The per-device size after step `step` (1-based), given the current size.
     fn next(&mut self, step: usize, current: usize) -> usize;
+    /// A schedule in global units: the ramp the planner takes the global batch
+    /// from, instead of `per_device × ranks`.
+    fn ramp(&self) -> Option<Ramp> {
+        None
+    }
 }
 
 impl Schedule for ScheduleSpec {
@@ -118,6 +131,13 @@ impl Schedule for ScheduleSpec {
             ScheduleSpec::Linear { from, .. } => from,
             ScheduleSpec::Steps(table) => step_table_size(table, 0).unwrap_or(configured),
             _ => configured,
+        }
+    }
+
+    fn ramp(&self) -> Option<Ramp> {
+        match *self {
+            ScheduleSpec::Ramp(r) => Some(r),
+            _ => None,
         }
     }
 
@@ -142,6 +162,8 @@ impl Schedule for ScheduleSpec {
             }
             ScheduleSpec::Steps(table) => step_table_size(table, step).unwrap_or(current),
             ScheduleSpec::Custom(f) => f(step, current),
+            // The planner takes the global batch from the ramp itself.
+            ScheduleSpec::Ramp(_) => current,
             // Without the memory model the size stays put; policies with this schedule
             // are refused by `TrainerPolicy::assert_supported`.
             ScheduleSpec::Memory { .. } => current,
@@ -234,6 +256,7 @@ pub fn validate_spec(spec: &ScheduleSpec) -> Result<()> {
             }
             Ok(())
         }
+        ScheduleSpec::Ramp(r) => r.validate(),
         ScheduleSpec::Memory {
             threshold,
             max_range,

@@ -20,6 +20,17 @@ pub struct TrainingArgs {
     /// Initial per-device batch size (the schedule may start elsewhere).
     #[arg(long, default_value_t = 8)]
     pub per_device_train_batch_size: usize,
+    /// Megatron-LM's batch-size ramp, in global units: `START INCR SAMPLES` grows
+    /// the global batch from START by INCR over SAMPLES examples consumed, up to
+    /// `--global-batch-size` (required with it). Overrides the trainer's schedule.
+    #[arg(long, num_args = 3, value_names = ["START", "INCR", "SAMPLES"])]
+    pub rampup_batch_size: Option<Vec<usize>>,
+    /// Global batch size (Megatron-LM): the examples of one optimisation step over
+    /// all ranks, split unevenly when it does not divide by them; the end of
+    /// `--rampup-batch-size`, or a constant global batch alone. Overrides the
+    /// trainer's schedule.
+    #[arg(long)]
+    pub global_batch_size: Option<usize>,
     /// Peak learning rate.
     #[arg(long, default_value_t = 5e-5)]
     pub learning_rate: f64,

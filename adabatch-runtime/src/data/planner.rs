@@ -3,6 +3,7 @@
 //! This is the whole batch-size logic of the engine without the model, so property
 //! tests can run it over many configurations.
 
+use crate::adapt::ramp::Ramp;
 use crate::adapt::schedule::{BatchLimits, Schedule};
 use crate::config::policy::GradAccum;
 use crate::data::length::LengthAwareEpoch;
@@ -86,6 +87,10 @@ pub struct PlannerState {
     pub min_batch: usize,
     /// Upper clamp in force (an OOM `halve` may have set it).
     pub max_batch: Option<usize>,
+    /// The global-batch ramp in force, if the schedule is in global units (its
+    /// position is `examples_seen`). A resumed run keeps the checkpoint's ramp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<Ramp>,
 }
 
 /// Yields each step's global batch, applying the schedule after every step.
@@ -104,6 +109,8 @@ pub struct StepPlanner<S> {
     drop_last: bool,
     accum: GradAccum,
     planned_epoch: Option<usize>,
+    /// A schedule in global units (see [`Schedule::ramp`]).
+    ramp: Option<Ramp>,
 }
 
 impl<S: Schedule> StepPlanner<S> {
@@ -118,14 +125,8 @@ impl<S: Schedule> StepPlanner<S> {
         units_world: usize,
         drop_last: bool,
     ) -> Result<Self> {
-        check_fits(
-            drop_last,
-            initial_per_device,
-            units_world,
-            sampler.num_examples(),
-            None,
-        )?;
-        Ok(Self {
+        let ramp = schedule.ramp();
+        let mut planner = Self {
             sampler,
             schedule,
             limits,
@@ -136,7 +137,51 @@ impl<S: Schedule> StepPlanner<S> {
             drop_last,
             accum: GradAccum::Fixed(1),
             planned_epoch: None,
-        })
+            ramp,
+        };
+        planner.check_fits(None)?;
+        Ok(planner)
+    }
+
+    /// With `drop_last`, the next global batch must fit in the dataset; a ramp's
+    /// per-device size follows its global batch.
+    fn check_fits(&mut self, after_step: Option<usize>) -> Result<()> {
+        if self.ramp.is_some() {
+            let global_batch = self.global_batch();
+            self.per_device = global_batch.div_ceil(self.units_world);
+            let examples = self.sampler.num_examples();
+            if self.drop_last && global_batch > examples {
+                return Err(Error::GlobalBatchTooLarge {
+                    global_batch,
+                    per_device: self.per_device,
+                    world_size: self.units_world,
+                    examples,
+                    after_step,
+                });
+            }
+            return Ok(());
+        }
+        check_fits(
+            self.drop_last,
+            self.per_device,
+            self.units_world,
+            self.sampler.num_examples(),
+            after_step,
+        )
+    }
+
+    /// The sizes of the next step's global micro-batches: `n` of `global_batch()`
+    /// each; under a ramp, the ramp's global batch split into `n` near-equal parts.
+    fn micro_sizes(&self) -> Vec<usize> {
+        let wanted = self.micro_batches_per_step();
+        let global = self.global_batch();
+        if self.ramp.is_none() {
+            return vec![global; wanted];
+        }
+        let parts = wanted.min(global).max(1);
+        (0..parts)
+            .map(|k| global / parts + usize::from(k < global % parts))
+            .collect()
     }
 
     /// Accumulates gradients over several global micro-batches per step. A step
@@ -188,10 +233,10 @@ impl<S: Schedule> StepPlanner<S> {
                 }
                 _ => {}
             }
-            let wanted = self.micro_batches_per_step();
-            let global = self.global_batch();
-            let micro: Vec<GlobalBatch> = std::iter::from_fn(|| self.sampler.next_global(global))
-                .take(wanted)
+            let sizes = self.micro_sizes();
+            let micro: Vec<GlobalBatch> = sizes
+                .iter()
+                .map_while(|&size| self.sampler.next_global(size))
                 .collect();
             if !micro.is_empty() {
                 self.step += 1;
@@ -207,15 +252,11 @@ impl<S: Schedule> StepPlanner<S> {
 
     /// Asks the schedule for the next size after the step just taken.
     pub fn finish_step(&mut self) -> Result<()> {
-        let raw = self.schedule.next(self.step, self.per_device);
-        self.per_device = self.limits.apply(self.step, raw)?;
-        check_fits(
-            self.drop_last,
-            self.per_device,
-            self.units_world,
-            self.sampler.num_examples(),
-            Some(self.step),
-        )
+        if self.ramp.is_none() {
+            let raw = self.schedule.next(self.step, self.per_device);
+            self.per_device = self.limits.apply(self.step, raw)?;
+        }
+        self.check_fits(Some(self.step))
     }
 
     /// Puts a step's examples back, to be drawn again (after an OOM).
@@ -230,6 +271,10 @@ impl<S: Schedule> StepPlanner<S> {
         if self.sampler.is_planned() {
             // Length-aware epochs: split the failed batch itself.
             return self.sampler.split_next_planned();
+        }
+        if self.ramp.is_some() {
+            // Halve the ramp's current size; the cap then bounds the ramp.
+            self.per_device = self.global_batch().div_ceil(self.units_world);
         }
         if self.per_device <= 1 {
             return false;
@@ -259,6 +304,7 @@ impl<S: Schedule> StepPlanner<S> {
             per_device: self.per_device,
             min_batch: self.limits.min,
             max_batch: self.limits.max,
+            ramp: self.ramp,
         }
     }
 
@@ -273,6 +319,9 @@ impl<S: Schedule> StepPlanner<S> {
             max: state.max_batch,
         };
         self.planned_epoch = None;
+        if state.ramp.is_some() {
+            self.ramp = state.ramp;
+        }
     }
 
     /// The clamps in force.
@@ -285,9 +334,23 @@ impl<S: Schedule> StepPlanner<S> {
         self.step
     }
     /// The next step's global (micro-)batch: the one place where a per-device size
-    /// becomes a global one.
+    /// becomes a global one. A schedule in global units (a ramp) gives the whole
+    /// step's global batch itself, from the examples consumed so far, capped by
+    /// `max_batch × ranks` (an OOM `halve` sets that cap).
     pub fn global_batch(&self) -> usize {
-        self.per_device.saturating_mul(self.units_world)
+        match self.ramp {
+            Some(ramp) => {
+                let global = ramp.global_batch(self.sampler.examples_seen());
+                self.limits.max.map_or(global, |max| {
+                    global.min(max.saturating_mul(self.units_world))
+                })
+            }
+            None => self.per_device.saturating_mul(self.units_world),
+        }
+    }
+    /// The global-batch ramp in force, if any.
+    pub fn ramp(&self) -> Option<Ramp> {
+        self.ramp
     }
     /// Per-device size of the next step.
     pub fn per_device(&self) -> usize {
@@ -316,6 +379,10 @@ impl<S: Schedule> StepPlanner<S> {
                 }
                 if !self.drop_last || self.sampler.is_planned() {
                     return false;
+                }
+                if self.ramp.is_some() {
+                    // The ramp's next size is known already: it follows the examples seen.
+                    return remaining < self.micro_sizes()[0];
                 }
                 // The size the schedule will pick next decides whether the rest is dropped.
                 let raw = self.schedule.clone().next(self.step, self.per_device);

@@ -1,6 +1,7 @@
 //! The settings of one run, checked once before any rank starts.
 
 use crate::adapt::lr::{LrSchedule, LrSchedulerType};
+use crate::adapt::ramp::Ramp;
 use crate::adapt::schedule::{validate_spec, BatchLimits, Schedule, ScheduleSpec};
 use crate::config::args::TrainingArgs;
 use crate::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
@@ -124,7 +125,23 @@ impl RunSettings {
         if let Some(reason) = policy.unsupported() {
             return Err(Error::UnsupportedPolicy { reason });
         }
-        validate_spec(&policy.schedule)?;
+        let schedule = run_schedule(policy, args)?;
+        validate_spec(&schedule)?;
+        let ramp = schedule.ramp();
+        if ramp.is_some() && matches!(policy.grad_accum, GradAccum::Target { .. }) {
+            return Err(Error::ConflictingSettings {
+                first: "a global-batch ramp",
+                second: "grad_accum = target(..)",
+                reason: "the ramp sets each step's global batch itself: use grad_accum = fixed(n) to split it into n micro-batches",
+            });
+        }
+        if ramp.is_some() && args.max_tokens_per_batch.is_some() {
+            return Err(Error::ConflictingSettings {
+                first: "a global-batch ramp",
+                second: "--max-tokens-per-batch",
+                reason: "both size the batches: choose one",
+            });
+        }
         let micro_batches = match policy.grad_accum {
             GradAccum::Fixed(0) | GradAccum::Target { global: 0 } => {
                 return Err(Error::InvalidSetting {
@@ -152,9 +169,11 @@ impl RunSettings {
         };
         let limits = BatchLimits::new(policy.min_batch, policy.max_batch)?;
         let drop_last = args.dataloader_drop_last.unwrap_or(policy.drop_last);
-        let initial_per_device =
-            limits.apply(0, policy.schedule.initial(args.per_device_train_batch_size))?;
-        let batching = length_batching(policy, args, initial_per_device, units_world)?;
+        let initial_per_device = match ramp {
+            Some(ramp) => ramp.start.div_ceil(units_world),
+            None => limits.apply(0, schedule.initial(args.per_device_train_batch_size))?,
+        };
+        let batching = length_batching(policy, &schedule, args, initial_per_device, units_world)?;
         if batching.is_some() && policy.grad_accum != GradAccum::Fixed(1) {
             return Err(Error::ConflictingSettings {
                 first: "length-aware batching",
@@ -163,7 +182,21 @@ impl RunSettings {
             });
         }
         let mut warnings = Vec::new();
-        if initial_per_device != args.per_device_train_batch_size {
+        if schedule != policy.schedule {
+            warnings.push(format!(
+                "the trainer's schedule is overridden by --global-batch-size / --rampup-batch-size: {}",
+                describe_ramp(ramp)
+            ));
+        }
+        if ramp.is_some() {
+            if initial_per_device != args.per_device_train_batch_size {
+                warnings.push(format!(
+                    "--per-device-train-batch-size {} is not used: the ramp sets the global batch ({} on the first step)",
+                    args.per_device_train_batch_size,
+                    ramp.map_or(0, |r| r.global_batch(0))
+                ));
+            }
+        } else if initial_per_device != args.per_device_train_batch_size {
             warnings.push(format!(
                 "--per-device-train-batch-size {} is overridden: the trainer's schedule (with its min_batch/max_batch) starts at {} per device",
                 args.per_device_train_batch_size, initial_per_device
@@ -184,7 +217,7 @@ impl RunSettings {
             seed,
             drop_last,
             shuffle: policy.shuffle,
-            schedule: policy.schedule,
+            schedule,
             limits,
             initial_per_device,
             length,
@@ -198,8 +231,11 @@ impl RunSettings {
                 warmup_examples: 0.0,
                 total_examples: (args.num_train_epochs.max(1) * num_examples) as f64,
                 scaling: policy.lr_scaling,
-                initial_global_batch: (initial_per_device * units_world * micro_batches)
-                    .min(num_examples),
+                initial_global_batch: match ramp {
+                    Some(ramp) => ramp.global_batch(0),
+                    None => initial_per_device * units_world * micro_batches,
+                }
+                .min(num_examples),
             },
             max_grad_norm: args.max_grad_norm,
             logging_steps: args.logging_steps,
@@ -304,16 +340,59 @@ impl RunSettings {
     }
 }
 
-/// Length-aware batching from the policy (`schedule = memory(..)`) or the run's
+/// The run's schedule: the trainer's, unless `--global-batch-size` (with or without
+/// `--rampup-batch-size`) replaces it with a global-batch ramp.
+fn run_schedule(policy: &TrainerPolicy, args: &TrainingArgs) -> Result<ScheduleSpec> {
+    match (&args.rampup_batch_size, args.global_batch_size) {
+        (None, None) => Ok(policy.schedule),
+        (None, Some(global)) => Ok(ScheduleSpec::Ramp(Ramp::constant(global))),
+        (Some(values), Some(global)) => match values.as_slice() {
+            &[start, increment, samples] => Ok(ScheduleSpec::Ramp(Ramp {
+                start,
+                increment,
+                samples,
+                global,
+            })),
+            other => Err(Error::InvalidSetting {
+                name: "rampup_batch_size",
+                value: format!("{other:?}"),
+                expected: "three values: START INCR SAMPLES",
+            }),
+        },
+        (Some(values), None) => Err(Error::InvalidSetting {
+            name: "rampup_batch_size",
+            value: values
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
+            expected: "together with --global-batch-size G (the size the ramp ends at)",
+        }),
+    }
+}
+
+fn describe_ramp(ramp: Option<Ramp>) -> String {
+    match ramp {
+        Some(r) if r.is_constant() => format!("a global batch of {}", r.global),
+        Some(r) => format!(
+            "ramp(start = {}, increment = {}, samples = {}, global = {})",
+            r.start, r.increment, r.samples, r.global
+        ),
+        None => "none".into(),
+    }
+}
+
+/// Length-aware batching from the schedule (`schedule = memory(..)`) or the run's
 /// `--max-tokens-per-batch`.
 fn length_batching(
     policy: &TrainerPolicy,
+    schedule: &ScheduleSpec,
     args: &TrainingArgs,
     initial_per_device: usize,
     world_size: usize,
 ) -> Result<Option<(LengthBatching, LengthOptions)>> {
     let baseline_size = initial_per_device * world_size;
-    let batching = match (policy.schedule, args.max_tokens_per_batch) {
+    let batching = match (*schedule, args.max_tokens_per_batch) {
         (ScheduleSpec::Memory { .. }, Some(_)) => {
             return Err(Error::ConflictingSettings {
                 first: "--max-tokens-per-batch",
