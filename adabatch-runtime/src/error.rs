@@ -278,7 +278,7 @@ pub enum Error {
     },
     /// The multi-node rendezvous failed.
     #[error(transparent)]
-    Rendezvous(#[from] crate::dist::rendezvous::RendezvousError),
+    Rendezvous(#[from] RendezvousError),
     /// A collective operation failed.
     #[error("communicator: {0}")]
     Comm(String),
@@ -323,3 +323,62 @@ fn step_note(after_step: Option<usize>) -> String {
 
 /// `Result` with the runtime's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a rendezvous failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RendezvousError {
+    /// Rank 0 waited `waited` and these ranks never arrived.
+    #[error("rendezvous timed out after {waited:?}: rank(s) {missing:?} of {world_size} did not arrive at {addr}")]
+    Timeout {
+        /// Ranks that did not connect.
+        missing: Vec<usize>,
+        /// World size expected.
+        world_size: usize,
+        /// The rendezvous address.
+        addr: String,
+        /// How long rank 0 waited.
+        waited: std::time::Duration,
+    },
+    /// A peer could not reach rank 0 before its deadline.
+    #[error(
+        "rank {rank}: rank 0 did not answer at {addr} within {waited:?} (last error: {last_error})"
+    )]
+    MasterUnreachable {
+        /// The rank reporting.
+        rank: usize,
+        /// The rendezvous address.
+        addr: String,
+        /// How long the peer tried.
+        waited: std::time::Duration,
+        /// The last connection or read error.
+        last_error: String,
+    },
+    /// Rank 0 gave up and told this peer why.
+    #[error("rank {rank}: rank 0 aborted the rendezvous: {message}")]
+    Aborted {
+        /// The rank reporting.
+        rank: usize,
+        /// Rank 0's message.
+        message: String,
+    },
+    /// A peer sent something that does not fit the group.
+    #[error("rendezvous protocol: {0}")]
+    Protocol(String),
+    /// The address could not be used.
+    #[error("rendezvous address {addr}: {detail}")]
+    Address {
+        /// The address.
+        addr: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// A torchrun variable is missing or malformed.
+    #[error("environment variable {var}: {detail}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong with it.
+        detail: String,
+    },
+}

@@ -16,6 +16,8 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+pub use crate::error::RendezvousError;
+
 const MAGIC: &[u8; 8] = b"ADBRDZV1";
 const STATUS_OK: u8 = 0;
 const STATUS_FAILED: u8 = 1;
@@ -24,65 +26,6 @@ const MAX_PAYLOAD: u32 = 1 << 16;
 /// How long a peer waits for rank 0's answer beyond its own deadline (rank 0
 /// answers within its deadline, which started at about the same time).
 const ANSWER_GRACE: Duration = Duration::from_secs(10);
-
-/// Why a rendezvous failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RendezvousError {
-    /// Rank 0 waited `waited` and these ranks never arrived.
-    #[error("rendezvous timed out after {waited:?}: rank(s) {missing:?} of {world_size} did not arrive at {addr}")]
-    Timeout {
-        /// Ranks that did not connect.
-        missing: Vec<usize>,
-        /// World size expected.
-        world_size: usize,
-        /// The rendezvous address.
-        addr: String,
-        /// How long rank 0 waited.
-        waited: Duration,
-    },
-    /// A peer could not reach rank 0 before its deadline.
-    #[error(
-        "rank {rank}: rank 0 did not answer at {addr} within {waited:?} (last error: {last_error})"
-    )]
-    MasterUnreachable {
-        /// The rank reporting.
-        rank: usize,
-        /// The rendezvous address.
-        addr: String,
-        /// How long the peer tried.
-        waited: Duration,
-        /// The last connection or read error.
-        last_error: String,
-    },
-    /// Rank 0 gave up and told this peer why.
-    #[error("rank {rank}: rank 0 aborted the rendezvous: {message}")]
-    Aborted {
-        /// The rank reporting.
-        rank: usize,
-        /// Rank 0's message.
-        message: String,
-    },
-    /// A peer sent something that does not fit the group.
-    #[error("rendezvous protocol: {0}")]
-    Protocol(String),
-    /// The address could not be used.
-    #[error("rendezvous address {addr}: {detail}")]
-    Address {
-        /// The address.
-        addr: String,
-        /// What went wrong.
-        detail: String,
-    },
-    /// A torchrun variable is missing or malformed.
-    #[error("environment variable {var}: {detail}")]
-    Env {
-        /// The variable.
-        var: &'static str,
-        /// What is wrong with it.
-        detail: String,
-    },
-}
 
 /// Where and how a process meets the others.
 #[derive(Debug, Clone, PartialEq, Eq)]
