@@ -117,6 +117,12 @@ pub enum Error {
         /// Items passed in.
         items: usize,
     },
+    /// The gradient noise scale was asked for without two small batches per step.
+    #[error("the gradient noise scale needs at least two small batches per step (each rank's share, or each micro-batch's), found {small_batches}: on one rank, accumulate at least 2 micro-batches (grad_accum = fixed(2)) or run on 2 or more ranks")]
+    NoiseScaleNeedsSmallBatches {
+        /// Small batches (smaller than the step's global batch) per step.
+        small_batches: usize,
+    },
     /// `reweight = token_count` and a global batch without tokens.
     #[error("step {step}: the global batch has no tokens to weigh the loss by")]
     NoTokens {

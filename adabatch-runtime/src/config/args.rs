@@ -25,6 +25,11 @@ pub struct TrainingArgs {
     /// `--global-batch-size` (required with it). Overrides the trainer's schedule.
     #[arg(long, num_args = 3, value_names = ["START", "INCR", "SAMPLES"])]
     pub rampup_batch_size: Option<Vec<usize>>,
+    /// Estimate the gradient noise scale B_simple = tr(Σ)/|G|² every step (from
+    /// each rank's or micro-batch's gradient and the all-reduced one) and log it as
+    /// `gradient_noise_scale`. Needs 2+ ranks or 2+ micro-batches per step.
+    #[arg(long)]
+    pub log_gradient_noise_scale: bool,
     /// Global batch size (Megatron-LM): the examples of one optimisation step over
     /// all ranks, split unevenly when it does not divide by them; the end of
     /// `--rampup-batch-size`, or a constant global batch alone. Overrides the

@@ -54,6 +54,10 @@ pub struct StepLog {
     /// Peak memory measured for rank 0's batch, bytes (on CPU the documented proxy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_memory: Option<u64>,
+    /// The gradient noise scale B_simple = tr(Σ)/|G|², from the bias-corrected
+    /// moving averages up to this step (`--log-gradient-noise-scale`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gradient_noise_scale: Option<f64>,
 }
 
 fn one() -> usize {

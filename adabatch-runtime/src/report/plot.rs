@@ -480,6 +480,7 @@ mod tests {
             oom_events: 0,
             predicted_memory: None,
             measured_memory: None,
+            gradient_noise_scale: None,
         }
     }
 

@@ -36,6 +36,9 @@ pub struct TrainerState {
     /// The online memory model's fit (memory-aware runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_fit: Option<[f64; 5]>,
+    /// The gradient noise scale estimator's moving averages, when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_scale: Option<crate::adapt::noise_scale::NoiseScaleEstimator>,
     /// The trainer's policy the run was written with (absent in older checkpoints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyRecord>,
@@ -276,6 +279,7 @@ pub(crate) fn save_checkpoint<S: Schedule>(
     optimizer: &impl TrainOptimizer,
     oom_events: usize,
     memory_fit: Option<[f64; 5]>,
+    noise_scale: Option<crate::adapt::noise_scale::NoiseScaleEstimator>,
     logger: Option<&Logger>,
 ) -> Result<()> {
     let state = TrainerState {
@@ -286,6 +290,7 @@ pub(crate) fn save_checkpoint<S: Schedule>(
         oom_events,
         policy: Some(PolicyRecord::of(settings)),
         memory_fit,
+        noise_scale,
     };
     let optimizer_state = optimizer.export_state(params)?;
     let dir = save(

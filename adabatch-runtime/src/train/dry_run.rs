@@ -259,6 +259,7 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
             oom_events: 0,
             predicted_memory: sampler.last_predicted(),
             measured_memory: None,
+            gradient_noise_scale: None,
         });
         per_device.push(size_now);
         planner.finish_step()?;

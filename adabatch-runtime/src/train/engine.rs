@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor, Var};
 
+use crate::adapt::noise_scale::NoiseScaleEstimator;
 use crate::config::policy::OomPolicy;
 use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex};
 use crate::data::planner::StepBatches;
@@ -199,6 +200,12 @@ where
         max_grad_norm: settings.max_grad_norm,
         faults: settings.faults.clone(),
         verify_update: true,
+        noise_scale: settings.noise_scale_beta.is_some(),
+    };
+    let mut noise_scale = match (settings.noise_scale_beta, resumed.as_ref()) {
+        (None, _) => None,
+        (Some(_), Some(state)) if state.noise_scale.is_some() => state.noise_scale,
+        (Some(beta), _) => Some(NoiseScaleEstimator::new(beta)?),
     };
     let length_index = settings.batching.map(|_| {
         LengthIndex::new(
@@ -253,7 +260,16 @@ where
         )?;
         let device_peak = peak.and_then(|p| p.finish().pool_peak);
         let (loss, grad_norm) = match outcome {
-            StepOutcome::Trained { loss, grad_norm } => (loss, grad_norm),
+            StepOutcome::Trained {
+                loss,
+                grad_norm,
+                noise,
+            } => {
+                if let (Some(estimator), Some((norm, trace))) = (noise_scale.as_mut(), noise) {
+                    estimator.observe(norm, trace);
+                }
+                (loss, grad_norm)
+            }
             StepOutcome::OutOfMemory { detail } => {
                 progress.oom_events += 1;
                 progress.oom_events_since_log += 1;
@@ -300,6 +316,7 @@ where
                 );
                 entry.predicted_memory = predicted_memory;
                 entry.measured_memory = measured_memory;
+                entry.gradient_noise_scale = noise_scale.and_then(|e| e.estimate());
                 logger.log(&entry)?;
             }
         }
@@ -312,6 +329,7 @@ where
                 &*trainer.parts().1,
                 progress.oom_events,
                 memory_mode.then(|| online.snapshot()),
+                noise_scale,
                 logger.as_deref(),
             )?;
         }
@@ -325,6 +343,7 @@ where
             &*trainer.parts().1,
             progress.oom_events,
             memory_mode.then(|| online.snapshot()),
+            noise_scale,
             logger.as_deref(),
         )?;
     }
@@ -381,6 +400,7 @@ fn step_log(
         oom_events: std::mem::take(&mut progress.oom_events_since_log),
         predicted_memory: None,
         measured_memory: None,
+        gradient_noise_scale: None,
     };
     progress.examples_since_log = 0;
     progress.last_log = Instant::now();

@@ -42,9 +42,14 @@ pub(crate) struct RunSettings {
     pub(crate) save_total_limit: Option<usize>,
     pub(crate) ignore_optimizer_state: bool,
     pub(crate) device: DeviceSpec,
+    /// The moving averages' factor of the gradient noise scale, when measured.
+    pub(crate) noise_scale_beta: Option<f64>,
     /// Said once at the start of the run (settings that another one overrides).
     pub(crate) warnings: Vec<String>,
 }
+
+/// Smoothing of the gradient noise scale's moving averages.
+pub(crate) const NOISE_SCALE_BETA: f64 = 0.95;
 
 /// `Ok` when `ok`, else the typed error naming the setting.
 fn require(
@@ -210,6 +215,18 @@ impl RunSettings {
             GradAccum::Target { .. } => micro_batches.div_ceil(initial_per_device * units_world),
             GradAccum::Fixed(_) => micro_batches,
         };
+        if args.log_gradient_noise_scale {
+            if policy.reweight != Reweight::SampleCount {
+                return Err(Error::ConflictingSettings {
+                    first: "--log-gradient-noise-scale",
+                    second: "reweight other than sample_count",
+                    reason: "the estimator needs each small batch's mean gradient",
+                });
+            }
+            if world_size == 1 && policy.grad_accum == GradAccum::Fixed(1) {
+                return Err(Error::NoiseScaleNeedsSmallBatches { small_batches: 1 });
+            }
+        }
         let mut settings = Self {
             num_examples,
             world_size,
@@ -247,6 +264,7 @@ impl RunSettings {
             save_total_limit: args.save_total_limit,
             ignore_optimizer_state: args.ignore_optimizer_state,
             device: DeviceSpec::parse(&args.device)?,
+            noise_scale_beta: args.log_gradient_noise_scale.then_some(NOISE_SCALE_BETA),
             warnings,
         };
         settings.set_lr_horizon(args)?;

@@ -8,6 +8,7 @@ use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::Optimizer;
 
+use crate::adapt::noise_scale::{NoiseScaleEstimator, SmallBatchSums};
 use crate::config::policy::Reweight;
 use crate::data::planner::StepBatches;
 use crate::dist::communicator::Communicator;
@@ -28,13 +29,21 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
     /// Check at the next update that the optimizer changes every parameter that
     /// has a gradient.
     pub verify_update: bool,
+    /// Measure the gradient noise scale: each small batch's (rank share of a
+    /// micro-batch) squared gradient norm, summed into the step's all-reduce.
+    pub noise_scale: bool,
 }
 
 /// How a step ended, the same on every rank.
 #[derive(Debug)]
 pub(crate) enum StepOutcome {
-    /// The update was applied.
-    Trained { loss: f64, grad_norm: Option<f64> },
+    /// The update was applied; `noise` is this step's (|G|², tr Σ) estimate when
+    /// the noise scale is measured and the step has two small batches.
+    Trained {
+        loss: f64,
+        grad_norm: Option<f64>,
+        noise: Option<(f64, f64)>,
+    },
     /// Some rank ran out of memory; nobody stepped.
     OutOfMemory { detail: String },
 }
@@ -45,6 +54,7 @@ struct LocalGrads {
     grads: Vec<Option<Tensor>>,
     loss: f64,
     tokens: f64,
+    small: SmallBatchSums,
 }
 
 /// Runs `f`, turning a panic into this rank's error.
@@ -106,7 +116,9 @@ where
         grads: vec![None; params.len()],
         loss: 0.0,
         tokens: 0.0,
+        small: SmallBatchSums::default(),
     };
+    let big = batches.global_size();
     let active_ranks = batches.local_sizes().iter().filter(|&&n| n > 0).count();
     for micro in &batches.micro {
         let indices = micro.local(rank);
@@ -114,6 +126,8 @@ where
             continue;
         }
         let chunk_len = indices.len().div_ceil(chunks);
+        // With the noise scale, this micro-batch's share is summed apart first.
+        let mut micro_grads = input.noise_scale.then(|| vec![None; params.len()]);
         for chunk in indices.chunks(chunk_len) {
             input.faults.check(step, rank, active_ranks, chunk.len())?;
             let batch = collate_chunk(input, chunk)?;
@@ -133,17 +147,34 @@ where
             };
             local.loss += share.to_dtype(DType::F64)?.to_scalar::<f64>()?;
             let grads = share.backward()?;
-            for (slot, (_, var)) in local.grads.iter_mut().zip(params) {
+            let target = micro_grads.as_mut().unwrap_or(&mut local.grads);
+            for (slot, (_, var)) in target.iter_mut().zip(params) {
                 if let Some(g) = grads.get(var.as_tensor()) {
-                    *slot = Some(match slot.take() {
-                        Some(acc) => (acc + g)?,
-                        None => g.clone(),
-                    });
+                    add_into(slot, g)?;
+                }
+            }
+        }
+        if let Some(micro_grads) = micro_grads {
+            // The share is (sum of losses) / B: its mean gradient is B / b times it.
+            let scale = known_weight / indices.len() as f64;
+            let norm = global_norm(&micro_grads)? * scale;
+            local.small.add(indices.len(), big, norm * norm);
+            for (slot, g) in local.grads.iter_mut().zip(micro_grads) {
+                if let Some(g) = g {
+                    add_into(slot, &g)?;
                 }
             }
         }
     }
     Ok(local)
+}
+
+fn add_into(slot: &mut Option<Tensor>, g: &Tensor) -> Result<()> {
+    *slot = Some(match slot.take() {
+        Some(acc) => (acc + g)?,
+        None => g.clone(),
+    });
+    Ok(())
 }
 
 /// One optimisation step on this rank. Every rank calls it with the same batches
@@ -190,9 +221,9 @@ where
             step,
         )
     });
-    let (grads, loss, tokens) = if world == 1 {
+    let (grads, loss, tokens, small) = if world == 1 {
         match local {
-            Ok(l) => (l.grads, l.loss, l.tokens),
+            Ok(l) => (l.grads, l.loss, l.tokens, l.small),
             Err(e) if is_out_of_memory(&e) => {
                 return Ok(StepOutcome::OutOfMemory {
                     detail: e.to_string(),
@@ -202,7 +233,7 @@ where
         }
     } else {
         match reduce(comm, params, local)? {
-            Reduced::Ok(grads, loss, tokens) => (grads, loss, tokens),
+            Reduced::Ok(grads, loss, tokens, small) => (grads, loss, tokens, small),
             Reduced::OutOfMemory(detail) => return Ok(StepOutcome::OutOfMemory { detail }),
         }
     };
@@ -222,10 +253,18 @@ where
         return Err(Error::NonFiniteLoss { step, loss });
     }
     let clipping = input.max_grad_norm > 0.0;
-    let grad_norm = if want_norm || clipping {
+    let grad_norm = if want_norm || clipping || input.noise_scale {
         Some(global_norm(&grads)?)
     } else {
         None
+    };
+    let noise = match grad_norm.filter(|_| input.noise_scale) {
+        Some(norm) => {
+            let sizes: Vec<usize> = batches.micro.iter().flat_map(|m| m.local_sizes()).collect();
+            NoiseScaleEstimator::step_estimates(&sizes, batches.global_size(), small, norm * norm)
+                .ok()
+        }
+        None => None,
     };
     if let (true, Some(norm)) = (clipping, grad_norm) {
         if norm > input.max_grad_norm {
@@ -255,11 +294,15 @@ where
         input.verify_update = false;
         check_updated(&before)?;
     }
-    Ok(StepOutcome::Trained { loss, grad_norm })
+    Ok(StepOutcome::Trained {
+        loss,
+        grad_norm,
+        noise,
+    })
 }
 
 enum Reduced {
-    Ok(Vec<Option<Tensor>>, f64, f64),
+    Ok(Vec<Option<Tensor>>, f64, f64, SmallBatchSums),
     OutOfMemory(String),
 }
 
@@ -271,7 +314,7 @@ fn reduce(
     local: Result<LocalGrads>,
 ) -> Result<Reduced> {
     let zeros = |var: &Var| var.as_tensor().zeros_like();
-    let (mut tensors, loss, tokens) = match &local {
+    let (mut tensors, loss, tokens, small) = match &local {
         Ok(l) => {
             let tensors = l
                 .grads
@@ -279,7 +322,7 @@ fn reduce(
                 .zip(params)
                 .map(|(g, (_, var))| g.as_ref().map_or_else(|| zeros(var), |g| Ok(g.clone())))
                 .collect::<candle_core::Result<Vec<_>>>()?;
-            (tensors, l.loss, l.tokens)
+            (tensors, l.loss, l.tokens, l.small)
         }
         Err(_) => (
             params
@@ -288,6 +331,7 @@ fn reduce(
                 .collect::<candle_core::Result<Vec<_>>>()?,
             0.0,
             0.0,
+            SmallBatchSums::default(),
         ),
     };
     let oom = matches!(&local, Err(e) if is_out_of_memory(e));
@@ -297,9 +341,11 @@ fn reduce(
         tokens,
         f64::from(u8::from(failed)),
         f64::from(u8::from(oom)),
+        small.trace,
+        small.norm,
     ];
     comm.all_reduce_sum(&mut tensors, &mut scalars)?;
-    let [loss, tokens, failed, oom] = scalars;
+    let [loss, tokens, failed, oom, trace, norm] = scalars;
     match local {
         Err(e) if !is_out_of_memory(&e) => Err(e),
         _ if failed > 0.0 => Err(Error::PeerFailed { rank: comm.rank() }),
@@ -311,6 +357,7 @@ fn reduce(
             tensors.into_iter().map(Some).collect(),
             loss,
             tokens,
+            SmallBatchSums { trace, norm },
         )),
     }
 }

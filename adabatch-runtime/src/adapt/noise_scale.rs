@@ -1,0 +1,172 @@
+//! The gradient noise scale B_simple = tr(Σ)/|G|² (McCandlish et al. 2018,
+//! "An Empirical Model of Large-Batch Training", appendix A), from the unbiased
+//! two-batch-size estimator.
+//!
+//! For a gradient averaged over `b` examples, E|G_b|² = |G|² + tr(Σ)/b. One step
+//! gives several *small* batches (each rank's share, or each micro-batch's) of sizes
+//! `b_k` with squared norms `S_k`, and the *big* batch (the all-reduced gradient of
+//! all `B` examples) with squared norm `S_B`. Each small batch gives unbiased
+//! estimates
+//!
+//! ```text
+//! |G|²_k  = (B·S_B − b_k·S_k) / (B − b_k)
+//! tr(Σ)_k = (S_k − S_B) / (1/b_k − 1/B)
+//! ```
+//!
+//! averaged over the small batches (for equal `b_k`, exactly the paper's formulas
+//! with |G_small|² the mean of the `S_k`). Each is smoothed as a bias-corrected
+//! exponential moving average, and B_simple is the ratio of the two averages (the
+//! ratio of noisy estimates is biased; the ratio of averages much less so).
+//!
+//! The small batches enter only through two sums, [`SmallBatchSums`], so every rank
+//! can add its own into the step's existing all-reduce.
+
+use crate::error::{Error, Result};
+
+/// The two sums over small batches the estimator needs from each step:
+/// `Σ_k S_k / (1/b_k − 1/B)` and `Σ_k b_k·S_k / (B − b_k)`. They add across ranks.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SmallBatchSums {
+    /// `Σ_k S_k / (1/b_k − 1/B)`.
+    pub trace: f64,
+    /// `Σ_k b_k·S_k / (B − b_k)`.
+    pub norm: f64,
+}
+
+impl SmallBatchSums {
+    /// Adds one small batch of `small` examples whose mean gradient has squared norm
+    /// `squared_norm`, out of a big batch of `big` examples. A small batch as big
+    /// as the big one carries no information and is left out.
+    pub fn add(&mut self, small: usize, big: usize, squared_norm: f64) {
+        if small == 0 || small >= big {
+            return;
+        }
+        let (b, bb) = (small as f64, big as f64);
+        self.trace += squared_norm / (1.0 / b - 1.0 / bb);
+        self.norm += b * squared_norm / (bb - b);
+    }
+}
+
+/// Estimator state: the two moving averages (a checkpoint stores it).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NoiseScaleEstimator {
+    /// Smoothing factor of the moving averages, in [0, 1).
+    pub beta: f64,
+    /// Biased moving average of |G|².
+    pub ema_norm: f64,
+    /// Biased moving average of tr(Σ).
+    pub ema_trace: f64,
+    /// Steps observed (for the bias correction).
+    pub steps: u64,
+}
+
+impl NoiseScaleEstimator {
+    /// A fresh estimator.
+    pub fn new(beta: f64) -> Result<Self> {
+        if !(0.0..1.0).contains(&beta) {
+            return Err(Error::InvalidSchedule {
+                schedule: "noise_scale",
+                reason: format!("beta = {beta} must be in [0, 1)"),
+            });
+        }
+        Ok(Self {
+            beta,
+            ema_norm: 0.0,
+            ema_trace: 0.0,
+            steps: 0,
+        })
+    }
+
+    /// The per-step estimates (|G|², tr Σ) from the small batches' `sizes` (every
+    /// one of the step), their `sums`, and the big batch of `big` examples whose
+    /// gradient has squared norm `big_squared_norm`.
+    ///
+    /// At least two small batches are needed: one rank without accumulation has
+    /// only the big batch, a typed error saying so.
+    pub fn step_estimates(
+        sizes: &[usize],
+        big: usize,
+        sums: SmallBatchSums,
+        big_squared_norm: f64,
+    ) -> Result<(f64, f64)> {
+        let used: Vec<f64> = sizes
+            .iter()
+            .filter(|&&b| b > 0 && b < big)
+            .map(|&b| b as f64)
+            .collect();
+        if used.len() < 2 {
+            return Err(Error::NoiseScaleNeedsSmallBatches {
+                small_batches: used.len(),
+            });
+        }
+        let bb = big as f64;
+        let k = used.len() as f64;
+        let trace_weight: f64 = used.iter().map(|b| 1.0 / (1.0 / b - 1.0 / bb)).sum();
+        let norm_weight: f64 = used.iter().map(|b| bb / (bb - b)).sum();
+        let trace = (sums.trace - big_squared_norm * trace_weight) / k;
+        let norm = (big_squared_norm * norm_weight - sums.norm) / k;
+        Ok((norm, trace))
+    }
+
+    /// Folds one step's estimates in; returns B_simple from the bias-corrected
+    /// averages (`None` while the |G|² average is not positive).
+    pub fn observe(&mut self, norm: f64, trace: f64) -> Option<f64> {
+        self.steps += 1;
+        self.ema_norm = self.beta * self.ema_norm + (1.0 - self.beta) * norm;
+        self.ema_trace = self.beta * self.ema_trace + (1.0 - self.beta) * trace;
+        self.estimate()
+    }
+
+    /// B_simple = tr(Σ)/|G|² from the bias-corrected averages.
+    pub fn estimate(&self) -> Option<f64> {
+        if self.steps == 0 {
+            return None;
+        }
+        // The same correction divides both averages: it cancels in the ratio, but
+        // the corrected values are the ones worth reading.
+        let correction = 1.0 - self.beta.powi(self.steps.min(i32::MAX as u64) as i32);
+        let norm = self.ema_norm / correction;
+        let trace = self.ema_trace / correction;
+        (norm > 0.0 && trace.is_finite()).then(|| trace / norm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Draws from the exact model E|G_b|² = g2 + tr/b with no noise: the estimator
+    /// must return g2 and tr exactly (up to rounding), for uneven sizes too.
+    #[test]
+    fn exact_on_noiseless_norms() {
+        let (g2, tr) = (0.25, 40.0);
+        let sizes = [3usize, 3, 2, 5];
+        let big: usize = sizes.iter().sum();
+        let mut sums = SmallBatchSums::default();
+        for &b in &sizes {
+            sums.add(b, big, g2 + tr / b as f64);
+        }
+        let (n, t) =
+            NoiseScaleEstimator::step_estimates(&sizes, big, sums, g2 + tr / big as f64).unwrap();
+        assert!((n - g2).abs() < 1e-12, "{n}");
+        assert!((t - tr).abs() < 1e-9, "{t}");
+        let mut e = NoiseScaleEstimator::new(0.9).unwrap();
+        let b = e.observe(n, t).unwrap();
+        assert!(
+            (b - tr / g2).abs() < 1e-6,
+            "bias-corrected from the first step: {b}"
+        );
+    }
+
+    #[test]
+    fn one_small_batch_is_a_typed_error() {
+        let err = NoiseScaleEstimator::step_estimates(&[8], 8, SmallBatchSums::default(), 1.0)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            Error::NoiseScaleNeedsSmallBatches { small_batches: 0 }
+        ));
+        assert!(err.to_string().contains("accumulate"), "{err}");
+        assert!(NoiseScaleEstimator::new(1.0).is_err());
+    }
+}

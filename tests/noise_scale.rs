@@ -1,0 +1,278 @@
+//! The gradient noise scale (`--log-gradient-noise-scale`) against its analytic
+//! value on linear regression.
+//!
+//! Model and data: weights `w = 0` (learning rate 0, so they stay there), true
+//! weights `t = 1/√D` in every coordinate (|t|² = 1), inputs `x ~ N(0, I_D)`,
+//! targets `y = t·x + S·ε` with `ε ~ N(0, 1)`, per-example loss `½(w·x − y)²`.
+//! The per-example gradient at `w = 0` is `g = −y·x`, so
+//!
+//! * `G = E[g] = −E[x xᵀ] t = −t`, hence `|G|² = 1`;
+//! * `E|g|² = E[(t·x)² |x|²] + S² E|x|² = (D + 2)|t|² + S²·D` (Gaussian fourth
+//!   moments: `E[(t·x)² x_i²] = |t|² + 2 t_i²`);
+//! * `tr(Σ) = E|g|² − |G|² = (D + 1) + S²·D`,
+//!
+//! so `B_simple = tr(Σ)/|G|² = (D + 1) + S²·D`: 17 for D = 8, S = 1.
+//!
+//! Tolerance. With K small batches of b examples per step and B = K·b, the trace
+//! estimate of one step has variance ≈ (2 tr(Σ²) + 4 b GᵀΣG)·κ / K / (1 − b/B)²,
+//! where Σ = (1 + S²) I + t tᵀ gives tr(Σ²) = 37 and GᵀΣG = 3, and κ ≈ 2 allows
+//! for the non-Gaussian `y·x`: for K = 6, b = 8 about 81, a standard deviation of
+//! 9 (of 17) per step; |G|² has about 0.9 (of 1) per step. Averaged over the last
+//! 1000 of 1500 steps (the moving averages' window is ~40 steps, so the average
+//! covers ~1000 steps' worth of estimates) the ratio's standard deviation is
+//! ≈ 17·√((9/17)² + 0.9²)/√1000 ≈ 0.6, 3.4 %; the test allows 15 % (over 4σ),
+//! and the finite data set (N = 20 000) moves the target by under 0.2 %.
+
+use adabatch::prelude::*;
+use adabatch::{GradAccum, StepLog, TrainerPolicy};
+use candle_core::{DType, Device, Tensor, Var};
+use rand::{Rng, SeedableRng};
+
+const D: usize = 8;
+const S: f64 = 1.0;
+
+#[derive(Clone)]
+struct Example {
+    x: Vec<f32>,
+    y: f32,
+}
+
+struct XY {
+    x: Tensor,
+    y: Tensor,
+}
+
+impl Batch for XY {
+    fn num_examples(&self) -> usize {
+        self.y.dims()[0]
+    }
+}
+
+fn collate(items: &[Example], device: &Device) -> candle_core::Result<XY> {
+    let x: Vec<f32> = items.iter().flat_map(|e| e.x.iter().copied()).collect();
+    Ok(XY {
+        x: Tensor::from_vec(x, (items.len(), D), device)?,
+        y: Tensor::new(items.iter().map(|e| e.y).collect::<Vec<_>>(), device)?,
+    })
+}
+
+struct Linear {
+    w: Var,
+}
+
+impl TrainModel for Linear {
+    type Batch = XY;
+    fn per_example_loss(&self, batch: &XY) -> candle_core::Result<Tensor> {
+        let pred = batch
+            .x
+            .matmul(&self.w.as_tensor().unsqueeze(1)?)?
+            .squeeze(1)?;
+        (pred - &batch.y)?.sqr()? * 0.5
+    }
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        vec![("w".into(), self.w.clone())]
+    }
+}
+
+struct Trainer {
+    model: Linear,
+    opt: candle_nn::SGD,
+}
+
+impl AdaptiveTrainer for Trainer {
+    type Model = Linear;
+    type Optimizer = candle_nn::SGD;
+    const POLICY: TrainerPolicy = TrainerPolicy {
+        grad_accum: GradAccum::Fixed(2),
+        ..TrainerPolicy::DEFAULT
+    };
+    fn parts(&mut self) -> (&mut Linear, &mut candle_nn::SGD) {
+        (&mut self.model, &mut self.opt)
+    }
+}
+
+fn normal(rng: &mut impl Rng) -> f64 {
+    // Box–Muller.
+    let u: f64 = rng.random_range(f64::MIN_POSITIVE..1.0);
+    let v: f64 = rng.random::<f64>();
+    (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+}
+
+fn data(n: usize) -> Vec<Example> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let t = 1.0 / (D as f64).sqrt();
+    (0..n)
+        .map(|_| {
+            let x: Vec<f64> = (0..D).map(|_| normal(&mut rng)).collect();
+            let y = t * x.iter().sum::<f64>() + S * normal(&mut rng);
+            Example {
+                x: x.into_iter().map(|v| v as f32).collect(),
+                y: y as f32,
+            }
+        })
+        .collect()
+}
+
+fn run(args: &TrainingArgs, data: &[Example]) -> adabatch::Result<Vec<StepLog>> {
+    run_with(args, data, |model, opt| Trainer { model, opt })
+}
+
+fn run_with<T: AdaptiveTrainer<Model = Linear, Optimizer = candle_nn::SGD> + Send>(
+    args: &TrainingArgs,
+    data: &[Example],
+    wrap: fn(Linear, candle_nn::SGD) -> T,
+) -> adabatch::Result<Vec<StepLog>> {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let log = std::env::temp_dir().join(format!(
+        "adabatch-noise-scale-{}-{}.jsonl",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let args = TrainingArgs {
+        log_jsonl: Some(log.clone()),
+        ..args.clone()
+    };
+    adabatch::launch(data, &collate, &args, |ctx: &RankContext| {
+        let w = Var::zeros(D, DType::F32, ctx.device())?;
+        let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
+        Ok(wrap(Linear { w }, opt))
+    })?;
+    let logs = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains(r#""event":"resume""#))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let _ = std::fs::remove_file(&log);
+    Ok(logs)
+}
+
+fn args(ranks: usize, per_device: usize, steps: usize) -> TrainingArgs {
+    TrainingArgs {
+        nproc_per_node: ranks,
+        per_device_train_batch_size: per_device,
+        max_steps: Some(steps),
+        learning_rate: 0.0,
+        log_gradient_noise_scale: true,
+        quiet: true,
+        seed: Some(1),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn matches_the_analytic_value_on_linear_regression() {
+    let expected = (D as f64 + 1.0) + S * S * D as f64;
+    let data = data(20_000);
+    // 3 ranks × 2 micro-batches of 8 per rank: 6 small batches of 8, B = 48.
+    let logs = run(&args(3, 8, 1500), &data).unwrap();
+    assert_eq!(logs.len(), 1500);
+    assert!(logs.iter().all(|l| l.gradient_noise_scale.is_some()));
+    let tail: Vec<f64> = logs[500..]
+        .iter()
+        .map(|l| l.gradient_noise_scale.unwrap())
+        .collect();
+    let mean = tail.iter().sum::<f64>() / tail.len() as f64;
+    eprintln!("B_simple {mean:.3}, analytic {expected}");
+    assert!(
+        (mean - expected).abs() < 0.15 * expected,
+        "B_simple {mean}, analytic {expected}"
+    );
+}
+
+/// Two ranks without accumulation: the two ranks' shares are the small batches
+/// (K = 2, b = 16: about 33 per step on the trace, 3.8 % over 2500 steps).
+#[test]
+fn two_ranks_without_accumulation() {
+    let expected = (D as f64 + 1.0) + S * S * D as f64;
+    let logs = run_with(&args(2, 16, 3000), &data(20_000), |model, opt| Single {
+        model,
+        opt,
+    })
+    .unwrap();
+    let tail: Vec<f64> = logs[500..]
+        .iter()
+        .map(|l| l.gradient_noise_scale.unwrap())
+        .collect();
+    let mean = tail.iter().sum::<f64>() / tail.len() as f64;
+    eprintln!("B_simple {mean:.3} on 2 ranks, analytic {expected}");
+    assert!(
+        (mean - expected).abs() < 0.15 * expected,
+        "B_simple {mean}, analytic {expected}"
+    );
+}
+
+#[test]
+fn one_rank_without_accumulation_is_a_typed_error() {
+    let data = data(64);
+    // One rank and two micro-batches works ...
+    let logs = run(&args(1, 4, 3), &data).unwrap();
+    assert!(logs.iter().all(|l| l.gradient_noise_scale.is_some()));
+    // ... a policy with one micro-batch on one rank does not.
+    let err = adabatch::launch(&data, &collate, &args(1, 4, 3), |ctx: &RankContext| {
+        let w = Var::zeros(D, DType::F32, ctx.device())?;
+        let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
+        Ok(Single {
+            model: Linear { w },
+            opt,
+        })
+    })
+    .err()
+    .expect("refused");
+    assert!(
+        matches!(err, adabatch::Error::NoiseScaleNeedsSmallBatches { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("accumulate at least 2"), "{err}");
+}
+
+struct Single {
+    model: Linear,
+    opt: candle_nn::SGD,
+}
+
+impl AdaptiveTrainer for Single {
+    type Model = Linear;
+    type Optimizer = candle_nn::SGD;
+    const POLICY: TrainerPolicy = TrainerPolicy::DEFAULT;
+    fn parts(&mut self) -> (&mut Linear, &mut candle_nn::SGD) {
+        (&mut self.model, &mut self.opt)
+    }
+}
+
+/// The estimator's moving averages travel in the checkpoint: a resumed run logs
+/// the same noise scale as the uninterrupted one.
+#[test]
+fn resume_keeps_the_estimator() {
+    let data = data(2_000);
+    let out =
+        std::env::temp_dir().join(format!("adabatch-noise-scale-ckpt-{}", std::process::id()));
+    let straight = run(&args(3, 4, 20), &data).unwrap();
+    let first = TrainingArgs {
+        max_steps: Some(10),
+        save_steps: 10,
+        output_dir: out.clone(),
+        ..args(3, 4, 20)
+    };
+    run(&first, &data).unwrap();
+    let second = TrainingArgs {
+        output_dir: out.clone(),
+        resume_from_checkpoint: Some("latest".into()),
+        ..args(3, 4, 20)
+    };
+    let resumed: Vec<StepLog> = run(&second, &data)
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.step > 10)
+        .collect();
+    assert_eq!(resumed.len(), 10);
+    for (r, s) in resumed.iter().zip(&straight[10..]) {
+        assert_eq!(r.step, s.step);
+        assert_eq!(
+            r.gradient_noise_scale, s.gradient_noise_scale,
+            "step {}",
+            r.step
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
