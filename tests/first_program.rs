@@ -1,0 +1,187 @@
+//! What a user's first program relies on: the trained model comes back from
+//! `launch` and `train`, training nothing is refused, and conflicts are loud
+//! (a checkpoint of another policy is refused; a resumed log is continued, marked).
+
+mod common;
+
+use adabatch::optim::Sgd;
+use adabatch::prelude::*;
+use adabatch::{Error, Growth, ScheduleSpec, TrainerPolicy};
+use candle_core::{DType, Device, Var};
+use common::*;
+
+hand_trainer!(SgdTrainer, Sgd, TrainerPolicy::DEFAULT);
+hand_trainer!(
+    CappedTrainer,
+    Sgd,
+    TrainerPolicy {
+        schedule: ScheduleSpec::Interval {
+            every: 1,
+            growth: Growth::Add(1)
+        },
+        max_batch: Some(3),
+        ..TrainerPolicy::DEFAULT
+    }
+);
+hand_trainer!(
+    UncappedTrainer,
+    Sgd,
+    TrainerPolicy {
+        schedule: ScheduleSpec::Interval {
+            every: 1,
+            growth: Growth::Add(1)
+        },
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
+fn values(params: &[(String, Var)]) -> Vec<Vec<f32>> {
+    params
+        .iter()
+        .map(|(_, v)| {
+            v.as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// `launch` returns rank 0's trained trainer on 1 and 2 ranks: its weights are the
+/// last checkpoint's, and `train(&mut trainer)` leaves the trained weights in place.
+#[test]
+fn the_trained_model_comes_back() {
+    for world in [1, 2] {
+        let out = temp_log("first-program").with_extension("");
+        let mut a = args(world, 2, 2);
+        a.save_steps = 1000; // only the final checkpoint
+        a.output_dir = out.clone();
+        let mut trained = adabatch::launch(&dataset(24, 3), &collate, &a, |ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = Sgd::new(model.params.all_vars(), 0.05);
+            Ok(SgdTrainer { model, opt })
+        })
+        .unwrap();
+        let params = trained.trainer.parts().0.named_parameters();
+        let checkpoint = adabatch::train::checkpoint::latest(&out).unwrap();
+        let saved =
+            candle_core::safetensors::load(checkpoint.join("model.safetensors"), &Device::Cpu)
+                .unwrap();
+        for (name, var) in &params {
+            let from_file = saved[name].flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let in_memory = var
+                .as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            assert_eq!(from_file, in_memory, "{world} rank(s): `{name}`");
+        }
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    // One rank: the same trainer, trained in place, differs from its initial weights.
+    let model = Regression::new(adabatch::Parameters::new(3), &Device::Cpu).unwrap();
+    let before = values(&model.named_parameters());
+    let opt = Sgd::new(model.params.all_vars(), 0.05);
+    let mut trainer = SgdTrainer { model, opt };
+    adabatch::train(&mut trainer, &dataset(24, 3), &collate, &args(1, 2, 1)).unwrap();
+    assert_ne!(values(&trainer.model.named_parameters()), before);
+}
+
+/// An optimizer holding none of the model's variables is refused at the first
+/// update, and one holding only some of them names the others.
+#[test]
+fn training_nothing_is_refused() {
+    let data = dataset(12, 1);
+    let err = adabatch::launch(&data, &collate, &args(2, 2, 1), |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let stranger = Var::zeros(3, DType::F32, ctx.device())?;
+        Ok(SgdTrainer {
+            model,
+            opt: Sgd::new(vec![stranger], 0.1),
+        })
+    })
+    .unwrap_err();
+    assert!(
+        matches!(err, Error::OptimizerUpdatesNothing { parameters: 2 }),
+        "{err}"
+    );
+    let err = adabatch::launch(&data, &collate, &args(1, 2, 1), |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let weight_only: Vec<Var> = model
+            .named_parameters()
+            .into_iter()
+            .filter(|(name, _)| name.ends_with("weight"))
+            .map(|(_, v)| v)
+            .collect();
+        Ok(SgdTrainer {
+            model,
+            opt: Sgd::new(weight_only, 0.1),
+        })
+    })
+    .unwrap_err();
+    match err {
+        Error::ParametersNotUpdated { names } => assert_eq!(names, vec!["linear.bias"]),
+        other => panic!("expected ParametersNotUpdated, got {other}"),
+    }
+}
+
+/// A checkpoint written without `max_batch` does not silently run a trainer with
+/// `max_batch = 3` (or the other way): the resume names the key.
+#[test]
+fn a_checkpoint_of_another_policy_is_refused() {
+    let out = temp_log("first-program-policy").with_extension("");
+    let mut a = args(1, 1, 1);
+    a.max_steps = Some(2);
+    a.save_steps = 2;
+    a.output_dir = out.clone();
+    adabatch::launch(&dataset(20, 2), &collate, &a, |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = Sgd::new(model.params.all_vars(), 0.05);
+        Ok(UncappedTrainer { model, opt })
+    })
+    .unwrap();
+    a.max_steps = Some(4);
+    a.resume_from_checkpoint = Some(out.join("checkpoint-2"));
+    let err = adabatch::launch(&dataset(20, 2), &collate, &a, |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = Sgd::new(model.params.all_vars(), 0.05);
+        Ok(CappedTrainer { model, opt })
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::CheckpointMismatch { what, .. } if what == "policy key `max_batch`"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A resumed run appends to its JSONL log after a resume mark, instead of
+/// truncating it.
+#[test]
+fn a_resumed_log_is_continued_and_marked() {
+    let out = temp_log("first-program-log").with_extension("");
+    let log = temp_log("first-program-jsonl");
+    let mut a = args(1, 1, 1);
+    a.max_steps = Some(3);
+    a.save_steps = 3;
+    a.output_dir = out.clone();
+    a.log_jsonl = Some(log.clone());
+    let build = |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = Sgd::new(model.params.all_vars(), 0.05);
+        Ok(SgdTrainer { model, opt })
+    };
+    adabatch::launch(&dataset(20, 2), &collate, &a, build).unwrap();
+    a.max_steps = Some(5);
+    a.resume_from_checkpoint = Some("latest".into());
+    adabatch::launch(&dataset(20, 2), &collate, &a, build).unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3 + 1 + 2, "{text}");
+    assert!(lines[3].contains(r#""event":"resume""#) && lines[3].contains(r#""step":3"#));
+    let steps: Vec<usize> = read_log(&log).iter().map(|l| l.step).collect();
+    assert_eq!(steps, vec![1, 2, 3, 4, 5]);
+    let _ = std::fs::remove_dir_all(&out);
+}
