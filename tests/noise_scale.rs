@@ -209,16 +209,17 @@ fn one_rank_without_accumulation_is_a_typed_error() {
     let logs = run(&args(1, 4, 3), &data).unwrap();
     assert!(logs.iter().all(|l| l.gradient_noise_scale.is_some()));
     // ... a policy with one micro-batch on one rank does not.
-    let err = adabatch::launch(&data, &collate, &args(1, 4, 3), |ctx: &RankContext| {
+    let result = adabatch::launch(&data, &collate, &args(1, 4, 3), |ctx: &RankContext| {
         let w = Var::zeros(D, DType::F32, ctx.device())?;
         let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
         Ok(Single {
             model: Linear { w },
             opt,
         })
-    })
-    .err()
-    .expect("refused");
+    });
+    let Err(err) = result else {
+        panic!("one rank without accumulation must be refused")
+    };
     assert!(
         matches!(err, adabatch::Error::NoiseScaleNeedsSmallBatches { .. }),
         "{err}"
@@ -273,6 +274,81 @@ fn resume_keeps_the_estimator() {
             "step {}",
             r.step
         );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+struct Adaptive {
+    model: Linear,
+    opt: candle_nn::SGD,
+}
+
+impl AdaptiveTrainer for Adaptive {
+    type Model = Linear;
+    type Optimizer = candle_nn::SGD;
+    const POLICY: TrainerPolicy = TrainerPolicy {
+        schedule: adabatch::ScheduleSpec::NoiseScale {
+            fraction: 2.0,
+            min: 12,
+            max: 60,
+        },
+        grad_accum: GradAccum::Fixed(2),
+        ..TrainerPolicy::DEFAULT
+    };
+    fn parts(&mut self) -> (&mut Linear, &mut candle_nn::SGD) {
+        (&mut self.model, &mut self.opt)
+    }
+}
+
+/// `schedule = noise_scale(fraction, min, max)`: each step's global batch is the
+/// fraction of the previous step's estimate, rounded and clamped; the first is
+/// `min`. A resumed run continues with the same sizes and estimates.
+#[test]
+fn noise_scale_schedule_sizes_the_next_global_batch() {
+    let data = data(20_000);
+    let plain = TrainingArgs {
+        log_gradient_noise_scale: false,
+        ..args(3, 4, 120)
+    };
+    let logs = run_with(&plain, &data, |model, opt| Adaptive { model, opt }).unwrap();
+    assert_eq!(logs[0].global_batch, 12);
+    for w in logs.windows(2) {
+        // No estimate while the |G|² average is not positive: the size stays.
+        let want = w[0].gradient_noise_scale.map_or(w[0].global_batch, |b| {
+            (2.0 * b).round().clamp(12.0, 60.0) as usize
+        });
+        assert_eq!(w[1].global_batch, want, "step {}", w[1].step);
+        assert_eq!(w[1].micro_batches, 2);
+    }
+    // Around 2 × 17 once the estimate settles.
+    let late = logs[60..].iter().map(|l| l.global_batch).sum::<usize>() as f64 / 60.0;
+    assert!((late - 34.0).abs() < 8.0, "{late}");
+
+    let out = std::env::temp_dir().join(format!(
+        "adabatch-noise-scale-schedule-{}",
+        std::process::id()
+    ));
+    let first = TrainingArgs {
+        max_steps: Some(50),
+        save_steps: 50,
+        output_dir: out.clone(),
+        ..plain.clone()
+    };
+    run_with(&first, &data, |model, opt| Adaptive { model, opt }).unwrap();
+    let second = TrainingArgs {
+        output_dir: out.clone(),
+        resume_from_checkpoint: Some("latest".into()),
+        ..plain.clone()
+    };
+    let resumed: Vec<StepLog> = run_with(&second, &data, |model, opt| Adaptive { model, opt })
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.step > 50)
+        .collect();
+    assert_eq!(resumed.len(), 70);
+    for (r, s) in resumed.iter().zip(&logs[50..]) {
+        assert_eq!((r.step, r.global_batch), (s.step, s.global_batch));
+        assert_eq!(r.gradient_noise_scale, s.gradient_noise_scale);
     }
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -279,6 +279,11 @@ fn schedule(p: &TokenStream, s: &Schedule) -> TokenStream {
             quote!(#spec::Steps(&[#(#pairs),*]))
         }
         Schedule::Custom(_) => quote!(#spec::Custom(__ADABATCH_SCHEDULE_FN)),
+        Schedule::NoiseScale { fraction, min, max } => {
+            let f = Literal::f64_unsuffixed(*fraction);
+            let (a, b) = (int(*min), int(*max));
+            quote!(#spec::NoiseScale { fraction: #f, min: #a, max: #b })
+        }
         Schedule::Ramp {
             start,
             increment,

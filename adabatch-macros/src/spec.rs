@@ -140,6 +140,15 @@ pub enum Schedule {
         /// Global batch after the ramp.
         global: usize,
     },
+    /// `noise_scale(fraction = f, min = a, max = b)` (global units)
+    NoiseScale {
+        /// Fraction of the estimated noise scale.
+        fraction: f64,
+        /// Smallest (and first) global batch.
+        min: usize,
+        /// Largest global batch.
+        max: usize,
+    },
     /// `memory(threshold = x, max_range = y)`
     Memory {
         /// Fraction of the baseline's peak memory.

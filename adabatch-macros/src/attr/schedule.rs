@@ -1,5 +1,5 @@
 //! `schedule = ...`: the forms `constant`, `interval`, `linear`, `steps`, `custom`,
-//! `memory`, `ramp`, their arguments' syntax and shape.
+//! `memory`, `ramp`, `noise_scale`, their arguments' syntax and shape.
 //!
 //! The simple literal cases of the value rules (`constant(0)`, `interval(0, ..)`,
 //! `*1`, ...) are reported here on the offending token; the runtime's
@@ -16,11 +16,18 @@ use crate::spec::{Growth, Schedule};
 
 /// The schedule kinds.
 pub const SCHEDULES: &[&str] = &[
-    "constant", "interval", "linear", "steps", "custom", "memory", "ramp",
+    "constant",
+    "interval",
+    "linear",
+    "steps",
+    "custom",
+    "memory",
+    "ramp",
+    "noise_scale",
 ];
 
 /// Every form, for "expected one of".
-const SCHEDULE_FORMS: &str = "expected one of `constant`, `constant(n)`, `interval(every, +k)`, `interval(every, -k)`, `interval(every, *k)`, `linear(from, to, over = n)`, `steps(0 => 8, 100 => 16)`, `custom(path::to::fn)`, `memory(threshold = 0.9, max_range = 2.0)`, `ramp(start = 16, increment = 16, samples = 10000, global = 256)`";
+const SCHEDULE_FORMS: &str = "expected one of `constant`, `constant(n)`, `interval(every, +k)`, `interval(every, -k)`, `interval(every, *k)`, `linear(from, to, over = n)`, `steps(0 => 8, 100 => 16)`, `custom(path::to::fn)`, `memory(threshold = 0.9, max_range = 2.0)`, `ramp(start = 16, increment = 16, samples = 10000, global = 256)`, `noise_scale(fraction = 1.0, min = 32, max = 4096)`";
 
 /// Reads `schedule = ...`.
 pub fn schedule(value: &Value, cx: &mut Ctxt) -> Option<Schedule> {
@@ -31,12 +38,13 @@ pub fn schedule(value: &Value, cx: &mut Ctxt) -> Option<Schedule> {
                 threshold: 0.9,
                 max_range: 2.0,
             }),
-            Some(name @ ("interval" | "linear" | "steps" | "custom" | "ramp")) => {
+            Some(name @ ("interval" | "linear" | "steps" | "custom" | "ramp" | "noise_scale")) => {
                 let form = match name {
                     "interval" => "interval(every, +k)",
                     "linear" => "linear(from, to, over = n)",
                     "steps" => "steps(0 => 8, 100 => 16)",
                     "ramp" => RAMP_FORM,
+                    "noise_scale" => "noise_scale(fraction = 1.0, min = 32, max = 4096)",
                     _ => "custom(path::to::fn)",
                 };
                 cx.on(p, format!("`{name}` needs arguments: `{form}`"));
@@ -71,6 +79,7 @@ pub fn schedule(value: &Value, cx: &mut Ctxt) -> Option<Schedule> {
                 "custom" => custom(call, cx),
                 "memory" => memory(call, cx),
                 "ramp" => ramp(call, cx),
+                "noise_scale" => noise_scale(call, cx),
                 _ => {
                     let msg = if call.name.get_ident().is_some() {
                         unknown("schedule", &name, SCHEDULES)
@@ -427,6 +436,55 @@ fn ramp(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
         samples,
         global,
     })
+}
+
+/// `noise_scale(fraction = f, min = a, max = b)`: the next global batch is `f`
+/// (default 1.0) times the estimated gradient noise scale, clamped to `[a, b]`.
+fn noise_scale(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
+    const FORM: &str = "noise_scale(fraction = 1.0, min = 32, max = 4096)";
+    let named = named_args(call, &["fraction", "min", "max"], cx)?;
+    let fraction = match named.get("fraction") {
+        None => Some(1.0),
+        Some(v) => float("fraction", v, cx).and_then(|f| {
+            if f.is_finite() && f > 0.0 {
+                Some(f)
+            } else {
+                cx.on(
+                    *v,
+                    format!("`noise_scale`: `fraction = {f}` must be positive"),
+                );
+                None
+            }
+        }),
+    };
+    let bound = |name: &str, cx: &mut Ctxt| match named.get(name) {
+        None => {
+            cx.at(
+                call.paren.span.join(),
+                format!("`noise_scale` needs `{name}`: `{FORM}`"),
+            );
+            None
+        }
+        Some(v) => {
+            let n = int::<usize>(name, v, cx)?;
+            if n == 0 {
+                cx.on(*v, format!("`noise_scale`: `{name}` must be at least 1"));
+                return None;
+            }
+            Some(n)
+        }
+    };
+    let min = bound("min", cx);
+    let max = bound("max", cx);
+    let (fraction, min, max) = (fraction?, min?, max?);
+    if max < min {
+        cx.on(
+            named["max"],
+            format!("`noise_scale`: `max = {max}` is smaller than `min = {min}`"),
+        );
+        return None;
+    }
+    Some(Schedule::NoiseScale { fraction, min, max })
 }
 
 /// A `linear` argument: an integer of at least 1.

@@ -51,6 +51,16 @@ pub enum ScheduleSpec {
     Custom(ScheduleFn),
     /// Megatron's global-batch ramp over examples consumed (global units).
     Ramp(Ramp),
+    /// The next global batch is `fraction` times the gradient noise scale
+    /// B_simple, clamped to `[min, max]` (global units; starts at `min`).
+    NoiseScale {
+        /// Fraction of the estimated B_simple.
+        fraction: f64,
+        /// Smallest global batch, and the first one.
+        min: usize,
+        /// Largest global batch.
+        max: usize,
+    },
     /// Grow while the memory model predicts room (needs the memory model).
     Memory {
         /// Fraction of the baseline batch's peak memory that may be used.
@@ -89,6 +99,18 @@ impl PartialEq for ScheduleSpec {
             ) => (a, b, c) == (d, e, f),
             (Steps(a), Steps(b)) => a == b,
             (Ramp(a), Ramp(b)) => a == b,
+            (
+                NoiseScale {
+                    fraction: a,
+                    min: b,
+                    max: c,
+                },
+                NoiseScale {
+                    fraction: d,
+                    min: e,
+                    max: f,
+                },
+            ) => (a, b, c) == (d, e, f),
             // Two paths to one function may still compare unequal: fine for inspection.
             (Custom(a), Custom(b)) => std::ptr::fn_addr_eq(*a, *b),
             (
@@ -164,6 +186,8 @@ impl Schedule for ScheduleSpec {
             ScheduleSpec::Custom(f) => f(step, current),
             // The planner takes the global batch from the ramp itself.
             ScheduleSpec::Ramp(_) => current,
+            // The engine sets the global batch from the estimate.
+            ScheduleSpec::NoiseScale { .. } => current,
             // Without the memory model the size stays put; policies with this schedule
             // are refused by `TrainerPolicy::assert_supported`.
             ScheduleSpec::Memory { .. } => current,
@@ -257,6 +281,21 @@ pub fn validate_spec(spec: &ScheduleSpec) -> Result<()> {
             Ok(())
         }
         ScheduleSpec::Ramp(r) => r.validate(),
+        ScheduleSpec::NoiseScale { fraction, min, max } => {
+            if !(fraction.is_finite() && fraction > 0.0) {
+                return bad(
+                    "noise_scale",
+                    format!("fraction {fraction} must be positive"),
+                );
+            }
+            if min == 0 || max < min {
+                return bad(
+                    "noise_scale",
+                    format!("min = {min}, max = {max}: need 1 <= min <= max"),
+                );
+            }
+            Ok(())
+        }
         ScheduleSpec::Memory {
             threshold,
             max_range,

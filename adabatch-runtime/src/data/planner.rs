@@ -91,6 +91,9 @@ pub struct PlannerState {
     /// position is `examples_seen`). A resumed run keeps the checkpoint's ramp.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp: Option<Ramp>,
+    /// The next global batch, when the engine sets it (`noise_scale`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_global: Option<usize>,
 }
 
 /// Yields each step's global batch, applying the schedule after every step.
@@ -111,6 +114,8 @@ pub struct StepPlanner<S> {
     planned_epoch: Option<usize>,
     /// A schedule in global units (see [`Schedule::ramp`]).
     ramp: Option<Ramp>,
+    /// A global batch set from outside (see [`StepPlanner::set_global_batch`]).
+    set_global: Option<usize>,
 }
 
 impl<S: Schedule> StepPlanner<S> {
@@ -138,6 +143,7 @@ impl<S: Schedule> StepPlanner<S> {
             accum: GradAccum::Fixed(1),
             planned_epoch: None,
             ramp,
+            set_global: None,
         };
         planner.check_fits(None)?;
         Ok(planner)
@@ -146,7 +152,7 @@ impl<S: Schedule> StepPlanner<S> {
     /// With `drop_last`, the next global batch must fit in the dataset; a ramp's
     /// per-device size follows its global batch.
     fn check_fits(&mut self, after_step: Option<usize>) -> Result<()> {
-        if self.ramp.is_some() {
+        if self.global_units() {
             let global_batch = self.global_batch();
             self.per_device = global_batch.div_ceil(self.units_world);
             let examples = self.sampler.num_examples();
@@ -175,7 +181,7 @@ impl<S: Schedule> StepPlanner<S> {
     fn micro_sizes(&self) -> Vec<usize> {
         let wanted = self.micro_batches_per_step();
         let global = self.global_batch();
-        if self.ramp.is_none() {
+        if !self.global_units() {
             return vec![global; wanted];
         }
         let parts = wanted.min(global).max(1);
@@ -252,7 +258,7 @@ impl<S: Schedule> StepPlanner<S> {
 
     /// Asks the schedule for the next size after the step just taken.
     pub fn finish_step(&mut self) -> Result<()> {
-        if self.ramp.is_none() {
+        if !self.global_units() {
             let raw = self.schedule.next(self.step, self.per_device);
             self.per_device = self.limits.apply(self.step, raw)?;
         }
@@ -272,7 +278,7 @@ impl<S: Schedule> StepPlanner<S> {
             // Length-aware epochs: split the failed batch itself.
             return self.sampler.split_next_planned();
         }
-        if self.ramp.is_some() {
+        if self.global_units() {
             // Halve the ramp's current size; the cap then bounds the ramp.
             self.per_device = self.global_batch().div_ceil(self.units_world);
         }
@@ -305,6 +311,7 @@ impl<S: Schedule> StepPlanner<S> {
             min_batch: self.limits.min,
             max_batch: self.limits.max,
             ramp: self.ramp,
+            set_global: self.set_global,
         }
     }
 
@@ -322,6 +329,9 @@ impl<S: Schedule> StepPlanner<S> {
         if state.ramp.is_some() {
             self.ramp = state.ramp;
         }
+        if state.set_global.is_some() {
+            self.set_global = state.set_global;
+        }
     }
 
     /// The clamps in force.
@@ -338,15 +348,28 @@ impl<S: Schedule> StepPlanner<S> {
     /// step's global batch itself, from the examples consumed so far, capped by
     /// `max_batch × ranks` (an OOM `halve` sets that cap).
     pub fn global_batch(&self) -> usize {
-        match self.ramp {
-            Some(ramp) => {
-                let global = ramp.global_batch(self.sampler.examples_seen());
-                self.limits.max.map_or(global, |max| {
-                    global.min(max.saturating_mul(self.units_world))
-                })
-            }
+        let given = self.set_global.or_else(|| {
+            self.ramp
+                .map(|ramp| ramp.global_batch(self.sampler.examples_seen()))
+        });
+        match given {
+            Some(global) => self.limits.max.map_or(global, |max| {
+                global.min(max.saturating_mul(self.units_world))
+            }),
             None => self.per_device.saturating_mul(self.units_world),
         }
+    }
+
+    /// Whether the global batch is given directly (a ramp, or set from outside).
+    fn global_units(&self) -> bool {
+        self.ramp.is_some() || self.set_global.is_some()
+    }
+
+    /// Sets the global batch of the next steps (a schedule in global units that
+    /// the engine drives, such as `noise_scale`); split like a ramp's.
+    pub fn set_global_batch(&mut self, global: usize) {
+        self.set_global = Some(global.max(1));
+        self.per_device = self.global_batch().div_ceil(self.units_world);
     }
     /// The global-batch ramp in force, if any.
     pub fn ramp(&self) -> Option<Ramp> {
@@ -380,7 +403,7 @@ impl<S: Schedule> StepPlanner<S> {
                 if !self.drop_last || self.sampler.is_planned() {
                     return false;
                 }
-                if self.ramp.is_some() {
+                if self.global_units() {
                     // The ramp's next size is known already: it follows the examples seen.
                     return remaining < self.micro_sizes()[0];
                 }

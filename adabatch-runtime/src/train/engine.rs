@@ -5,6 +5,7 @@ use std::time::Instant;
 use candle_core::{Device, Tensor, Var};
 
 use crate::adapt::noise_scale::NoiseScaleEstimator;
+use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::OomPolicy;
 use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex};
 use crate::data::planner::StepBatches;
@@ -266,7 +267,12 @@ where
                 noise,
             } => {
                 if let (Some(estimator), Some((norm, trace))) = (noise_scale.as_mut(), noise) {
-                    estimator.observe(norm, trace);
+                    let estimate = estimator.observe(norm, trace);
+                    if let (ScheduleSpec::NoiseScale { fraction, min, max }, Some(b)) =
+                        (settings.schedule, estimate)
+                    {
+                        planner.set_global_batch(noise_scale_batch(fraction, min, max, b));
+                    }
                 }
                 (loss, grad_norm)
             }
@@ -373,6 +379,19 @@ where
         train_samples_per_second: trained_here as f64 / runtime.max(f64::MIN_POSITIVE),
         resumed_from_step: resumed.as_ref().map(|s| s.planner.global_step),
     })
+}
+
+/// The next global batch of `schedule = noise_scale(..)`: `fraction` of the
+/// estimate B_simple, rounded, clamped to `[min, max]`.
+pub(crate) fn noise_scale_batch(fraction: f64, min: usize, max: usize, estimate: f64) -> usize {
+    let wanted = (fraction * estimate).round();
+    if wanted.is_nan() || wanted < min as f64 {
+        min
+    } else if wanted > max as f64 {
+        max
+    } else {
+        wanted as usize
+    }
 }
 
 fn step_log(

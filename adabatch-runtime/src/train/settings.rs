@@ -133,16 +133,22 @@ impl RunSettings {
         let schedule = run_schedule(policy, args)?;
         validate_spec(&schedule)?;
         let ramp = schedule.ramp();
-        if ramp.is_some() && matches!(policy.grad_accum, GradAccum::Target { .. }) {
+        let noise_schedule = matches!(schedule, ScheduleSpec::NoiseScale { .. });
+        // The first global batch of a schedule in global units.
+        let first_global = match schedule {
+            ScheduleSpec::NoiseScale { min, .. } => Some(min),
+            _ => ramp.map(|r| r.global_batch(0)),
+        };
+        if first_global.is_some() && matches!(policy.grad_accum, GradAccum::Target { .. }) {
             return Err(Error::ConflictingSettings {
-                first: "a global-batch ramp",
+                first: "a schedule in global units (ramp, noise_scale)",
                 second: "grad_accum = target(..)",
-                reason: "the ramp sets each step's global batch itself: use grad_accum = fixed(n) to split it into n micro-batches",
+                reason: "the schedule sets each step's global batch itself: use grad_accum = fixed(n) to split it into n micro-batches",
             });
         }
-        if ramp.is_some() && args.max_tokens_per_batch.is_some() {
+        if first_global.is_some() && args.max_tokens_per_batch.is_some() {
             return Err(Error::ConflictingSettings {
-                first: "a global-batch ramp",
+                first: "a schedule in global units (ramp, noise_scale)",
                 second: "--max-tokens-per-batch",
                 reason: "both size the batches: choose one",
             });
@@ -174,8 +180,8 @@ impl RunSettings {
         };
         let limits = BatchLimits::new(policy.min_batch, policy.max_batch)?;
         let drop_last = args.dataloader_drop_last.unwrap_or(policy.drop_last);
-        let initial_per_device = match ramp {
-            Some(ramp) => ramp.start.div_ceil(units_world),
+        let initial_per_device = match first_global {
+            Some(global) => global.div_ceil(units_world),
             None => limits.apply(0, schedule.initial(args.per_device_train_batch_size))?,
         };
         let batching = length_batching(policy, &schedule, args, initial_per_device, units_world)?;
@@ -215,7 +221,7 @@ impl RunSettings {
             GradAccum::Target { .. } => micro_batches.div_ceil(initial_per_device * units_world),
             GradAccum::Fixed(_) => micro_batches,
         };
-        if args.log_gradient_noise_scale {
+        if args.log_gradient_noise_scale || noise_schedule {
             if policy.reweight != Reweight::SampleCount {
                 return Err(Error::ConflictingSettings {
                     first: "--log-gradient-noise-scale",
@@ -248,8 +254,8 @@ impl RunSettings {
                 warmup_examples: 0.0,
                 total_examples: (args.num_train_epochs.max(1) * num_examples) as f64,
                 scaling: policy.lr_scaling,
-                initial_global_batch: match ramp {
-                    Some(ramp) => ramp.global_batch(0),
+                initial_global_batch: match first_global {
+                    Some(global) => global,
                     None => initial_per_device * units_world * micro_batches,
                 }
                 .min(num_examples),
@@ -264,7 +270,8 @@ impl RunSettings {
             save_total_limit: args.save_total_limit,
             ignore_optimizer_state: args.ignore_optimizer_state,
             device: DeviceSpec::parse(&args.device)?,
-            noise_scale_beta: args.log_gradient_noise_scale.then_some(NOISE_SCALE_BETA),
+            noise_scale_beta: (args.log_gradient_noise_scale || noise_schedule)
+                .then_some(NOISE_SCALE_BETA),
             warnings,
         };
         settings.set_lr_horizon(args)?;
@@ -280,6 +287,11 @@ impl RunSettings {
             args.lr_scheduler_type != LrSchedulerType::Constant || args.warmup_ratio > 0.0;
         if !needs_horizon {
             return Ok(());
+        }
+        if matches!(self.schedule, ScheduleSpec::NoiseScale { .. }) {
+            self.warnings.push(
+                "noise_scale sizes the batches while training: the learning-rate horizon assumes the first global batch throughout".into(),
+            );
         }
         let total = if self.batching.is_none() {
             let mut planner = self.step_planner(0, false)?;
@@ -321,7 +333,7 @@ impl RunSettings {
             shuffle,
             self.drop_last,
         )?;
-        Ok(StepPlanner::new(
+        let mut planner = StepPlanner::new(
             sampler,
             self.schedule,
             self.limits,
@@ -330,7 +342,11 @@ impl RunSettings {
             self.units_world,
             self.drop_last,
         )?
-        .with_grad_accum(self.grad_accum))
+        .with_grad_accum(self.grad_accum);
+        if let ScheduleSpec::NoiseScale { min, .. } = self.schedule {
+            planner.set_global_batch(min);
+        }
+        Ok(planner)
     }
 
     pub(crate) fn logger(&self, args: &TrainingArgs) -> Result<Logger> {

@@ -1,0 +1,44 @@
+// `noise_scale(..)`: the next global batch from the gradient noise scale.
+#![deny(warnings)]
+
+use adabatch::prelude::*;
+use adabatch::{GradAccum, ScheduleSpec};
+
+#[path = "../support/tiny.rs"]
+mod tiny;
+
+#[adaptive_trainer(schedule = noise_scale(fraction = 0.5, min = 32, max = 4096), grad_accum = fixed(2))]
+struct Adaptive {
+    #[model]
+    model: tiny::Tiny,
+    #[optimizer]
+    opt: candle_nn::SGD,
+}
+
+#[adaptive_trainer(schedule = noise_scale(min = 8, max = 64))]
+struct Defaults {
+    #[model]
+    model: tiny::Tiny,
+    #[optimizer]
+    opt: candle_nn::SGD,
+}
+
+fn main() {
+    assert_eq!(
+        Adaptive::POLICY.schedule,
+        ScheduleSpec::NoiseScale {
+            fraction: 0.5,
+            min: 32,
+            max: 4096,
+        }
+    );
+    assert_eq!(Adaptive::POLICY.grad_accum, GradAccum::Fixed(2));
+    assert_eq!(
+        Defaults::POLICY.schedule,
+        ScheduleSpec::NoiseScale {
+            fraction: 1.0,
+            min: 8,
+            max: 64,
+        }
+    );
+}
