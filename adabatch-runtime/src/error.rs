@@ -191,6 +191,14 @@ pub enum Error {
         /// The checkpoint directory.
         path: PathBuf,
     },
+    /// Mixing weights that cannot divide a batch.
+    #[error("step {step}: invalid mixing weights: {reason}")]
+    InvalidMixWeights {
+        /// The step the weights were for.
+        step: usize,
+        /// What is wrong.
+        reason: String,
+    },
     /// An error raised by the user's own code (a factory, a callback).
     #[error("{0}")]
     Message(String),

@@ -3,6 +3,7 @@
 //! drives both with the schedule.
 
 pub mod length;
+pub mod mixture;
 pub mod permutation;
 pub mod planner;
 pub mod sampler;
