@@ -265,6 +265,17 @@ fn engine_runs_the_ramp_and_resumes_mid_ramp_bit_for_bit() {
         assert_eq!((r.step, &r.indices), (s.step, &s.indices));
         assert_eq!(r.loss.to_bits(), s.loss.to_bits(), "step {}", r.step);
     }
+    // Resuming with another ramp is a change of policy: refused.
+    let other = TrainingArgs {
+        rampup_batch_size: Some(vec![2, 3, 60]),
+        global_batch_size: Some(11),
+        ..second.clone()
+    };
+    let err = run_ramped(&other).err().map(|e| e.to_string());
+    assert!(
+        err.as_deref().is_some_and(|e| e.contains("schedule")),
+        "{err:?}"
+    );
     let _ = std::fs::remove_dir_all(&out);
 }
 
