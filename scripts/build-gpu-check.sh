@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the GPU check binary (`examples/gpu_check.rs`, features `nccl` = `cuda` +
+# Builds the GPU check binary (`examples/gpu_check/`, features `nccl` = `cuda` +
 # NCCL) and the CUDA test binary (`tests/gpu.rs`, feature `cuda`) on a machine
 # without a GPU, with the pip CUDA 13.0 toolchain of scripts/cuda-toolchain.sh.
 #

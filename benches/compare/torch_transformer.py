@@ -4,7 +4,7 @@ batch schedule and optimizer, so samples/s can be compared on the same GPU.
 
     python benches/compare/torch_transformer.py --data CORPUS [--plan plan.json] [--device cuda]
 
-Model (identical to examples/gpu_check.rs, module `transformer`): bytes as tokens
+Model (identical to examples/gpu_check/transformer.rs): bytes as tokens
 (vocabulary 256 + a padding id), learned token and position embeddings, `layers`
 pre-norm blocks (LayerNorm, multi-head self-attention with a key-padding mask,
 residual; LayerNorm, Linear 4d, GELU (tanh), Linear d, residual), a final
