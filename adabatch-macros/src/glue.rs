@@ -105,6 +105,25 @@ pub fn inherent(
         quote!(#p::launch::<Self, #d, #c, #f>(dataset, collate, args, factory)),
     ));
 
+    let launch_eval_sig = glue(quote! {
+        /// `launch` with an eval dataset: evaluated every `--eval-steps` steps and
+        /// at the end; the evaluations are in the summary and the logs.
+        pub fn launch_with_eval<#d, #c, #f #model_generic>(
+            dataset: &#d,
+            eval_dataset: &#d,
+            collate: &#c,
+            args: &#p::TrainingArgs,
+            factory: #f,
+        ) -> #p::Result<#p::Trained<Self>>
+    });
+    let launch_eval_body = glue(body(quote!(#p::launch_with_eval::<Self, #d, #c, #f>(
+        dataset,
+        eval_dataset,
+        collate,
+        args,
+        factory
+    ))));
+
     let new = new_fn(item);
     let lints = match mode {
         Mode::Real { .. } => quote!(dead_code, private_interfaces, clippy::too_many_arguments),
@@ -128,6 +147,8 @@ pub fn inherent(
             #train_sig #train_where #train_body
 
             #launch_sig #launch_where #launch_body
+
+            #launch_eval_sig #launch_where #launch_eval_body
         }
     }
 }

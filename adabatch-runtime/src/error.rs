@@ -227,6 +227,20 @@ pub enum Error {
         /// Their names.
         names: Vec<String>,
     },
+    /// The eval dataset cannot give every rank an example.
+    #[error("the eval dataset has {examples} examples for {world_size} ranks: every rank evaluates at least one example")]
+    EvalSetTooSmall {
+        /// Number of ranks.
+        world_size: usize,
+        /// Number of eval examples.
+        examples: usize,
+    },
+    /// `TrainModel::eval_metrics` answered something the engine cannot average.
+    #[error("eval metrics: {detail}")]
+    EvalMetric {
+        /// What is wrong.
+        detail: String,
+    },
     /// Ranks disagree on the model's parameters.
     #[error("rank {rank} has different parameters than rank 0: {detail}")]
     ParameterMismatch {

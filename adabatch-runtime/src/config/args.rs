@@ -60,6 +60,12 @@ pub struct TrainingArgs {
     /// Log every this many steps (console and JSONL).
     #[arg(long, default_value_t = 1)]
     pub logging_steps: usize,
+    /// With an eval dataset: evaluate every this many steps (and always at the end).
+    #[arg(long)]
+    pub eval_steps: Option<usize>,
+    /// Eval examples per forward pass on each rank.
+    #[arg(long, default_value_t = 8)]
+    pub per_device_eval_batch_size: usize,
     /// Write one JSON object per logged step to this file.
     #[arg(long)]
     pub log_jsonl: Option<PathBuf>,

@@ -60,6 +60,48 @@ pub struct StepLog {
     pub gradient_noise_scale: Option<f64>,
 }
 
+/// One evaluation on the eval dataset: a JSONL line
+/// `{"event": "eval", "step": N, "epoch": e, "eval_loss": l, "eval_examples": n,
+/// "eval_<metric>": m, ...}` (step lines have no `event` key).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EvalLog {
+    /// Always `"eval"`.
+    pub event: String,
+    /// The optimisation step after which the model was evaluated.
+    pub step: usize,
+    /// Examples seen in total / N at that point.
+    pub epoch: f64,
+    /// Mean per-example (per-token with `reweight = token_count`) loss over the
+    /// whole eval set.
+    #[serde(deserialize_with = "null_as_nan")]
+    pub eval_loss: f64,
+    /// Eval examples evaluated (each once, over all ranks).
+    pub eval_examples: usize,
+    /// `eval_<name>`: the mean over the eval set of each of the model's
+    /// `TrainModel::eval_metrics`.
+    #[serde(flatten)]
+    pub metrics: std::collections::BTreeMap<String, f64>,
+}
+
+impl EvalLog {
+    /// A metric by its logged name (`eval_accuracy`), or `eval_loss`.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        match name {
+            "eval_loss" => Some(self.eval_loss),
+            _ => self.metrics.get(name).copied(),
+        }
+    }
+
+    /// The HF `Trainer` console form: `{'eval_loss': 0.31, 'eval_accuracy': 0.93, 'epoch': 2.0}`.
+    pub fn hf_dict(&self) -> String {
+        let mut parts = vec![format!("'eval_loss': {:.4}", self.eval_loss)];
+        parts.extend(self.metrics.iter().map(|(k, v)| format!("'{k}': {v:.4}")));
+        parts.push(format!("'epoch': {:.2}", self.epoch));
+        parts.push(format!("'step': {}", self.step));
+        format!("{{{}}}", parts.join(", "))
+    }
+}
+
 fn one() -> usize {
     1
 }
@@ -213,6 +255,37 @@ impl Logger {
         }
         if let Some((_, steps)) = &mut self.plot {
             steps.push(entry.clone());
+        }
+        Ok(())
+    }
+
+    /// Writes one evaluation: console, JSONL (an `"event": "eval"` line) and
+    /// TensorBoard (`eval/loss`, `eval/<metric>`).
+    pub fn log_eval(&mut self, entry: &EvalLog) -> Result<()> {
+        if self.print_steps {
+            self.progress.suspend(|| println!("{}", entry.hf_dict()));
+        }
+        if let Some((path, writer)) = &mut self.jsonl {
+            serde_json::to_writer(&mut *writer, entry).map_err(|source| Error::Json {
+                path: path.clone(),
+                source,
+            })?;
+            writer
+                .write_all(b"\n")
+                .and_then(|()| writer.flush())
+                .map_err(|source| Error::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        if let Some(tensorboard) = &mut self.tensorboard {
+            let tags: Vec<(String, f64)> = std::iter::once(("eval/loss".to_string(), entry.eval_loss))
+                .chain(entry.metrics.iter().map(|(k, v)| {
+                    (format!("eval/{}", k.strip_prefix("eval_").unwrap_or(k)), *v)
+                }))
+                .collect();
+            let values: Vec<(&str, f64)> = tags.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+            tensorboard.write_scalars(entry.step, &values)?;
         }
         Ok(())
     }

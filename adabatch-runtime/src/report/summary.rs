@@ -1,5 +1,7 @@
 //! What a finished run reports.
 
+use crate::report::logging::EvalLog;
+
 /// What a finished run reports (rank 0's view; every rank computes the same).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct TrainSummary {
@@ -25,9 +27,16 @@ pub struct TrainSummary {
     pub train_samples_per_second: f64,
     /// The checkpoint's step this run resumed from, if it did.
     pub resumed_from_step: Option<usize>,
+    /// Every evaluation of this run, in order (empty without an eval dataset).
+    pub evaluations: Vec<EvalLog>,
 }
 
 impl TrainSummary {
+    /// The last evaluation (at the end of training), if the run had an eval dataset.
+    pub fn final_eval(&self) -> Option<&EvalLog> {
+        self.evaluations.last()
+    }
+
     /// Whether this run trained no step (e.g. resumed from a finished run).
     pub fn trained_nothing(&self) -> bool {
         self.step_losses.is_empty()
@@ -75,6 +84,11 @@ impl std::fmt::Display for TrainSummary {
             self.final_per_device_batch_size,
             self.world_size,
             self.oom_events
-        )
+        )?;
+        if let Some(eval) = self.final_eval() {
+            let dict = eval.hf_dict();
+            write!(f, " {dict}")?;
+        }
+        Ok(())
     }
 }

@@ -100,6 +100,7 @@ impl DryRun {
             train_runtime: 0.0,
             train_samples_per_second: 0.0,
             resumed_from_step: None,
+            evaluations: Vec::new(),
         }
     }
 }

@@ -18,7 +18,9 @@ use crate::memory::model::{
 };
 use crate::report::logging::{Logger, StepLog};
 use crate::report::summary::TrainSummary;
+use crate::report::logging::EvalLog;
 use crate::train::checkpoint::{resume_checkpoint, save_checkpoint};
+use crate::train::eval::evaluate;
 use crate::train::oom::OomRecovery;
 use crate::train::settings::RunSettings;
 use crate::train::step::{train_step, StepInput, StepOutcome};
@@ -158,11 +160,64 @@ struct Progress {
     step_losses: Vec<f64>,
 }
 
+/// What the ranks train and evaluate on: the training set, the eval set (the same
+/// item type, collated alike) if any, and the collate.
+pub(crate) struct RunData<'a, D: ?Sized, C> {
+    pub(crate) train: &'a D,
+    pub(crate) eval: Option<&'a D>,
+    pub(crate) collate: &'a C,
+}
+
+impl<D: ?Sized, C> Clone for RunData<'_, D, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<D: ?Sized, C> Copy for RunData<'_, D, C> {}
+
+/// Evaluates on `data.eval` (if any) after `step`, logs it on rank 0, keeps it.
+#[allow(clippy::too_many_arguments)]
+fn evaluate_and_log<T, D, C>(
+    trainer: &mut T,
+    comm: &impl Communicator,
+    data: RunData<'_, D, C>,
+    settings: &RunSettings,
+    device: &Device,
+    (step, epoch): (usize, f64),
+    logger: Option<&mut Logger>,
+    evaluations: &mut Vec<EvalLog>,
+) -> Result<()>
+where
+    T: AdaptiveTrainer,
+    D: Dataset + ?Sized,
+    C: CollateFor<T, D>,
+{
+    let Some(eval) = data.eval else {
+        return Ok(());
+    };
+    let entry = evaluate(
+        trainer,
+        comm,
+        eval,
+        data.collate,
+        device,
+        settings.eval_batch_size,
+        settings.reweight,
+        step,
+        epoch,
+    )?;
+    if let Some(logger) = logger {
+        logger.log_eval(&entry)?;
+    }
+    evaluations.push(entry);
+    Ok(())
+}
+
 pub(crate) fn rank_loop<T, D, C>(
     trainer: &mut T,
     comm: &impl Communicator,
-    dataset: &D,
-    collate: &C,
+    data: RunData<'_, D, C>,
     settings: &RunSettings,
     device: &Device,
     mut logger: Option<&mut Logger>,
@@ -172,6 +227,14 @@ where
     D: Dataset + ?Sized,
     C: CollateFor<T, D>,
 {
+    let (dataset, collate) = (data.train, data.collate);
+    if let Some(eval) = data.eval.filter(|e| e.len() < comm.world_size()) {
+        return Err(Error::EvalSetTooSmall {
+            world_size: comm.world_size(),
+            examples: eval.len(),
+        });
+    }
+    let mut evaluations = Vec::new();
     let (model, _) = trainer.parts();
     let params = sorted_parameters(&*model)?;
     let resumed = match &settings.resume {
@@ -327,6 +390,10 @@ where
             }
         }
         planner.finish_step()?;
+        if settings.eval_steps.is_some_and(|k| step % k == 0) {
+            let at = (step, planner.sampler().epoch());
+            evaluate_and_log(trainer, comm, data, settings, device, at, logger.as_deref_mut(), &mut evaluations)?;
+        }
         if settings.save_steps > 0 && step % settings.save_steps == 0 && comm.rank() == 0 {
             save_checkpoint(
                 settings,
@@ -339,6 +406,11 @@ where
                 logger.as_deref(),
             )?;
         }
+    }
+    let evaluated_last = settings.eval_steps.is_some_and(|k| planner.step() % k == 0);
+    if !evaluated_last {
+        let at = (planner.step(), planner.sampler().epoch());
+        evaluate_and_log(trainer, comm, data, settings, device, at, logger.as_deref_mut(), &mut evaluations)?;
     }
     let saved_last = settings.save_steps > 0 && planner.step() % settings.save_steps == 0;
     if settings.save_steps > 0 && !saved_last && comm.rank() == 0 {
@@ -378,6 +450,7 @@ where
         train_runtime: runtime,
         train_samples_per_second: trained_here as f64 / runtime.max(f64::MIN_POSITIVE),
         resumed_from_step: resumed.as_ref().map(|s| s.planner.global_step),
+        evaluations,
     })
 }
 

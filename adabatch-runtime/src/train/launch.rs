@@ -12,7 +12,7 @@ use crate::dist::communicator::{Communicator, Local, Single};
 use crate::error::{Error, Result};
 use crate::report::summary::TrainSummary;
 use crate::train::dry_run::{dry_run_launch, dry_run_trainer};
-use crate::train::engine::rank_loop;
+use crate::train::engine::{rank_loop, RunData};
 use crate::train::oom::FaultInjector;
 use crate::train::settings::RunSettings;
 use crate::train::step::panic_message;
@@ -61,11 +61,15 @@ where
     }
     let device = settings.device.open(0)?;
     let mut logger = settings.logger(args)?;
+    let data = RunData {
+        train: dataset,
+        eval: None,
+        collate,
+    };
     rank_loop(
         trainer,
         &Single,
-        dataset,
-        collate,
+        data,
         &settings,
         &device,
         Some(&mut logger),
@@ -90,6 +94,31 @@ where
     launch_with_faults(dataset, collate, args, FaultInjector::none(), factory)
 }
 
+/// [`launch`] with an eval dataset (HF's `eval_dataset`): the model is evaluated
+/// every `--eval-steps` steps and at the end, each eval example once across the
+/// ranks; `eval_loss` and the model's `TrainModel::eval_metrics` go to the logs
+/// and to [`TrainSummary::evaluations`].
+pub fn launch_with_eval<T, D, C, F>(
+    dataset: &D,
+    eval_dataset: &D,
+    collate: &C,
+    args: &TrainingArgs,
+    factory: F,
+) -> Result<Trained<T>>
+where
+    T: AdaptiveTrainer + Send,
+    D: Dataset + ?Sized,
+    C: CollateFor<T, D>,
+    F: Fn(&RankContext) -> Result<T> + Sync,
+{
+    let data = RunData {
+        train: dataset,
+        eval: Some(eval_dataset),
+        collate,
+    };
+    launch_data(data, args, FaultInjector::none(), factory)
+}
+
 /// [`launch`] with out-of-memory faults injected from code (a test hook; the CLI
 /// has `--inject-oom-at-steps`). Unstable.
 #[doc(hidden)]
@@ -106,6 +135,28 @@ where
     C: CollateFor<T, D>,
     F: Fn(&RankContext) -> Result<T> + Sync,
 {
+    let data = RunData {
+        train: dataset,
+        eval: None,
+        collate,
+    };
+    launch_data(data, args, faults, factory)
+}
+
+/// The ranks of [`launch`] (threads, or NCCL GPUs), on `data`.
+fn launch_data<T, D, C, F>(
+    data: RunData<'_, D, C>,
+    args: &TrainingArgs,
+    faults: FaultInjector,
+    factory: F,
+) -> Result<Trained<T>>
+where
+    T: AdaptiveTrainer + Send,
+    D: Dataset + ?Sized,
+    C: CollateFor<T, D>,
+    F: Fn(&RankContext) -> Result<T> + Sync,
+{
+    let dataset = data.train;
     let mut settings = RunSettings::new(&T::POLICY, dataset.len(), args, args.nproc_per_node)?;
     settings.faults = faults.and_steps(settings.faults.steps());
     if args.dry_run {
@@ -118,7 +169,7 @@ where
     if settings.device.is_cuda() && settings.world_size > 1 {
         let ordinals = settings.device.cuda_ordinals(settings.world_size)?;
         let members = crate::dist::nccl::Nccl::group_on(&ordinals)?;
-        return run_group(members, dataset, collate, args, &settings, factory);
+        return run_group(members, data, args, &settings, factory);
     }
     if settings.world_size == 1 {
         let mut logger = settings.logger(args)?;
@@ -127,8 +178,7 @@ where
         let summary = rank_loop(
             &mut trainer,
             &Single,
-            dataset,
-            collate,
+            data,
             &settings,
             &device,
             Some(&mut logger),
@@ -140,7 +190,7 @@ where
         .enumerate()
         .map(|(rank, comm)| Ok((comm, settings.device.open(rank)?)))
         .collect::<Result<Vec<_>>>()?;
-    run_group(members, dataset, collate, args, &settings, factory)
+    run_group(members, data, args, &settings, factory)
 }
 
 /// Trains on the ranks this process hosts, one thread per `(communicator, device)`.
@@ -179,7 +229,12 @@ where
             factory,
         );
     }
-    run_group(members, dataset, collate, args, &settings, factory)
+    let data = RunData {
+        train: dataset,
+        eval: None,
+        collate,
+    };
+    run_group(members, data, args, &settings, factory)
 }
 
 /// Trains on NCCL ranks: under torchrun (`WORLD_SIZE` set) one rank per process on
@@ -213,8 +268,7 @@ where
 /// lives) writes the logs.
 fn run_group<T, D, C, F, M>(
     members: Vec<(M, Device)>,
-    dataset: &D,
-    collate: &C,
+    data: RunData<'_, D, C>,
     args: &TrainingArgs,
     settings: &RunSettings,
     factory: F,
@@ -257,8 +311,7 @@ where
                                 let summary = rank_loop(
                                     &mut trainer,
                                     comm,
-                                    dataset,
-                                    collate,
+                                    data,
                                     settings,
                                     device,
                                     logger.as_mut(),

@@ -34,6 +34,9 @@ pub(crate) struct RunSettings {
     pub(crate) lr: LrSchedule,
     pub(crate) max_grad_norm: f64,
     pub(crate) logging_steps: usize,
+    /// Evaluate every this many steps (with an eval dataset; always at the end).
+    pub(crate) eval_steps: Option<usize>,
+    pub(crate) eval_batch_size: usize,
     pub(crate) batching: Option<(LengthBatching, LengthOptions)>,
     pub(crate) memory_margin: f64,
     pub(crate) output_dir: std::path::PathBuf,
@@ -96,6 +99,12 @@ impl RunSettings {
             return Err(Error::ZeroEpochs);
         }
         require(args.logging_steps > 0, "logging_steps", 0, "at least 1")?;
+        require(args.eval_steps != Some(0), "eval_steps", 0, "at least 1")?;
+        if args.per_device_eval_batch_size == 0 {
+            return Err(Error::ZeroBatchSize {
+                what: "per_device_eval_batch_size",
+            });
+        }
         require(
             args.save_total_limit != Some(0),
             "save_total_limit",
@@ -262,6 +271,8 @@ impl RunSettings {
             },
             max_grad_norm: args.max_grad_norm,
             logging_steps: args.logging_steps,
+            eval_steps: args.eval_steps,
+            eval_batch_size: args.per_device_eval_batch_size,
             batching,
             memory_margin: args.memory_margin,
             output_dir: args.output_dir.clone(),

@@ -22,6 +22,15 @@ pub trait TrainModel {
     /// Trainable variables with unique, stable names: the same names and shapes on
     /// every rank (the engine sorts them by name for the all-reduce).
     fn named_parameters(&self) -> Vec<(String, Var)>;
+
+    /// Per-example metrics reported beside the eval loss, by name: e.g.
+    /// `("accuracy", correct)` with `correct[i]` 1.0 when example `i` is predicted
+    /// right. The engine averages each over the whole eval set and logs it as
+    /// `eval_<name>` (HF's `compute_metrics`). None by default.
+    fn eval_metrics(&self, batch: &Self::Batch) -> candle_core::Result<Vec<(&'static str, Tensor)>> {
+        let _ = batch;
+        Ok(Vec::new())
+    }
 }
 
 /// A collated batch.
