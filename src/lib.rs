@@ -49,8 +49,8 @@ pub mod __private {
     pub use adabatch_runtime::user::trainer::CollateFor;
     pub use adabatch_runtime::Result;
     pub use adabatch_runtime::{
-        launch, launch_with_eval, train, AdaptiveTrainer, Collate, Dataset, MemoryModel, RankContext, TrainModel,
-        TrainSummary, Trained, TrainingArgs,
+        launch, launch_with_eval, train, AdaptiveTrainer, Collate, Dataset, MemoryModel,
+        RankContext, TrainModel, TrainSummary, Trained, TrainingArgs,
     };
     pub use candle_nn::Optimizer;
 }

@@ -28,6 +28,8 @@
 //! | `Message`                       | `message_from_user_code`, `a_failing_factory_on_one_rank_is_reported` |
 //! | `LossShape`                     | `wrong_loss_shape_is_a_typed_error`                  |
 //! | `NoParameters`                  | `no_parameters`                                      |
+//! | `EvalSetTooSmall`               | eval.rs `bad_eval_settings_are_typed_errors`         |
+//! | `EvalMetric`                    | eval.rs `bad_eval_settings_are_typed_errors`         |
 //! | `ParameterMismatch`             | `parameter_mismatch`                                 |
 //! | `PeerFailed`                    | `peer_failed_on_the_rank_that_did_not_fail`          |
 //! | `RankPanicked`                  | `a_panicking_model_is_reported_not_propagated`       |

@@ -25,6 +25,7 @@
 //! | `--oom`, `--inject-oom-at-steps`   | oom.rs                                                  |
 //! | `--save-steps`, `--output-dir`, `--resume-from-checkpoint` | checkpoint.rs                   |
 //! | `--device`                         | errors.rs (`Device`), gpu.rs                            |
+//! | `--eval-steps`, `--per-device-eval-batch-size`, `launch_with_eval` | eval.rs          |
 //! | `--log-jsonl`                      | every file reading logs; errors.rs (`Io`)               |
 //! | `--log-indices`, `--quiet`, `--disable-tqdm` | `console_flags_do_not_change_the_run`         |
 //!
@@ -102,6 +103,10 @@ fn cli_parses_every_flag() {
         "3,7",
         "--max-grad-norm",
         "1.5",
+        "--eval-steps",
+        "9",
+        "--per-device-eval-batch-size",
+        "64",
     ])
     .unwrap();
     assert_eq!(a.num_train_epochs, 7);
@@ -131,6 +136,8 @@ fn cli_parses_every_flag() {
     assert_eq!(a.oom, Some(OomPolicy::SplitRetry));
     assert_eq!(a.inject_oom_at_steps, vec![3, 7]);
     assert_eq!(a.max_grad_norm, 1.5);
+    assert_eq!(a.eval_steps, Some(9));
+    assert_eq!(a.per_device_eval_batch_size, 64);
     // The DSL spelling of the OOM policy is accepted too.
     let a = TrainingArgs::try_parse_from(["train", "--oom", "split_retry"]).unwrap();
     assert_eq!(a.oom, Some(OomPolicy::SplitRetry));

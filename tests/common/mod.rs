@@ -224,8 +224,8 @@ pub fn read_log(path: &std::path::Path) -> Vec<adabatch::StepLog> {
     std::fs::read_to_string(path)
         .unwrap()
         .lines()
-        // A resumed run marks where it continued the log: `{"event": "resume", ..}`.
-        .filter(|l| !l.contains(r#""event":"resume""#))
+        // Step lines have no `event` key; a resume mark and an evaluation do.
+        .filter(|l| !l.contains(r#""event":"#))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }

@@ -279,11 +279,12 @@ impl Logger {
                 })?;
         }
         if let Some(tensorboard) = &mut self.tensorboard {
-            let tags: Vec<(String, f64)> = std::iter::once(("eval/loss".to_string(), entry.eval_loss))
-                .chain(entry.metrics.iter().map(|(k, v)| {
-                    (format!("eval/{}", k.strip_prefix("eval_").unwrap_or(k)), *v)
-                }))
-                .collect();
+            let tags: Vec<(String, f64)> =
+                std::iter::once(("eval/loss".to_string(), entry.eval_loss))
+                    .chain(entry.metrics.iter().map(|(k, v)| {
+                        (format!("eval/{}", k.strip_prefix("eval_").unwrap_or(k)), *v)
+                    }))
+                    .collect();
             let values: Vec<(&str, f64)> = tags.iter().map(|(k, v)| (k.as_str(), *v)).collect();
             tensorboard.write_scalars(entry.step, &values)?;
         }

@@ -16,9 +16,9 @@ use crate::memory::device::PeakSampler;
 use crate::memory::model::{
     cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel,
 };
+use crate::report::logging::EvalLog;
 use crate::report::logging::{Logger, StepLog};
 use crate::report::summary::TrainSummary;
-use crate::report::logging::EvalLog;
 use crate::train::checkpoint::{resume_checkpoint, save_checkpoint};
 use crate::train::eval::evaluate;
 use crate::train::oom::OomRecovery;
@@ -392,7 +392,16 @@ where
         planner.finish_step()?;
         if settings.eval_steps.is_some_and(|k| step % k == 0) {
             let at = (step, planner.sampler().epoch());
-            evaluate_and_log(trainer, comm, data, settings, device, at, logger.as_deref_mut(), &mut evaluations)?;
+            evaluate_and_log(
+                trainer,
+                comm,
+                data,
+                settings,
+                device,
+                at,
+                logger.as_deref_mut(),
+                &mut evaluations,
+            )?;
         }
         if settings.save_steps > 0 && step % settings.save_steps == 0 && comm.rank() == 0 {
             save_checkpoint(
@@ -410,7 +419,16 @@ where
     let evaluated_last = settings.eval_steps.is_some_and(|k| planner.step() % k == 0);
     if !evaluated_last {
         let at = (planner.step(), planner.sampler().epoch());
-        evaluate_and_log(trainer, comm, data, settings, device, at, logger.as_deref_mut(), &mut evaluations)?;
+        evaluate_and_log(
+            trainer,
+            comm,
+            data,
+            settings,
+            device,
+            at,
+            logger.as_deref_mut(),
+            &mut evaluations,
+        )?;
     }
     let saved_last = settings.save_steps > 0 && planner.step() % settings.save_steps == 0;
     if settings.save_steps > 0 && !saved_last && comm.rank() == 0 {

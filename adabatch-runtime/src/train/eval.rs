@@ -30,17 +30,17 @@ fn per_example_sum(values: &Tensor, n: usize, what: &str) -> Result<f64> {
             ),
         });
     }
-    Ok(values
-        .to_dtype(DType::F64)?
-        .sum_all()?
-        .to_scalar::<f64>()?)
+    Ok(values.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?)
 }
 
 /// A fingerprint of the metric names, so ranks can check they agree.
 fn names_fingerprint(names: &[&str]) -> f64 {
-    let hash = names.iter().flat_map(|n| n.bytes().chain([0])).fold(0u64, |h, b| {
-        (h.wrapping_mul(257).wrapping_add(u64::from(b) + 1)) % (1 << 40)
-    });
+    let hash = names
+        .iter()
+        .flat_map(|n| n.bytes().chain([0]))
+        .fold(0u64, |h, b| {
+            (h.wrapping_mul(257).wrapping_add(u64::from(b) + 1)) % (1 << 40)
+        });
     hash as f64
 }
 
@@ -100,7 +100,12 @@ where
         let mut agreement = [names.len() as f64, names_fingerprint(&names)];
         comm.all_reduce_sum(&mut [], &mut agreement)?;
         let world = comm.world_size() as f64;
-        if agreement != [names.len() as f64 * world, names_fingerprint(&names) * world] {
+        if agreement
+            != [
+                names.len() as f64 * world,
+                names_fingerprint(&names) * world,
+            ]
+        {
             return Err(Error::EvalMetric {
                 detail: format!("rank {} reports other metrics than its peers", comm.rank()),
             });

@@ -27,7 +27,10 @@ pub trait TrainModel {
     /// `("accuracy", correct)` with `correct[i]` 1.0 when example `i` is predicted
     /// right. The engine averages each over the whole eval set and logs it as
     /// `eval_<name>` (HF's `compute_metrics`). None by default.
-    fn eval_metrics(&self, batch: &Self::Batch) -> candle_core::Result<Vec<(&'static str, Tensor)>> {
+    fn eval_metrics(
+        &self,
+        batch: &Self::Batch,
+    ) -> candle_core::Result<Vec<(&'static str, Tensor)>> {
         let _ = batch;
         Ok(Vec::new())
     }
