@@ -180,6 +180,27 @@ fn matches_the_analytic_value_on_linear_regression() {
     );
 }
 
+/// One rank accumulating two micro-batches: the micro-batches are the small batches
+/// (K = 2, b = 16, as on two ranks below).
+#[test]
+fn one_rank_with_accumulation() {
+    let expected = (D as f64 + 1.0) + S * S * D as f64;
+    let logs = run(&args(1, 16, 3000), &data(20_000)).unwrap();
+    assert!(logs
+        .iter()
+        .all(|l| l.micro_batches == 2 && l.global_batch == 32));
+    let tail: Vec<f64> = logs[500..]
+        .iter()
+        .map(|l| l.gradient_noise_scale.unwrap())
+        .collect();
+    let mean = tail.iter().sum::<f64>() / tail.len() as f64;
+    eprintln!("B_simple {mean:.3} on 1 rank with 2 micro-batches, analytic {expected}");
+    assert!(
+        (mean - expected).abs() < 0.15 * expected,
+        "B_simple {mean}, analytic {expected}"
+    );
+}
+
 /// Two ranks without accumulation: the two ranks' shares are the small batches
 /// (K = 2, b = 16: about 33 per step on the trace, 3.8 % over 2500 steps).
 #[test]

@@ -1,0 +1,146 @@
+//! The UCI 8×8 handwritten digits (`data/digits_8x8.csv.gz`, 1,797 images, 64
+//! pixels 0–16 then the label, one image per CSV row), a seeded train/test split,
+//! and an MLP that reports its accuracy as an eval metric.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use adabatch::candle_core::{self, Device, Tensor, Var};
+use adabatch::candle_nn::{linear, Linear, Module, VarBuilder};
+use adabatch::prelude::*;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+pub const PIXELS: usize = 64;
+pub const CLASSES: usize = 10;
+
+/// The data set shipped with the repository.
+pub fn default_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/digits_8x8.csv.gz")
+}
+
+#[derive(Clone)]
+pub struct Digit {
+    /// Pixels scaled to [0, 1].
+    pub pixels: [f32; PIXELS],
+    pub label: u32,
+}
+
+/// Reads the digits from a CSV file, gzipped when its name ends in `.gz`.
+pub fn read_digits(path: &Path) -> Result<Vec<Digit>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = if path.extension().is_some_and(|e| e == "gz") {
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(bytes.as_slice())
+            .read_to_string(&mut text)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        text
+    } else {
+        String::from_utf8(bytes).map_err(|e| format!("{}: {e}", path.display()))?
+    };
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, line)| {
+            let values: Vec<f32> = line
+                .split(',')
+                .map(|v| v.trim().parse::<f32>())
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("{} line {}: {e}", path.display(), i + 1))?;
+            let [pixels @ .., label] = values.as_slice() else {
+                return Err(format!("{} line {}: empty", path.display(), i + 1));
+            };
+            let pixels: [f32; PIXELS] = pixels
+                .iter()
+                .map(|p| p / 16.0)
+                .collect::<Vec<_>>()
+                .try_into()
+                .map_err(|_| {
+                    format!(
+                        "{} line {}: expected {} values",
+                        path.display(),
+                        i + 1,
+                        PIXELS + 1
+                    )
+                })?;
+            if !(0.0..CLASSES as f32).contains(label) {
+                return Err(format!("{} line {}: label {label}", path.display(), i + 1));
+            }
+            Ok(Digit {
+                pixels,
+                label: *label as u32,
+            })
+        })
+        .collect()
+}
+
+/// A seeded split: `train_fraction` of the examples (shuffled) for training, the
+/// rest for testing.
+pub fn split(mut digits: Vec<Digit>, train_fraction: f64, seed: u64) -> (Vec<Digit>, Vec<Digit>) {
+    digits.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed));
+    let test = digits.split_off((digits.len() as f64 * train_fraction).round() as usize);
+    (digits, test)
+}
+
+pub struct Images {
+    pub pixels: Tensor,
+    pub labels: Tensor,
+}
+
+impl Batch for Images {
+    fn num_examples(&self) -> usize {
+        self.labels.dims()[0]
+    }
+}
+
+pub fn collate(items: &[Digit], device: &Device) -> candle_core::Result<Images> {
+    let pixels: Vec<f32> = items.iter().flat_map(|d| d.pixels).collect();
+    let labels: Vec<u32> = items.iter().map(|d| d.label).collect();
+    Ok(Images {
+        pixels: Tensor::from_vec(pixels, (items.len(), PIXELS), device)?,
+        labels: Tensor::from_vec(labels, items.len(), device)?,
+    })
+}
+
+/// A 64-`hidden`-10 MLP with ReLU.
+pub struct Mlp {
+    hidden: Linear,
+    out: Linear,
+    pub params: Parameters,
+}
+
+impl Mlp {
+    pub fn new(params: Parameters, hidden: usize, device: &Device) -> candle_core::Result<Self> {
+        let vb: VarBuilder = params.var_builder(candle_core::DType::F32, device);
+        Ok(Self {
+            hidden: linear(PIXELS, hidden, vb.pp("hidden"))?,
+            out: linear(hidden, CLASSES, vb.pp("out"))?,
+            params,
+        })
+    }
+
+    fn logits(&self, pixels: &Tensor) -> candle_core::Result<Tensor> {
+        self.out.forward(&self.hidden.forward(pixels)?.relu()?)
+    }
+}
+
+impl TrainModel for Mlp {
+    type Batch = Images;
+
+    fn per_example_loss(&self, batch: &Images) -> candle_core::Result<Tensor> {
+        per_example_cross_entropy(&self.logits(&batch.pixels)?, &batch.labels)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        self.params.named_parameters()
+    }
+
+    /// `accuracy`: 1 where the most likely class is the label.
+    fn eval_metrics(&self, batch: &Images) -> candle_core::Result<Vec<(&'static str, Tensor)>> {
+        let predicted = self.logits(&batch.pixels)?.argmax(1)?;
+        let correct = predicted
+            .eq(&batch.labels)?
+            .to_dtype(candle_core::DType::F32)?;
+        Ok(vec![("accuracy", correct)])
+    }
+}
