@@ -289,9 +289,15 @@ fn schedule(p: &TokenStream, s: &Schedule) -> TokenStream {
             increment,
             samples,
             global,
+            in_tokens,
         } => {
             let (a, b, c, g) = (int(*start), int(*increment), int(*samples), int(*global));
-            quote!(#spec::Ramp(#p::Ramp { start: #a, increment: #b, samples: #c, global: #g }))
+            let variant = if *in_tokens {
+                quote!(TokenRamp)
+            } else {
+                quote!(Ramp)
+            };
+            quote!(#spec::#variant(#p::Ramp { start: #a, increment: #b, samples: #c, global: #g }))
         }
         Schedule::Memory {
             threshold,

@@ -139,6 +139,8 @@ pub enum Schedule {
         samples: usize,
         /// Global batch after the ramp.
         global: usize,
+        /// `tokens = c`: the climb counts tokens consumed.
+        in_tokens: bool,
     },
     /// `noise_scale(fraction = f, min = a, max = b)` (global units)
     NoiseScale {

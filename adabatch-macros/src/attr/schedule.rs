@@ -366,10 +366,11 @@ const RAMP_POSITIONAL: &str = "ramp(start, increment, samples, global)";
 
 /// `ramp(start = a, increment = b, samples = c, global = g)`, or the four values
 /// positionally in that order (Megatron's `--rampup-batch-size START INCR SAMPLES
-/// --global-batch-size G`); in global units.
+/// --global-batch-size G`); in global units. `tokens = c` instead of `samples = c`
+/// climbs over tokens consumed.
 fn ramp(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     const NAMES: [&str; 4] = ["start", "increment", "samples", "global"];
-    let named: std::collections::HashMap<String, &Value> = if call
+    let mut named: std::collections::HashMap<String, &Value> = if call
         .args
         .iter()
         .any(|a| matches!(a, CallArg::Plain(_)))
@@ -385,7 +386,22 @@ fn ramp(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
         }
         named
     } else {
-        named_args(call, &NAMES, cx)?
+        named_args(
+            call,
+            &["start", "increment", "samples", "tokens", "global"],
+            cx,
+        )?
+    };
+    let in_tokens = match (named.contains_key("samples"), named.remove("tokens")) {
+        (true, Some(tokens)) => {
+            cx.on(tokens, "`ramp`: give `samples = n` (examples consumed) or `tokens = n` (tokens consumed), not both");
+            return None;
+        }
+        (false, Some(tokens)) => {
+            named.insert("samples".into(), tokens);
+            true
+        }
+        (_, None) => false,
     };
     let missing: Vec<String> = NAMES
         .iter()
@@ -435,6 +451,7 @@ fn ramp(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
         increment,
         samples,
         global,
+        in_tokens,
     })
 }
 

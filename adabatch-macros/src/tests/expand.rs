@@ -46,10 +46,14 @@ fn the_glue_names_the_model_through_a_parameter() {
     let out = crate::expand::expand(&spec(parse_quote!(), trainer())).to_string();
     assert!(out.contains("pub fn train < D , C , M >"), "{out}");
     assert!(out.contains("pub fn launch < D , C , F , M >"), "{out}");
+    assert!(
+        out.contains("pub fn launch_with_eval < D , C , F , M >"),
+        "{out}"
+    );
     assert_eq!(
         out.matches("Self : :: adabatch :: __private :: AdaptiveTrainer < Model = M >")
             .count(),
-        2,
+        3,
         "{out}"
     );
     assert!(!out.contains("< Self as :: adabatch :: __private :: AdaptiveTrainer >"));
@@ -94,9 +98,13 @@ fn fallback_has_the_item_the_errors_and_stand_ins() {
     );
     assert!(out.contains("pub fn train < D , C > (& mut self"), "{out}");
     assert!(out.contains("pub fn launch < D , C , F > ("), "{out}");
+    assert!(
+        out.contains("pub fn launch_with_eval < D , C , F > ("),
+        "{out}"
+    );
     assert_eq!(
         out.matches(":: core :: unimplemented ! ()").count(),
-        2,
+        3,
         "{out}"
     );
     // No policy checks, no bounds on the model.

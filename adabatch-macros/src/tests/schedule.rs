@@ -196,3 +196,46 @@ fn schedule_argument_checks() {
         "duplicate argument `threshold`",
     );
 }
+
+#[test]
+fn schedule_ramp_over_samples_or_tokens() {
+    let ramp = |in_tokens| Schedule::Ramp {
+        start: 16,
+        increment: 16,
+        samples: 1000,
+        global: 64,
+        in_tokens,
+    };
+    assert_eq!(
+        schedule(parse_quote!(schedule = ramp(16, 16, 1000, 64))),
+        ramp(false)
+    );
+    assert_eq!(
+        schedule(parse_quote!(
+            schedule = ramp(start = 16, increment = 16, samples = 1000, global = 64)
+        )),
+        ramp(false)
+    );
+    assert_eq!(
+        schedule(parse_quote!(
+            schedule = ramp(start = 16, increment = 16, tokens = 1000, global = 64)
+        )),
+        ramp(true)
+    );
+    assert_error(
+        parse_quote!(
+            schedule = ramp(
+                start = 16,
+                increment = 16,
+                samples = 10,
+                tokens = 1000,
+                global = 64
+            )
+        ),
+        "not both",
+    );
+    assert_error(
+        parse_quote!(schedule = ramp(start = 16, increment = 16, global = 64)),
+        "`ramp` needs `samples`",
+    );
+}

@@ -51,6 +51,11 @@ pub enum ScheduleSpec {
     Custom(ScheduleFn),
     /// Megatron's global-batch ramp over examples consumed (global units).
     Ramp(Ramp),
+    /// The same staircase over **tokens** consumed (the dataset's
+    /// `Dataset::example_len`, summed over the examples trained), as in the batch
+    /// warm-up of DeepSeek-V2/V3: the ramp's `samples` counts tokens. The global
+    /// batch still counts examples.
+    TokenRamp(Ramp),
     /// The next global batch is `fraction` times the gradient noise scale
     /// B_simple, clamped to `[min, max]` (global units; starts at `min`).
     NoiseScale {
@@ -98,7 +103,7 @@ impl PartialEq for ScheduleSpec {
                 },
             ) => (a, b, c) == (d, e, f),
             (Steps(a), Steps(b)) => a == b,
-            (Ramp(a), Ramp(b)) => a == b,
+            (Ramp(a), Ramp(b)) | (TokenRamp(a), TokenRamp(b)) => a == b,
             (
                 NoiseScale {
                     fraction: a,
@@ -144,6 +149,10 @@ pub trait Schedule: Send {
     fn ramp(&self) -> Option<Ramp> {
         None
     }
+    /// Whether the ramp's position is tokens consumed rather than examples.
+    fn ramp_counts_tokens(&self) -> bool {
+        false
+    }
 }
 
 impl Schedule for ScheduleSpec {
@@ -158,9 +167,13 @@ impl Schedule for ScheduleSpec {
 
     fn ramp(&self) -> Option<Ramp> {
         match *self {
-            ScheduleSpec::Ramp(r) => Some(r),
+            ScheduleSpec::Ramp(r) | ScheduleSpec::TokenRamp(r) => Some(r),
             _ => None,
         }
+    }
+
+    fn ramp_counts_tokens(&self) -> bool {
+        matches!(self, ScheduleSpec::TokenRamp(_))
     }
 
     fn next(&mut self, step: usize, current: usize) -> usize {
@@ -185,7 +198,7 @@ impl Schedule for ScheduleSpec {
             ScheduleSpec::Steps(table) => step_table_size(table, step).unwrap_or(current),
             ScheduleSpec::Custom(f) => f(step, current),
             // The planner takes the global batch from the ramp itself.
-            ScheduleSpec::Ramp(_) => current,
+            ScheduleSpec::Ramp(_) | ScheduleSpec::TokenRamp(_) => current,
             // The engine sets the global batch from the estimate.
             ScheduleSpec::NoiseScale { .. } => current,
             // Without the memory model the size stays put; policies with this schedule
@@ -280,7 +293,7 @@ pub fn validate_spec(spec: &ScheduleSpec) -> Result<()> {
             }
             Ok(())
         }
-        ScheduleSpec::Ramp(r) => r.validate(),
+        ScheduleSpec::Ramp(r) | ScheduleSpec::TokenRamp(r) => r.validate(),
         ScheduleSpec::NoiseScale { fraction, min, max } => {
             if !(fraction.is_finite() && fraction > 0.0) {
                 return bad(

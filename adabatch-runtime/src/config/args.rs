@@ -25,6 +25,11 @@ pub struct TrainingArgs {
     /// `--global-batch-size` (required with it). Overrides the trainer's schedule.
     #[arg(long, num_args = 3, value_names = ["START", "INCR", "SAMPLES"])]
     pub rampup_batch_size: Option<Vec<usize>>,
+    /// Count `--rampup-batch-size`'s SAMPLES in tokens consumed (the dataset's
+    /// example lengths), as in DeepSeek's batch warm-up; the global batch still
+    /// counts examples.
+    #[arg(long)]
+    pub rampup_in_tokens: bool,
     /// Estimate the gradient noise scale B_simple = tr(Σ)/|G|² every step (from
     /// each rank's or micro-batch's gradient and the all-reduced one) and log it as
     /// `gradient_noise_scale`. Needs 2+ ranks or 2+ micro-batches per step.

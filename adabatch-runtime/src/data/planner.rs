@@ -94,6 +94,16 @@ pub struct PlannerState {
     /// The next global batch, when the engine sets it (`noise_scale`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_global: Option<usize>,
+    /// The ramp counts tokens consumed (`ScheduleSpec::TokenRamp`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ramp_in_tokens: bool,
+    /// Tokens trained in total (kept under a token ramp; 0 otherwise).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens_seen: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Yields each step's global batch, applying the schedule after every step.
@@ -116,6 +126,11 @@ pub struct StepPlanner<S> {
     ramp: Option<Ramp>,
     /// A global batch set from outside (see [`StepPlanner::set_global_batch`]).
     set_global: Option<usize>,
+    /// The ramp's position is `tokens_seen`, not examples seen.
+    ramp_in_tokens: bool,
+    tokens_seen: u64,
+    /// Every example's length in tokens, under a token ramp.
+    lengths: Option<std::sync::Arc<[usize]>>,
 }
 
 impl<S: Schedule> StepPlanner<S> {
@@ -131,6 +146,7 @@ impl<S: Schedule> StepPlanner<S> {
         drop_last: bool,
     ) -> Result<Self> {
         let ramp = schedule.ramp();
+        let ramp_in_tokens = ramp.is_some() && schedule.ramp_counts_tokens();
         let mut planner = Self {
             sampler,
             schedule,
@@ -144,9 +160,47 @@ impl<S: Schedule> StepPlanner<S> {
             planned_epoch: None,
             ramp,
             set_global: None,
+            ramp_in_tokens,
+            tokens_seen: 0,
+            lengths: None,
         };
         planner.check_fits(None)?;
         Ok(planner)
+    }
+
+    /// Every example's length in tokens, which a ramp over tokens counts (needed
+    /// with `ScheduleSpec::TokenRamp`; one length per example of the sampler).
+    pub fn with_lengths(mut self, lengths: std::sync::Arc<[usize]>) -> Self {
+        self.lengths = Some(lengths);
+        self
+    }
+
+    /// Tokens of the examples in `batches`.
+    fn tokens_of(&self, batches: &StepBatches) -> u64 {
+        // Without lengths every example counts one token (`Dataset::example_len`'s default).
+        let Some(lengths) = &self.lengths else {
+            return batches.global_size() as u64;
+        };
+        batches
+            .micro
+            .iter()
+            .flat_map(|m| &m.indices)
+            .map(|&i| lengths[i] as u64)
+            .sum()
+    }
+
+    /// Where the ramp stands: tokens or examples consumed so far.
+    fn ramp_position(&self) -> usize {
+        if self.ramp_in_tokens {
+            usize::try_from(self.tokens_seen).unwrap_or(usize::MAX)
+        } else {
+            self.sampler.examples_seen()
+        }
+    }
+
+    /// Tokens trained so far (counted under a token ramp only).
+    pub fn tokens_seen(&self) -> u64 {
+        self.tokens_seen
     }
 
     /// With `drop_last`, the next global batch must fit in the dataset; a ramp's
@@ -246,7 +300,11 @@ impl<S: Schedule> StepPlanner<S> {
                 .collect();
             if !micro.is_empty() {
                 self.step += 1;
-                return Ok(Some(StepBatches { micro }));
+                let batches = StepBatches { micro };
+                if self.ramp_in_tokens {
+                    self.tokens_seen += self.tokens_of(&batches);
+                }
+                return Ok(Some(batches));
             }
             if self.length == RunLength::Epochs(self.sampler.epoch_index() + 1) {
                 // The last epoch is used up: no permutation to draw for the next.
@@ -268,6 +326,9 @@ impl<S: Schedule> StepPlanner<S> {
     /// Puts a step's examples back, to be drawn again (after an OOM).
     pub fn rewind(&mut self, batches: &StepBatches) {
         self.sampler.rewind(batches.global_size());
+        if self.ramp_in_tokens {
+            self.tokens_seen -= self.tokens_of(batches);
+        }
         self.step -= 1;
     }
 
@@ -312,6 +373,8 @@ impl<S: Schedule> StepPlanner<S> {
             max_batch: self.limits.max,
             ramp: self.ramp,
             set_global: self.set_global,
+            ramp_in_tokens: self.ramp_in_tokens,
+            tokens_seen: self.tokens_seen,
         }
     }
 
@@ -328,7 +391,9 @@ impl<S: Schedule> StepPlanner<S> {
         self.planned_epoch = None;
         if state.ramp.is_some() {
             self.ramp = state.ramp;
+            self.ramp_in_tokens = state.ramp_in_tokens;
         }
+        self.tokens_seen = state.tokens_seen;
         if state.set_global.is_some() {
             self.set_global = state.set_global;
         }
@@ -350,7 +415,7 @@ impl<S: Schedule> StepPlanner<S> {
     pub fn global_batch(&self) -> usize {
         let given = self.set_global.or_else(|| {
             self.ramp
-                .map(|ramp| ramp.global_batch(self.sampler.examples_seen()))
+                .map(|ramp| ramp.global_batch(self.ramp_position()))
         });
         match given {
             Some(global) => self.limits.max.map_or(global, |max| {

@@ -191,7 +191,7 @@ where
     T: AdaptiveTrainer,
     D: Dataset + ?Sized,
 {
-    let settings = RunSettings::new(&T::POLICY, dataset.len(), args, args.nproc_per_node)?;
+    let settings = RunSettings::new(&T::POLICY, dataset, args, args.nproc_per_node)?;
     plan(&settings, dataset, None)
 }
 

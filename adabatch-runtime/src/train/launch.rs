@@ -55,7 +55,7 @@ where
             nproc_per_node: args.nproc_per_node,
         });
     }
-    let settings = RunSettings::new(&T::POLICY, dataset.len(), args, 1)?;
+    let settings = RunSettings::new(&T::POLICY, dataset, args, 1)?;
     if args.dry_run {
         return dry_run_trainer(trainer, dataset, args, &settings);
     }
@@ -157,7 +157,7 @@ where
     F: Fn(&RankContext) -> Result<T> + Sync,
 {
     let dataset = data.train;
-    let mut settings = RunSettings::new(&T::POLICY, dataset.len(), args, args.nproc_per_node)?;
+    let mut settings = RunSettings::new(&T::POLICY, dataset, args, args.nproc_per_node)?;
     settings.faults = faults.and_steps(settings.faults.steps());
     if args.dry_run {
         let device = settings.device.open(0)?;
@@ -215,7 +215,7 @@ where
     let Some((first, _)) = members.first() else {
         return Err(Error::EmptyGroup);
     };
-    let settings = RunSettings::new(&T::POLICY, dataset.len(), args, first.world_size())?;
+    let settings = RunSettings::new(&T::POLICY, dataset, args, first.world_size())?;
     if args.dry_run {
         let (comm, device) = members
             .iter()

@@ -12,6 +12,7 @@ use crate::dist::device::DeviceSpec;
 use crate::error::{Error, Result};
 use crate::report::logging::Logger;
 use crate::train::oom::FaultInjector;
+use crate::user::data::Dataset;
 
 /// Settings of one run, checked once before any rank starts.
 #[derive(Debug, Clone)]
@@ -49,6 +50,8 @@ pub(crate) struct RunSettings {
     pub(crate) noise_scale_beta: Option<f64>,
     /// Said once at the start of the run (settings that another one overrides).
     pub(crate) warnings: Vec<String>,
+    /// Every example's length, for a ramp over tokens.
+    pub(crate) token_lengths: Option<std::sync::Arc<[usize]>>,
 }
 
 /// Smoothing of the gradient noise scale's moving averages.
@@ -73,12 +76,13 @@ fn require(
 }
 
 impl RunSettings {
-    pub(crate) fn new(
+    pub(crate) fn new<D: Dataset + ?Sized>(
         policy: &TrainerPolicy,
-        num_examples: usize,
+        dataset: &D,
         args: &TrainingArgs,
         world_size: usize,
     ) -> Result<Self> {
+        let num_examples = dataset.len();
         require(world_size > 0, "nproc_per_node", world_size, "at least 1")?;
         if num_examples == 0 {
             return Err(Error::EmptyDataset);
@@ -205,7 +209,7 @@ impl RunSettings {
         if schedule != policy.schedule {
             warnings.push(format!(
                 "the trainer's schedule is overridden by --global-batch-size / --rampup-batch-size: {}",
-                describe_ramp(ramp)
+                describe_ramp(ramp, schedule.ramp_counts_tokens())
             ));
         }
         if ramp.is_some() {
@@ -284,6 +288,8 @@ impl RunSettings {
             noise_scale_beta: (args.log_gradient_noise_scale || noise_schedule)
                 .then_some(NOISE_SCALE_BETA),
             warnings,
+            token_lengths: matches!(schedule, ScheduleSpec::TokenRamp(_))
+                .then(|| (0..num_examples).map(|i| dataset.example_len(i)).collect()),
         };
         settings.set_lr_horizon(args)?;
         Ok(settings)
@@ -354,6 +360,9 @@ impl RunSettings {
             self.drop_last,
         )?
         .with_grad_accum(self.grad_accum);
+        if let Some(lengths) = &self.token_lengths {
+            planner = planner.with_lengths(lengths.clone());
+        }
         if let ScheduleSpec::NoiseScale { min, .. } = self.schedule {
             planner.set_global_batch(min);
         }
@@ -388,16 +397,30 @@ impl RunSettings {
 /// The run's schedule: the trainer's, unless `--global-batch-size` (with or without
 /// `--rampup-batch-size`) replaces it with a global-batch ramp.
 fn run_schedule(policy: &TrainerPolicy, args: &TrainingArgs) -> Result<ScheduleSpec> {
+    if args.rampup_in_tokens && args.rampup_batch_size.is_none() {
+        return Err(Error::InvalidSetting {
+            name: "rampup_in_tokens",
+            value: "true".into(),
+            expected: "together with --rampup-batch-size START INCR TOKENS",
+        });
+    }
     match (&args.rampup_batch_size, args.global_batch_size) {
         (None, None) => Ok(policy.schedule),
         (None, Some(global)) => Ok(ScheduleSpec::Ramp(Ramp::constant(global))),
         (Some(values), Some(global)) => match values.as_slice() {
-            &[start, increment, samples] => Ok(ScheduleSpec::Ramp(Ramp {
-                start,
-                increment,
-                samples,
-                global,
-            })),
+            &[start, increment, samples] => {
+                let ramp = Ramp {
+                    start,
+                    increment,
+                    samples,
+                    global,
+                };
+                Ok(if args.rampup_in_tokens {
+                    ScheduleSpec::TokenRamp(ramp)
+                } else {
+                    ScheduleSpec::Ramp(ramp)
+                })
+            }
             other => Err(Error::InvalidSetting {
                 name: "rampup_batch_size",
                 value: format!("{other:?}"),
@@ -416,11 +439,12 @@ fn run_schedule(policy: &TrainerPolicy, args: &TrainingArgs) -> Result<ScheduleS
     }
 }
 
-fn describe_ramp(ramp: Option<Ramp>) -> String {
+fn describe_ramp(ramp: Option<Ramp>, in_tokens: bool) -> String {
+    let over = if in_tokens { "tokens" } else { "samples" };
     match ramp {
         Some(r) if r.is_constant() => format!("a global batch of {}", r.global),
         Some(r) => format!(
-            "ramp(start = {}, increment = {}, samples = {}, global = {})",
+            "ramp(start = {}, increment = {}, {over} = {}, global = {})",
             r.start, r.increment, r.samples, r.global
         ),
         None => "none".into(),
