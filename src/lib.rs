@@ -49,7 +49,7 @@ pub mod __private {
     pub use adabatch_runtime::user::trainer::CollateFor;
     pub use adabatch_runtime::Result;
     pub use adabatch_runtime::{
-        launch, launch_with_eval, train, AdaptiveTrainer, Collate, Dataset, MemoryModel,
+        launch, launch_with_eval, train, AdaptiveTrainer, Callback, Collate, Dataset, MemoryModel,
         RankContext, TrainModel, TrainSummary, Trained, TrainingArgs,
     };
     pub use candle_nn::Optimizer;

@@ -124,6 +124,16 @@ pub fn trainer_impl(
             }
         }
     });
+    let callback_fn = parts.callback.as_ref().map(|c| {
+        let (c_ident, c_ty) = (&c.ident, &c.ty);
+        let cast = quote_spanned! {at(first_span(c_ty))=> callback};
+        quote! {
+            fn callback(&mut self) -> ::core::option::Option<&mut dyn #p::Callback> {
+                let callback: &mut #c_ty = &mut self.#c_ident;
+                ::core::option::Option::Some(#cast)
+            }
+        }
+    });
     quote! {
         #[automatically_derived]
         impl #impl_generics #p::AdaptiveTrainer for #ident #ty_generics #where_clause {
@@ -134,6 +144,7 @@ pub fn trainer_impl(
                 (&mut self.#model_ident, &mut self.#opt_ident)
             }
             #regressor_fn
+            #callback_fn
         }
     }
 }

@@ -27,6 +27,7 @@ pub fn expand(fallback: &Fallback) -> TokenStream {
         let trainer_impl = parts.as_ref().map(|parts| {
             let parts = Parts {
                 regressor: None,
+                callback: None,
                 ..parts.clone()
             };
             trainer_impl(&p, item, &parts, &policy)

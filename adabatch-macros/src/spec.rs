@@ -33,6 +33,8 @@ pub struct Parts {
     pub optimizer: FieldRef,
     /// The `#[regressor]` field, if any.
     pub regressor: Option<FieldRef>,
+    /// The `#[callback]` field, if any.
+    pub callback: Option<FieldRef>,
 }
 
 /// An attribute with mistakes: the errors, and the item to emit with stand-ins for

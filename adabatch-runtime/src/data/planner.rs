@@ -448,6 +448,13 @@ impl<S: Schedule> StepPlanner<S> {
     pub fn sampler(&self) -> &GlobalBatchSampler {
         &self.sampler
     }
+    /// Whether the current epoch is over: nothing left to draw from it at the next
+    /// step's size (its examples used up, or a tail that `drop_last` drops). Called
+    /// after [`StepPlanner::finish_step`].
+    pub fn epoch_complete(&self) -> bool {
+        !self.sampler.can_draw(self.micro_sizes()[0])
+    }
+
     /// Whether the step just taken is the run's last: the `max_steps`-th, or the
     /// end of the last epoch (its examples used up, or a remainder that
     /// `drop_last` will drop). Called before [`StepPlanner::finish_step`].

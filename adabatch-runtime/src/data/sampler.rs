@@ -259,6 +259,16 @@ impl GlobalBatchSampler {
 
     /// Size of the next global batch of `wanted` examples (or the next planned
     /// size), `None` at the end of the epoch.
+    /// Whether the current epoch has a global batch of `wanted` examples left to
+    /// give (what [`GlobalBatchSampler::next_global`] would draw, without drawing).
+    pub fn can_draw(&self, wanted: usize) -> bool {
+        let remaining = self.num_examples - self.position;
+        match &self.planned {
+            Some(planned) => remaining > 0 && !planned.is_empty(),
+            None => remaining > 0 && wanted > 0 && !(self.drop_last && remaining < wanted),
+        }
+    }
+
     fn next_take(&mut self, wanted: usize) -> Option<usize> {
         let remaining = self.num_examples - self.position;
         let take = if let Some(planned) = &mut self.planned {

@@ -19,7 +19,7 @@ use crate::train::settings::RunSettings;
 
 /// Where the run stood when the checkpoint was written.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TrainerState {
+pub struct CheckpointState {
     /// The step planner's position, sizes and clamps.
     #[serde(flatten)]
     pub planner: PlannerState,
@@ -146,7 +146,7 @@ pub fn save(
     output_dir: &Path,
     params: &[(String, Var)],
     optimizer: Option<&OptimizerState>,
-    state: &TrainerState,
+    state: &CheckpointState,
 ) -> Result<PathBuf> {
     let step = state.planner.global_step;
     let dir = output_dir.join(format!("checkpoint-{step}"));
@@ -229,7 +229,7 @@ pub fn prune(output_dir: &Path, keep: usize) -> Result<()> {
 }
 
 /// Reads a checkpoint's state.
-pub fn load_state(dir: &Path) -> Result<TrainerState> {
+pub fn load_state(dir: &Path) -> Result<CheckpointState> {
     let path = dir.join(STATE);
     let bytes = std::fs::read(&path).map_err(|e| Error::CorruptCheckpoint {
         path: dir.to_path_buf(),
@@ -282,7 +282,7 @@ pub(crate) fn save_checkpoint<S: Schedule>(
     noise_scale: Option<crate::adapt::noise_scale::NoiseScaleEstimator>,
     logger: Option<&Logger>,
 ) -> Result<()> {
-    let state = TrainerState {
+    let state = CheckpointState {
         planner: planner.state(),
         seed: settings.seed,
         world_size: settings.units_world,
@@ -325,7 +325,7 @@ pub(crate) fn resume_checkpoint(
     params: &[(String, Var)],
     optimizer: &mut impl TrainOptimizer,
     device: &Device,
-) -> Result<TrainerState> {
+) -> Result<CheckpointState> {
     let state = load_state(dir)?;
     let mismatch = |what: &str, theirs: String, ours: String| {
         Err(Error::CheckpointMismatch {

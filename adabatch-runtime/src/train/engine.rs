@@ -5,10 +5,11 @@ use std::time::Instant;
 use candle_core::{Device, Tensor, Var};
 
 use crate::adapt::noise_scale::NoiseScaleEstimator;
+use crate::adapt::schedule::Schedule;
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::OomPolicy;
 use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex};
-use crate::data::planner::StepBatches;
+use crate::data::planner::{StepBatches, StepPlanner};
 use crate::data::sampler::GlobalBatchSampler;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
@@ -24,6 +25,7 @@ use crate::train::eval::evaluate;
 use crate::train::oom::OomRecovery;
 use crate::train::settings::RunSettings;
 use crate::train::step::{train_step, StepInput, StepOutcome};
+use crate::user::callback::{TrainerControl, TrainerState};
 use crate::user::data::Dataset;
 use crate::user::model::TrainModel;
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
@@ -293,6 +295,9 @@ where
         step_losses: Vec::new(),
     };
     let mut recovery = OomRecovery::new(settings.oom);
+    let (mut last_evaluated, mut last_saved) = (None, None);
+    // The last trained step's global batch, loss and learning rate.
+    let mut last_step = (0, f64::NAN, 0.0);
     while let Some(batches) = planner.next_step_with(|epoch| {
         length_aware_epoch(
             settings,
@@ -390,7 +395,21 @@ where
             }
         }
         planner.finish_step()?;
-        if settings.eval_steps.is_some_and(|k| step % k == 0) {
+        let mut control = TrainerControl {
+            should_training_stop: false,
+            should_save: settings.save_steps > 0 && step % settings.save_steps == 0,
+            should_evaluate: settings.eval_steps.is_some_and(|k| step % k == 0),
+        };
+        let last = (batches.global_size(), loss, lr);
+        if let Some(callback) = trainer.callback() {
+            let state = trainer_state(comm, &planner, last, &evaluations);
+            callback.on_step_end(&state, &mut control);
+            if planner.epoch_complete() {
+                callback.on_epoch_end(&state, &mut control);
+            }
+            control = agree(comm, control)?;
+        }
+        if control.should_evaluate && data.eval.is_some() {
             let at = (step, planner.sampler().epoch());
             evaluate_and_log(
                 trainer,
@@ -402,22 +421,42 @@ where
                 logger.as_deref_mut(),
                 &mut evaluations,
             )?;
+            last_evaluated = Some(step);
+            if let (Some(callback), Some(metrics)) = (trainer.callback(), evaluations.last()) {
+                let state = trainer_state(comm, &planner, last, &evaluations);
+                let mut asked = TrainerControl::default();
+                callback.on_evaluate(&state, metrics, &mut asked);
+                let asked = agree(comm, asked)?;
+                control.should_training_stop |= asked.should_training_stop;
+                control.should_save |= asked.should_save;
+            }
         }
-        if settings.save_steps > 0 && step % settings.save_steps == 0 && comm.rank() == 0 {
-            save_checkpoint(
-                settings,
-                &planner,
-                &params,
-                &*trainer.parts().1,
+        if control.should_save {
+            let extra = (
                 progress.oom_events,
                 memory_mode.then(|| online.snapshot()),
                 noise_scale,
+            );
+            save_on_rank_zero(
+                comm,
+                settings,
+                &planner,
+                &params,
+                trainer,
+                extra,
                 logger.as_deref(),
             )?;
+            last_saved = Some(step);
+        }
+        last_step = last;
+        if control.should_training_stop {
+            if let Some(logger) = logger.as_deref() {
+                logger.event(&format!("step {step}: a callback stopped training"));
+            }
+            break;
         }
     }
-    let evaluated_last = settings.eval_steps.is_some_and(|k| planner.step() % k == 0);
-    if !evaluated_last {
+    if last_evaluated != Some(planner.step()) {
         let at = (planner.step(), planner.sampler().epoch());
         evaluate_and_log(
             trainer,
@@ -429,19 +468,29 @@ where
             logger.as_deref_mut(),
             &mut evaluations,
         )?;
+        if let (Some(callback), Some(metrics)) = (trainer.callback(), evaluations.last()) {
+            let state = trainer_state(comm, &planner, last_step, &evaluations);
+            callback.on_evaluate(&state, metrics, &mut TrainerControl::default());
+        }
     }
-    let saved_last = settings.save_steps > 0 && planner.step() % settings.save_steps == 0;
-    if settings.save_steps > 0 && !saved_last && comm.rank() == 0 {
-        save_checkpoint(
-            settings,
-            &planner,
-            &params,
-            &*trainer.parts().1,
+    if settings.save_steps > 0 && last_saved != Some(planner.step()) {
+        let extra = (
             progress.oom_events,
             memory_mode.then(|| online.snapshot()),
             noise_scale,
+        );
+        save_on_rank_zero(
+            comm,
+            settings,
+            &planner,
+            &params,
+            trainer,
+            extra,
             logger.as_deref(),
         )?;
+    }
+    if let Some(callback) = trainer.callback() {
+        callback.on_train_end(&trainer_state(comm, &planner, last_step, &evaluations));
     }
     if let Some(logger) = logger {
         logger.finish();
@@ -470,6 +519,64 @@ where
         resumed_from_step: resumed.as_ref().map(|s| s.planner.global_step),
         evaluations,
     })
+}
+
+/// What callbacks see after a step: `last` is its global batch, loss and
+/// learning rate.
+fn trainer_state<S: Schedule>(
+    comm: &impl Communicator,
+    planner: &StepPlanner<S>,
+    (global_batch, loss, learning_rate): (usize, f64, f64),
+    evaluations: &[EvalLog],
+) -> TrainerState {
+    TrainerState {
+        rank: comm.rank(),
+        world_size: comm.world_size(),
+        global_step: planner.step(),
+        epoch: planner.sampler().epoch(),
+        examples_seen: planner.sampler().examples_seen(),
+        global_batch,
+        loss,
+        learning_rate,
+        evaluations: evaluations.to_vec(),
+    }
+}
+
+/// The ranks' callback requests combined (any rank asking is enough), so every
+/// rank acts alike even if a callback decided differently somewhere.
+fn agree(comm: &impl Communicator, control: TrainerControl) -> Result<TrainerControl> {
+    if comm.world_size() == 1 {
+        return Ok(control);
+    }
+    let mut flags = control.as_flags();
+    comm.all_reduce_sum(&mut [], &mut flags)?;
+    Ok(TrainerControl::from_flags(flags))
+}
+
+/// Saves a checkpoint from rank 0 (the others hold the same state). `extra`: the
+/// OOM events, the online memory model's fit and the noise-scale estimator.
+fn save_on_rank_zero<T: AdaptiveTrainer, S: Schedule>(
+    comm: &impl Communicator,
+    settings: &RunSettings,
+    planner: &StepPlanner<S>,
+    params: &[(String, Var)],
+    trainer: &mut T,
+    (oom_events, memory_fit, noise_scale): (usize, Option<[f64; 5]>, Option<NoiseScaleEstimator>),
+    logger: Option<&Logger>,
+) -> Result<()> {
+    if comm.rank() != 0 {
+        return Ok(());
+    }
+    save_checkpoint(
+        settings,
+        planner,
+        params,
+        &*trainer.parts().1,
+        oom_events,
+        memory_fit,
+        noise_scale,
+        logger,
+    )
 }
 
 /// The next global batch of `schedule = noise_scale(..)`: `fraction` of the

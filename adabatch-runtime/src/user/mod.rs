@@ -1,6 +1,7 @@
 //! What a user implements or builds: the model, the data, the trainer and its
-//! seeded parameters.
+//! seeded parameters, callbacks.
 
+pub mod callback;
 pub mod data;
 pub mod loss;
 pub mod model;

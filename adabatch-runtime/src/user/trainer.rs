@@ -5,6 +5,7 @@ use candle_core::Device;
 
 use crate::config::policy::TrainerPolicy;
 use crate::memory::model::MemoryModel;
+use crate::user::callback::Callback;
 use crate::user::data::{Collate, Dataset};
 use crate::user::model::TrainModel;
 use crate::user::params::Parameters;
@@ -26,6 +27,10 @@ pub trait AdaptiveTrainer {
     fn parts(&mut self) -> (&mut Self::Model, &mut Self::Optimizer);
     /// The `#[regressor]` field, if any.
     fn regressor(&mut self) -> Option<&mut dyn MemoryModel> {
+        None
+    }
+    /// The `#[callback]` field, if any.
+    fn callback(&mut self) -> Option<&mut dyn Callback> {
         None
     }
 }

@@ -1,0 +1,249 @@
+//! Callbacks in the spirit of Hugging Face's `TrainerCallback`: code of the user's
+//! that runs at the end of every step, after every evaluation and at the end of
+//! every epoch, sees where training stands, and may ask the engine to stop, save a
+//! checkpoint or evaluate.
+//!
+//! Every rank runs its own callback (the trainer's `#[callback]` field, built by the
+//! rank's factory) on the same numbers — the step's loss and the evaluations are
+//! all-reduced — so deterministic callbacks decide alike. The engine still combines
+//! the ranks' requests (any rank asking is enough) in one scalar all-reduce per
+//! step when training on several ranks, so a callback that decides differently on
+//! some rank cannot leave the others waiting.
+
+use crate::report::logging::EvalLog;
+
+/// Where training stands (HF `TrainerState`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainerState {
+    /// This rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub world_size: usize,
+    /// Optimisation steps taken.
+    pub global_step: usize,
+    /// Examples seen / N.
+    pub epoch: f64,
+    /// Examples seen in total.
+    pub examples_seen: usize,
+    /// The last step's global batch (0 before the first step).
+    pub global_batch: usize,
+    /// The last step's loss, the global mean over its examples (NaN before the
+    /// first step).
+    pub loss: f64,
+    /// The last step's learning rate.
+    pub learning_rate: f64,
+    /// The evaluations so far, in order.
+    pub evaluations: Vec<EvalLog>,
+}
+
+impl TrainerState {
+    /// Whether this is rank 0 (the rank that writes logs): where a callback with a
+    /// side effect, such as printing, should act.
+    pub fn is_world_process_zero(&self) -> bool {
+        self.rank == 0
+    }
+}
+
+/// What callbacks ask of the engine after the current event (HF `TrainerControl`).
+/// The engine resets it after acting on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TrainerControl {
+    /// Stop after this step (the end-of-training evaluation and checkpoint still
+    /// happen).
+    pub should_training_stop: bool,
+    /// Save a checkpoint now (to `--output-dir`).
+    pub should_save: bool,
+    /// Evaluate now (with an eval dataset).
+    pub should_evaluate: bool,
+}
+
+impl TrainerControl {
+    pub(crate) fn as_flags(self) -> [f64; 3] {
+        [
+            f64::from(u8::from(self.should_training_stop)),
+            f64::from(u8::from(self.should_save)),
+            f64::from(u8::from(self.should_evaluate)),
+        ]
+    }
+
+    pub(crate) fn from_flags(flags: [f64; 3]) -> Self {
+        Self {
+            should_training_stop: flags[0] > 0.0,
+            should_save: flags[1] > 0.0,
+            should_evaluate: flags[2] > 0.0,
+        }
+    }
+}
+
+/// Code that runs during training; every method has a default that does nothing.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an adabatch callback",
+    label = "the `#[callback]` field must implement `adabatch::Callback`",
+    note = "implement `adabatch::Callback for {Self}` (`on_step_end`, `on_evaluate`, `on_epoch_end`, `on_train_end`, all optional); several callbacks go in a `Vec<Box<dyn Callback>>`"
+)]
+pub trait Callback: Send {
+    /// After every optimisation step (and its logging and scheduled evaluation).
+    fn on_step_end(&mut self, state: &TrainerState, control: &mut TrainerControl) {
+        let _ = (state, control);
+    }
+    /// After every evaluation; `metrics` is the evaluation just made.
+    fn on_evaluate(
+        &mut self,
+        state: &TrainerState,
+        metrics: &EvalLog,
+        control: &mut TrainerControl,
+    ) {
+        let _ = (state, metrics, control);
+    }
+    /// When a pass over the training set ends.
+    fn on_epoch_end(&mut self, state: &TrainerState, control: &mut TrainerControl) {
+        let _ = (state, control);
+    }
+    /// Once, after the last step.
+    fn on_train_end(&mut self, state: &TrainerState) {
+        let _ = state;
+    }
+}
+
+impl Callback for Vec<Box<dyn Callback>> {
+    fn on_step_end(&mut self, state: &TrainerState, control: &mut TrainerControl) {
+        for c in self {
+            c.on_step_end(state, control);
+        }
+    }
+    fn on_evaluate(
+        &mut self,
+        state: &TrainerState,
+        metrics: &EvalLog,
+        control: &mut TrainerControl,
+    ) {
+        for c in self {
+            c.on_evaluate(state, metrics, control);
+        }
+    }
+    fn on_epoch_end(&mut self, state: &TrainerState, control: &mut TrainerControl) {
+        for c in self {
+            c.on_epoch_end(state, control);
+        }
+    }
+    fn on_train_end(&mut self, state: &TrainerState) {
+        for c in self {
+            c.on_train_end(state);
+        }
+    }
+}
+
+/// Stops training when an eval metric has not improved for `patience`
+/// evaluations (HF `EarlyStoppingCallback`). Needs an eval dataset.
+#[derive(Debug, Clone)]
+pub struct EarlyStopping {
+    metric: String,
+    greater_is_better: bool,
+    patience: usize,
+    threshold: f64,
+    best: Option<f64>,
+    without_improvement: usize,
+}
+
+impl EarlyStopping {
+    /// Watches `eval_loss` (lower is better) with the given patience.
+    pub fn on_eval_loss(patience: usize) -> Self {
+        Self::new("eval_loss", false, patience)
+    }
+
+    /// Watches `metric` (e.g. `eval_accuracy`, `greater_is_better = true`).
+    pub fn new(metric: &str, greater_is_better: bool, patience: usize) -> Self {
+        Self {
+            metric: metric.to_string(),
+            greater_is_better,
+            patience: patience.max(1),
+            threshold: 0.0,
+            best: None,
+            without_improvement: 0,
+        }
+    }
+
+    /// An improvement must beat the best value by more than this.
+    pub fn with_threshold(mut self, threshold: f64) -> Self {
+        self.threshold = threshold;
+        self
+    }
+
+    /// The best value seen so far.
+    pub fn best(&self) -> Option<f64> {
+        self.best
+    }
+}
+
+impl Callback for EarlyStopping {
+    fn on_evaluate(&mut self, _: &TrainerState, metrics: &EvalLog, control: &mut TrainerControl) {
+        let Some(value) = metrics.get(&self.metric).filter(|v| !v.is_nan()) else {
+            return;
+        };
+        let improved = match self.best {
+            None => true,
+            Some(best) if self.greater_is_better => value > best + self.threshold,
+            Some(best) => value < best - self.threshold,
+        };
+        if improved {
+            self.best = Some(value);
+            self.without_improvement = 0;
+        } else {
+            self.without_improvement += 1;
+            if self.without_improvement >= self.patience {
+                control.should_training_stop = true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(step: usize, loss: f64) -> EvalLog {
+        EvalLog {
+            event: "eval".into(),
+            step,
+            epoch: 0.0,
+            eval_loss: loss,
+            eval_examples: 1,
+            metrics: Default::default(),
+        }
+    }
+
+    #[test]
+    fn early_stopping_waits_patience_evaluations_without_improvement() {
+        let state = TrainerState {
+            rank: 0,
+            world_size: 1,
+            global_step: 0,
+            epoch: 0.0,
+            examples_seen: 0,
+            global_batch: 0,
+            loss: f64::NAN,
+            learning_rate: 0.0,
+            evaluations: Vec::new(),
+        };
+        let mut stop = EarlyStopping::on_eval_loss(2).with_threshold(0.01);
+        let mut asked = Vec::new();
+        for (step, loss) in [(1, 1.0), (2, 0.8), (3, 0.795), (4, 0.9), (5, 0.5)] {
+            let mut control = TrainerControl::default();
+            stop.on_evaluate(&state, &eval(step, loss), &mut control);
+            asked.push(control.should_training_stop);
+        }
+        // 0.795 is within the threshold of 0.8: no improvement, then 0.9: stop.
+        assert_eq!(asked, [false, false, false, true, false]);
+        assert_eq!(stop.best(), Some(0.5));
+    }
+
+    #[test]
+    fn flags_round_trip() {
+        let c = TrainerControl {
+            should_training_stop: true,
+            should_save: false,
+            should_evaluate: true,
+        };
+        assert_eq!(TrainerControl::from_flags(c.as_flags()), c);
+    }
+}

@@ -1,0 +1,209 @@
+//! Callbacks (`#[callback]`, `adabatch::Callback`): when each hook runs, what it
+//! sees, and what it can ask — stop, save, evaluate — on one and several ranks,
+//! and `EarlyStopping` on a real run whose eval loss turns.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use adabatch::optim::{AdamW, ParamsAdamW};
+use adabatch::prelude::*;
+use adabatch::{Callback, EarlyStopping, EvalLog, TrainerControl, TrainerState};
+use common::*;
+
+/// What a callback saw, per rank: `(rank, event, step, epoch)`.
+type Seen = Arc<Mutex<Vec<(usize, &'static str, usize, f64)>>>;
+
+/// Records every hook; asks to stop after `stop_at` (on `stop_on` only, to show
+/// the ranks agree), to save at `save_at` and to evaluate at `evaluate_at`.
+struct Recorder {
+    seen: Seen,
+    stop_at: Option<usize>,
+    stop_on: usize,
+    save_at: Option<usize>,
+    evaluate_at: Option<usize>,
+}
+
+impl Recorder {
+    fn note(&self, state: &TrainerState, event: &'static str) {
+        self.seen
+            .lock()
+            .unwrap()
+            .push((state.rank, event, state.global_step, state.epoch));
+    }
+}
+
+impl Callback for Recorder {
+    fn on_step_end(&mut self, state: &TrainerState, control: &mut TrainerControl) {
+        self.note(state, "step");
+        assert!(state.loss.is_finite() && state.global_batch > 0);
+        let step = Some(state.global_step);
+        control.should_training_stop |= step == self.stop_at && state.rank == self.stop_on;
+        control.should_save |= step == self.save_at;
+        control.should_evaluate |= step == self.evaluate_at;
+    }
+    fn on_evaluate(&mut self, state: &TrainerState, metrics: &EvalLog, _: &mut TrainerControl) {
+        assert_eq!(metrics.step, state.global_step);
+        self.note(state, "evaluate");
+    }
+    fn on_epoch_end(&mut self, state: &TrainerState, _: &mut TrainerControl) {
+        self.note(state, "epoch");
+    }
+    fn on_train_end(&mut self, state: &TrainerState) {
+        self.note(state, "end");
+    }
+}
+
+#[adaptive_trainer(schedule = constant)]
+struct Watched {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[callback]
+    recorder: Recorder,
+}
+
+fn adam(model: &Regression, lr: f64) -> adabatch::Result<AdamW> {
+    AdamW::new(
+        model.params.all_vars(),
+        ParamsAdamW {
+            lr,
+            ..Default::default()
+        },
+    )
+}
+
+fn watched(
+    seen: &Seen,
+    recorder: fn(Seen) -> Recorder,
+) -> impl Fn(&RankContext) -> adabatch::Result<Watched> + Sync + '_ {
+    move |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = adam(&model, 0.05)?;
+        Ok(Watched::new(model, opt, recorder(seen.clone())))
+    }
+}
+
+fn events(seen: &Seen, rank: usize, event: &str) -> Vec<usize> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.0 == rank && s.1 == event)
+        .map(|s| s.2)
+        .collect()
+}
+
+#[test]
+fn hooks_run_at_step_ends_epoch_ends_evaluations_and_the_end() {
+    let seen: Seen = Arc::default();
+    // 20 examples, global batch 6: epochs end after steps 4 and 8 (tails of 2).
+    let a = TrainingArgs {
+        eval_steps: Some(3),
+        ..args(2, 3, 2)
+    };
+    let recorder = |seen| Recorder {
+        seen,
+        stop_at: None,
+        stop_on: 0,
+        save_at: None,
+        evaluate_at: Some(4),
+    };
+    let summary = Watched::launch_with_eval(
+        &dataset(20, 1),
+        &dataset(5, 2),
+        &collate,
+        &a,
+        watched(&seen, recorder),
+    )
+    .unwrap()
+    .summary;
+    assert_eq!(summary.global_step, 8);
+    for rank in 0..2 {
+        assert_eq!(events(&seen, rank, "step"), (1..=8).collect::<Vec<_>>());
+        assert_eq!(events(&seen, rank, "epoch"), [4, 8]);
+        // Every 3 steps, at step 4 because the callback asked, and at the end.
+        assert_eq!(events(&seen, rank, "evaluate"), [3, 4, 6, 8]);
+        assert_eq!(events(&seen, rank, "end"), [8]);
+    }
+    let mut epochs: Vec<f64> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.1 == "epoch")
+        .map(|s| s.3)
+        .collect();
+    epochs.sort_by(f64::total_cmp);
+    assert_eq!(epochs, [1.0, 1.0, 2.0, 2.0]);
+    assert_eq!(summary.evaluations.len(), 4);
+}
+
+#[test]
+fn one_rank_asking_to_stop_stops_every_rank_and_saves_on_request() {
+    let seen: Seen = Arc::default();
+    let out = temp_log("callback-out").with_extension("");
+    let a = TrainingArgs {
+        output_dir: out.clone(),
+        ..args(3, 2, 3)
+    };
+    let recorder = |seen| Recorder {
+        seen,
+        stop_at: Some(5),
+        stop_on: 2,
+        save_at: Some(2),
+        evaluate_at: None,
+    };
+    let summary = Watched::launch(&dataset(30, 1), &collate, &a, watched(&seen, recorder))
+        .unwrap()
+        .summary;
+    assert_eq!(summary.global_step, 5, "stopped after the step that asked");
+    for rank in 0..3 {
+        assert_eq!(events(&seen, rank, "step"), [1, 2, 3, 4, 5]);
+        assert_eq!(events(&seen, rank, "end"), [5]);
+    }
+    // Saved when asked, without --save-steps; none at the end (not asked).
+    assert!(out.join("checkpoint-2").is_dir());
+    assert!(!out.join("checkpoint-5").exists());
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[adaptive_trainer(schedule = constant)]
+struct Patient {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[callback]
+    stop: EarlyStopping,
+}
+
+#[test]
+fn early_stopping_stops_when_the_eval_loss_turns() {
+    // The eval targets are the negated training targets: as the model learns the
+    // training set, the eval loss rises after its first evaluation.
+    let train = dataset(40, 1);
+    let eval: Vec<Example> = train
+        .iter()
+        .map(|e| Example {
+            y: -e.y,
+            ..e.clone()
+        })
+        .collect();
+    let a = TrainingArgs {
+        eval_steps: Some(2),
+        ..args(2, 4, 10)
+    };
+    let factory = |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = adam(&model, 0.05)?;
+        Ok(Patient::new(model, opt, EarlyStopping::on_eval_loss(3)))
+    };
+    let Trained { trainer, summary } =
+        Patient::launch_with_eval(&train, &eval, &collate, &a, factory).unwrap();
+    let losses: Vec<f64> = summary.evaluations.iter().map(|e| e.eval_loss).collect();
+    // The best is the first evaluation; three without improvement stop the run.
+    assert!(losses.windows(2).all(|w| w[1] > w[0]), "{losses:?}");
+    assert_eq!(summary.global_step, 8, "{losses:?}");
+    assert_eq!(summary.evaluations.len(), 4);
+    assert_eq!(trainer.stop.best(), Some(losses[0]));
+}
