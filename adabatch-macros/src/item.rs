@@ -188,9 +188,14 @@ fn field_attrs(
             cx.on(
                 &attr,
                 format!(
-                    "duplicate `#[{role}]`: exactly one field can be the {}; `{}` already is",
+                    "duplicate `#[{role}]`: exactly one field can be the {}; `{}` already is{}",
                     role_noun(role),
-                    first.ident
+                    first.ident,
+                    if role == "callback" {
+                        " (put several callbacks in one `Vec<Box<dyn adabatch::Callback>>` field)"
+                    } else {
+                        ""
+                    }
                 ),
             );
             ok = false;
