@@ -22,12 +22,18 @@ hand_trainer!(
     }
 );
 
-fn run(a: &TrainingArgs) -> (adabatch::Result<TrainSummary>, Vec<StepLog>, Vec<f32>) {
+type Run = (adabatch::Result<TrainSummary>, Vec<StepLog>, Vec<f32>);
+
+fn run(a: &TrainingArgs) -> Run {
+    run_on(&dataset(20, 6), a)
+}
+
+fn run_on<D: Dataset<Item = Example> + ?Sized>(data: &D, a: &TrainingArgs) -> Run {
     let log = temp_log("checkpoint");
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
     let rank0 = Mutex::new(None);
-    let result = adabatch::launch(&dataset(20, 6), &collate, &a, |ctx: &RankContext| {
+    let result = adabatch::launch(data, &collate, &a, |ctx: &RankContext| {
         let params = ctx.parameters();
         let model = Regression::new(params.clone(), ctx.device())?;
         if ctx.rank() == 0 {
@@ -137,4 +143,66 @@ fn resume_refuses_a_checkpoint_of_another_run() {
         run(&other).0.unwrap_err(),
         Error::CorruptCheckpoint { .. }
     ));
+}
+
+/// Length-aware batches (a token budget): a checkpoint in the middle of an epoch
+/// holds the epoch's plan, and the resumed run, on the same or another number of
+/// ranks, continues it with the same batches and, on the same ranks, the same
+/// weights bit for bit.
+#[test]
+fn length_aware_runs_resume_mid_epoch() {
+    let data =
+        WithLengths::new(dataset(40, 6), (0..40).map(|i| 3 + (i * 7) % 11).collect()).unwrap();
+    let out = temp_log("ckpt-length").with_extension("");
+    let mut a = args(2, 1, 2);
+    a.max_tokens_per_batch = Some(60);
+    a.save_steps = 3;
+    a.output_dir = out.clone();
+    let (full, full_logs, full_weights) = run_on(&data, &a);
+    let steps = full.unwrap().global_step;
+    let first_epoch = full_logs.iter().filter(|l| l.epoch <= 1.0).count();
+    assert!(
+        first_epoch > 3,
+        "checkpoint-3 must be mid-epoch ({first_epoch} steps)"
+    );
+    let state = std::fs::read_to_string(out.join("checkpoint-3/trainer_state.json")).unwrap();
+    assert!(state.contains("planned_epoch"), "{state}");
+
+    let mut resumed = a.clone();
+    resumed.save_steps = 0;
+    resumed.resume_from_checkpoint = Some(out.join("checkpoint-3"));
+    let (summary, logs, weights) = run_on(&data, &resumed);
+    assert_eq!(summary.unwrap().global_step, steps);
+    assert_eq!(logs.len(), full_logs.len() - 3);
+    for (r, s) in logs.iter().zip(&full_logs[3..]) {
+        assert_eq!((r.step, &r.indices), (s.step, &s.indices));
+        assert_eq!(r.loss.to_bits(), s.loss.to_bits(), "step {}", r.step);
+    }
+    assert_eq!(weights, full_weights);
+
+    // On one rank: the same global batches.
+    let one = TrainingArgs {
+        nproc_per_node: 1,
+        ..resumed.clone()
+    };
+    let (_, one_logs, _) = run_on(&data, &one);
+    let global = |l: &StepLog| l.indices.concat();
+    assert_eq!(
+        one_logs.iter().map(global).collect::<Vec<_>>(),
+        full_logs[3..].iter().map(global).collect::<Vec<_>>()
+    );
+
+    // A plan that does not cover the rest of the epoch is a corrupt checkpoint.
+    let path = out.join("checkpoint-3/trainer_state.json");
+    let mut json: serde_json::Value = serde_json::from_str(&state).unwrap();
+    json["planned_epoch"]["batches"]
+        .as_array_mut()
+        .unwrap()
+        .pop();
+    std::fs::write(&path, json.to_string()).unwrap();
+    let (err, _, _) = run_on(&data, &resumed);
+    let err = err.unwrap_err();
+    assert!(matches!(err, Error::CorruptCheckpoint { .. }), "{err}");
+    assert!(err.to_string().contains("remaining batches"), "{err}");
+    let _ = std::fs::remove_dir_all(&out);
 }

@@ -841,6 +841,16 @@ fn mid_epoch_length_aware_checkpoint() {
     a.save_steps = 2;
     a.output_dir = dir.clone();
     adabatch::launch(&with_lengths(30), &collate, &a, factory).unwrap();
+    // A checkpoint written before checkpoints held the epoch's plan.
+    let state = dir.join("checkpoint-2/trainer_state.json");
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert!(json
+        .as_object_mut()
+        .unwrap()
+        .remove("planned_epoch")
+        .is_some());
+    std::fs::write(&state, json.to_string()).unwrap();
     let mut b = args(1, 1, 1);
     b.max_tokens_per_batch = Some(20);
     b.resume_from_checkpoint = Some(dir.join("checkpoint-2"));

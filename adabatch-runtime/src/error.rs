@@ -167,8 +167,9 @@ pub enum Error {
         /// Where it looked.
         output_dir: PathBuf,
     },
-    /// A length-aware run's checkpoint from the middle of an epoch.
-    #[error("checkpoint {path}: length-aware epochs are replanned from their start; resume from a checkpoint written at an epoch boundary")]
+    /// A length-aware run's checkpoint from the middle of an epoch, written before
+    /// checkpoints held the epoch's plan.
+    #[error("checkpoint {path} is from the middle of a length-aware epoch but does not hold the epoch's plan (an older checkpoint); resume from one written at an epoch boundary")]
     MidEpochLengthAwareCheckpoint {
         /// The checkpoint directory.
         path: PathBuf,

@@ -7,7 +7,7 @@ use crate::adapt::ramp::Ramp;
 use crate::adapt::schedule::{BatchLimits, Schedule};
 use crate::config::policy::GradAccum;
 use crate::data::length::LengthAwareEpoch;
-use crate::data::sampler::{GlobalBatch, GlobalBatchSampler};
+use crate::data::sampler::{GlobalBatch, GlobalBatchSampler, PlannedRemainder};
 use crate::error::{Error, Result};
 
 /// How long a run lasts.
@@ -71,7 +71,7 @@ impl StepBatches {
 
 /// Where a planner stands: everything its future batches depend on (a checkpoint
 /// stores it; resuming restores it).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct PlannerState {
     /// Optimisation steps taken.
     pub global_step: usize,
@@ -94,6 +94,10 @@ pub struct PlannerState {
     /// The next global batch, when the engine sets it (`noise_scale`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_global: Option<usize>,
+    /// The unfinished length-aware epoch (its order and remaining batches), when
+    /// the checkpoint was written in the middle of one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_epoch: Option<PlannedRemainder>,
     /// The ramp counts tokens consumed (`ScheduleSpec::TokenRamp`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ramp_in_tokens: bool,
@@ -375,6 +379,7 @@ impl<S: Schedule> StepPlanner<S> {
             set_global: self.set_global,
             ramp_in_tokens: self.ramp_in_tokens,
             tokens_seen: self.tokens_seen,
+            planned_epoch: self.sampler.planned_remainder(),
         }
     }
 
@@ -389,6 +394,11 @@ impl<S: Schedule> StepPlanner<S> {
             max: state.max_batch,
         };
         self.planned_epoch = None;
+        if let Some(remainder) = &state.planned_epoch {
+            // The epoch is planned already: continue its plan instead of making one.
+            self.sampler.resume_planned_epoch(remainder);
+            self.planned_epoch = Some(state.epoch_index);
+        }
         if state.ramp.is_some() {
             self.ramp = state.ramp;
             self.ramp_in_tokens = state.ramp_in_tokens;

@@ -115,6 +115,45 @@ impl LocalBatch {
 }
 
 /// Where an epoch's order comes from.
+/// A length-aware epoch left unfinished by a checkpoint: what resuming it needs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PlannedRemainder {
+    /// The epoch's order (dataset indices).
+    pub order: Vec<usize>,
+    /// Sizes of the batches still to draw, with their predicted memory relative to
+    /// the epoch's first batch (where there was a prediction).
+    pub batches: Vec<(usize, Option<f64>)>,
+}
+
+impl PlannedRemainder {
+    /// Whether it can continue an epoch of `num_examples` at `position`: the order
+    /// a permutation of the dataset, the remaining batches covering the rest.
+    pub fn check(&self, num_examples: usize, position: usize) -> std::result::Result<(), String> {
+        let mut seen = vec![false; num_examples];
+        let permutation = self.order.len() == num_examples
+            && self
+                .order
+                .iter()
+                .all(|&i| i < num_examples && !std::mem::replace(&mut seen[i], true));
+        if !permutation {
+            return Err(format!(
+                "the planned epoch's order is not a permutation of the {num_examples} examples"
+            ));
+        }
+        let rest: usize = self.batches.iter().map(|b| b.0).sum();
+        if position > num_examples
+            || rest != num_examples - position
+            || self.batches.iter().any(|b| b.0 == 0)
+        {
+            return Err(format!(
+                "the planned epoch's remaining batches hold {rest} examples; {} are left after position {position}",
+                num_examples.saturating_sub(position)
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Order {
     /// The keyed permutation (or the identity): O(1) memory.
@@ -347,6 +386,37 @@ impl GlobalBatchSampler {
         self.examples_seen = examples_seen;
         self.planned = None;
         self.last_predicted = None;
+    }
+
+    /// The unfinished part of a length-aware epoch, to checkpoint: its whole order
+    /// and the sizes (with predicted memory) of its remaining batches. `None` when
+    /// the epoch is not planned, or has not started, or is used up.
+    pub fn planned_remainder(&self) -> Option<PlannedRemainder> {
+        let (Order::Planned(order), Some(planned)) = (&self.order, &self.planned) else {
+            return None;
+        };
+        (self.position > 0 && self.position < self.num_examples).then(|| PlannedRemainder {
+            order: order.clone(),
+            batches: planned
+                .iter()
+                .map(|&(size, predicted)| (size, predicted.is_finite().then_some(predicted)))
+                .collect(),
+        })
+    }
+
+    /// Continues a length-aware epoch from a checkpoint's [`PlannedRemainder`]
+    /// (after [`GlobalBatchSampler::restore`] has set the position; the remainder
+    /// passed [`PlannedRemainder::check`]).
+    pub fn resume_planned_epoch(&mut self, remainder: &PlannedRemainder) {
+        debug_assert!(remainder.check(self.num_examples, self.position).is_ok());
+        self.order = Order::Planned(remainder.order.clone());
+        self.planned = Some(
+            remainder
+                .batches
+                .iter()
+                .map(|&(size, predicted)| (size, predicted.unwrap_or(f64::NAN)))
+                .collect(),
+        );
     }
 
     /// Starts the next epoch with its own permutation.

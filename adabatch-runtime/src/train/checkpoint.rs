@@ -351,13 +351,25 @@ pub(crate) fn resume_checkpoint(
             return mismatch(&format!("policy key `{key}`"), theirs, ours);
         }
     }
-    // A length-aware epoch is planned from its start: resume at a boundary, which
-    // includes a checkpoint written after an epoch's last step (position = N).
+    // Mid-epoch, a length-aware run continues the epoch's plan, which the
+    // checkpoint holds; an older checkpoint without it can only resume at a
+    // boundary (which includes one written after an epoch's last step).
     let position = state.planner.position;
-    if settings.batching.is_some() && position > 0 && position < settings.num_examples {
-        return Err(Error::MidEpochLengthAwareCheckpoint {
-            path: dir.to_path_buf(),
-        });
+    match &state.planner.planned_epoch {
+        Some(remainder) => {
+            if let Err(detail) = remainder.check(settings.num_examples, position) {
+                return Err(Error::CorruptCheckpoint {
+                    path: dir.join(STATE),
+                    detail,
+                });
+            }
+        }
+        None if settings.batching.is_some() && position > 0 && position < settings.num_examples => {
+            return Err(Error::MidEpochLengthAwareCheckpoint {
+                path: dir.to_path_buf(),
+            });
+        }
+        None => {}
     }
     load_weights(dir, params, device)?;
     let optimizer_file = dir.join(OPTIMIZER);
