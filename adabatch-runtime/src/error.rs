@@ -192,6 +192,29 @@ pub enum Error {
         /// The checkpoint directory.
         path: PathBuf,
     },
+    /// A dataset of several sources with none.
+    #[error("a dataset of several sources needs at least one source")]
+    NoSources,
+    /// A source without examples.
+    #[error("source `{name}` is empty: every source needs at least one example")]
+    EmptySource {
+        /// The source.
+        name: String,
+    },
+    /// Two sources with one name.
+    #[error("two sources are named `{name}`: source names must be unique")]
+    DuplicateSource {
+        /// The name.
+        name: String,
+    },
+    /// A mixing weight for a source the dataset does not have.
+    #[error("unknown source `{name}`: the dataset's sources are {known:?}")]
+    UnknownSource {
+        /// The name given.
+        name: String,
+        /// The dataset's sources.
+        known: Vec<String>,
+    },
     /// Mixing weights that cannot divide a batch.
     #[error("step {step}: invalid mixing weights: {reason}")]
     InvalidMixWeights {

@@ -57,4 +57,5 @@ pub use user::data::{Collate, Dataset, WithLengths};
 pub use user::loss::{per_example_cross_entropy, per_example_token_cross_entropy_sum};
 pub use user::model::{Batch, TrainModel};
 pub use user::params::Parameters;
+pub use user::sources::Sources;
 pub use user::trainer::{AdaptiveTrainer, RankContext};

@@ -65,6 +65,10 @@ pub struct TrainingArgs {
     /// Log every this many steps (console and JSONL).
     #[arg(long, default_value_t = 1)]
     pub logging_steps: usize,
+    /// Mixing weights of a dataset of several sources, replacing its own:
+    /// `--mix-weights new=0.75,replay=0.25` (sources left out get 0).
+    #[arg(long, value_delimiter = ',')]
+    pub mix_weights: Vec<String>,
     /// With an eval dataset: evaluate every this many steps (and always at the end).
     #[arg(long)]
     pub eval_steps: Option<usize>,

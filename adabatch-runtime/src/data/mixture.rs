@@ -37,6 +37,12 @@ impl Mixture {
         &self.targets
     }
 
+    /// Returns `n` examples of `source`'s last count (a step cut short): its target
+    /// keeps them, so it catches up later.
+    pub fn give_back(&mut self, source: usize, n: usize) {
+        self.seen[source] -= n.min(self.seen[source]);
+    }
+
     /// The counts of step `step`'s global batch of `global` examples under
     /// `weights` (one per source, finite, ≥ 0, not all 0; normalised here).
     pub fn allocate(&mut self, step: usize, global: usize, weights: &[f64]) -> Result<Vec<usize>> {

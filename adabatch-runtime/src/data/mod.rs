@@ -1,9 +1,10 @@
 //! Which examples go into which step: the global-batch sampler, its seeded
 //! constant-memory permutations, length-aware epochs and the step planner that
-//! drives both with the schedule.
+//! drives both with the schedule; several sources mixed per step.
 
 pub mod length;
 pub mod mixture;
 pub mod permutation;
 pub mod planner;
 pub mod sampler;
+pub mod sources;

@@ -8,6 +8,7 @@ use crate::adapt::schedule::{BatchLimits, Schedule};
 use crate::config::policy::GradAccum;
 use crate::data::length::LengthAwareEpoch;
 use crate::data::sampler::{GlobalBatch, GlobalBatchSampler, PlannedRemainder};
+use crate::data::sources::SourcesState;
 use crate::error::{Error, Result};
 
 /// How long a run lasts.
@@ -98,6 +99,9 @@ pub struct PlannerState {
     /// the checkpoint was written in the middle of one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_epoch: Option<PlannedRemainder>,
+    /// Every source's position and the mixing allocator, with several sources.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<SourcesState>,
     /// The ramp counts tokens consumed (`ScheduleSpec::TokenRamp`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ramp_in_tokens: bool,
@@ -380,6 +384,7 @@ impl<S: Schedule> StepPlanner<S> {
             ramp_in_tokens: self.ramp_in_tokens,
             tokens_seen: self.tokens_seen,
             planned_epoch: self.sampler.planned_remainder(),
+            sources: self.sampler.sources_state(),
         }
     }
 
@@ -394,6 +399,9 @@ impl<S: Schedule> StepPlanner<S> {
             max: state.max_batch,
         };
         self.planned_epoch = None;
+        if let Some(sources) = &state.sources {
+            self.sampler.restore_sources(sources);
+        }
         if let Some(remainder) = &state.planned_epoch {
             // The epoch is planned already: continue its plan instead of making one.
             self.sampler.resume_planned_epoch(remainder);

@@ -29,6 +29,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 
 use crate::data::permutation::Permutation;
+use crate::data::sources::{MixedSources, SourceSpec, SourcesState};
 use crate::error::{Error, Result};
 
 /// The source key of the single-source sampler's permutations (a mixture keys
@@ -195,7 +196,14 @@ pub struct GlobalBatchSampler {
     /// of the current epoch, which replace `per_device * world_size`.
     planned: Option<VecDeque<(usize, f64)>>,
     last_predicted: Option<f64>,
+    /// Several sources: `num_examples` is the primary source's size, and draws
+    /// come from here. With the state before each recent draw, for `rewind`.
+    mixed: Option<MixedSources>,
+    mixed_history: VecDeque<(MixedSources, usize)>,
 }
+
+/// Draws a rewind can undo: more than the micro-batches of any one step.
+const MIXED_HISTORY: usize = 256;
 
 impl GlobalBatchSampler {
     /// A sampler positioned at the start of epoch 0; an empty dataset or zero ranks
@@ -229,9 +237,45 @@ impl GlobalBatchSampler {
             examples_seen: 0,
             planned: None,
             last_predicted: None,
+            mixed: None,
+            mixed_history: VecDeque::new(),
         };
         sampler.order = Order::Keyed(sampler.permutation(0));
         Ok(sampler)
+    }
+
+    /// A sampler over several sources: epochs are passes over the first (primary)
+    /// source; each global batch is divided between the sources by their weights
+    /// (see [`crate::data::sources`]). Indices are the dataset's (sources in order).
+    pub fn over_sources(
+        spec: &SourceSpec,
+        world_size: usize,
+        seed: u64,
+        shuffle: bool,
+        drop_last: bool,
+    ) -> Result<Self> {
+        let mixed = MixedSources::new(spec, seed, shuffle)?;
+        let mut sampler = Self::new(spec.sizes[0], world_size, seed, shuffle, drop_last)?;
+        sampler.mixed = Some(mixed);
+        Ok(sampler)
+    }
+
+    /// The sources, when there are several.
+    pub fn sources(&self) -> Option<&MixedSources> {
+        self.mixed.as_ref()
+    }
+
+    /// The sources' state, for a checkpoint.
+    pub fn sources_state(&self) -> Option<SourcesState> {
+        self.mixed.as_ref().map(MixedSources::state)
+    }
+
+    /// Continues the sources from a checkpoint's state (checked beforehand).
+    pub fn restore_sources(&mut self, state: &SourcesState) {
+        if let Some(mixed) = &mut self.mixed {
+            mixed.restore(state);
+            self.mixed_history.clear();
+        }
     }
 
     /// The permutation of epoch `epoch` (identity without shuffle), in O(1) memory.
@@ -266,6 +310,22 @@ impl GlobalBatchSampler {
     /// `drop_last`). A run resumed on another number of ranks keeps its global
     /// sizes this way.
     pub fn next_global(&mut self, wanted: usize) -> Option<GlobalBatch> {
+        if let Some(mixed) = &mut self.mixed {
+            let before = mixed.clone();
+            // The weights were checked when the sources were made or restored.
+            let indices = mixed.draw(wanted, self.drop_last).ok().flatten()?;
+            let take = indices.len();
+            if self.mixed_history.len() == MIXED_HISTORY {
+                self.mixed_history.pop_front();
+            }
+            self.mixed_history.push_back((before, take));
+            self.position = self.num_examples - mixed.primary_remaining();
+            self.examples_seen += take;
+            return Some(GlobalBatch {
+                indices,
+                splits: split_evenly(take, self.world_size),
+            });
+        }
         let take = self.next_take(wanted)?;
         let indices = self.order.range(self.position..self.position + take);
         self.advance(take);
@@ -279,8 +339,10 @@ impl GlobalBatchSampler {
     /// global batch), but computes only rank `rank`'s share of it: O(local batch)
     /// time and memory. Every rank calling this with the same sizes gets the
     /// contiguous slices, in rank order, of the global batch `next_step` would give.
+    /// One source only: with several, use [`GlobalBatchSampler::next_global`].
     pub fn next_local(&mut self, per_device: usize, rank: usize) -> Option<LocalBatch> {
         debug_assert!(rank < self.world_size, "rank out of range");
+        debug_assert!(self.mixed.is_none(), "next_local draws from one source");
         let take = self.next_take(per_device.saturating_mul(self.world_size))?;
         let start = self.position;
         let split = split_of(take, self.world_size, rank);
@@ -301,6 +363,9 @@ impl GlobalBatchSampler {
     /// Whether the current epoch has a global batch of `wanted` examples left to
     /// give (what [`GlobalBatchSampler::next_global`] would draw, without drawing).
     pub fn can_draw(&self, wanted: usize) -> bool {
+        if let Some(mixed) = &self.mixed {
+            return matches!(mixed.clone().draw(wanted, self.drop_last), Ok(Some(_)));
+        }
         let remaining = self.num_examples - self.position;
         match &self.planned {
             Some(planned) => remaining > 0 && !planned.is_empty(),
@@ -330,6 +395,19 @@ impl GlobalBatchSampler {
 
     /// Returns the last `examples` drawn in this epoch to the sampler.
     pub fn rewind(&mut self, examples: usize) {
+        if self.mixed.is_some() {
+            let mut left = examples;
+            while left > 0 {
+                let Some((before, take)) = self.mixed_history.pop_back() else {
+                    break;
+                };
+                self.examples_seen -= take;
+                left = left.saturating_sub(take);
+                self.position = self.num_examples - before.primary_remaining();
+                self.mixed = Some(before);
+            }
+            return;
+        }
         let examples = examples.min(self.position);
         self.position -= examples;
         self.examples_seen -= examples;
@@ -421,6 +499,9 @@ impl GlobalBatchSampler {
 
     /// Starts the next epoch with its own permutation.
     pub fn start_next_epoch(&mut self) {
+        if let Some(mixed) = &mut self.mixed {
+            mixed.start_next_primary_epoch();
+        }
         self.epoch += 1;
         self.position = 0;
         self.planned = None;
@@ -440,9 +521,13 @@ impl GlobalBatchSampler {
     pub fn train_coverage(&self) -> f64 {
         self.position as f64 / self.num_examples as f64
     }
-    /// Examples used in total / N.
+    /// Examples used in total / N (with several sources: the primary source's
+    /// examples used / its size).
     pub fn epoch(&self) -> f64 {
-        self.examples_seen as f64 / self.num_examples as f64
+        match &self.mixed {
+            Some(mixed) => mixed.cursors()[0].seen as f64 / self.num_examples as f64,
+            None => self.examples_seen as f64 / self.num_examples as f64,
+        }
     }
     /// Examples used in total.
     pub fn examples_seen(&self) -> usize {

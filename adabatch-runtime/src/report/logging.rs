@@ -1,6 +1,7 @@
 //! Step logs: an HF-style dict per logged step on the console, a progress bar in
 //! examples, and one JSON object per logged step in a JSONL file.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -8,6 +9,7 @@ use std::path::{Path, PathBuf};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::config::args::TrainingArgs;
+use crate::data::sources::MixedSources;
 use crate::error::{Error, Result};
 use crate::report::plot::{label_of, plot_runs, RunLog};
 use crate::report::tensorboard::EventWriter;
@@ -58,6 +60,29 @@ pub struct StepLog {
     /// moving averages up to this step (`--log-gradient-noise-scale`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gradient_noise_scale: Option<f64>,
+    /// With several sources: what each contributed (absent otherwise).
+    #[serde(flatten)]
+    pub sources: SourceLog,
+}
+
+/// The per-source fields of a step of several sources, keyed by source name.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SourceLog {
+    /// Examples from each source in this step's global batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_counts: Option<BTreeMap<String, usize>>,
+    /// Each source's own indices in this step's global batch, in batch order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_indices: Option<BTreeMap<String, Vec<usize>>>,
+    /// Examples used in each source's current epoch / its size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_coverage: Option<BTreeMap<String, f64>>,
+    /// Examples taken from each source in total / its size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_epoch: Option<BTreeMap<String, f64>>,
+    /// The mixing weights in force, normalised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mix_weights: Option<BTreeMap<String, f64>>,
 }
 
 /// One evaluation on the eval dataset: a JSONL line
@@ -99,6 +124,49 @@ impl EvalLog {
         parts.push(format!("'epoch': {:.2}", self.epoch));
         parts.push(format!("'step': {}", self.step));
         format!("{{{}}}", parts.join(", "))
+    }
+}
+
+impl SourceLog {
+    /// The fields of a step whose global batch holds `indices` (dataset indices),
+    /// after it was drawn from `mixed`.
+    pub fn of(mixed: &MixedSources, indices: impl IntoIterator<Item = usize>) -> Self {
+        let spec = mixed.spec();
+        let mut per_source: Vec<Vec<usize>> = vec![Vec::new(); spec.names.len()];
+        for index in indices {
+            let (s, local) = spec.locate(index);
+            per_source[s].push(local);
+        }
+        let by_name = |values: Vec<f64>| -> BTreeMap<String, f64> {
+            spec.names.iter().cloned().zip(values).collect()
+        };
+        let total: f64 = mixed.weights().iter().sum();
+        let cursors = mixed.cursors();
+        Self {
+            source_counts: Some(
+                spec.names
+                    .iter()
+                    .cloned()
+                    .zip(per_source.iter().map(Vec::len))
+                    .collect(),
+            ),
+            source_indices: Some(spec.names.iter().cloned().zip(per_source).collect()),
+            source_coverage: Some(by_name(
+                cursors
+                    .iter()
+                    .zip(&spec.sizes)
+                    .map(|(c, &n)| c.position as f64 / n as f64)
+                    .collect(),
+            )),
+            source_epoch: Some(by_name(
+                cursors
+                    .iter()
+                    .zip(&spec.sizes)
+                    .map(|(c, &n)| c.seen as f64 / n as f64)
+                    .collect(),
+            )),
+            mix_weights: Some(by_name(mixed.weights().iter().map(|w| w / total).collect())),
+        }
     }
 }
 

@@ -481,6 +481,7 @@ mod tests {
             predicted_memory: None,
             measured_memory: None,
             gradient_noise_scale: None,
+            sources: Default::default(),
         }
     }
 

@@ -351,6 +351,36 @@ pub(crate) fn resume_checkpoint(
             return mismatch(&format!("policy key `{key}`"), theirs, ours);
         }
     }
+    match (&settings.sources, &state.planner.sources) {
+        (None, None) => {}
+        (Some(spec), Some(sources)) => {
+            let fresh =
+                crate::data::sources::MixedSources::new(spec, settings.seed, settings.shuffle)?;
+            if let Err(detail) = fresh.check(sources) {
+                return Err(Error::CorruptCheckpoint {
+                    path: dir.join(STATE),
+                    detail,
+                });
+            }
+            if sources.weights != spec.weights {
+                return mismatch(
+                    "mixing weights",
+                    format!("{:?}", sources.weights),
+                    format!("{:?}", spec.weights),
+                );
+            }
+        }
+        (Some(spec), None) => {
+            return mismatch("sources", "one".into(), format!("{:?}", spec.names));
+        }
+        (None, Some(sources)) => {
+            return mismatch(
+                "sources",
+                format!("{}", sources.cursors.len()),
+                "one".into(),
+            );
+        }
+    }
     // Mid-epoch, a length-aware run continues the epoch's plan, which the
     // checkpoint holds; an older checkpoint without it can only resume at a
     // boundary (which includes one written after an epoch's last step).

@@ -261,6 +261,7 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
             predicted_memory: sampler.last_predicted(),
             measured_memory: None,
             gradient_noise_scale: None,
+            sources: Default::default(),
         });
         per_device.push(size_now);
         planner.finish_step()?;

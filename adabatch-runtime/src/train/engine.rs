@@ -17,7 +17,7 @@ use crate::memory::device::PeakSampler;
 use crate::memory::model::{
     cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel,
 };
-use crate::report::logging::EvalLog;
+use crate::report::logging::{EvalLog, SourceLog};
 use crate::report::logging::{Logger, StepLog};
 use crate::report::summary::TrainSummary;
 use crate::train::checkpoint::{resume_checkpoint, save_checkpoint};
@@ -391,6 +391,12 @@ where
                 entry.predicted_memory = predicted_memory;
                 entry.measured_memory = measured_memory;
                 entry.gradient_noise_scale = noise_scale.and_then(|e| e.estimate());
+                if let Some(mixed) = planner.sampler().sources() {
+                    entry.sources = SourceLog::of(
+                        mixed,
+                        batches.micro.iter().flat_map(|m| m.indices.iter().copied()),
+                    );
+                }
                 logger.log(&entry)?;
             }
         }
@@ -618,6 +624,7 @@ fn step_log(
         predicted_memory: None,
         measured_memory: None,
         gradient_noise_scale: None,
+        sources: Default::default(),
     };
     progress.examples_since_log = 0;
     progress.last_log = Instant::now();

@@ -8,6 +8,7 @@ use crate::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
 use crate::data::length::{LengthBatching, LengthOptions};
 use crate::data::planner::{RunLength, StepPlanner};
 use crate::data::sampler::GlobalBatchSampler;
+use crate::data::sources::SourceSpec;
 use crate::dist::device::DeviceSpec;
 use crate::error::{Error, Result};
 use crate::report::logging::Logger;
@@ -52,6 +53,8 @@ pub(crate) struct RunSettings {
     pub(crate) warnings: Vec<String>,
     /// Every example's length, for a ramp over tokens.
     pub(crate) token_lengths: Option<std::sync::Arc<[usize]>>,
+    /// The dataset's sources, when it mixes several (weights after `--mix-weights`).
+    pub(crate) sources: Option<SourceSpec>,
 }
 
 /// Smoothing of the gradient noise scale's moving averages.
@@ -205,6 +208,14 @@ impl RunSettings {
                 reason: "length-aware batching sizes each global batch itself: use grad_accum = fixed(1)",
             });
         }
+        let sources = run_sources(dataset, args)?;
+        if sources.is_some() && batching.is_some() {
+            return Err(Error::ConflictingSettings {
+                first: "several sources",
+                second: "length-aware batching",
+                reason: "a mixed global batch is divided by weights, a length-aware one by lengths: use one",
+            });
+        }
         let mut warnings = Vec::new();
         if schedule != policy.schedule {
             warnings.push(format!(
@@ -288,6 +299,7 @@ impl RunSettings {
             noise_scale_beta: (args.log_gradient_noise_scale || noise_schedule)
                 .then_some(NOISE_SCALE_BETA),
             warnings,
+            sources,
             token_lengths: matches!(schedule, ScheduleSpec::TokenRamp(_))
                 .then(|| (0..num_examples).map(|i| dataset.example_len(i)).collect()),
         };
@@ -343,13 +355,22 @@ impl RunSettings {
         seed: u64,
         shuffle: bool,
     ) -> Result<StepPlanner<ScheduleSpec>> {
-        let sampler = GlobalBatchSampler::new(
-            self.num_examples,
-            self.world_size,
-            seed,
-            shuffle,
-            self.drop_last,
-        )?;
+        let sampler = match &self.sources {
+            Some(spec) => GlobalBatchSampler::over_sources(
+                spec,
+                self.world_size,
+                seed,
+                shuffle,
+                self.drop_last,
+            )?,
+            None => GlobalBatchSampler::new(
+                self.num_examples,
+                self.world_size,
+                seed,
+                shuffle,
+                self.drop_last,
+            )?,
+        };
         let mut planner = StepPlanner::new(
             sampler,
             self.schedule,
@@ -370,9 +391,14 @@ impl RunSettings {
     }
 
     pub(crate) fn logger(&self, args: &TrainingArgs) -> Result<Logger> {
-        let total = match self.length {
-            RunLength::Epochs(e) => Some((e * self.num_examples) as u64),
-            RunLength::Steps(_) => None,
+        let total = match (self.length, &self.sources) {
+            (RunLength::Epochs(e), None) => Some((e * self.num_examples) as u64),
+            // Epochs are passes over the primary source, a share of each batch.
+            (RunLength::Epochs(e), Some(spec)) => {
+                let share = spec.weights[0] / spec.weights.iter().sum::<f64>();
+                (share > 0.0).then(|| (e as f64 * spec.sizes[0] as f64 / share).round() as u64)
+            }
+            (RunLength::Steps(_), _) => None,
         };
         let bar = if args.quiet || args.disable_tqdm {
             None
@@ -392,6 +418,41 @@ impl RunSettings {
         }
         Ok(logger)
     }
+}
+
+/// The dataset's sources, with `--mix-weights name=w,..` in place of its weights.
+fn run_sources<D: Dataset + ?Sized>(
+    dataset: &D,
+    args: &TrainingArgs,
+) -> Result<Option<SourceSpec>> {
+    let Some(spec) = dataset.sources() else {
+        if args.mix_weights.is_empty() {
+            return Ok(None);
+        }
+        return Err(Error::InvalidSetting {
+            name: "mix_weights",
+            value: args.mix_weights.join(","),
+            expected: "a dataset of several sources (adabatch::Sources)",
+        });
+    };
+    if args.mix_weights.is_empty() {
+        return Ok(Some(spec));
+    }
+    let weights = args
+        .mix_weights
+        .iter()
+        .map(|pair| {
+            let parsed = pair.split_once('=').and_then(|(name, w)| {
+                Some((name.trim().to_string(), w.trim().parse::<f64>().ok()?))
+            });
+            parsed.ok_or_else(|| Error::InvalidSetting {
+                name: "mix_weights",
+                value: pair.clone(),
+                expected: "source=weight pairs, e.g. new=0.75,replay=0.25",
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    spec.reweighted(&weights).map(Some)
 }
 
 /// The run's schedule: the trainer's, unless `--global-batch-size` (with or without

@@ -3,6 +3,7 @@
 
 use candle_core::Device;
 
+use crate::data::sources::SourceSpec;
 use crate::error::{Error, Result};
 use crate::user::model::Batch;
 
@@ -26,6 +27,11 @@ pub trait Dataset: Sync {
     /// (`schedule = memory(..)`, `--max-tokens-per-batch`); 1 by default.
     fn example_len(&self, _index: usize) -> usize {
         1
+    }
+    /// The named sources this dataset mixes, when it is a [`crate::Sources`]
+    /// (a dataset of one source answers `None`, the default).
+    fn sources(&self) -> Option<SourceSpec> {
+        None
     }
 }
 
@@ -59,6 +65,9 @@ impl<D: Dataset> Dataset for WithLengths<D> {
     }
     fn example_len(&self, index: usize) -> usize {
         self.lengths[index]
+    }
+    fn sources(&self) -> Option<SourceSpec> {
+        self.inner.sources()
     }
 }
 

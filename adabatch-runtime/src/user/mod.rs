@@ -6,4 +6,5 @@ pub mod data;
 pub mod loss;
 pub mod model;
 pub mod params;
+pub mod sources;
 pub mod trainer;

@@ -1,0 +1,351 @@
+//! Several sources in one run (`adabatch::Sources`): every source exactly once per
+//! source epoch, per-step counts that sum to the global batch and track the
+//! weights within one example, the same global batches on any number of ranks,
+//! resume equal to the uninterrupted run, and the engine's per-source logs.
+
+mod common;
+
+use adabatch::adapt::schedule::BatchLimits;
+use adabatch::data::planner::{PlannerState, RunLength, StepPlanner};
+use adabatch::data::sampler::GlobalBatchSampler;
+use adabatch::data::sources::SourceSpec;
+use adabatch::optim::{AdamW, ParamsAdamW};
+use adabatch::prelude::*;
+use adabatch::{Error, ScheduleSpec, Sources, StepLog};
+use common::*;
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+struct Case {
+    spec: SourceSpec,
+    per_device: usize,
+    epochs: usize,
+    seed: u64,
+    drop_last: bool,
+}
+
+fn cases() -> impl Strategy<Value = Case> {
+    (
+        prop::collection::vec((1usize..50, 0u32..5), 1..4),
+        (10usize..80, 1u32..5),
+        (1usize..9, 1usize..3, any::<u64>(), any::<bool>()),
+    )
+        .prop_map(
+            |(others, (primary, w0), (per_device, epochs, seed, drop_last))| {
+                let mut sizes = vec![primary];
+                let mut weights = vec![f64::from(w0)];
+                for (size, w) in others {
+                    sizes.push(size);
+                    weights.push(f64::from(w));
+                }
+                Case {
+                    spec: SourceSpec {
+                        names: (0..sizes.len()).map(|s| format!("s{s}")).collect(),
+                        sizes,
+                        weights,
+                    },
+                    per_device,
+                    epochs,
+                    seed,
+                    drop_last,
+                }
+            },
+        )
+}
+
+/// A planner on `world` ranks whose per-device sizes count `units` ranks (a run
+/// resumed on another number of ranks keeps the checkpoint's global batches).
+fn planner_on(c: &Case, world: usize, units: usize) -> StepPlanner<ScheduleSpec> {
+    try_planner(c, world, units).unwrap()
+}
+
+/// With `drop_last`, a global batch larger than the primary source is refused.
+fn try_planner(
+    c: &Case,
+    world: usize,
+    units: usize,
+) -> adabatch::Result<StepPlanner<ScheduleSpec>> {
+    let sampler = GlobalBatchSampler::over_sources(&c.spec, world, c.seed, true, c.drop_last)?;
+    StepPlanner::new(
+        sampler,
+        ScheduleSpec::Constant(None),
+        BatchLimits::new(1, None).unwrap(),
+        c.per_device,
+        RunLength::Epochs(c.epochs),
+        units,
+        c.drop_last,
+    )
+}
+
+fn planner(c: &Case, world: usize) -> StepPlanner<ScheduleSpec> {
+    planner_on(c, world, world)
+}
+
+/// The global batches of a run with the primary source's epoch of each, at most
+/// `max` steps.
+fn drain(p: &mut StepPlanner<ScheduleSpec>, out: &mut Vec<(usize, Vec<usize>)>, max: usize) {
+    while out.len() < max {
+        let Some(step) = p.next_step() else { return };
+        out.push((p.sampler().epoch_index(), step.indices()));
+        p.finish_step().unwrap();
+    }
+}
+
+fn plan(c: &Case, world: usize) -> Vec<(usize, Vec<usize>)> {
+    let mut out = Vec::new();
+    drain(&mut planner(c, world), &mut out, 2_000);
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn every_source_exactly_once_per_source_epoch(c in cases(), world in 1usize..4) {
+        prop_assume!(c.spec.weights[0] > 0.0);
+        if c.drop_last && c.per_device * world > c.spec.sizes[0] {
+            let refused = matches!(try_planner(&c, world, world), Err(Error::GlobalBatchTooLarge { .. }));
+            prop_assert!(refused, "a global batch larger than the primary source with drop_last");
+            return Ok(());
+        }
+        let steps = plan(&c, world);
+        let global = c.per_device * world;
+        let offsets: Vec<usize> = (0..c.spec.sizes.len()).map(|s| c.spec.offset(s)).collect();
+        let mut drawn: Vec<Vec<usize>> = vec![Vec::new(); c.spec.sizes.len()];
+        let mut primary_epochs: Vec<Vec<usize>> = vec![Vec::new(); c.epochs];
+        for (epoch, indices) in &steps {
+            prop_assert!(indices.len() <= global);
+            for &i in indices {
+                let (s, local) = c.spec.locate(i);
+                prop_assert_eq!(offsets[s] + local, i);
+                drawn[s].push(local);
+                if s == 0 {
+                    primary_epochs[*epoch].push(local);
+                }
+            }
+        }
+        // The primary source's epochs (a `drop_last` tail shortens them).
+        let n = c.spec.sizes[0];
+        for seen in &primary_epochs {
+            let mut sorted = seen.clone();
+            sorted.sort_unstable();
+            sorted.dedup();
+            prop_assert_eq!(sorted.len(), seen.len(), "the primary repeats within an epoch");
+            prop_assert!(c.drop_last || seen.len() == n);
+            prop_assert!(n - seen.len() < global);
+        }
+        // The others cycle whole epochs.
+        for (s, seq) in drawn.iter().enumerate().skip(1) {
+            let n = c.spec.sizes[s];
+            for chunk in seq.chunks(n) {
+                let mut sorted = chunk.to_vec();
+                sorted.sort_unstable();
+                sorted.dedup();
+                prop_assert_eq!(sorted.len(), chunk.len(), "source {} repeats within an epoch", s);
+                if chunk.len() == n {
+                    prop_assert_eq!(sorted, (0..n).collect::<Vec<_>>());
+                }
+            }
+            if c.spec.weights[s] == 0.0 {
+                prop_assert!(seq.is_empty(), "a zero-weight source gets nothing");
+            }
+        }
+        // The primary source: exactly `epochs` passes, less a dropped tail.
+        let primary = drawn[0].len();
+        prop_assert!(primary <= c.epochs * c.spec.sizes[0]);
+        if !c.drop_last {
+            prop_assert_eq!(primary, c.epochs * c.spec.sizes[0]);
+        }
+        // Full steps are the global batch; only an epoch's last step is shorter.
+        let short = steps.iter().filter(|s| s.1.len() < global).count();
+        prop_assert!(short <= c.epochs);
+        // The same global batches on one rank of the whole global batch.
+        let one = plan(&Case { per_device: global, ..c.clone() }, 1);
+        prop_assert_eq!(&one, &steps);
+    }
+
+    #[test]
+    fn counts_track_the_weights_within_one_example(c in cases()) {
+        prop_assume!(c.spec.weights[0] > 0.0);
+        prop_assume!(!c.drop_last || c.per_device <= c.spec.sizes[0]);
+        let total: f64 = c.spec.weights.iter().sum();
+        let mut p = planner(&c, 1);
+        let mut taken = vec![0usize; c.spec.sizes.len()];
+        let mut wanted = 0usize;
+        // Up to the primary source's first epoch end (where a batch may be cut short).
+        while let Some(step) = p.next_step() {
+            if step.global_size() < c.per_device || p.sampler().epoch_index() > 0 || p.epoch_complete() {
+                break;
+            }
+            wanted += step.global_size();
+            for i in step.indices() {
+                taken[c.spec.locate(i).0] += 1;
+            }
+            for (s, &t) in taken.iter().enumerate() {
+                let target = c.spec.weights[s] / total * wanted as f64;
+                prop_assert!((t as f64 - target).abs() <= 1.0 + 1e-9, "source {} took {} for a target of {}", s, t, target);
+            }
+            p.finish_step().unwrap();
+        }
+    }
+
+    #[test]
+    fn resume_equals_the_uninterrupted_run_on_any_ranks(c in cases(), world in 1usize..4, cut in 1usize..15, other in 1usize..4) {
+        prop_assume!(c.spec.weights[0] > 0.0);
+        prop_assume!(!c.drop_last || c.per_device * world <= c.spec.sizes[0]);
+        let straight = plan(&c, world);
+        let mut first = planner(&c, world);
+        let mut resumed = Vec::new();
+        drain(&mut first, &mut resumed, cut);
+        let state: PlannerState =
+            serde_json::from_str(&serde_json::to_string(&first.state()).unwrap()).unwrap();
+        prop_assert!(state.sources.is_some());
+        // Resumed on `other` ranks: the checkpoint's global batches.
+        let mut second = planner_on(&c, other, world);
+        second.restore(&state);
+        drain(&mut second, &mut resumed, 2_000);
+        prop_assert_eq!(&resumed, &straight);
+    }
+}
+
+fn sources(weights: &[(&str, f64)]) -> Sources<Vec<Example>> {
+    Sources::new([("new", dataset(24, 1)), ("replay", dataset(5, 2))])
+        .unwrap()
+        .with_weights(weights)
+        .unwrap()
+}
+
+#[adaptive_trainer]
+struct Mixed {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+}
+
+fn run(
+    data: &Sources<Vec<Example>>,
+    a: &TrainingArgs,
+) -> adabatch::Result<(TrainSummary, Vec<StepLog>)> {
+    let log = temp_log("mixing");
+    let mut a = a.clone();
+    a.log_jsonl = Some(log.clone());
+    let trained = Mixed::launch(data, &collate, &a, |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = AdamW::new(
+            model.params.all_vars(),
+            ParamsAdamW {
+                lr: 0.05,
+                ..Default::default()
+            },
+        )?;
+        Ok(Mixed::new(model, opt))
+    })?;
+    Ok((trained.summary, read_log(&log)))
+}
+
+#[test]
+fn the_engine_mixes_logs_and_resumes_per_source() {
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    // 2 ranks of 4: a global batch of 8, 6 from `new` and 2 from `replay`.
+    let a = args(2, 4, 2);
+    let (summary, logs) = run(&data, &a).unwrap();
+    assert_eq!(
+        summary.global_step, 8,
+        "2 passes over the 24 `new` examples, 6 a step"
+    );
+    for l in &logs {
+        let counts = l.sources.source_counts.as_ref().unwrap();
+        assert_eq!((counts["new"], counts["replay"]), (6, 2), "step {}", l.step);
+        let indices = l.sources.source_indices.as_ref().unwrap();
+        let flat: Vec<usize> = l.indices.concat();
+        let expected: Vec<usize> = indices["new"]
+            .iter()
+            .copied()
+            .chain(indices["replay"].iter().map(|i| i + 24))
+            .collect();
+        assert_eq!(
+            flat, expected,
+            "the global batch is the sources' parts in order"
+        );
+        assert_eq!(l.sources.mix_weights.as_ref().unwrap()["new"], 0.75);
+    }
+    let last = logs.last().unwrap();
+    assert_eq!(last.epoch, 2.0);
+    // `replay` (5 examples) cycled: 16 taken, 3.2 passes.
+    assert!((last.sources.source_epoch.as_ref().unwrap()["replay"] - 3.2).abs() < 1e-12);
+
+    // One rank of 8: the same global batches, the same losses up to rounding.
+    let (_, one) = run(&data, &args(1, 8, 2)).unwrap();
+    for (x, y) in one.iter().zip(&logs) {
+        assert_eq!(x.indices.concat(), y.indices.concat());
+        assert!(
+            (x.loss - y.loss).abs() < 1e-5 * (1.0 + y.loss.abs()),
+            "{} vs {}",
+            x.loss,
+            y.loss
+        );
+    }
+
+    // Resume from step 3 on 2 ranks: the rest bit for bit.
+    let out = temp_log("mixing-out").with_extension("");
+    let saving = TrainingArgs {
+        save_steps: 3,
+        output_dir: out.clone(),
+        ..a.clone()
+    };
+    run(&data, &saving).unwrap();
+    let resumed_args = TrainingArgs {
+        resume_from_checkpoint: Some(out.join("checkpoint-3")),
+        output_dir: out.clone(),
+        ..a.clone()
+    };
+    let (_, resumed) = run(&data, &resumed_args).unwrap();
+    assert_eq!(resumed.len(), logs.len() - 3);
+    for (r, s) in resumed.iter().zip(&logs[3..]) {
+        assert_eq!((&r.indices, &r.sources), (&s.indices, &s.sources));
+        assert_eq!(r.loss.to_bits(), s.loss.to_bits(), "step {}", r.step);
+    }
+    // Other weights on resume: refused, naming them.
+    let other = TrainingArgs {
+        mix_weights: vec!["new=0.5".into(), "replay=0.5".into()],
+        ..resumed_args
+    };
+    let err = run(&data, &other).unwrap_err();
+    assert!(err.to_string().contains("mixing weights"), "{err}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn mix_weights_flag_and_mistakes() {
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    // `--mix-weights` replaces the dataset's weights; a zero-weight source gets nothing.
+    let only_new = TrainingArgs {
+        mix_weights: vec!["new=1".into()],
+        ..args(1, 4, 1)
+    };
+    let (_, logs) = run(&data, &only_new).unwrap();
+    assert!(logs
+        .iter()
+        .all(|l| l.sources.source_counts.as_ref().unwrap()["replay"] == 0));
+    for (weights, needle) in [
+        (vec!["old=1".to_string()], "unknown source `old`"),
+        (vec!["new=nan".to_string()], "not a finite number"),
+        (vec!["new".to_string()], "source=weight"),
+        (vec!["new=0".to_string()], "all weights are 0"),
+    ] {
+        let a = TrainingArgs {
+            mix_weights: weights,
+            ..args(1, 4, 1)
+        };
+        let err = run(&data, &a).unwrap_err();
+        assert!(err.to_string().contains(needle), "{err}");
+    }
+    // Mixing and length-aware batching divide the batch two ways.
+    let a = TrainingArgs {
+        max_tokens_per_batch: Some(40),
+        ..args(1, 4, 1)
+    };
+    let err = run(&data, &a).unwrap_err();
+    assert!(matches!(err, Error::ConflictingSettings { .. }), "{err}");
+}
