@@ -1,0 +1,141 @@
+//! The continual-learning protocol of `examples/continual_replay.rs`, shared with
+//! its test (tests/continual.rs): a seeded 70/30 split of the digits; phase 1
+//! trains on task A (digits 0–4); phase 2 trains on task B (5–9, source `new`)
+//! mixed with a replay memory of task A's training examples (source `replay`).
+
+use std::collections::HashMap;
+
+use adabatch::candle_core::{Device, Tensor};
+use adabatch::optim::Sgd;
+use adabatch::prelude::*;
+use adabatch::Sources;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+use super::digits::{collate, split, Digit, Mlp};
+
+/// What a run of the protocol does.
+pub struct Protocol {
+    /// Training examples of task A kept for replay (0 = no replay).
+    pub replay_memory: usize,
+    /// The share of every phase-2 global batch taken from the memory.
+    pub replay_fraction: f64,
+    /// Both phases' settings: `num_train_epochs` passes over each task (phase 2:
+    /// over `new`), `--log-jsonl` for phase 2 only, the seed of split and memory.
+    pub args: TrainingArgs,
+}
+
+/// What it measured.
+pub struct Outcome {
+    /// Test accuracy on task A after phase 1.
+    pub task_a_after_phase_1: f64,
+    /// Test accuracy on task A after phase 2.
+    pub task_a: f64,
+    /// Test accuracy on task B after phase 2.
+    pub task_b: f64,
+    /// Examples of `new` (task B's training split) and of `replay`.
+    pub source_sizes: (usize, usize),
+    /// Phase 2's summary.
+    pub phase_2: TrainSummary,
+}
+
+impl Outcome {
+    /// Replay examples phase 2 trained on (every example beyond `new`'s).
+    pub fn replay_examples_used(&self) -> usize {
+        let new = (self.phase_2.epoch * self.source_sizes.0 as f64).round() as usize;
+        self.phase_2.examples_seen.saturating_sub(new)
+    }
+}
+
+#[adaptive_trainer(schedule = constant)]
+pub struct Learner {
+    #[model]
+    pub model: Mlp,
+    #[optimizer]
+    opt: Sgd,
+}
+
+/// Accuracy of `model` on `data`, in one batch on the CPU.
+pub fn accuracy(model: &Mlp, data: &[Digit]) -> adabatch::Result<f64> {
+    let batch = collate(data, &Device::Cpu)?;
+    let (_, correct) = model
+        .eval_metrics(&batch)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| adabatch::Error::msg("the model reports no accuracy"))?;
+    Ok(f64::from(correct.mean_all()?.to_scalar::<f32>()?))
+}
+
+/// The trained weights by name, to start phase 2 from.
+fn weights(model: &Mlp) -> HashMap<String, Tensor> {
+    model
+        .named_parameters()
+        .into_iter()
+        .map(|(name, var)| (name, var.as_tensor().clone()))
+        .collect()
+}
+
+/// Runs both phases on `digits`.
+pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome> {
+    if !(0.0..1.0).contains(&protocol.replay_fraction) {
+        return Err(adabatch::Error::msg(format!(
+            "the replay fraction {} must be in [0, 1)",
+            protocol.replay_fraction
+        )));
+    }
+    let args = &protocol.args;
+    let seed = args.seed.unwrap_or(0);
+    let (train, test) = split(digits, 0.7, seed);
+    let task = |data: &[Digit], a: bool| -> Vec<Digit> {
+        data.iter()
+            .filter(|d| (d.label < 5) == a)
+            .cloned()
+            .collect()
+    };
+    let (train_a, train_b) = (task(&train, true), task(&train, false));
+    let (test_a, test_b) = (task(&test, true), task(&test, false));
+
+    let build = |ctx: &RankContext, start: Option<&HashMap<String, Tensor>>| {
+        let model = Mlp::new(ctx.parameters(), 64, ctx.device())?;
+        if let Some(start) = start {
+            for (name, var) in model.named_parameters() {
+                var.set(&start[&name].to_device(ctx.device())?)?;
+            }
+        }
+        let opt = Sgd::new(model.params.all_vars(), args.learning_rate);
+        Ok(Learner::new(model, opt))
+    };
+
+    // Phase 1: task A alone (the JSONL log is phase 2's).
+    let phase_1 = TrainingArgs {
+        log_jsonl: None,
+        ..args.clone()
+    };
+    let first = Learner::launch(&train_a, &collate, &phase_1, |ctx: &RankContext| {
+        build(ctx, None)
+    })?;
+    let after_a = weights(&first.trainer.model);
+
+    // Phase 2: task B, mixed with the replay memory.
+    let mut memory = train_a.clone();
+    memory.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5eed));
+    memory.truncate(protocol.replay_memory);
+    let sources = if memory.is_empty() {
+        Sources::new([("new", train_b.clone())])?
+    } else {
+        let f = protocol.replay_fraction;
+        Sources::new([("new", train_b.clone()), ("replay", memory.clone())])?
+            .with_weights(&[("new", 1.0 - f), ("replay", f)])?
+    };
+    let second = Learner::launch(&sources, &collate, args, |ctx: &RankContext| {
+        build(ctx, Some(&after_a))
+    })?;
+    let model = &second.trainer.model;
+    Ok(Outcome {
+        task_a_after_phase_1: accuracy(&first.trainer.model, &test_a)?,
+        task_a: accuracy(model, &test_a)?,
+        task_b: accuracy(model, &test_b)?,
+        source_sizes: (train_b.len(), memory.len()),
+        phase_2: second.summary,
+    })
+}
