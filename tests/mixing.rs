@@ -269,6 +269,15 @@ fn the_engine_mixes_logs_and_resumes_per_source() {
             "the global batch is the sources' parts in order"
         );
         assert_eq!(l.sources.mix_weights.as_ref().unwrap()["new"], 0.75);
+        // The step's loss is the count-weighted mean of the sources' losses.
+        let by_source = l.sources.source_loss.as_ref().unwrap();
+        let (new, replay) = (by_source["new"].unwrap(), by_source["replay"].unwrap());
+        let mixed = (6.0 * new + 2.0 * replay) / 8.0;
+        assert!(
+            (mixed - l.loss).abs() < 1e-5 * (1.0 + l.loss.abs()),
+            "{mixed} vs {}",
+            l.loss
+        );
     }
     let last = logs.last().unwrap();
     assert_eq!(last.epoch, 2.0);

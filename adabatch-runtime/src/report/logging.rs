@@ -83,6 +83,10 @@ pub struct SourceLog {
     /// The mixing weights in force, normalised.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mix_weights: Option<BTreeMap<String, f64>>,
+    /// Each source's mean per-example loss in this step, over all ranks (`null`
+    /// for a source without examples in it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_loss: Option<BTreeMap<String, Option<f64>>>,
 }
 
 /// One evaluation on the eval dataset: a JSONL line
@@ -130,7 +134,11 @@ impl EvalLog {
 impl SourceLog {
     /// The fields of a step whose global batch holds `indices` (dataset indices),
     /// after it was drawn from `mixed`.
-    pub fn of(mixed: &MixedSources, indices: impl IntoIterator<Item = usize>) -> Self {
+    pub fn of(
+        mixed: &MixedSources,
+        indices: impl IntoIterator<Item = usize>,
+        source_loss: Option<&[f64]>,
+    ) -> Self {
         let spec = mixed.spec();
         let mut per_source: Vec<Vec<usize>> = vec![Vec::new(); spec.names.len()];
         for index in indices {
@@ -166,6 +174,13 @@ impl SourceLog {
                     .collect(),
             )),
             mix_weights: Some(by_name(mixed.weights().iter().map(|w| w / total).collect())),
+            source_loss: source_loss.map(|losses| {
+                spec.names
+                    .iter()
+                    .cloned()
+                    .zip(losses.iter().map(|l| l.is_finite().then_some(*l)))
+                    .collect()
+            }),
         }
     }
 }

@@ -267,6 +267,7 @@ where
         faults: settings.faults.clone(),
         verify_update: true,
         noise_scale: settings.noise_scale_beta.is_some(),
+        sources: settings.sources.clone(),
     };
     let mut noise_scale = match (settings.noise_scale_beta, resumed.as_ref()) {
         (None, _) => None,
@@ -328,11 +329,12 @@ where
             log_now,
         )?;
         let device_peak = peak.and_then(|p| p.finish().pool_peak);
-        let (loss, grad_norm) = match outcome {
+        let (loss, grad_norm, step_source_loss) = match outcome {
             StepOutcome::Trained {
                 loss,
                 grad_norm,
                 noise,
+                source_loss,
             } => {
                 if let (Some(estimator), Some((norm, trace))) = (noise_scale.as_mut(), noise) {
                     let estimate = estimator.observe(norm, trace);
@@ -342,7 +344,7 @@ where
                         planner.set_global_batch(noise_scale_batch(fraction, min, max, b));
                     }
                 }
-                (loss, grad_norm)
+                (loss, grad_norm, source_loss)
             }
             StepOutcome::OutOfMemory { detail } => {
                 progress.oom_events += 1;
@@ -395,6 +397,7 @@ where
                     entry.sources = SourceLog::of(
                         mixed,
                         batches.micro.iter().flat_map(|m| m.indices.iter().copied()),
+                        step_source_loss.as_deref(),
                     );
                 }
                 logger.log(&entry)?;

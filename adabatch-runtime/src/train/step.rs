@@ -11,6 +11,7 @@ use candle_nn::Optimizer;
 use crate::adapt::noise_scale::{NoiseScaleEstimator, SmallBatchSums};
 use crate::config::policy::Reweight;
 use crate::data::planner::StepBatches;
+use crate::data::sources::SourceSpec;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::train::oom::{is_out_of_memory, FaultInjector};
@@ -32,6 +33,9 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
     /// Measure the gradient noise scale: each small batch's (rank share of a
     /// micro-batch) squared gradient norm, summed into the step's all-reduce.
     pub noise_scale: bool,
+    /// Several sources: per-source loss sums and counts ride in the step's
+    /// all-reduce.
+    pub sources: Option<SourceSpec>,
 }
 
 /// How a step ended, the same on every rank.
@@ -43,6 +47,9 @@ pub(crate) enum StepOutcome {
         loss: f64,
         grad_norm: Option<f64>,
         noise: Option<(f64, f64)>,
+        /// With several sources: each source's mean per-example loss in this step
+        /// (NaN for a source without examples in it).
+        source_loss: Option<Vec<f64>>,
     },
     /// Some rank ran out of memory; nobody stepped.
     OutOfMemory { detail: String },
@@ -55,6 +62,8 @@ struct LocalGrads {
     loss: f64,
     tokens: f64,
     small: SmallBatchSums,
+    /// Per source: loss sums, then example counts (empty with one source).
+    source_sums: Vec<f64>,
 }
 
 /// Runs `f`, turning a panic into this rank's error.
@@ -117,6 +126,7 @@ where
         loss: 0.0,
         tokens: 0.0,
         small: SmallBatchSums::default(),
+        source_sums: vec![0.0; 2 * input.sources.as_ref().map_or(0, |s| s.names.len())],
     };
     let big = batches.global_size();
     let active_ranks = batches.local_sizes().iter().filter(|&&n| n > 0).count();
@@ -138,6 +148,15 @@ where
                     shape: losses.dims().to_vec(),
                     examples: chunk.len(),
                 });
+            }
+            if let Some(spec) = &input.sources {
+                let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+                let n = spec.names.len();
+                for (value, &index) in values.iter().zip(chunk) {
+                    let source = spec.locate(index).0;
+                    local.source_sums[source] += value;
+                    local.source_sums[n + source] += 1.0;
+                }
             }
             let sum = losses.sum_all()?;
             let share = match input.reweight {
@@ -221,9 +240,10 @@ where
             step,
         )
     });
-    let (grads, loss, tokens, small) = if world == 1 {
+    let source_slots = 2 * input.sources.as_ref().map_or(0, |s| s.names.len());
+    let (grads, loss, tokens, small, source_sums) = if world == 1 {
         match local {
-            Ok(l) => (l.grads, l.loss, l.tokens, l.small),
+            Ok(l) => (l.grads, l.loss, l.tokens, l.small, l.source_sums),
             Err(e) if is_out_of_memory(&e) => {
                 return Ok(StepOutcome::OutOfMemory {
                     detail: e.to_string(),
@@ -232,8 +252,8 @@ where
             Err(e) => return Err(e),
         }
     } else {
-        match reduce(comm, params, local)? {
-            Reduced::Ok(grads, loss, tokens, small) => (grads, loss, tokens, small),
+        match reduce(comm, params, local, source_slots)? {
+            Reduced::Ok(grads, loss, tokens, small, sums) => (grads, loss, tokens, small, sums),
             Reduced::OutOfMemory(detail) => return Ok(StepOutcome::OutOfMemory { detail }),
         }
     };
@@ -294,15 +314,23 @@ where
         input.verify_update = false;
         check_updated(&before)?;
     }
+    let source_loss = (!source_sums.is_empty()).then(|| {
+        let (sums, counts) = source_sums.split_at(source_sums.len() / 2);
+        sums.iter()
+            .zip(counts)
+            .map(|(sum, &count)| if count > 0.0 { sum / count } else { f64::NAN })
+            .collect()
+    });
     Ok(StepOutcome::Trained {
         loss,
         grad_norm,
         noise,
+        source_loss,
     })
 }
 
 enum Reduced {
-    Ok(Vec<Option<Tensor>>, f64, f64, SmallBatchSums),
+    Ok(Vec<Option<Tensor>>, f64, f64, SmallBatchSums, Vec<f64>),
     OutOfMemory(String),
 }
 
@@ -312,9 +340,10 @@ fn reduce(
     comm: &impl Communicator,
     params: &[(String, Var)],
     local: Result<LocalGrads>,
+    source_slots: usize,
 ) -> Result<Reduced> {
     let zeros = |var: &Var| var.as_tensor().zeros_like();
-    let (mut tensors, loss, tokens, small) = match &local {
+    let (mut tensors, loss, tokens, small, source_sums) = match &local {
         Ok(l) => {
             let tensors = l
                 .grads
@@ -322,7 +351,7 @@ fn reduce(
                 .zip(params)
                 .map(|(g, (_, var))| g.as_ref().map_or_else(|| zeros(var), |g| Ok(g.clone())))
                 .collect::<candle_core::Result<Vec<_>>>()?;
-            (tensors, l.loss, l.tokens, l.small)
+            (tensors, l.loss, l.tokens, l.small, l.source_sums.clone())
         }
         Err(_) => (
             params
@@ -332,11 +361,12 @@ fn reduce(
             0.0,
             0.0,
             SmallBatchSums::default(),
+            vec![0.0; source_slots],
         ),
     };
     let oom = matches!(&local, Err(e) if is_out_of_memory(e));
     let failed = local.is_err() && !oom;
-    let mut scalars = [
+    let mut scalars = vec![
         loss,
         tokens,
         f64::from(u8::from(failed)),
@@ -344,8 +374,12 @@ fn reduce(
         small.trace,
         small.norm,
     ];
+    scalars.extend(source_sums);
     comm.all_reduce_sum(&mut tensors, &mut scalars)?;
-    let [loss, tokens, failed, oom, trace, norm] = scalars;
+    let source_sums = scalars.split_off(6);
+    let [loss, tokens, failed, oom, trace, norm] = scalars[..] else {
+        unreachable!("six scalars")
+    };
     match local {
         Err(e) if !is_out_of_memory(&e) => Err(e),
         _ if failed > 0.0 => Err(Error::PeerFailed { rank: comm.rank() }),
@@ -358,6 +392,7 @@ fn reduce(
             loss,
             tokens,
             SmallBatchSums { trace, norm },
+            source_sums,
         )),
     }
 }
