@@ -2,8 +2,9 @@
 //! `data/`: a seeded 70/30 train/test split; task A = digits 0–4, task B = 5–9.
 //! Phase 1 trains on A. Phase 2 trains on B (source `new`) mixed, in every global
 //! batch, with a replay memory of `--replay-memory N` training examples of A
-//! (source `replay`; 0 = no replay) at `--replay-fraction F` of each batch. Without
-//! replay the network forgets A; a small memory keeps most of it.
+//! (source `replay`; 0 = no replay) at `--replay-fraction F` of each batch
+//! (`--mix fixed`), or with weights from the per-source losses (`--mix online`).
+//! Without replay the network forgets A; a small memory keeps most of it.
 //!
 //! An MLP 64-64-10 trained with SGD, a global batch of 32 (`--global-batch-size`),
 //! `--epochs-per-task` passes over each task's training examples (phase 2: over
@@ -32,6 +33,9 @@ use continual::Protocol;
 enum Mix {
     /// `--replay-fraction` of every global batch from the replay memory.
     Fixed,
+    /// Weights from the per-source losses (`adabatch::OnlineMixer::default()`:
+    /// a softmax of the smoothed losses with a 5 % floor).
+    Online,
 }
 
 #[derive(Parser)]
@@ -72,12 +76,13 @@ fn run(cli: Cli) -> adabatch::Result<()> {
     args.seed = Some(args.seed.unwrap_or(0));
     args.num_train_epochs = cli.epochs_per_task;
     args.global_batch_size = args.global_batch_size.or(Some(32));
-    let replay_fraction = match cli.mix {
-        Mix::Fixed => cli.replay_fraction,
+    let mix = match cli.mix {
+        Mix::Fixed => continual::Mix::Fixed(cli.replay_fraction),
+        Mix::Online => continual::Mix::Online,
     };
     let protocol = Protocol {
         replay_memory: cli.replay_memory,
-        replay_fraction,
+        mix,
         args,
     };
     let outcome = continual::run(all, &protocol)?;
@@ -88,10 +93,8 @@ fn run(cli: Cli) -> adabatch::Result<()> {
     println!("{}", outcome.phase_2);
     let (new, replay) = outcome.source_sizes;
     println!(
-        "phase 2 (task B; replay memory {replay} at {}): test accuracy A {:.3}, B {:.3}",
-        if replay == 0 { 0.0 } else { replay_fraction },
-        outcome.task_a,
-        outcome.task_b
+        "phase 2 (task B; replay memory {replay}, {mix:?}): test accuracy A {:.3}, B {:.3}",
+        outcome.task_a, outcome.task_b
     );
     if let Some(path) = &cli.summary_json {
         let summary = serde_json::json!({

@@ -50,7 +50,7 @@ pub mod __private {
     pub use adabatch_runtime::Result;
     pub use adabatch_runtime::{
         launch, launch_with_eval, train, AdaptiveTrainer, Callback, Collate, Dataset, MemoryModel,
-        RankContext, TrainModel, TrainSummary, Trained, TrainingArgs,
+        Mixer, RankContext, TrainModel, TrainSummary, Trained, TrainingArgs,
     };
     pub use candle_nn::Optimizer;
 }

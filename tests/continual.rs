@@ -12,12 +12,12 @@ mod continual;
 mod digits;
 
 use adabatch::TrainingArgs;
-use continual::{run, Protocol};
+use continual::{run, Mix, Protocol};
 
 fn protocol(replay_memory: usize, ranks: usize) -> Protocol {
     Protocol {
         replay_memory,
-        replay_fraction: 0.25,
+        mix: Mix::Fixed(0.25),
         args: TrainingArgs {
             num_train_epochs: 20,
             global_batch_size: Some(32),

@@ -30,6 +30,9 @@
 //! | `NoParameters`                  | `no_parameters`                                      |
 //! | `EvalSetTooSmall`               | eval.rs `bad_eval_settings_are_typed_errors`         |
 //! | `EvalMetric`                    | eval.rs `bad_eval_settings_are_typed_errors`         |
+//! | `NoSources`, `EmptySource`, `DuplicateSource`, `UnknownSource` | user::sources unit tests, mixing.rs `mix_weights_flag_and_mistakes` |
+//! | `InvalidMixWeights`             | mixing.rs (flag and mixer), data::mixture unit tests |
+//! | `MixerWithoutSources`           | mixing.rs `bad_mixer_weights_name_the_step_and_a_mixer_needs_sources` |
 //! | `ParameterMismatch`             | `parameter_mismatch`                                 |
 //! | `PeerFailed`                    | `peer_failed_on_the_rank_that_did_not_fail`          |
 //! | `RankPanicked`                  | `a_panicking_model_is_reported_not_propagated`       |

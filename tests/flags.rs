@@ -26,6 +26,7 @@
 //! | `--save-steps`, `--output-dir`, `--resume-from-checkpoint` | checkpoint.rs                   |
 //! | `--device`                         | errors.rs (`Device`), gpu.rs                            |
 //! | `--rampup-in-tokens`, `ramp(.., tokens = n, ..)` | token_ramp.rs                   |
+//! | `--mix-weights`, `Sources`, `#[mixer]` | mixing.rs                                     |
 //! | `--eval-steps`, `--per-device-eval-batch-size`, `launch_with_eval` | eval.rs          |
 //! | `--log-jsonl`                      | every file reading logs; errors.rs (`Io`)               |
 //! | `--log-indices`, `--quiet`, `--disable-tqdm` | `console_flags_do_not_change_the_run`         |

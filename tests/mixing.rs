@@ -11,7 +11,7 @@ use adabatch::data::sampler::GlobalBatchSampler;
 use adabatch::data::sources::SourceSpec;
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
-use adabatch::{Error, ScheduleSpec, Sources, StepLog};
+use adabatch::{Error, Mixer, OnlineMixer, ScheduleSpec, SourceStats, Sources, StepLog};
 use common::*;
 use proptest::prelude::*;
 
@@ -357,4 +357,136 @@ fn mix_weights_flag_and_mistakes() {
     };
     let err = run(&data, &a).unwrap_err();
     assert!(matches!(err, Error::ConflictingSettings { .. }), "{err}");
+}
+
+#[adaptive_trainer]
+struct Online {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[mixer]
+    mixer: OnlineMixer,
+}
+
+fn run_online(
+    data: &Sources<Vec<Example>>,
+    a: &TrainingArgs,
+) -> adabatch::Result<(TrainSummary, Vec<StepLog>)> {
+    let log = temp_log("mixing-online");
+    let mut a = a.clone();
+    a.log_jsonl = Some(log.clone());
+    let trained = Online::launch(data, &collate, &a, |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = AdamW::new(
+            model.params.all_vars(),
+            ParamsAdamW {
+                lr: 0.05,
+                ..Default::default()
+            },
+        )?;
+        Ok(Online::new(model, opt, OnlineMixer::new(1.0, 0.1, 0.5)))
+    })?;
+    Ok((trained.summary, read_log(&log)))
+}
+
+/// The online mixer moves the batch towards the source whose loss stays high,
+/// never below its floor, the same on every rank and across a resume.
+#[test]
+fn the_online_mixer_follows_the_per_source_loss() {
+    // `hard`: the same inputs with targets 3 times larger, so a larger loss.
+    let easy = dataset(40, 1);
+    let hard: Vec<Example> = dataset(40, 2)
+        .into_iter()
+        .map(|e| Example { y: 3.0 * e.y, ..e })
+        .collect();
+    let data = Sources::new([("easy", easy), ("hard", hard)]).unwrap();
+    let a = args(2, 4, 3);
+    let (_, logs) = run_online(&data, &a).unwrap();
+    let weight = |l: &StepLog| l.sources.mix_weights.as_ref().unwrap()["hard"];
+    assert_eq!(weight(&logs[0]), 0.5, "sized alike: equal weights at first");
+    // Within the floor (0.1 over 2 sources: 0.05 each) on every step, and mostly
+    // towards `hard`, whose loss stays higher until it is learned.
+    let weights: Vec<f64> = logs.iter().map(weight).collect();
+    assert!(
+        weights
+            .iter()
+            .all(|&w| (0.05 - 1e-9..=0.95 + 1e-9).contains(&w)),
+        "{weights:?}"
+    );
+    assert!(weights[1] > 0.9, "after one step: {weights:?}");
+    assert!(weights.iter().sum::<f64>() / weights.len() as f64 > 0.5);
+    // The counts follow the weights: `hard` got more of the run.
+    let taken = |name: &str| -> usize {
+        logs.iter()
+            .map(|l| l.sources.source_counts.as_ref().unwrap()[name])
+            .sum()
+    };
+    assert!(taken("hard") > taken("easy"));
+
+    // One rank of 8: the same weights and batches.
+    let (_, one) = run_online(&data, &args(1, 8, 3)).unwrap();
+    for (x, y) in one.iter().zip(&logs) {
+        assert_eq!(x.indices.concat(), y.indices.concat(), "step {}", x.step);
+    }
+
+    // Resume: the mixer's state travels in the checkpoint.
+    let out = temp_log("mixing-online-out").with_extension("");
+    let saving = TrainingArgs {
+        save_steps: 4,
+        output_dir: out.clone(),
+        ..a.clone()
+    };
+    run_online(&data, &saving).unwrap();
+    let resumed_args = TrainingArgs {
+        resume_from_checkpoint: Some(out.join("checkpoint-4")),
+        output_dir: out.clone(),
+        ..a
+    };
+    let (_, resumed) = run_online(&data, &resumed_args).unwrap();
+    for (r, s) in resumed.iter().zip(&logs[4..]) {
+        assert_eq!((&r.indices, &r.sources), (&s.indices, &s.sources));
+        assert_eq!(r.loss.to_bits(), s.loss.to_bits(), "step {}", r.step);
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A mixer returning NaN.
+struct Broken;
+
+impl Mixer for Broken {
+    fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
+        let mut w = stats.weights.to_vec();
+        if stats.step == 3 {
+            w[0] = f64::NAN;
+        }
+        w
+    }
+}
+
+#[adaptive_trainer]
+struct BrokenMix {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[mixer]
+    mixer: Broken,
+}
+
+#[test]
+fn bad_mixer_weights_name_the_step_and_a_mixer_needs_sources() {
+    let factory = |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = AdamW::new(model.params.all_vars(), ParamsAdamW::default())?;
+        Ok(BrokenMix::new(model, opt, Broken))
+    };
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    let err = BrokenMix::launch(&data, &collate, &args(2, 4, 2), factory).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidMixWeights { step: 3, .. }),
+        "{err}"
+    );
+    let err = BrokenMix::launch(&dataset(10, 1), &collate, &args(1, 4, 1), factory).unwrap_err();
+    assert!(matches!(err, Error::MixerWithoutSources), "{err}");
 }

@@ -134,6 +134,16 @@ pub fn trainer_impl(
             }
         }
     });
+    let mixer_fn = parts.mixer.as_ref().map(|m| {
+        let (m_ident, m_ty) = (&m.ident, &m.ty);
+        let cast = quote_spanned! {at(first_span(m_ty))=> mixer};
+        quote! {
+            fn mixer(&mut self) -> ::core::option::Option<&mut dyn #p::Mixer> {
+                let mixer: &mut #m_ty = &mut self.#m_ident;
+                ::core::option::Option::Some(#cast)
+            }
+        }
+    });
     quote! {
         #[automatically_derived]
         impl #impl_generics #p::AdaptiveTrainer for #ident #ty_generics #where_clause {
@@ -145,6 +155,7 @@ pub fn trainer_impl(
             }
             #regressor_fn
             #callback_fn
+            #mixer_fn
         }
     }
 }

@@ -28,6 +28,7 @@ pub fn expand(fallback: &Fallback) -> TokenStream {
             let parts = Parts {
                 regressor: None,
                 callback: None,
+                mixer: None,
                 ..parts.clone()
             };
             trainer_impl(&p, item, &parts, &policy)

@@ -1,5 +1,5 @@
 //! The item under the attribute: a struct with named fields, and the roles of its
-//! fields (`#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`), which are stripped from the
+//! fields (`#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`, `#[mixer]`), which are stripped from the
 //! struct that is emitted.
 
 use std::collections::HashMap;
@@ -14,11 +14,11 @@ use crate::ctxt::Ctxt;
 use crate::spec::{FieldRef, Parts};
 
 /// The field attributes.
-pub const FIELD_ATTRS: &[&str] = &["model", "optimizer", "regressor", "callback"];
+pub const FIELD_ATTRS: &[&str] = &["model", "optimizer", "regressor", "callback", "mixer"];
 
 /// The marked fields of a valid struct.
 pub struct Roles {
-    /// `#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`.
+    /// `#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`, `#[mixer]`.
     pub parts: Parts,
     /// The `#[regressor]` attribute, for errors about it.
     pub regressor_attr: Option<Attribute>,
@@ -142,7 +142,7 @@ fn field_attrs(
         for attr in std::mem::take(&mut field.attrs) {
             if let Some(best) = near_miss(&attr) {
                 attempted.extend(FIELD_ATTRS.iter().find(|r| **r == best));
-                cx.on(attr.path(), format!("unknown field attribute `#[{}]`: did you mean `#[{best}]`? (expected one of `#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`)", attr_name(&attr).unwrap_or_default()));
+                cx.on(attr.path(), format!("unknown field attribute `#[{}]`: did you mean `#[{best}]`? (expected one of `#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`, `#[mixer]`)", attr_name(&attr).unwrap_or_default()));
                 ok = false;
                 continue;
             }
@@ -173,7 +173,7 @@ fn field_attrs(
         }
         field.attrs = kept;
         if roles.len() > 1 {
-            cx.on(&roles[1].1, format!("a field can have only one of `#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`; this one is already `#[{}]`", roles[0].0));
+            cx.on(&roles[1].1, format!("a field can have only one of `#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`, `#[mixer]`; this one is already `#[{}]`", roles[0].0));
             attempted.extend(roles.iter().map(|(role, _)| *role));
             ok = false;
             continue;
@@ -239,12 +239,14 @@ fn field_attrs(
         None => (None, None),
     };
     let callback = found.remove("callback").map(|(f, _)| f);
+    let mixer = found.remove("mixer").map(|(f, _)| f);
     Some(Roles {
         parts: Parts {
             model,
             optimizer,
             regressor,
             callback,
+            mixer,
         },
         regressor_attr,
     })
@@ -255,6 +257,7 @@ fn role_noun(role: &str) -> &'static str {
         "model" => "model",
         "optimizer" => "optimizer",
         "callback" => "callback",
+        "mixer" => "mixer",
         _ => "memory model",
     }
 }

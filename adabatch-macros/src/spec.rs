@@ -35,6 +35,8 @@ pub struct Parts {
     pub regressor: Option<FieldRef>,
     /// The `#[callback]` field, if any.
     pub callback: Option<FieldRef>,
+    /// The `#[mixer]` field, if any.
+    pub mixer: Option<FieldRef>,
 }
 
 /// An attribute with mistakes: the errors, and the item to emit with stand-ins for

@@ -192,6 +192,9 @@ pub enum Error {
         /// The checkpoint directory.
         path: PathBuf,
     },
+    /// A `#[mixer]` on a dataset of one source.
+    #[error("the trainer has a `#[mixer]` but the dataset has one source: mix several with `adabatch::Sources`")]
+    MixerWithoutSources,
     /// A dataset of several sources with none.
     #[error("a dataset of several sources needs at least one source")]
     NoSources,

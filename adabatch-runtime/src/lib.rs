@@ -37,6 +37,7 @@ pub mod train;
 pub mod user;
 
 pub use adapt::lr::{LrScaling, LrSchedulerType};
+pub use adapt::mixer::{Mixer, OnlineMixer, SourceStats};
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{ReportTo, TrainingArgs};
 pub use config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};

@@ -8,18 +8,27 @@ use std::collections::HashMap;
 use adabatch::candle_core::{Device, Tensor};
 use adabatch::optim::Sgd;
 use adabatch::prelude::*;
-use adabatch::Sources;
+use adabatch::{OnlineMixer, Sources};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use super::digits::{collate, split, Digit, Mlp};
 
+/// How phase 2 divides its batches between `new` and `replay`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mix {
+    /// This share of every global batch from the memory.
+    Fixed(f64),
+    /// `OnlineMixer::default()` from the per-source losses.
+    Online,
+}
+
 /// What a run of the protocol does.
 pub struct Protocol {
     /// Training examples of task A kept for replay (0 = no replay).
     pub replay_memory: usize,
-    /// The share of every phase-2 global batch taken from the memory.
-    pub replay_fraction: f64,
+    /// How phase 2 mixes.
+    pub mix: Mix,
     /// Both phases' settings: `num_train_epochs` passes over each task (phase 2:
     /// over `new`), `--log-jsonl` for phase 2 only, the seed of split and memory.
     pub args: TrainingArgs,
@@ -55,6 +64,17 @@ pub struct Learner {
     opt: Sgd,
 }
 
+/// The same, with the weights of phase 2 from an online mixer.
+#[adaptive_trainer(schedule = constant)]
+pub struct OnlineLearner {
+    #[model]
+    pub model: Mlp,
+    #[optimizer]
+    opt: Sgd,
+    #[mixer]
+    mixer: OnlineMixer,
+}
+
 /// Accuracy of `model` on `data`, in one batch on the CPU.
 pub fn accuracy(model: &Mlp, data: &[Digit]) -> adabatch::Result<f64> {
     let batch = collate(data, &Device::Cpu)?;
@@ -77,11 +97,12 @@ fn weights(model: &Mlp) -> HashMap<String, Tensor> {
 
 /// Runs both phases on `digits`.
 pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome> {
-    if !(0.0..1.0).contains(&protocol.replay_fraction) {
-        return Err(adabatch::Error::msg(format!(
-            "the replay fraction {} must be in [0, 1)",
-            protocol.replay_fraction
-        )));
+    if let Mix::Fixed(f) = protocol.mix {
+        if !(0.0..1.0).contains(&f) {
+            return Err(adabatch::Error::msg(format!(
+                "the replay fraction {f} must be in [0, 1)"
+            )));
+        }
     }
     let args = &protocol.args;
     let seed = args.seed.unwrap_or(0);
@@ -95,7 +116,9 @@ pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome>
     let (train_a, train_b) = (task(&train, true), task(&train, false));
     let (test_a, test_b) = (task(&test, true), task(&test, false));
 
-    let build = |ctx: &RankContext, start: Option<&HashMap<String, Tensor>>| {
+    let parts = |ctx: &RankContext,
+                 start: Option<&HashMap<String, Tensor>>|
+     -> adabatch::Result<(Mlp, Sgd)> {
         let model = Mlp::new(ctx.parameters(), 64, ctx.device())?;
         if let Some(start) = start {
             for (name, var) in model.named_parameters() {
@@ -103,7 +126,11 @@ pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome>
             }
         }
         let opt = Sgd::new(model.params.all_vars(), args.learning_rate);
-        Ok(Learner::new(model, opt))
+        Ok((model, opt))
+    };
+    let build = |ctx: &RankContext, start: Option<&HashMap<String, Tensor>>| {
+        let (model, opt) = parts(ctx, start)?;
+        adabatch::Result::Ok(Learner::new(model, opt))
     };
 
     // Phase 1: task A alone (the JSONL log is phase 2's).
@@ -120,22 +147,36 @@ pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome>
     let mut memory = train_a.clone();
     memory.shuffle(&mut rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x5eed));
     memory.truncate(protocol.replay_memory);
-    let sources = if memory.is_empty() {
-        Sources::new([("new", train_b.clone())])?
-    } else {
-        let f = protocol.replay_fraction;
-        Sources::new([("new", train_b.clone()), ("replay", memory.clone())])?
-            .with_weights(&[("new", 1.0 - f), ("replay", f)])?
+    let (model, phase_2) = match protocol.mix {
+        Mix::Fixed(_) | Mix::Online if memory.is_empty() => {
+            let sources = Sources::new([("new", train_b.clone())])?;
+            let second = Learner::launch(&sources, &collate, args, |ctx: &RankContext| {
+                build(ctx, Some(&after_a))
+            })?;
+            (second.trainer.model, second.summary)
+        }
+        Mix::Fixed(f) => {
+            let sources = Sources::new([("new", train_b.clone()), ("replay", memory.clone())])?
+                .with_weights(&[("new", 1.0 - f), ("replay", f)])?;
+            let second = Learner::launch(&sources, &collate, args, |ctx: &RankContext| {
+                build(ctx, Some(&after_a))
+            })?;
+            (second.trainer.model, second.summary)
+        }
+        Mix::Online => {
+            let sources = Sources::new([("new", train_b.clone()), ("replay", memory.clone())])?;
+            let second = OnlineLearner::launch(&sources, &collate, args, |ctx: &RankContext| {
+                let (model, opt) = parts(ctx, Some(&after_a))?;
+                Ok(OnlineLearner::new(model, opt, OnlineMixer::default()))
+            })?;
+            (second.trainer.model, second.summary)
+        }
     };
-    let second = Learner::launch(&sources, &collate, args, |ctx: &RankContext| {
-        build(ctx, Some(&after_a))
-    })?;
-    let model = &second.trainer.model;
     Ok(Outcome {
         task_a_after_phase_1: accuracy(&first.trainer.model, &test_a)?,
-        task_a: accuracy(model, &test_a)?,
-        task_b: accuracy(model, &test_b)?,
+        task_a: accuracy(&model, &test_a)?,
+        task_b: accuracy(&model, &test_b)?,
         source_sizes: (train_b.len(), memory.len()),
-        phase_2: second.summary,
+        phase_2,
     })
 }

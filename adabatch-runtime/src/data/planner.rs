@@ -462,6 +462,15 @@ impl<S: Schedule> StepPlanner<S> {
     pub fn per_device(&self) -> usize {
         self.per_device
     }
+    /// The mixing weights of the next steps (a mixer's, after step `step`); a
+    /// typed error for weights that cannot divide a batch.
+    pub fn set_mix_weights(&mut self, step: usize, weights: &[f64]) -> Result<()> {
+        match self.sampler.sources_mut() {
+            Some(sources) => sources.set_weights(step, weights),
+            None => Err(Error::MixerWithoutSources),
+        }
+    }
+
     /// Coverage and epoch accounting.
     pub fn sampler(&self) -> &GlobalBatchSampler {
         &self.sampler

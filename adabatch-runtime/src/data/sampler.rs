@@ -265,6 +265,11 @@ impl GlobalBatchSampler {
         self.mixed.as_ref()
     }
 
+    /// The sources, to change their weights.
+    pub fn sources_mut(&mut self) -> Option<&mut MixedSources> {
+        self.mixed.as_mut()
+    }
+
     /// The sources' state, for a checkpoint.
     pub fn sources_state(&self) -> Option<SourcesState> {
         self.mixed.as_ref().map(MixedSources::state)

@@ -183,6 +183,23 @@ impl MixedSources {
         &self.weights
     }
 
+    /// Sets the weights of the next draws (a mixer's, after step `step`).
+    pub fn set_weights(&mut self, step: usize, weights: &[f64]) -> Result<()> {
+        if weights.len() != self.weights.len() {
+            return Err(Error::InvalidMixWeights {
+                step,
+                reason: format!(
+                    "{} weights for {} sources",
+                    weights.len(),
+                    self.weights.len()
+                ),
+            });
+        }
+        check_weights(step, weights)?;
+        self.weights = weights.to_vec();
+        Ok(())
+    }
+
     /// Examples left in the primary source's current epoch.
     pub fn primary_remaining(&self) -> usize {
         self.spec.sizes[0] - self.cursors[0].position

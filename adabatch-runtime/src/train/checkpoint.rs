@@ -39,6 +39,10 @@ pub struct CheckpointState {
     /// The gradient noise scale estimator's moving averages, when measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_scale: Option<crate::adapt::noise_scale::NoiseScaleEstimator>,
+    /// The `#[mixer]`'s state, when the trainer has one (its weights are in the
+    /// planner's sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixer: Option<Vec<f64>>,
     /// The trainer's policy the run was written with (absent in older checkpoints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyRecord>,
@@ -270,16 +274,21 @@ pub fn load_weights(dir: &Path, params: &[(String, Var)], device: &Device) -> Re
     Ok(())
 }
 
+/// What a checkpoint keeps besides the planner, the weights and the optimizer.
+pub(crate) struct RunExtras {
+    pub(crate) oom_events: usize,
+    pub(crate) memory_fit: Option<[f64; 5]>,
+    pub(crate) noise_scale: Option<crate::adapt::noise_scale::NoiseScaleEstimator>,
+    pub(crate) mixer: Option<Vec<f64>>,
+}
+
 /// Writes rank 0's checkpoint of the run as it stands.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn save_checkpoint<S: Schedule>(
     settings: &RunSettings,
     planner: &StepPlanner<S>,
     params: &[(String, Var)],
     optimizer: &impl TrainOptimizer,
-    oom_events: usize,
-    memory_fit: Option<[f64; 5]>,
-    noise_scale: Option<crate::adapt::noise_scale::NoiseScaleEstimator>,
+    extras: RunExtras,
     logger: Option<&Logger>,
 ) -> Result<()> {
     let state = CheckpointState {
@@ -287,10 +296,11 @@ pub(crate) fn save_checkpoint<S: Schedule>(
         seed: settings.seed,
         world_size: settings.units_world,
         num_examples: settings.num_examples,
-        oom_events,
+        oom_events: extras.oom_events,
         policy: Some(PolicyRecord::of(settings)),
-        memory_fit,
-        noise_scale,
+        memory_fit: extras.memory_fit,
+        noise_scale: extras.noise_scale,
+        mixer: extras.mixer,
     };
     let optimizer_state = optimizer.export_state(params)?;
     let dir = save(
@@ -362,7 +372,8 @@ pub(crate) fn resume_checkpoint(
                     detail,
                 });
             }
-            if sources.weights != spec.weights {
+            // A mixer's weights change while training: the checkpoint's continue.
+            if state.mixer.is_none() && sources.weights != spec.weights {
                 return mismatch(
                     "mixing weights",
                     format!("{:?}", sources.weights),

@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor, Var};
 
+use crate::adapt::mixer::{Mixer, SourceStats};
 use crate::adapt::noise_scale::NoiseScaleEstimator;
 use crate::adapt::schedule::Schedule;
 use crate::adapt::schedule::ScheduleSpec;
@@ -20,7 +21,7 @@ use crate::memory::model::{
 use crate::report::logging::{EvalLog, SourceLog};
 use crate::report::logging::{Logger, StepLog};
 use crate::report::summary::TrainSummary;
-use crate::train::checkpoint::{resume_checkpoint, save_checkpoint};
+use crate::train::checkpoint::{resume_checkpoint, save_checkpoint, RunExtras};
 use crate::train::eval::evaluate;
 use crate::train::oom::OomRecovery;
 use crate::train::settings::RunSettings;
@@ -236,6 +237,9 @@ where
             examples: eval.len(),
         });
     }
+    if trainer.mixer().is_some() && settings.sources.is_none() {
+        return Err(Error::MixerWithoutSources);
+    }
     let mut evaluations = Vec::new();
     let (model, _) = trainer.parts();
     let params = sorted_parameters(&*model)?;
@@ -257,6 +261,9 @@ where
     let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
     if let Some(state) = &resumed {
         planner.restore(&state.planner);
+        if let (Some(saved), Some(mixer)) = (&state.mixer, trainer.mixer()) {
+            mixer.restore(saved);
+        }
     }
     let mut input = StepInput {
         dataset,
@@ -403,6 +410,10 @@ where
                 logger.log(&entry)?;
             }
         }
+        if let (Some(losses), Some(mixer)) = (step_source_loss.as_deref(), trainer.mixer()) {
+            let weights = next_mix_weights(mixer, &planner, step, losses);
+            planner.set_mix_weights(step, &weights)?;
+        }
         planner.finish_step()?;
         let mut control = TrainerControl {
             should_training_stop: false,
@@ -441,11 +452,12 @@ where
             }
         }
         if control.should_save {
-            let extra = (
-                progress.oom_events,
-                memory_mode.then(|| online.snapshot()),
+            let extra = RunExtras {
+                oom_events: progress.oom_events,
+                memory_fit: memory_mode.then(|| online.snapshot()),
                 noise_scale,
-            );
+                mixer: trainer.mixer().map(|m| m.state()),
+            };
             save_on_rank_zero(
                 comm,
                 settings,
@@ -483,11 +495,12 @@ where
         }
     }
     if settings.save_steps > 0 && last_saved != Some(planner.step()) {
-        let extra = (
-            progress.oom_events,
-            memory_mode.then(|| online.snapshot()),
+        let extra = RunExtras {
+            oom_events: progress.oom_events,
+            memory_fit: memory_mode.then(|| online.snapshot()),
             noise_scale,
-        );
+            mixer: trainer.mixer().map(|m| m.state()),
+        };
         save_on_rank_zero(
             comm,
             settings,
@@ -527,6 +540,29 @@ where
         train_samples_per_second: trained_here as f64 / runtime.max(f64::MIN_POSITIVE),
         resumed_from_step: resumed.as_ref().map(|s| s.planner.global_step),
         evaluations,
+    })
+}
+
+/// A mixer's weights for the step after `step`, from its per-source losses and the
+/// sources' counts (the same on every rank).
+fn next_mix_weights<S: Schedule>(
+    mixer: &mut dyn Mixer,
+    planner: &StepPlanner<S>,
+    step: usize,
+    losses: &[f64],
+) -> Vec<f64> {
+    let Some(sources) = planner.sampler().sources() else {
+        return Vec::new();
+    };
+    let seen: Vec<usize> = sources.cursors().iter().map(|c| c.seen).collect();
+    let spec = sources.spec();
+    mixer.weights(&SourceStats {
+        step,
+        names: &spec.names,
+        loss: losses,
+        seen: &seen,
+        sizes: &spec.sizes,
+        weights: sources.weights(),
     })
 }
 
@@ -570,7 +606,7 @@ fn save_on_rank_zero<T: AdaptiveTrainer, S: Schedule>(
     planner: &StepPlanner<S>,
     params: &[(String, Var)],
     trainer: &mut T,
-    (oom_events, memory_fit, noise_scale): (usize, Option<[f64; 5]>, Option<NoiseScaleEstimator>),
+    extras: RunExtras,
     logger: Option<&Logger>,
 ) -> Result<()> {
     if comm.rank() != 0 {
@@ -581,9 +617,7 @@ fn save_on_rank_zero<T: AdaptiveTrainer, S: Schedule>(
         planner,
         params,
         &*trainer.parts().1,
-        oom_events,
-        memory_fit,
-        noise_scale,
+        extras,
         logger,
     )
 }

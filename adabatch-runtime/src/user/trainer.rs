@@ -3,6 +3,7 @@
 
 use candle_core::Device;
 
+use crate::adapt::mixer::Mixer;
 use crate::config::policy::TrainerPolicy;
 use crate::memory::model::MemoryModel;
 use crate::user::callback::Callback;
@@ -31,6 +32,10 @@ pub trait AdaptiveTrainer {
     }
     /// The `#[callback]` field, if any.
     fn callback(&mut self) -> Option<&mut dyn Callback> {
+        None
+    }
+    /// The `#[mixer]` field, if any: the mixing weights of a run of several sources.
+    fn mixer(&mut self) -> Option<&mut dyn Mixer> {
         None
     }
 }

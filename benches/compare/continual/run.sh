@@ -10,12 +10,12 @@ cargo build --release --quiet --example continual_replay
 bin=$PWD/target/release/examples/continual_replay
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
-runs=("none:0:0" "fixed25-50:50:0.25" "fixed50-50:50:0.5" "fixed25-200:200:0.25")
+runs=("none:0:0:fixed" "fixed25-50:50:0.25:fixed" "fixed50-50:50:0.5:fixed" "fixed25-200:200:0.25:fixed" "online-50:50:0:online")
 for seed in 0 1 2 3 4; do
     for run in "${runs[@]}"; do
-        IFS=: read -r name memory fraction <<< "$run"
+        IFS=: read -r name memory fraction mix <<< "$run"
         "$bin" --quiet --seed "$seed" --replay-memory "$memory" --replay-fraction "$fraction" \
-            --summary-json "$out/$name-$seed.json" > /dev/null
+            --mix "$mix" --summary-json "$out/$name-$seed.json" > /dev/null
     done
 done
 "$bin" --quiet --seed 0 --replay-memory 50 --log-jsonl "$out/one.jsonl" > /dev/null
@@ -26,7 +26,8 @@ out = sys.argv[1]
 print("| phase 2 | replay memory | replay share | task A accuracy | task B accuracy | replay examples used |")
 print("|---|---|---|---|---|---|")
 for name, label, memory, share in [("none", "no replay", 0, "–"), ("fixed25-50", "fixed", 50, "25 %"),
-                                   ("fixed50-50", "fixed", 50, "50 %"), ("fixed25-200", "fixed", 200, "25 %")]:
+                                   ("fixed50-50", "fixed", 50, "50 %"), ("fixed25-200", "fixed", 200, "25 %"),
+                                   ("online-50", "online", 50, "from the losses")]:
     rows = [json.load(open(f"{out}/{name}-{s}.json")) for s in range(5)]
     a = [r["task_a_accuracy"] for r in rows]
     b = [r["task_b_accuracy"] for r in rows]

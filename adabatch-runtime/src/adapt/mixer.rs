@@ -1,0 +1,175 @@
+//! Mixing weights decided while training runs: after every step a mixer sees each
+//! source's statistics — the step's all-reduced per-source loss, what each source
+//! has given so far — and returns the weights of the next step. Every rank runs its
+//! own mixer on the same numbers, so every rank divides the next batch alike.
+//!
+//! [`OnlineMixer`] is a smoothed-loss softmax with an exploration floor (in the
+//! spirit of Online Data Mixing, Albalak et al. 2023): sources whose loss stays
+//! high get more of the batch, and no source falls below the floor.
+
+/// What a mixer sees after a step, one entry per source (in source order).
+#[derive(Debug, Clone)]
+pub struct SourceStats<'a> {
+    /// The step just taken.
+    pub step: usize,
+    /// Source names.
+    pub names: &'a [String],
+    /// Each source's mean per-example loss in the step (NaN where it had no
+    /// example in it).
+    pub loss: &'a [f64],
+    /// Examples taken from each source so far.
+    pub seen: &'a [usize],
+    /// Each source's size.
+    pub sizes: &'a [usize],
+    /// The weights that divided this step's batch (as given, not normalised).
+    pub weights: &'a [f64],
+}
+
+/// Decides the mixing weights of the next step. Weights must be finite, >= 0 and
+/// not all 0 (else the run stops with a typed error naming the step); they are
+/// normalised by the engine. A zero weight pauses a source without stalling the run.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not an adabatch mixer",
+    label = "the `#[mixer]` field must implement `adabatch::Mixer`",
+    note = "implement `adabatch::Mixer for {Self}`: `fn weights(&mut self, stats: &SourceStats) -> Vec<f64>`, or use `adabatch::OnlineMixer`"
+)]
+pub trait Mixer: Send {
+    /// The weights of the next step.
+    fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64>;
+    /// The mixer's state, for checkpoints (none by default).
+    fn state(&self) -> Vec<f64> {
+        Vec::new()
+    }
+    /// Continues from a checkpoint's [`Mixer::state`].
+    fn restore(&mut self, state: &[f64]) {
+        let _ = state;
+    }
+}
+
+/// Weights ∝ exp(smoothed loss / temperature), mixed with a uniform floor:
+/// `w_s = (1 − floor)·softmax(ℓ̄ / T)_s + floor / S`, where `ℓ̄_s` is an
+/// exponential moving average (factor `smoothing`) of source `s`'s step losses.
+/// A source not yet seen keeps the floor plus an equal share.
+#[derive(Debug, Clone)]
+pub struct OnlineMixer {
+    temperature: f64,
+    floor: f64,
+    smoothing: f64,
+    smoothed: Vec<f64>,
+}
+
+impl OnlineMixer {
+    /// `temperature > 0`, `floor` in `[0, 1]`, `smoothing` in `[0, 1)`; other
+    /// values are clamped into range.
+    pub fn new(temperature: f64, floor: f64, smoothing: f64) -> Self {
+        Self {
+            temperature: if temperature.is_finite() && temperature > 0.0 {
+                temperature
+            } else {
+                1.0
+            },
+            floor: floor.clamp(0.0, 1.0),
+            smoothing: smoothing.clamp(0.0, 0.999),
+            smoothed: Vec::new(),
+        }
+    }
+
+    /// The smoothed losses so far (NaN where a source has not been seen).
+    pub fn smoothed_losses(&self) -> &[f64] {
+        &self.smoothed
+    }
+}
+
+impl Default for OnlineMixer {
+    /// Temperature 1, a 5 % floor, smoothing 0.9.
+    fn default() -> Self {
+        Self::new(1.0, 0.05, 0.9)
+    }
+}
+
+impl Mixer for OnlineMixer {
+    fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
+        let n = stats.loss.len();
+        self.smoothed.resize(n, f64::NAN);
+        for (avg, &loss) in self.smoothed.iter_mut().zip(stats.loss) {
+            if loss.is_finite() {
+                *avg = if avg.is_nan() {
+                    loss
+                } else {
+                    self.smoothing * *avg + (1.0 - self.smoothing) * loss
+                };
+            }
+        }
+        let seen: Vec<f64> = self
+            .smoothed
+            .iter()
+            .copied()
+            .filter(|v| v.is_finite())
+            .collect();
+        if seen.is_empty() {
+            return vec![1.0; n];
+        }
+        // Unseen sources count as the mean of the seen ones.
+        let mean = seen.iter().sum::<f64>() / seen.len() as f64;
+        let scores: Vec<f64> = self
+            .smoothed
+            .iter()
+            .map(|v| if v.is_finite() { *v } else { mean } / self.temperature)
+            .collect();
+        let top = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let exp: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+        let total: f64 = exp.iter().sum();
+        exp.iter()
+            .map(|e| (1.0 - self.floor) * e / total + self.floor / n as f64)
+            .collect()
+    }
+
+    fn state(&self) -> Vec<f64> {
+        self.smoothed.clone()
+    }
+
+    fn restore(&mut self, state: &[f64]) {
+        self.smoothed = state.to_vec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats<'a>(names: &'a [String], loss: &'a [f64]) -> SourceStats<'a> {
+        SourceStats {
+            step: 1,
+            names,
+            loss,
+            seen: &[0, 0],
+            sizes: &[10, 10],
+            weights: &[1.0, 1.0],
+        }
+    }
+
+    #[test]
+    fn the_harder_source_gets_more_and_the_floor_holds() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let mut mixer = OnlineMixer::new(1.0, 0.1, 0.0);
+        let w = mixer.weights(&stats(&names, &[2.0, 0.0]));
+        // softmax(2, 0) = (0.881, 0.119); 0.9 of it plus 0.05 each.
+        assert!((w[0] - (0.9 * 0.880_797 + 0.05)).abs() < 1e-5, "{w:?}");
+        assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        let w = mixer.weights(&stats(&names, &[100.0, 0.0]));
+        assert!(w[1] >= 0.05 - 1e-12, "the floor: {w:?}");
+    }
+
+    #[test]
+    fn smoothing_and_state_round_trip() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let mut mixer = OnlineMixer::new(1.0, 0.0, 0.5);
+        mixer.weights(&stats(&names, &[1.0, f64::NAN]));
+        mixer.weights(&stats(&names, &[3.0, 1.0]));
+        assert_eq!(mixer.smoothed_losses(), &[2.0, 1.0]);
+        let mut other = OnlineMixer::new(1.0, 0.0, 0.5);
+        other.restore(&mixer.state());
+        let next = stats(&names, &[1.0, 1.0]);
+        assert_eq!(other.weights(&next), mixer.weights(&next));
+    }
+}
