@@ -490,3 +490,35 @@ fn bad_mixer_weights_name_the_step_and_a_mixer_needs_sources() {
     let err = BrokenMix::launch(&dataset(10, 1), &collate, &args(1, 4, 1), factory).unwrap_err();
     assert!(matches!(err, Error::MixerWithoutSources), "{err}");
 }
+
+/// An eval set of several sources reports each source's loss beside the whole.
+#[test]
+fn eval_reports_each_sources_loss() {
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    let eval = Sources::new([("new", dataset(7, 8)), ("replay", dataset(3, 9))]).unwrap();
+    let summary = Mixed::launch_with_eval(
+        &data,
+        &eval,
+        &collate,
+        &args(2, 4, 1),
+        |ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = AdamW::new(model.params.all_vars(), ParamsAdamW::default())?;
+            Ok(Mixed::new(model, opt))
+        },
+    )
+    .unwrap()
+    .summary;
+    let last = summary.final_eval().unwrap();
+    let (new, replay) = (
+        last.get("eval_new_loss").unwrap(),
+        last.get("eval_replay_loss").unwrap(),
+    );
+    let whole = (7.0 * new + 3.0 * replay) / 10.0;
+    assert!(
+        (whole - last.eval_loss).abs() < 1e-9 * (1.0 + whole),
+        "{whole} vs {}",
+        last.eval_loss
+    );
+    assert_eq!(last.eval_examples, 10);
+}

@@ -70,6 +70,9 @@ where
     let mut examples = 0.0;
     let mut names: Vec<&'static str> = Vec::new();
     let mut metric_sums: Vec<f64> = Vec::new();
+    // An eval set of several sources also reports each source's loss.
+    let sources = eval.sources();
+    let mut source_sums = vec![0.0; 2 * sources.as_ref().map_or(0, |s| s.names.len())];
     let indices: Vec<usize> = share.collect();
     for chunk in indices.chunks(batch_size.max(1)) {
         let items: Vec<D::Item> = chunk.iter().map(|&i| eval.get(i)).collect();
@@ -77,6 +80,15 @@ where
         let n = batch.num_examples();
         let losses = model.per_example_loss(&batch)?.detach();
         loss_sum += per_example_sum(&losses, n, "the per-example loss")?;
+        if let Some(spec) = &sources {
+            let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+            let count = spec.names.len();
+            for (value, &index) in values.iter().zip(chunk) {
+                let source = spec.locate(index).0;
+                source_sums[source] += value;
+                source_sums[count + source] += 1.0;
+            }
+        }
         weight += match reweight {
             Reweight::TokenCount => batch.num_tokens(),
             _ => n,
@@ -113,19 +125,28 @@ where
     }
     let mut sums = vec![loss_sum, weight, examples];
     sums.extend(&metric_sums);
+    sums.extend(&source_sums);
     comm.all_reduce_sum(&mut [], &mut sums)?;
+    let source_sums = sums.split_off(3 + metric_sums.len());
     let total = sums[2];
+    let mut metrics: std::collections::BTreeMap<String, f64> = names
+        .iter()
+        .zip(&sums[3..])
+        .map(|(name, sum)| (format!("eval_{name}"), sum / total))
+        .collect();
+    if let Some(spec) = &sources {
+        let (losses, counts) = source_sums.split_at(spec.names.len());
+        for ((name, loss), count) in spec.names.iter().zip(losses).zip(counts) {
+            metrics.insert(format!("eval_{name}_loss"), loss / count);
+        }
+    }
     Ok(EvalLog {
         event: "eval".into(),
         step,
         epoch,
         eval_loss: sums[0] / sums[1],
         eval_examples: total as usize,
-        metrics: names
-            .iter()
-            .zip(&sums[3..])
-            .map(|(name, sum)| (format!("eval_{name}"), sum / total))
-            .collect(),
+        metrics,
     })
 }
 
