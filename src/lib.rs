@@ -45,7 +45,9 @@ pub mod prelude {
 pub mod __private {
     pub use adabatch_runtime::adapt::lr::LrScaling;
     pub use adabatch_runtime::adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
-    pub use adabatch_runtime::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
+    pub use adabatch_runtime::config::policy::{
+        GradAccum, MixSpec, OomPolicy, Reweight, TrainerPolicy,
+    };
     pub use adabatch_runtime::user::trainer::CollateFor;
     pub use adabatch_runtime::Result;
     pub use adabatch_runtime::{

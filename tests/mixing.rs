@@ -522,3 +522,146 @@ fn eval_reports_each_sources_loss() {
     );
     assert_eq!(last.eval_examples, 10);
 }
+
+#[adaptive_trainer(mix = fixed(new = 0.5, replay = 0.5))]
+struct Halves {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+}
+
+#[adaptive_trainer(mix = fixed(new = 1, old = 1))]
+struct Misnamed {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+}
+
+#[adaptive_trainer(mix = online(temperature = 1.0, floor = 0.1, smoothing = 0.5))]
+struct DslOnline {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+}
+
+fn adam(ctx: &RankContext) -> adabatch::Result<(Regression, AdamW)> {
+    let model = Regression::new(ctx.parameters(), ctx.device())?;
+    let opt = AdamW::new(
+        model.params.all_vars(),
+        ParamsAdamW {
+            lr: 0.05,
+            ..Default::default()
+        },
+    )?;
+    Ok((model, opt))
+}
+
+/// `mix = fixed(..)` replaces the dataset's weights, names checked before the first
+/// step; `mix = online(..)` is the engine's `OnlineMixer`, the same as a `#[mixer]`.
+#[test]
+fn the_mix_key() {
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    let log = temp_log("mix-key");
+    let a = TrainingArgs {
+        log_jsonl: Some(log.clone()),
+        ..args(2, 4, 1)
+    };
+    Halves::launch(&data, &collate, &a, |ctx: &RankContext| {
+        let (model, opt) = adam(ctx)?;
+        Ok(Halves::new(model, opt))
+    })
+    .unwrap();
+    for l in read_log(&log) {
+        let counts = l.sources.source_counts.unwrap();
+        assert_eq!((counts["new"], counts["replay"]), (4, 4), "step {}", l.step);
+    }
+
+    let err = Misnamed::launch(&data, &collate, &a, |ctx: &RankContext| {
+        let (model, opt) = adam(ctx)?;
+        Ok(Misnamed::new(model, opt))
+    })
+    .map(|t| t.summary)
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::UnknownSource { name, .. } if name == "old"),
+        "{err}"
+    );
+    assert!(err.to_string().contains(r#"["new", "replay"]"#), "{err}");
+
+    // The DSL's online mixer and a `#[mixer]` with the same settings agree.
+    let hard = Sources::new([
+        ("easy", dataset(40, 1)),
+        (
+            "hard",
+            dataset(40, 2)
+                .into_iter()
+                .map(|e| Example { y: 3.0 * e.y, ..e })
+                .collect(),
+        ),
+    ])
+    .unwrap();
+    let log = temp_log("mix-online-key");
+    let b = TrainingArgs {
+        log_jsonl: Some(log.clone()),
+        ..args(2, 4, 3)
+    };
+    DslOnline::launch(&hard, &collate, &b, |ctx: &RankContext| {
+        let (model, opt) = adam(ctx)?;
+        Ok(DslOnline::new(model, opt))
+    })
+    .unwrap();
+    let (_, by_field) = run_online(&hard, &args(2, 4, 3)).unwrap();
+    let by_key = read_log(&log);
+    assert_eq!(by_key.len(), by_field.len());
+    for (k, f) in by_key.iter().zip(&by_field) {
+        assert_eq!((&k.indices, &k.sources), (&f.indices, &f.sources));
+    }
+
+    // A mix on a dataset of one source.
+    let err = Halves::launch(
+        &dataset(10, 1),
+        &collate,
+        &args(1, 2, 1),
+        |ctx: &RankContext| {
+            let (model, opt) = adam(ctx)?;
+            Ok(Halves::new(model, opt))
+        },
+    )
+    .map(|t| t.summary)
+    .unwrap_err();
+    assert!(matches!(err, Error::MixerWithoutSources), "{err}");
+}
+
+#[adaptive_trainer(mix = online)]
+struct TwoMixers {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[mixer]
+    mixer: OnlineMixer,
+}
+
+#[test]
+fn a_mix_key_and_a_mixer_field_conflict() {
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    let err = TwoMixers::launch(&data, &collate, &args(1, 4, 1), |ctx: &RankContext| {
+        let (model, opt) = adam(ctx)?;
+        Ok(TwoMixers::new(model, opt, OnlineMixer::default()))
+    })
+    .map(|t| t.summary)
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ConflictingSettings {
+                second: "#[mixer]",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

@@ -8,7 +8,7 @@ use syn::{Ident, ItemStruct};
 
 use crate::glue::{self, Mode};
 use crate::spec::{
-    GradAccum, Growth, LrScaling, Oom, Parts, PolicyValue, Reweight, Schedule, TrainerSpec,
+    GradAccum, Growth, LrScaling, Mix, Oom, Parts, PolicyValue, Reweight, Schedule, TrainerSpec,
 };
 
 /// The whole expansion.
@@ -251,6 +251,28 @@ fn policy_field(p: &TokenStream, value: &PolicyValue) -> (Ident, TokenStream) {
                 }
             };
             (name("grad_accum"), quote!(#p::GradAccum::#v))
+        }
+        PolicyValue::Mix(Mix::Fixed(weights)) => {
+            let pairs = weights.iter().map(|(name, w)| {
+                let w = Literal::f64_unsuffixed(*w);
+                quote!((#name, #w))
+            });
+            (name("mix"), quote!(#p::MixSpec::Fixed(&[#(#pairs),*])))
+        }
+        PolicyValue::Mix(Mix::Online {
+            temperature,
+            floor,
+            smoothing,
+        }) => {
+            let (t, f, s) = (
+                Literal::f64_unsuffixed(*temperature),
+                Literal::f64_unsuffixed(*floor),
+                Literal::f64_unsuffixed(*smoothing),
+            );
+            (
+                name("mix"),
+                quote!(#p::MixSpec::Online { temperature: #t, floor: #f, smoothing: #s }),
+            )
         }
         PolicyValue::LrScaling(l) => {
             let v = match l {

@@ -106,6 +106,24 @@ pub enum PolicyValue {
     Shuffle(bool),
     /// `seed = n`
     Seed(u64),
+    /// `mix = ...`
+    Mix(Mix),
+}
+
+/// `mix = ...`
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mix {
+    /// `fixed(name = w, ..)`
+    Fixed(Vec<(String, f64)>),
+    /// `online(temperature = t, floor = f, smoothing = s)`
+    Online {
+        /// Softmax temperature.
+        temperature: f64,
+        /// Even share.
+        floor: f64,
+        /// Moving-average factor.
+        smoothing: f64,
+    },
 }
 
 /// `schedule = ...`

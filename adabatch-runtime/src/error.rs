@@ -193,7 +193,7 @@ pub enum Error {
         path: PathBuf,
     },
     /// A `#[mixer]` on a dataset of one source.
-    #[error("the trainer has a `#[mixer]` but the dataset has one source: mix several with `adabatch::Sources`")]
+    #[error("the trainer mixes sources (`mix = ..` or a `#[mixer]`) but the dataset has one source: mix several with `adabatch::Sources`")]
     MixerWithoutSources,
     /// A dataset of several sources with none.
     #[error("a dataset of several sources needs at least one source")]

@@ -40,7 +40,7 @@ pub use adapt::lr::{LrScaling, LrSchedulerType};
 pub use adapt::mixer::{Mixer, OnlineMixer, SourceStats};
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{ReportTo, TrainingArgs};
-pub use config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
+pub use config::policy::{GradAccum, MixSpec, OomPolicy, Reweight, TrainerPolicy};
 pub use dist::communicator::{Communicator, Local, Single};
 #[cfg(feature = "nccl")]
 pub use dist::nccl::Nccl;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use adabatch::candle_core::{Device, Tensor};
 use adabatch::optim::Sgd;
 use adabatch::prelude::*;
-use adabatch::{OnlineMixer, Sources};
+use adabatch::Sources;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
@@ -19,7 +19,7 @@ use super::digits::{collate, split, Digit, Mlp};
 pub enum Mix {
     /// This share of every global batch from the memory.
     Fixed(f64),
-    /// `OnlineMixer::default()` from the per-source losses.
+    /// `mix = online` (`OnlineMixer::default()`) from the per-source losses.
     Online,
 }
 
@@ -64,15 +64,14 @@ pub struct Learner {
     opt: Sgd,
 }
 
-/// The same, with the weights of phase 2 from an online mixer.
-#[adaptive_trainer(schedule = constant)]
+/// The same, with the weights of phase 2 from the engine's online mixer
+/// (`OnlineMixer::default()`'s settings).
+#[adaptive_trainer(schedule = constant, mix = online)]
 pub struct OnlineLearner {
     #[model]
     pub model: Mlp,
     #[optimizer]
     opt: Sgd,
-    #[mixer]
-    mixer: OnlineMixer,
 }
 
 /// Accuracy of `model` on `data`, in one batch on the CPU.
@@ -167,7 +166,7 @@ pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome>
             let sources = Sources::new([("new", train_b.clone()), ("replay", memory.clone())])?;
             let second = OnlineLearner::launch(&sources, &collate, args, |ctx: &RankContext| {
                 let (model, opt) = parts(ctx, Some(&after_a))?;
-                Ok(OnlineLearner::new(model, opt, OnlineMixer::default()))
+                Ok(OnlineLearner::new(model, opt))
             })?;
             (second.trainer.model, second.summary)
         }

@@ -6,6 +6,7 @@
 
 mod call;
 mod grad_accum;
+mod mix;
 mod schedule;
 pub mod suggest;
 mod values;
@@ -32,6 +33,7 @@ pub const KEYS: &[&str] = &[
     "lr_scaling",
     "shuffle",
     "seed",
+    "mix",
     "crate",
 ];
 
@@ -168,6 +170,7 @@ pub fn parse_args<'a>(args: &'a AttrArgs, cx: &mut Ctxt) -> Attrs<'a> {
                 })
             }),
             "grad_accum" => grad_accum::grad_accum(value, cx).map(PolicyValue::GradAccum),
+            "mix" => mix::mix(value, cx).map(PolicyValue::Mix),
             _ => unreachable!("every key of KEYS is handled"),
         };
         if let Some(value) = parsed {
@@ -210,6 +213,7 @@ fn example(key: &str) -> &'static str {
         "grad_accum" => "fixed(2)",
         "lr_scaling" => "sqrt",
         "seed" => "42",
+        "mix" => "fixed(new = 0.75, replay = 0.25)",
         _ => "\"::adabatch\"",
     }
 }

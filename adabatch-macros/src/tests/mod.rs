@@ -5,6 +5,7 @@ mod ctxt;
 mod expand;
 mod item;
 mod keys;
+mod mix;
 mod schedule;
 mod suggest;
 mod values;

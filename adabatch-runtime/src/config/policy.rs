@@ -71,6 +71,28 @@ pub struct TrainerPolicy {
     /// Seed of the per-epoch permutations and of seeded parameter initialisation,
     /// unless `TrainingArgs::seed` overrides it.
     pub seed: u64,
+    /// How a dataset of several sources is mixed.
+    pub mix: MixSpec,
+}
+
+/// How a dataset of several sources ([`crate::Sources`]) is mixed (`mix = ...`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MixSpec {
+    /// The dataset's own weights (`Sources::with_weights`, else the sizes).
+    Dataset,
+    /// `mix = fixed(new = 0.75, replay = 0.25)`: weights by source name; sources
+    /// left out get 0. Names are checked against the dataset before the first step.
+    Fixed(&'static [(&'static str, f64)]),
+    /// `mix = online(temperature = 1.0, floor = 0.05, smoothing = 0.9)`: an
+    /// [`crate::OnlineMixer`] decides the weights after every step.
+    Online {
+        /// Softmax temperature (> 0).
+        temperature: f64,
+        /// Share spread evenly over the sources, in `[0, 1]`.
+        floor: f64,
+        /// Moving-average factor of the per-source losses, in `[0, 1)`.
+        smoothing: f64,
+    },
 }
 
 impl TrainerPolicy {
@@ -88,6 +110,7 @@ impl TrainerPolicy {
         lr_scaling: LrScaling::Off,
         shuffle: true,
         seed: 42,
+        mix: MixSpec::Dataset,
     };
 
     /// Why this runtime cannot run the policy, if it cannot.

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor, Var};
 
-use crate::adapt::mixer::{Mixer, SourceStats};
+use crate::adapt::mixer::{Mixer, OnlineMixer, SourceStats};
 use crate::adapt::noise_scale::NoiseScaleEstimator;
 use crate::adapt::schedule::Schedule;
 use crate::adapt::schedule::ScheduleSpec;
@@ -240,6 +240,17 @@ where
     if trainer.mixer().is_some() && settings.sources.is_none() {
         return Err(Error::MixerWithoutSources);
     }
+    // `mix = online(..)`: the engine's own mixer, unless the trainer has one.
+    let mut builtin = settings
+        .online_mixer
+        .map(|(temperature, floor, smoothing)| OnlineMixer::new(temperature, floor, smoothing));
+    if builtin.is_some() && trainer.mixer().is_some() {
+        return Err(Error::ConflictingSettings {
+            first: "mix = online(..)",
+            second: "#[mixer]",
+            reason: "two mixers would decide the same weights: keep one",
+        });
+    }
     let mut evaluations = Vec::new();
     let (model, _) = trainer.parts();
     let params = sorted_parameters(&*model)?;
@@ -261,7 +272,7 @@ where
     let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
     if let Some(state) = &resumed {
         planner.restore(&state.planner);
-        if let (Some(saved), Some(mixer)) = (&state.mixer, trainer.mixer()) {
+        if let (Some(saved), Some(mixer)) = (&state.mixer, mixer_of(trainer, &mut builtin)) {
             mixer.restore(saved);
         }
     }
@@ -410,7 +421,9 @@ where
                 logger.log(&entry)?;
             }
         }
-        if let (Some(losses), Some(mixer)) = (step_source_loss.as_deref(), trainer.mixer()) {
+        if let (Some(losses), Some(mixer)) =
+            (step_source_loss.as_deref(), mixer_of(trainer, &mut builtin))
+        {
             let weights = next_mix_weights(mixer, &planner, step, losses);
             planner.set_mix_weights(step, &weights)?;
         }
@@ -456,7 +469,7 @@ where
                 oom_events: progress.oom_events,
                 memory_fit: memory_mode.then(|| online.snapshot()),
                 noise_scale,
-                mixer: trainer.mixer().map(|m| m.state()),
+                mixer: mixer_of(trainer, &mut builtin).map(|m| m.state()),
             };
             save_on_rank_zero(
                 comm,
@@ -499,7 +512,7 @@ where
             oom_events: progress.oom_events,
             memory_fit: memory_mode.then(|| online.snapshot()),
             noise_scale,
-            mixer: trainer.mixer().map(|m| m.state()),
+            mixer: mixer_of(trainer, &mut builtin).map(|m| m.state()),
         };
         save_on_rank_zero(
             comm,
@@ -541,6 +554,18 @@ where
         resumed_from_step: resumed.as_ref().map(|s| s.planner.global_step),
         evaluations,
     })
+}
+
+/// The mixer in force: the trainer's `#[mixer]`, else the engine's (`mix =
+/// online(..)`).
+fn mixer_of<'a, T: AdaptiveTrainer>(
+    trainer: &'a mut T,
+    builtin: &'a mut Option<OnlineMixer>,
+) -> Option<&'a mut dyn Mixer> {
+    match trainer.mixer() {
+        Some(mixer) => Some(mixer),
+        None => builtin.as_mut().map(|m| m as &mut dyn Mixer),
+    }
 }
 
 /// A mixer's weights for the step after `step`, from its per-source losses and the

@@ -4,7 +4,7 @@ use crate::adapt::lr::{LrSchedule, LrSchedulerType};
 use crate::adapt::ramp::Ramp;
 use crate::adapt::schedule::{validate_spec, BatchLimits, Schedule, ScheduleSpec};
 use crate::config::args::TrainingArgs;
-use crate::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
+use crate::config::policy::{GradAccum, MixSpec, OomPolicy, Reweight, TrainerPolicy};
 use crate::data::length::{LengthBatching, LengthOptions};
 use crate::data::planner::{RunLength, StepPlanner};
 use crate::data::sampler::GlobalBatchSampler;
@@ -53,8 +53,11 @@ pub(crate) struct RunSettings {
     pub(crate) warnings: Vec<String>,
     /// Every example's length, for a ramp over tokens.
     pub(crate) token_lengths: Option<std::sync::Arc<[usize]>>,
-    /// The dataset's sources, when it mixes several (weights after `--mix-weights`).
+    /// The dataset's sources, when it mixes several (weights after `mix = fixed(..)`
+    /// and `--mix-weights`).
     pub(crate) sources: Option<SourceSpec>,
+    /// `mix = online(..)`: temperature, floor, smoothing of the engine's mixer.
+    pub(crate) online_mixer: Option<(f64, f64, f64)>,
 }
 
 /// Smoothing of the gradient noise scale's moving averages.
@@ -208,7 +211,15 @@ impl RunSettings {
                 reason: "length-aware batching sizes each global batch itself: use grad_accum = fixed(1)",
             });
         }
-        let sources = run_sources(dataset, args)?;
+        let sources = run_sources(dataset, &policy.mix, args)?;
+        let online_mixer = match policy.mix {
+            MixSpec::Online {
+                temperature,
+                floor,
+                smoothing,
+            } => Some((temperature, floor, smoothing)),
+            _ => None,
+        };
         if sources.is_some() && batching.is_some() {
             return Err(Error::ConflictingSettings {
                 first: "several sources",
@@ -300,6 +311,7 @@ impl RunSettings {
                 .then_some(NOISE_SCALE_BETA),
             warnings,
             sources,
+            online_mixer,
             token_lengths: matches!(schedule, ScheduleSpec::TokenRamp(_))
                 .then(|| (0..num_examples).map(|i| dataset.example_len(i)).collect()),
         };
@@ -420,21 +432,30 @@ impl RunSettings {
     }
 }
 
-/// The dataset's sources, with `--mix-weights name=w,..` in place of its weights.
+/// The dataset's sources, with the weights of `mix = fixed(..)`, then of
+/// `--mix-weights name=w,..`, in place of its own.
 fn run_sources<D: Dataset + ?Sized>(
     dataset: &D,
+    mix: &MixSpec,
     args: &TrainingArgs,
 ) -> Result<Option<SourceSpec>> {
-    let Some(spec) = dataset.sources() else {
-        if args.mix_weights.is_empty() {
-            return Ok(None);
+    let Some(mut spec) = dataset.sources() else {
+        if !args.mix_weights.is_empty() {
+            return Err(Error::InvalidSetting {
+                name: "mix_weights",
+                value: args.mix_weights.join(","),
+                expected: "a dataset of several sources (adabatch::Sources)",
+            });
         }
-        return Err(Error::InvalidSetting {
-            name: "mix_weights",
-            value: args.mix_weights.join(","),
-            expected: "a dataset of several sources (adabatch::Sources)",
-        });
+        if *mix != MixSpec::Dataset {
+            return Err(Error::MixerWithoutSources);
+        }
+        return Ok(None);
     };
+    if let MixSpec::Fixed(pairs) = mix {
+        let named: Vec<(String, f64)> = pairs.iter().map(|(n, w)| (n.to_string(), *w)).collect();
+        spec = spec.reweighted(&named)?;
+    }
     if args.mix_weights.is_empty() {
         return Ok(Some(spec));
     }

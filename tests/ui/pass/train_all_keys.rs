@@ -3,7 +3,9 @@
 #![deny(warnings)]
 
 use adabatch::prelude::*;
-use adabatch::{GradAccum, LrScaling, OomPolicy, Reweight, ScheduleSpec, TrainerPolicy};
+use adabatch::{
+    GradAccum, LrScaling, MixSpec, OomPolicy, Reweight, ScheduleSpec, Sources, TrainerPolicy,
+};
 use candle_core::Device;
 use candle_nn::{Optimizer, SGD};
 
@@ -21,6 +23,7 @@ mod tiny;
     lr_scaling = sqrt,
     shuffle = false,
     seed = 7,
+    mix = fixed(all = 1.0),
     crate = "::adabatch",
 )]
 struct Trainer {
@@ -42,6 +45,7 @@ const EXPECTED: TrainerPolicy = TrainerPolicy {
     lr_scaling: LrScaling::Sqrt,
     shuffle: false,
     seed: 7,
+    mix: MixSpec::Fixed(&[("all", 1.0)]),
 };
 
 fn main() -> adabatch::Result<()> {
@@ -55,7 +59,9 @@ fn main() -> adabatch::Result<()> {
     let mut trainer = Trainer::new(model, opt, 3);
     let args = tiny::args();
     assert_eq!(args.max_steps, Some(trainer.steps_requested));
-    let summary = trainer.train(&tiny::dataset(), &tiny::collate, &args)?;
+    // `mix` needs a dataset of sources: one, here.
+    let data = Sources::new([("all", tiny::dataset())])?;
+    let summary = trainer.train(&data, &tiny::collate, &args)?;
     assert_eq!(summary.global_step, 3);
     println!("{summary}");
     Ok(())

@@ -1,0 +1,143 @@
+//! `mix = ...`: how a dataset of several sources is mixed — `fixed(name = w, ..)`
+//! or `online(temperature = t, floor = f, smoothing = s)`.
+
+use super::call::named_args;
+use super::suggest::unknown;
+use super::values::float;
+use crate::ctxt::Ctxt;
+use crate::parse::{path_to_string, Call, CallArg, Value};
+use crate::spec::Mix;
+
+/// The forms, for messages.
+const MIX_FORMS: &str =
+    "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = 1.0, floor = 0.05, smoothing = 0.9)`";
+const MIXES: &[&str] = &["fixed", "online"];
+
+/// Reads `mix = ...`.
+pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
+    match value {
+        Value::Call(call) => match path_to_string(&call.name).as_str() {
+            "fixed" => fixed(call, cx),
+            "online" => online(call, cx),
+            name => {
+                cx.on(&call.name, format!("{}; {MIX_FORMS}", unknown_mix(name)));
+                None
+            }
+        },
+        Value::Path(p) => match path_to_string(p).as_str() {
+            "online" => Some(Mix::Online {
+                temperature: 1.0,
+                floor: 0.05,
+                smoothing: 0.9,
+            }),
+            "fixed" => {
+                cx.on(
+                    p,
+                    "`fixed` needs a weight per source: `fixed(new = 0.75, replay = 0.25)`",
+                );
+                None
+            }
+            name => {
+                cx.on(p, format!("{}; {MIX_FORMS}", unknown_mix(name)));
+                None
+            }
+        },
+        Value::Lit(lit) => {
+            cx.on(
+                lit,
+                format!("invalid `mix`: {MIX_FORMS}; found {}", value.describe()),
+            );
+            None
+        }
+    }
+}
+
+/// "unknown mix `x`: did you mean `y`?" without the choices (the forms follow).
+fn unknown_mix(name: &str) -> String {
+    let message = unknown("mix", name, MIXES);
+    match message.find(" (expected") {
+        Some(cut) => message[..cut].to_string(),
+        None => message,
+    }
+}
+
+/// `fixed(name = w, ..)`: one finite weight >= 0 per named source, not all 0.
+fn fixed(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
+    let mut weights: Vec<(String, f64)> = Vec::new();
+    let mut ok = true;
+    for arg in &call.args {
+        let CallArg::Named { name, value, .. } = arg else {
+            cx.on(
+                arg,
+                "`fixed` takes a weight per source by name: `fixed(new = 0.75, replay = 0.25)`",
+            );
+            ok = false;
+            continue;
+        };
+        let source = name.to_string();
+        if weights.iter().any(|(n, _)| *n == source) {
+            cx.at(
+                name.span(),
+                format!("duplicate source `{source}` in `fixed`"),
+            );
+            ok = false;
+            continue;
+        }
+        match float(&source, value, cx) {
+            Some(w) if w.is_finite() && w >= 0.0 => weights.push((source, w)),
+            Some(w) => {
+                cx.on(
+                    value,
+                    format!(
+                        "`fixed`: the weight of `{source}` must be a finite number >= 0, found {w}"
+                    ),
+                );
+                ok = false;
+            }
+            None => ok = false,
+        }
+    }
+    if !ok {
+        return None;
+    }
+    if weights.is_empty() {
+        cx.at(
+            call.paren.span.join(),
+            "`fixed` needs a weight per source: `fixed(new = 0.75, replay = 0.25)`",
+        );
+        return None;
+    }
+    if weights.iter().all(|(_, w)| *w == 0.0) {
+        cx.at(
+            call.paren.span.join(),
+            "`fixed`: all weights are 0; at least one source must have a positive weight",
+        );
+        return None;
+    }
+    Some(Mix::Fixed(weights))
+}
+
+/// `online(temperature = t, floor = f, smoothing = s)`, each optional.
+fn online(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
+    let named = named_args(call, &["temperature", "floor", "smoothing"], cx)?;
+    let mut read =
+        |name: &str, default: f64, ok: fn(f64) -> bool, range: &str| match named.get(name) {
+            None => Some(default),
+            Some(v) => float(name, v, cx).and_then(|x| {
+                if ok(x) {
+                    Some(x)
+                } else {
+                    cx.on(*v, format!("`online`: `{name} = {x}` must be {range}"));
+                    None
+                }
+            }),
+        };
+    let temperature = read("temperature", 1.0, |x| x.is_finite() && x > 0.0, "positive");
+    let floor = read("floor", 0.05, |x| (0.0..=1.0).contains(&x), "in [0, 1]");
+    let smoothing = read("smoothing", 0.9, |x| (0.0..1.0).contains(&x), "in [0, 1)");
+    Some(Mix::Online {
+        temperature: temperature?,
+        floor: floor?,
+        smoothing: smoothing?,
+    })
+}

@@ -1,0 +1,66 @@
+//! `mix = ...`: its forms and the checks of their arguments.
+
+use syn::parse_quote;
+
+use super::{assert_error, one};
+use crate::spec::{Mix, PolicyValue};
+
+fn mix(args: crate::parse::AttrArgs) -> Mix {
+    match one(args) {
+        PolicyValue::Mix(m) => m,
+        other => panic!("not a mix: {other:?}"),
+    }
+}
+
+#[test]
+fn mix_forms() {
+    assert_eq!(
+        mix(parse_quote!(mix = fixed(new = 0.75, replay = 1))),
+        Mix::Fixed(vec![("new".into(), 0.75), ("replay".into(), 1.0)])
+    );
+    let default = Mix::Online {
+        temperature: 1.0,
+        floor: 0.05,
+        smoothing: 0.9,
+    };
+    assert_eq!(mix(parse_quote!(mix = online)), default);
+    assert_eq!(mix(parse_quote!(mix = online())), default);
+    assert_eq!(
+        mix(parse_quote!(mix = online(floor = 0.2, temperature = 0.5))),
+        Mix::Online {
+            temperature: 0.5,
+            floor: 0.2,
+            smoothing: 0.9
+        }
+    );
+}
+
+#[test]
+fn mix_mistakes() {
+    assert_error(parse_quote!(mix = fixed), "needs a weight per source");
+    assert_error(parse_quote!(mix = fixed()), "needs a weight per source");
+    assert_error(parse_quote!(mix = fixed(0.5)), "by name");
+    assert_error(
+        parse_quote!(mix = fixed(a = 1, a = 2)),
+        "duplicate source `a`",
+    );
+    assert_error(parse_quote!(mix = fixed(a = 0, b = 0)), "all weights are 0");
+    assert_error(
+        parse_quote!(mix = fixed(a = "x")),
+        "expected a number for `a`",
+    );
+    assert_error(
+        parse_quote!(mix = online(floor = 2.0)),
+        "`floor = 2` must be in [0, 1]",
+    );
+    assert_error(parse_quote!(mix = online(smoothing = 1)), "in [0, 1)");
+    assert_error(parse_quote!(mix = online(temperature = 0)), "positive");
+    assert_error(
+        parse_quote!(mix = online(temprature = 1)),
+        "did you mean `temperature`",
+    );
+    assert_error(parse_quote!(mix = onlin), "did you mean `online`");
+    assert_error(parse_quote!(mix = fixd(a = 1)), "did you mean `fixed`");
+    assert_error(parse_quote!(mix = 3), "invalid `mix`");
+    assert_error(parse_quote!(mx = online), "did you mean `mix`");
+}
