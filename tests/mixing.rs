@@ -665,3 +665,52 @@ fn a_mix_key_and_a_mixer_field_conflict() {
         "{err}"
     );
 }
+
+/// Records the evaluation each call saw.
+struct Watching(std::sync::Arc<std::sync::Mutex<Vec<(usize, Option<usize>)>>>);
+
+impl Mixer for Watching {
+    fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
+        assert!(stats.positions.iter().zip(stats.sizes).all(|(p, n)| p <= n));
+        self.0
+            .lock()
+            .unwrap()
+            .push((stats.step, stats.last_eval.map(|e| e.step)));
+        stats.weights.to_vec()
+    }
+}
+
+#[adaptive_trainer]
+struct Watched {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[mixer]
+    mixer: Watching,
+}
+
+#[test]
+fn a_mixer_sees_the_last_evaluation() {
+    let seen = std::sync::Arc::default();
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    let eval = Sources::new([("new", dataset(4, 8)), ("replay", dataset(2, 9))]).unwrap();
+    let a = TrainingArgs {
+        eval_steps: Some(2),
+        ..args(1, 8, 1)
+    };
+    Watched::launch_with_eval(&data, &eval, &collate, &a, |ctx: &RankContext| {
+        let (model, opt) = adam(ctx)?;
+        Ok(Watched::new(
+            model,
+            opt,
+            Watching(std::sync::Arc::clone(&seen)),
+        ))
+    })
+    .unwrap();
+    // 24 `new` examples, 6 a step: 4 steps; evaluations after steps 2 and 4.
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(1, None), (2, None), (3, Some(2)), (4, Some(2))]
+    );
+}

@@ -7,6 +7,8 @@
 //! spirit of Online Data Mixing, Albalak et al. 2023): sources whose loss stays
 //! high get more of the batch, and no source falls below the floor.
 
+use crate::report::logging::EvalLog;
+
 /// What a mixer sees after a step, one entry per source (in source order).
 #[derive(Debug, Clone)]
 pub struct SourceStats<'a> {
@@ -19,10 +21,15 @@ pub struct SourceStats<'a> {
     pub loss: &'a [f64],
     /// Examples taken from each source so far.
     pub seen: &'a [usize],
+    /// Examples used in each source's current epoch.
+    pub positions: &'a [usize],
     /// Each source's size.
     pub sizes: &'a [usize],
     /// The weights that divided this step's batch (as given, not normalised).
     pub weights: &'a [f64],
+    /// The last evaluation, if the run has an eval dataset and evaluated yet
+    /// (an eval set of several sources has `eval_<source>_loss`).
+    pub last_eval: Option<&'a EvalLog>,
 }
 
 /// Decides the mixing weights of the next step. Weights must be finite, >= 0 and
@@ -143,8 +150,10 @@ mod tests {
             names,
             loss,
             seen: &[0, 0],
+            positions: &[0, 0],
             sizes: &[10, 10],
             weights: &[1.0, 1.0],
+            last_eval: None,
         }
     }
 

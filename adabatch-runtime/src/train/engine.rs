@@ -424,7 +424,7 @@ where
         if let (Some(losses), Some(mixer)) =
             (step_source_loss.as_deref(), mixer_of(trainer, &mut builtin))
         {
-            let weights = next_mix_weights(mixer, &planner, step, losses);
+            let weights = next_mix_weights(mixer, &planner, step, losses, evaluations.last());
             planner.set_mix_weights(step, &weights)?;
         }
         planner.finish_step()?;
@@ -575,19 +575,23 @@ fn next_mix_weights<S: Schedule>(
     planner: &StepPlanner<S>,
     step: usize,
     losses: &[f64],
+    last_eval: Option<&EvalLog>,
 ) -> Vec<f64> {
     let Some(sources) = planner.sampler().sources() else {
         return Vec::new();
     };
     let seen: Vec<usize> = sources.cursors().iter().map(|c| c.seen).collect();
+    let positions: Vec<usize> = sources.cursors().iter().map(|c| c.position).collect();
     let spec = sources.spec();
     mixer.weights(&SourceStats {
         step,
         names: &spec.names,
         loss: losses,
         seen: &seen,
+        positions: &positions,
         sizes: &spec.sizes,
         weights: sources.weights(),
+        last_eval,
     })
 }
 
