@@ -666,8 +666,11 @@ fn a_mix_key_and_a_mixer_field_conflict() {
     );
 }
 
+/// (step, step of the last evaluation) of every call.
+type Calls = std::sync::Arc<std::sync::Mutex<Vec<(usize, Option<usize>)>>>;
+
 /// Records the evaluation each call saw.
-struct Watching(std::sync::Arc<std::sync::Mutex<Vec<(usize, Option<usize>)>>>);
+struct Watching(Calls);
 
 impl Mixer for Watching {
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
@@ -692,7 +695,7 @@ struct Watched {
 
 #[test]
 fn a_mixer_sees_the_last_evaluation() {
-    let seen = std::sync::Arc::default();
+    let seen: Calls = std::sync::Arc::default();
     let data = sources(&[("new", 0.75), ("replay", 0.25)]);
     let eval = Sources::new([("new", dataset(4, 8)), ("replay", dataset(2, 9))]).unwrap();
     let a = TrainingArgs {
