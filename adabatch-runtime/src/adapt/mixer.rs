@@ -7,7 +7,29 @@
 //! spirit of Online Data Mixing, Albalak et al. 2023): sources whose loss stays
 //! high get more of the batch, and no source falls below the floor.
 
-use crate::report::logging::EvalLog;
+use std::collections::BTreeMap;
+
+/// The last evaluation as a mixer sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct LastEval<'a> {
+    /// The step after which it ran.
+    pub step: usize,
+    /// `eval_loss`.
+    pub eval_loss: f64,
+    /// `eval_<metric>` and, with an eval set of several sources,
+    /// `eval_<source>_loss`.
+    pub metrics: &'a BTreeMap<String, f64>,
+}
+
+impl LastEval<'_> {
+    /// A metric by its logged name, or `eval_loss`.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        match name {
+            "eval_loss" => Some(self.eval_loss),
+            _ => self.metrics.get(name).copied(),
+        }
+    }
+}
 
 /// What a mixer sees after a step, one entry per source (in source order).
 #[derive(Debug, Clone)]
@@ -29,7 +51,7 @@ pub struct SourceStats<'a> {
     pub weights: &'a [f64],
     /// The last evaluation, if the run has an eval dataset and evaluated yet
     /// (an eval set of several sources has `eval_<source>_loss`).
-    pub last_eval: Option<&'a EvalLog>,
+    pub last_eval: Option<LastEval<'a>>,
 }
 
 /// Decides the mixing weights of the next step. Weights must be finite, >= 0 and

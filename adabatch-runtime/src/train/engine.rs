@@ -4,13 +4,12 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor, Var};
 
-use crate::adapt::mixer::{Mixer, OnlineMixer, SourceStats};
+use crate::adapt::mixer::OnlineMixer;
 use crate::adapt::noise_scale::NoiseScaleEstimator;
-use crate::adapt::schedule::Schedule;
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::OomPolicy;
 use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex};
-use crate::data::planner::{StepBatches, StepPlanner};
+use crate::data::planner::StepBatches;
 use crate::data::sampler::GlobalBatchSampler;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
@@ -18,15 +17,18 @@ use crate::memory::device::PeakSampler;
 use crate::memory::model::{
     cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel,
 };
-use crate::report::logging::{EvalLog, SourceLog};
+use crate::report::logging::SourceLog;
 use crate::report::logging::{Logger, StepLog};
 use crate::report::summary::TrainSummary;
-use crate::train::checkpoint::{resume_checkpoint, save_checkpoint, RunExtras};
-use crate::train::eval::evaluate;
+use crate::train::checkpoint::resume_checkpoint;
+use crate::train::hooks::{
+    agree, checkpoint_extras, evaluate_and_report, mixer_of, next_mix_weights, save_on_rank_zero,
+    trainer_state, RunData,
+};
 use crate::train::oom::OomRecovery;
 use crate::train::settings::RunSettings;
 use crate::train::step::{train_step, StepInput, StepOutcome};
-use crate::user::callback::{TrainerControl, TrainerState};
+use crate::user::callback::TrainerControl;
 use crate::user::data::Dataset;
 use crate::user::model::TrainModel;
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
@@ -161,60 +163,6 @@ struct Progress {
     oom_events: usize,
     last_log: Instant,
     step_losses: Vec<f64>,
-}
-
-/// What the ranks train and evaluate on: the training set, the eval set (the same
-/// item type, collated alike) if any, and the collate.
-pub(crate) struct RunData<'a, D: ?Sized, C> {
-    pub(crate) train: &'a D,
-    pub(crate) eval: Option<&'a D>,
-    pub(crate) collate: &'a C,
-}
-
-impl<D: ?Sized, C> Clone for RunData<'_, D, C> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<D: ?Sized, C> Copy for RunData<'_, D, C> {}
-
-/// Evaluates on `data.eval` (if any) after `step`, logs it on rank 0, keeps it.
-#[allow(clippy::too_many_arguments)]
-fn evaluate_and_log<T, D, C>(
-    trainer: &mut T,
-    comm: &impl Communicator,
-    data: RunData<'_, D, C>,
-    settings: &RunSettings,
-    device: &Device,
-    (step, epoch): (usize, f64),
-    logger: Option<&mut Logger>,
-    evaluations: &mut Vec<EvalLog>,
-) -> Result<()>
-where
-    T: AdaptiveTrainer,
-    D: Dataset + ?Sized,
-    C: CollateFor<T, D>,
-{
-    let Some(eval) = data.eval else {
-        return Ok(());
-    };
-    let entry = evaluate(
-        trainer,
-        comm,
-        eval,
-        data.collate,
-        device,
-        settings.eval_batch_size,
-        settings.reweight,
-        step,
-        epoch,
-    )?;
-    if let Some(logger) = logger {
-        logger.log_eval(&entry)?;
-    }
-    evaluations.push(entry);
-    Ok(())
 }
 
 pub(crate) fn rank_loop<T, D, C>(
@@ -443,34 +391,27 @@ where
             control = agree(comm, control)?;
         }
         if control.should_evaluate && data.eval.is_some() {
-            let at = (step, planner.sampler().epoch());
-            evaluate_and_log(
+            let asked = evaluate_and_report(
                 trainer,
                 comm,
                 data,
                 settings,
                 device,
-                at,
+                (&planner, last),
                 logger.as_deref_mut(),
                 &mut evaluations,
             )?;
             last_evaluated = Some(step);
-            if let (Some(callback), Some(metrics)) = (trainer.callback(), evaluations.last()) {
-                let state = trainer_state(comm, &planner, last, &evaluations);
-                let mut asked = TrainerControl::default();
-                callback.on_evaluate(&state, metrics, &mut asked);
-                let asked = agree(comm, asked)?;
-                control.should_training_stop |= asked.should_training_stop;
-                control.should_save |= asked.should_save;
-            }
+            control.should_training_stop |= asked.should_training_stop;
+            control.should_save |= asked.should_save;
         }
         if control.should_save {
-            let extra = RunExtras {
-                oom_events: progress.oom_events,
-                memory_fit: memory_mode.then(|| online.snapshot()),
+            let extra = checkpoint_extras(
+                progress.oom_events,
+                memory_mode.then_some(&online),
                 noise_scale,
-                mixer: mixer_of(trainer, &mut builtin).map(|m| m.state()),
-            };
+                mixer_of(trainer, &mut builtin),
+            );
             save_on_rank_zero(
                 comm,
                 settings,
@@ -491,29 +432,25 @@ where
         }
     }
     if last_evaluated != Some(planner.step()) {
-        let at = (planner.step(), planner.sampler().epoch());
-        evaluate_and_log(
+        // What a callback asks after the last evaluation has nothing left to act on.
+        evaluate_and_report(
             trainer,
             comm,
             data,
             settings,
             device,
-            at,
+            (&planner, last_step),
             logger.as_deref_mut(),
             &mut evaluations,
         )?;
-        if let (Some(callback), Some(metrics)) = (trainer.callback(), evaluations.last()) {
-            let state = trainer_state(comm, &planner, last_step, &evaluations);
-            callback.on_evaluate(&state, metrics, &mut TrainerControl::default());
-        }
     }
     if settings.save_steps > 0 && last_saved != Some(planner.step()) {
-        let extra = RunExtras {
-            oom_events: progress.oom_events,
-            memory_fit: memory_mode.then(|| online.snapshot()),
+        let extra = checkpoint_extras(
+            progress.oom_events,
+            memory_mode.then_some(&online),
             noise_scale,
-            mixer: mixer_of(trainer, &mut builtin).map(|m| m.state()),
-        };
+            mixer_of(trainer, &mut builtin),
+        );
         save_on_rank_zero(
             comm,
             settings,
@@ -554,101 +491,6 @@ where
         resumed_from_step: resumed.as_ref().map(|s| s.planner.global_step),
         evaluations,
     })
-}
-
-/// The mixer in force: the trainer's `#[mixer]`, else the engine's (`mix =
-/// online(..)`).
-fn mixer_of<'a, T: AdaptiveTrainer>(
-    trainer: &'a mut T,
-    builtin: &'a mut Option<OnlineMixer>,
-) -> Option<&'a mut dyn Mixer> {
-    match trainer.mixer() {
-        Some(mixer) => Some(mixer),
-        None => builtin.as_mut().map(|m| m as &mut dyn Mixer),
-    }
-}
-
-/// A mixer's weights for the step after `step`, from its per-source losses and the
-/// sources' counts (the same on every rank).
-fn next_mix_weights<S: Schedule>(
-    mixer: &mut dyn Mixer,
-    planner: &StepPlanner<S>,
-    step: usize,
-    losses: &[f64],
-    last_eval: Option<&EvalLog>,
-) -> Vec<f64> {
-    let Some(sources) = planner.sampler().sources() else {
-        return Vec::new();
-    };
-    let seen: Vec<usize> = sources.cursors().iter().map(|c| c.seen).collect();
-    let positions: Vec<usize> = sources.cursors().iter().map(|c| c.position).collect();
-    let spec = sources.spec();
-    mixer.weights(&SourceStats {
-        step,
-        names: &spec.names,
-        loss: losses,
-        seen: &seen,
-        positions: &positions,
-        sizes: &spec.sizes,
-        weights: sources.weights(),
-        last_eval,
-    })
-}
-
-/// What callbacks see after a step: `last` is its global batch, loss and
-/// learning rate.
-fn trainer_state<S: Schedule>(
-    comm: &impl Communicator,
-    planner: &StepPlanner<S>,
-    (global_batch, loss, learning_rate): (usize, f64, f64),
-    evaluations: &[EvalLog],
-) -> TrainerState {
-    TrainerState {
-        rank: comm.rank(),
-        world_size: comm.world_size(),
-        global_step: planner.step(),
-        epoch: planner.sampler().epoch(),
-        examples_seen: planner.sampler().examples_seen(),
-        global_batch,
-        loss,
-        learning_rate,
-        evaluations: evaluations.to_vec(),
-    }
-}
-
-/// The ranks' callback requests combined (any rank asking is enough), so every
-/// rank acts alike even if a callback decided differently somewhere.
-fn agree(comm: &impl Communicator, control: TrainerControl) -> Result<TrainerControl> {
-    if comm.world_size() == 1 {
-        return Ok(control);
-    }
-    let mut flags = control.as_flags();
-    comm.all_reduce_sum(&mut [], &mut flags)?;
-    Ok(TrainerControl::from_flags(flags))
-}
-
-/// Saves a checkpoint from rank 0 (the others hold the same state). `extra`: the
-/// OOM events, the online memory model's fit and the noise-scale estimator.
-fn save_on_rank_zero<T: AdaptiveTrainer, S: Schedule>(
-    comm: &impl Communicator,
-    settings: &RunSettings,
-    planner: &StepPlanner<S>,
-    params: &[(String, Var)],
-    trainer: &mut T,
-    extras: RunExtras,
-    logger: Option<&Logger>,
-) -> Result<()> {
-    if comm.rank() != 0 {
-        return Ok(());
-    }
-    save_checkpoint(
-        settings,
-        planner,
-        params,
-        &*trainer.parts().1,
-        extras,
-        logger,
-    )
 }
 
 /// The next global batch of `schedule = noise_scale(..)`: `fraction` of the

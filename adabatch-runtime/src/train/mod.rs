@@ -5,6 +5,7 @@ pub mod checkpoint;
 pub mod dry_run;
 pub(crate) mod engine;
 pub(crate) mod eval;
+pub(crate) mod hooks;
 pub mod launch;
 pub mod oom;
 pub(crate) mod settings;

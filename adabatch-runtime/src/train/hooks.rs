@@ -1,0 +1,200 @@
+//! What the rank loop does around a step: evaluation, callbacks, mixers and
+//! checkpoints, each the same on every rank.
+
+use candle_core::{Device, Var};
+
+use crate::adapt::mixer::{LastEval, Mixer, OnlineMixer, SourceStats};
+use crate::adapt::noise_scale::NoiseScaleEstimator;
+use crate::adapt::schedule::Schedule;
+use crate::data::planner::StepPlanner;
+use crate::dist::communicator::Communicator;
+use crate::error::Result;
+use crate::memory::model::OnlineMemoryModel;
+use crate::report::logging::{EvalLog, Logger};
+use crate::train::checkpoint::{save_checkpoint, RunExtras};
+use crate::train::eval::evaluate;
+use crate::train::settings::RunSettings;
+use crate::user::callback::{TrainerControl, TrainerState};
+use crate::user::data::Dataset;
+use crate::user::trainer::{AdaptiveTrainer, CollateFor};
+
+/// What the ranks train and evaluate on: the training set, the eval set (the same
+/// item type, collated alike) if any, and the collate.
+pub(crate) struct RunData<'a, D: ?Sized, C> {
+    pub(crate) train: &'a D,
+    pub(crate) eval: Option<&'a D>,
+    pub(crate) collate: &'a C,
+}
+
+impl<D: ?Sized, C> Clone for RunData<'_, D, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<D: ?Sized, C> Copy for RunData<'_, D, C> {}
+
+/// Evaluates on `data.eval` (if any) where the planner stands, logs it on rank 0,
+/// keeps it, and runs the callback's `on_evaluate`: returns what the callback asked
+/// (combined over the ranks). `last`: the last step's global batch, loss and
+/// learning rate.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn evaluate_and_report<T, D, C, S>(
+    trainer: &mut T,
+    comm: &impl Communicator,
+    data: RunData<'_, D, C>,
+    settings: &RunSettings,
+    device: &Device,
+    (planner, last): (&StepPlanner<S>, (usize, f64, f64)),
+    logger: Option<&mut Logger>,
+    evaluations: &mut Vec<EvalLog>,
+) -> Result<TrainerControl>
+where
+    T: AdaptiveTrainer,
+    D: Dataset + ?Sized,
+    C: CollateFor<T, D>,
+    S: Schedule,
+{
+    let Some(eval) = data.eval else {
+        return Ok(TrainerControl::default());
+    };
+    let (step, epoch) = (planner.step(), planner.sampler().epoch());
+    let entry = evaluate(
+        trainer,
+        comm,
+        eval,
+        data.collate,
+        device,
+        settings.eval_batch_size,
+        settings.reweight,
+        step,
+        epoch,
+    )?;
+    if let Some(logger) = logger {
+        logger.log_eval(&entry)?;
+    }
+    evaluations.push(entry);
+    let mut asked = TrainerControl::default();
+    if let (Some(callback), Some(metrics)) = (trainer.callback(), evaluations.last()) {
+        let state = trainer_state(comm, planner, last, evaluations);
+        callback.on_evaluate(&state, metrics, &mut asked);
+        asked = agree(comm, asked)?;
+    }
+    Ok(asked)
+}
+
+/// The mixer in force: the trainer's `#[mixer]`, else the engine's (`mix =
+/// online(..)`).
+pub(crate) fn mixer_of<'a, T: AdaptiveTrainer>(
+    trainer: &'a mut T,
+    builtin: &'a mut Option<OnlineMixer>,
+) -> Option<&'a mut dyn Mixer> {
+    match trainer.mixer() {
+        Some(mixer) => Some(mixer),
+        None => builtin.as_mut().map(|m| m as &mut dyn Mixer),
+    }
+}
+
+/// A mixer's weights for the step after `step`, from its per-source losses and the
+/// sources' counts (the same on every rank).
+pub(crate) fn next_mix_weights<S: Schedule>(
+    mixer: &mut dyn Mixer,
+    planner: &StepPlanner<S>,
+    step: usize,
+    losses: &[f64],
+    last_eval: Option<&EvalLog>,
+) -> Vec<f64> {
+    let Some(sources) = planner.sampler().sources() else {
+        return Vec::new();
+    };
+    let seen: Vec<usize> = sources.cursors().iter().map(|c| c.seen).collect();
+    let positions: Vec<usize> = sources.cursors().iter().map(|c| c.position).collect();
+    let spec = sources.spec();
+    mixer.weights(&SourceStats {
+        step,
+        names: &spec.names,
+        loss: losses,
+        seen: &seen,
+        positions: &positions,
+        sizes: &spec.sizes,
+        weights: sources.weights(),
+        last_eval: last_eval.map(|e| LastEval {
+            step: e.step,
+            eval_loss: e.eval_loss,
+            metrics: &e.metrics,
+        }),
+    })
+}
+
+/// What callbacks see after a step: `last` is its global batch, loss and
+/// learning rate.
+pub(crate) fn trainer_state<S: Schedule>(
+    comm: &impl Communicator,
+    planner: &StepPlanner<S>,
+    (global_batch, loss, learning_rate): (usize, f64, f64),
+    evaluations: &[EvalLog],
+) -> TrainerState {
+    TrainerState {
+        rank: comm.rank(),
+        world_size: comm.world_size(),
+        global_step: planner.step(),
+        epoch: planner.sampler().epoch(),
+        examples_seen: planner.sampler().examples_seen(),
+        global_batch,
+        loss,
+        learning_rate,
+        evaluations: evaluations.to_vec(),
+    }
+}
+
+/// The ranks' callback requests combined (any rank asking is enough), so every
+/// rank acts alike even if a callback decided differently somewhere.
+pub(crate) fn agree(comm: &impl Communicator, control: TrainerControl) -> Result<TrainerControl> {
+    if comm.world_size() == 1 {
+        return Ok(control);
+    }
+    let mut flags = control.as_flags();
+    comm.all_reduce_sum(&mut [], &mut flags)?;
+    Ok(TrainerControl::from_flags(flags))
+}
+
+/// Saves a checkpoint from rank 0 (the others hold the same state). `extra`: the
+/// OOM events, the online memory model's fit and the noise-scale estimator.
+pub(crate) fn save_on_rank_zero<T: AdaptiveTrainer, S: Schedule>(
+    comm: &impl Communicator,
+    settings: &RunSettings,
+    planner: &StepPlanner<S>,
+    params: &[(String, Var)],
+    trainer: &mut T,
+    extras: RunExtras,
+    logger: Option<&Logger>,
+) -> Result<()> {
+    if comm.rank() != 0 {
+        return Ok(());
+    }
+    save_checkpoint(
+        settings,
+        planner,
+        params,
+        &*trainer.parts().1,
+        extras,
+        logger,
+    )
+}
+
+/// What a checkpoint keeps besides the planner, weights and optimizer, as the run
+/// stands: the OOM events, the online memory model's fit (memory-aware runs), the
+/// noise-scale estimator and the mixer's state.
+pub(crate) fn checkpoint_extras(
+    oom_events: usize,
+    memory_fit: Option<&OnlineMemoryModel>,
+    noise_scale: Option<NoiseScaleEstimator>,
+    mixer: Option<&mut dyn Mixer>,
+) -> RunExtras {
+    RunExtras {
+        oom_events,
+        memory_fit: memory_fit.map(OnlineMemoryModel::snapshot),
+        noise_scale,
+        mixer: mixer.map(|m| m.state()),
+    }
+}
