@@ -11,6 +11,7 @@ use adabatch::data::sampler::GlobalBatchSampler;
 use adabatch::data::sources::SourceSpec;
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
+use adabatch::AdaptiveTrainer;
 use adabatch::{Error, Mixer, OnlineMixer, ScheduleSpec, SourceStats, Sources, StepLog};
 use common::*;
 use proptest::prelude::*;
@@ -223,25 +224,28 @@ struct Mixed {
     opt: AdamW,
 }
 
-fn run(
+/// Trains `T` (built from a fresh model and AdamW at 0.05) with a JSONL log, and
+/// reads the log back.
+fn run_as<T: AdaptiveTrainer<Model = Regression> + Send>(
     data: &Sources<Vec<Example>>,
     a: &TrainingArgs,
+    build: fn(Regression, AdamW) -> T,
 ) -> adabatch::Result<(TrainSummary, Vec<StepLog>)> {
     let log = temp_log("mixing");
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
-    let trained = Mixed::launch(data, &collate, &a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = AdamW::new(
-            model.params.all_vars(),
-            ParamsAdamW {
-                lr: 0.05,
-                ..Default::default()
-            },
-        )?;
-        Ok(Mixed::new(model, opt))
+    let trained = adabatch::launch(data, &collate, &a, |ctx: &RankContext| {
+        let (model, opt) = adam(ctx)?;
+        Ok(build(model, opt))
     })?;
     Ok((trained.summary, read_log(&log)))
+}
+
+fn run(
+    data: &Sources<Vec<Example>>,
+    a: &TrainingArgs,
+) -> adabatch::Result<(TrainSummary, Vec<StepLog>)> {
+    run_as(data, a, Mixed::new)
 }
 
 #[test]
@@ -373,21 +377,9 @@ fn run_online(
     data: &Sources<Vec<Example>>,
     a: &TrainingArgs,
 ) -> adabatch::Result<(TrainSummary, Vec<StepLog>)> {
-    let log = temp_log("mixing-online");
-    let mut a = a.clone();
-    a.log_jsonl = Some(log.clone());
-    let trained = Online::launch(data, &collate, &a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = AdamW::new(
-            model.params.all_vars(),
-            ParamsAdamW {
-                lr: 0.05,
-                ..Default::default()
-            },
-        )?;
-        Ok(Online::new(model, opt, OnlineMixer::new(1.0, 0.1, 0.5)))
-    })?;
-    Ok((trained.summary, read_log(&log)))
+    run_as(data, a, |model, opt| {
+        Online::new(model, opt, OnlineMixer::new(1.0, 0.1, 0.5))
+    })
 }
 
 /// The online mixer moves the batch towards the source whose loss stays high,
