@@ -22,7 +22,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use adabatch::{AdaptiveTrainer, TrainerPolicy};
-use candle_core::Device;
+use candle_core::{Device, Tensor};
 use criterion::{BatchSize, Criterion, SamplingMode};
 
 #[path = "support/engine_mlp.rs"]
@@ -235,6 +235,65 @@ fn fresh_fused_trainer() -> FusedTrainer {
     FusedTrainer { model, opt }
 }
 
+/// `ENGINE_OVERHEAD_EXPORT=<dir>`: what `benches/compare/torch_adamw.py` needs to
+/// train the same epoch in PyTorch: the data and the initial weights
+/// (`mlp.safetensors`), each batch size's batches in order (`batches_<b>.json`),
+/// and the weights after adabatch's epoch with its fused AdamW
+/// (`final_<b>.safetensors`, with the last loss in `final_<b>.json`).
+fn export_for_torch(data: &[Example], dir: &std::path::Path) {
+    use std::collections::HashMap;
+    std::fs::create_dir_all(dir).expect("create the export directory");
+    let device = Device::Cpu;
+    let features: Vec<f32> = data.iter().flat_map(|e| e.features).collect();
+    let labels: Vec<i64> = data.iter().map(|e| i64::from(e.label)).collect();
+    let mut tensors: HashMap<String, Tensor> = HashMap::new();
+    tensors.insert(
+        "features".into(),
+        Tensor::from_vec(features, (data.len(), FEATURES), &device).expect("features"),
+    );
+    tensors.insert(
+        "labels".into(),
+        Tensor::from_vec(labels, data.len(), &device).expect("labels"),
+    );
+    for (name, var) in fresh_fused_trainer().model.params.named_parameters() {
+        tensors.insert(name, var.as_tensor().clone());
+    }
+    candle_core::safetensors::save(&tensors, dir.join("mlp.safetensors")).expect("save");
+    for batch_size in BATCH_SIZES {
+        let mut sampler =
+            adabatch::data::sampler::GlobalBatchSampler::new(data.len(), 1, SEED, true, false)
+                .expect("non-empty data");
+        let mut batches = Vec::new();
+        while let Some(step) = sampler.next_step(batch_size) {
+            batches.push(step.indices);
+        }
+        let json = serde_json::to_string(&batches).expect("plain JSON");
+        std::fs::write(dir.join(format!("batches_{batch_size}.json")), json).expect("write");
+        let mut trainer = fresh_fused_trainer();
+        let summary =
+            adabatch::train(&mut trainer, data, &collate, &engine_args(batch_size)).expect("epoch");
+        let finals: HashMap<String, Tensor> = trainer
+            .model
+            .params
+            .named_parameters()
+            .into_iter()
+            .map(|(n, v)| (n, v.as_tensor().clone()))
+            .collect();
+        candle_core::safetensors::save(
+            &finals,
+            dir.join(format!("final_{batch_size}.safetensors")),
+        )
+        .expect("save");
+        let last = serde_json::json!({ "last_loss": summary.step_losses.last() });
+        std::fs::write(
+            dir.join(format!("final_{batch_size}.json")),
+            last.to_string(),
+        )
+        .expect("write");
+    }
+    println!("exported to {}", dir.display());
+}
+
 /// `ENGINE_OVERHEAD_OPTIMIZER=<rounds>`: engine epochs with candle's AdamW and with
 /// adabatch's fused AdamW interleaved, same model, data and batches; prints medians
 /// and the ratio candle/adabatch (speed-up), after checking both end alike.
@@ -300,6 +359,10 @@ fn main() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }
     let data = dataset();
+    if let Some(dir) = std::env::var_os("ENGINE_OVERHEAD_EXPORT") {
+        export_for_torch(&data, std::path::Path::new(&dir));
+        return;
+    }
     if let Some(rounds) = std::env::var("ENGINE_OVERHEAD_OPTIMIZER")
         .ok()
         .and_then(|v| v.parse().ok())
