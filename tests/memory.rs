@@ -238,3 +238,29 @@ fn memory_schedule_with_halve_splits_the_failed_batch() {
     assert_eq!(summary.oom_events, 2);
     assert_each_epoch_exactly_once(&logs, 90, 1);
 }
+
+/// A memory-aware run resumed from a checkpoint in its second epoch plans every
+/// later epoch as the uninterrupted run does: the checkpoint holds the online
+/// model whole (observations and sums), not only its last fit.
+#[test]
+fn a_resumed_memory_run_plans_later_epochs_alike() {
+    let out = temp_log("memory-resume").with_extension("");
+    let (_, straight) = run_memory(1, 4, |a| {
+        a.save_steps = 1;
+        a.output_dir = out.clone();
+    });
+    let first_epoch = straight.iter().filter(|l| l.epoch <= 1.0).count();
+    let cut = first_epoch + 2;
+    let (_, resumed) = run_memory(1, 4, |a| {
+        a.resume_from_checkpoint = Some(out.join(format!("checkpoint-{cut}")));
+        // candle's AdamW cannot save its moments: the batches are what is compared.
+        a.ignore_optimizer_state = true;
+        a.output_dir = out.clone();
+    });
+    assert_eq!(resumed.len(), straight.len() - cut);
+    for (r, s) in resumed.iter().zip(&straight[cut..]) {
+        assert_eq!(r.indices, s.indices, "step {}", r.step);
+        assert_eq!(r.predicted_memory, s.predicted_memory, "step {}", r.step);
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

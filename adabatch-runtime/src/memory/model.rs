@@ -171,7 +171,43 @@ impl OnlineMemoryModel {
     }
 }
 
+/// Everything an [`OnlineMemoryModel`] holds, for checkpoints: a restored model
+/// continues exactly as the saved one would have (the same refits, the same margin).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct OnlineMemoryState {
+    margin: f64,
+    xtx: [[f64; TERMS]; TERMS],
+    xty: [f64; TERMS],
+    observations: Vec<([f64; TERMS], f64)>,
+    coefficients: Option<[f64; TERMS]>,
+    worst_under: f64,
+}
+
 impl OnlineMemoryModel {
+    /// The whole state, for a checkpoint.
+    pub fn state(&self) -> OnlineMemoryState {
+        OnlineMemoryState {
+            margin: self.margin,
+            xtx: self.xtx,
+            xty: self.xty,
+            observations: self.observations.clone(),
+            coefficients: self.coefficients,
+            worst_under: self.worst_under,
+        }
+    }
+
+    /// The model a checkpoint's [`OnlineMemoryModel::state`] describes.
+    pub fn from_state(state: &OnlineMemoryState) -> Self {
+        Self {
+            margin: state.margin,
+            xtx: state.xtx,
+            xty: state.xty,
+            observations: state.observations.clone(),
+            coefficients: state.coefficients,
+            worst_under: state.worst_under,
+        }
+    }
+
     /// The fit as plain numbers (`[has_fit, c0, c1, c2, margin]`), to share with
     /// other ranks.
     pub fn snapshot(&self) -> [f64; 5] {

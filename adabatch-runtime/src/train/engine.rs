@@ -247,9 +247,10 @@ where
                 .collect::<Vec<_>>(),
         )
     });
-    let mut online = match resumed.as_ref().and_then(|s| s.memory_fit) {
-        Some(fit) => OnlineMemoryModel::from_snapshot(fit),
-        None => OnlineMemoryModel::new(settings.memory_margin),
+    let mut online = match resumed.as_ref().map(|s| (&s.memory_model, s.memory_fit)) {
+        Some((Some(state), _)) => OnlineMemoryModel::from_state(state),
+        Some((None, Some(fit))) => OnlineMemoryModel::from_snapshot(fit),
+        _ => OnlineMemoryModel::new(settings.memory_margin),
     };
     let memory_mode = matches!(settings.batching, Some((LengthBatching::Memory { .. }, _)));
     let started = Instant::now();

@@ -194,6 +194,7 @@ pub(crate) fn checkpoint_extras(
     RunExtras {
         oom_events,
         memory_fit: memory_fit.map(OnlineMemoryModel::snapshot),
+        memory_model: memory_fit.map(OnlineMemoryModel::state),
         noise_scale,
         mixer: mixer.map(|m| m.state()),
     }
