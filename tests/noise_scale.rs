@@ -373,3 +373,26 @@ fn noise_scale_schedule_sizes_the_next_global_batch() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// Under `schedule = noise_scale(..)` the sizes change every step, and every epoch
+/// still uses every example exactly once (a step never spans two epochs).
+#[test]
+fn noise_scale_epochs_use_every_example_once() {
+    let n = 300;
+    let plain = TrainingArgs {
+        log_gradient_noise_scale: false,
+        max_steps: None,
+        num_train_epochs: 3,
+        ..args(3, 4, 1)
+    };
+    let logs = run_with(&plain, &data(n), |model, opt| Adaptive { model, opt }).unwrap();
+    let sizes: std::collections::BTreeSet<usize> = logs.iter().map(|l| l.global_batch).collect();
+    assert!(sizes.len() > 3, "the batch changed size: {sizes:?}");
+    let all: Vec<usize> = logs.iter().flat_map(|l| l.indices.concat()).collect();
+    assert_eq!(all.len(), 3 * n);
+    for epoch in all.chunks(n) {
+        let mut sorted = epoch.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..n).collect::<Vec<_>>());
+    }
+}
