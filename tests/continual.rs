@@ -55,7 +55,7 @@ fn replay_keeps_task_a_that_plain_training_forgets() {
     assert!((share - 0.25).abs() < 0.01, "replay share {share}");
 }
 
-/// The online mixer on the same protocol keeps task A too (5 seeds: 0.887 ± 0.013).
+/// The online mixer on the same protocol keeps task A too (5 seeds: 0.887 ± 0.011).
 #[test]
 fn the_online_mixer_keeps_task_a() {
     let data = digits::read_digits(&digits::default_path()).unwrap();

@@ -12,7 +12,9 @@ use adabatch::data::sources::SourceSpec;
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
 use adabatch::AdaptiveTrainer;
-use adabatch::{Error, Mixer, OnlineMixer, ScheduleSpec, SourceStats, Sources, StepLog};
+use adabatch::{
+    CurriculumMixer, Error, Mixer, OnlineMixer, ScheduleSpec, SourceStats, Sources, StepLog,
+};
 use common::*;
 use proptest::prelude::*;
 
@@ -703,9 +705,49 @@ fn a_mixer_sees_the_last_evaluation() {
         ))
     })
     .unwrap();
-    // 24 `new` examples, 6 a step: 4 steps; evaluations after steps 2 and 4.
+    // Asked before step 1, then after every step; 24 `new` examples, 6 a step: 4
+    // steps; evaluations after steps 2 and 4.
     assert_eq!(
         *seen.lock().unwrap(),
-        [(1, None), (2, None), (3, Some(2)), (4, Some(2))]
+        [(0, None), (1, None), (2, None), (3, Some(2)), (4, Some(2))]
     );
+}
+
+#[adaptive_trainer]
+struct Curriculum {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[mixer]
+    mixer: CurriculumMixer,
+}
+
+/// A curriculum: all `new` at first, half and half after 48 examples; the logged
+/// weights follow it from the first step on.
+#[test]
+fn a_curriculum_mixer_follows_its_schedule() {
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    let curriculum =
+        || CurriculumMixer::new(vec![(0, vec![1.0, 0.0]), (48, vec![0.5, 0.5])]).unwrap();
+    let (_, logs) = run_as(&data, &args(1, 8, 2), |model, opt| Curriculum {
+        model,
+        opt,
+        mixer: CurriculumMixer::new(vec![(0, vec![1.0, 0.0]), (48, vec![0.5, 0.5])])
+            .expect("a valid curriculum"),
+    })
+    .unwrap();
+    let mut consumed = 0;
+    for l in &logs {
+        let expected = curriculum().at(consumed);
+        let logged = l.sources.mix_weights.as_ref().unwrap();
+        assert!(
+            (logged["new"] - expected[0] / (expected[0] + expected[1])).abs() < 1e-12,
+            "step {}",
+            l.step
+        );
+        consumed += l.global_batch;
+    }
+    assert_eq!(logs[0].sources.source_counts.as_ref().unwrap()["replay"], 0);
+    assert!(logs.last().unwrap().sources.source_counts.as_ref().unwrap()["replay"] >= 3);
 }

@@ -37,7 +37,7 @@ pub mod train;
 pub mod user;
 
 pub use adapt::lr::{LrScaling, LrSchedulerType};
-pub use adapt::mixer::{LastEval, Mixer, OnlineMixer, SourceStats};
+pub use adapt::mixer::{CurriculumMixer, LastEval, Mixer, OnlineMixer, SourceStats};
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{ReportTo, TrainingArgs};
 pub use config::policy::{GradAccum, MixSpec, OomPolicy, Reweight, TrainerPolicy};

@@ -31,7 +31,9 @@ impl LastEval<'_> {
     }
 }
 
-/// What a mixer sees after a step, one entry per source (in source order).
+/// What a mixer sees after a step, one entry per source (in source order). Before
+/// the first step (`step` 0) it is asked once with no loss (all NaN), so that it
+/// decides the first step's weights too.
 #[derive(Debug, Clone)]
 pub struct SourceStats<'a> {
     /// The step just taken.
@@ -162,6 +164,68 @@ impl Mixer for OnlineMixer {
     }
 }
 
+/// Weights scheduled over the examples consumed (a curriculum): linear between
+/// `(examples, weights)` points, constant before the first and after the last.
+/// It keeps no state of its own (the examples consumed travel in the checkpoint),
+/// so a resumed run continues the same curriculum.
+#[derive(Debug, Clone)]
+pub struct CurriculumMixer {
+    points: Vec<(usize, Vec<f64>)>,
+}
+
+impl CurriculumMixer {
+    /// Points in strictly increasing order of examples, each with one weight per
+    /// source (finite, >= 0, not all 0); otherwise a typed error.
+    pub fn new(points: Vec<(usize, Vec<f64>)>) -> crate::error::Result<Self> {
+        let bad = |reason: String| crate::error::Error::InvalidMixWeights { step: 0, reason };
+        let Some(sources) = points.first().map(|p| p.1.len()) else {
+            return Err(bad("a curriculum needs at least one point".into()));
+        };
+        for (i, (at, weights)) in points.iter().enumerate() {
+            if weights.len() != sources {
+                return Err(bad(format!(
+                    "point {i} has {} weights, point 0 has {sources}",
+                    weights.len()
+                )));
+            }
+            if weights.iter().any(|w| !w.is_finite() || *w < 0.0)
+                || weights.iter().sum::<f64>() <= 0.0
+            {
+                return Err(bad(format!(
+                    "point {i}: weights {weights:?} must be finite, >= 0 and not all 0"
+                )));
+            }
+            if i > 0 && *at <= points[i - 1].0 {
+                return Err(bad(format!(
+                    "point {i} at {at} examples does not come after {}",
+                    points[i - 1].0
+                )));
+            }
+        }
+        Ok(Self { points })
+    }
+
+    /// The weights after `consumed` examples.
+    pub fn at(&self, consumed: usize) -> Vec<f64> {
+        let after = self.points.partition_point(|(at, _)| *at <= consumed);
+        match (after.checked_sub(1), self.points.get(after)) {
+            (None, _) => self.points[0].1.clone(),
+            (Some(i), None) => self.points[i].1.clone(),
+            (Some(i), Some((to_at, to))) => {
+                let (from_at, from) = &self.points[i];
+                let t = (consumed - from_at) as f64 / (to_at - from_at) as f64;
+                from.iter().zip(to).map(|(a, b)| a + (b - a) * t).collect()
+            }
+        }
+    }
+}
+
+impl Mixer for CurriculumMixer {
+    fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
+        self.at(stats.seen.iter().sum())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +253,25 @@ mod tests {
         assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         let w = mixer.weights(&stats(&names, &[100.0, 0.0]));
         assert!(w[1] >= 0.05 - 1e-12, "the floor: {w:?}");
+    }
+
+    #[test]
+    fn a_curriculum_interpolates_between_its_points() {
+        let c = CurriculumMixer::new(vec![(100, vec![1.0, 0.0]), (300, vec![0.5, 0.5])]).unwrap();
+        assert_eq!(c.at(0), [1.0, 0.0]);
+        assert_eq!(c.at(100), [1.0, 0.0]);
+        assert_eq!(c.at(200), [0.75, 0.25]);
+        assert_eq!(c.at(300), [0.5, 0.5]);
+        assert_eq!(c.at(10_000), [0.5, 0.5]);
+        for bad in [
+            vec![],
+            vec![(0, vec![1.0]), (0, vec![1.0])],
+            vec![(0, vec![1.0, 0.0]), (5, vec![1.0])],
+            vec![(0, vec![0.0, 0.0])],
+            vec![(0, vec![f64::NAN, 1.0])],
+        ] {
+            assert!(CurriculumMixer::new(bad).is_err());
+        }
     }
 
     #[test]

@@ -223,6 +223,11 @@ where
         if let (Some(saved), Some(mixer)) = (&state.mixer, mixer_of(trainer, &mut builtin)) {
             mixer.restore(saved);
         }
+    } else if let (Some(spec), Some(mixer)) = (&settings.sources, mixer_of(trainer, &mut builtin)) {
+        // A mixer decides the first step's weights too, from no loss yet.
+        let no_loss = vec![f64::NAN; spec.names.len()];
+        let weights = next_mix_weights(mixer, &planner, 0, &no_loss, None);
+        planner.set_mix_weights(0, &weights)?;
     }
     let mut input = StepInput {
         dataset,
