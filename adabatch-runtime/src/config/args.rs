@@ -56,6 +56,10 @@ pub struct TrainingArgs {
     /// Override the policy's `drop_last` (`true` or `false`).
     #[arg(long, action = clap::ArgAction::Set)]
     pub dataloader_drop_last: Option<bool>,
+    /// Threads that collate the next steps' batches while a step computes (0:
+    /// collate on the rank's own thread). Batches are the same either way.
+    #[arg(long, default_value_t = 0)]
+    pub dataloader_num_workers: usize,
     /// Ranks on this node (CPU: threads with a real all-reduce).
     #[arg(long, default_value_t = 1)]
     pub nproc_per_node: usize,

@@ -159,8 +159,9 @@ impl PlannedRemainder {
 enum Order {
     /// The keyed permutation (or the identity): O(1) memory.
     Keyed(Permutation),
-    /// A length-aware plan's order, held whole.
-    Planned(Vec<usize>),
+    /// A length-aware plan's order, held whole (shared: a planner is copied to
+    /// look ahead for prefetching).
+    Planned(std::sync::Arc<[usize]>),
 }
 
 impl Order {
@@ -426,7 +427,7 @@ impl GlobalBatchSampler {
     pub fn start_planned_epoch(&mut self, order: Vec<usize>, sizes: &[usize], predicted: &[f64]) {
         debug_assert_eq!(self.position, 0);
         debug_assert_eq!(order.len(), self.num_examples);
-        self.order = Order::Planned(order);
+        self.order = Order::Planned(order.into());
         let predicted = predicted.iter().copied().chain(std::iter::repeat(f64::NAN));
         self.planned = Some(sizes.iter().copied().zip(predicted).collect());
     }
@@ -479,7 +480,7 @@ impl GlobalBatchSampler {
             return None;
         };
         (self.position > 0 && self.position < self.num_examples).then(|| PlannedRemainder {
-            order: order.clone(),
+            order: order.to_vec(),
             batches: planned
                 .iter()
                 .map(|&(size, predicted)| (size, predicted.is_finite().then_some(predicted)))
@@ -492,7 +493,7 @@ impl GlobalBatchSampler {
     /// passed [`PlannedRemainder::check`]).
     pub fn resume_planned_epoch(&mut self, remainder: &PlannedRemainder) {
         debug_assert!(remainder.check(self.num_examples, self.position).is_ok());
-        self.order = Order::Planned(remainder.order.clone());
+        self.order = Order::Planned(remainder.order.as_slice().into());
         self.planned = Some(
             remainder
                 .batches

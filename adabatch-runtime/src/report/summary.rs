@@ -29,6 +29,11 @@ pub struct TrainSummary {
     pub resumed_from_step: Option<usize>,
     /// Every evaluation of this run, in order (empty without an eval dataset).
     pub evaluations: Vec<EvalLog>,
+    /// Steps that trained on batches collated ahead (`--dataloader-num-workers`).
+    pub prefetched_steps: usize,
+    /// Steps collated ahead and thrown away because the run changed course (an
+    /// adaptive batch size, a mixer, an OOM).
+    pub prefetch_discarded: usize,
 }
 
 impl TrainSummary {

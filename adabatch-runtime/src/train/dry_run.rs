@@ -101,6 +101,8 @@ impl DryRun {
             train_samples_per_second: 0.0,
             resumed_from_step: None,
             evaluations: Vec::new(),
+            prefetched_steps: 0,
+            prefetch_discarded: 0,
         }
     }
 }

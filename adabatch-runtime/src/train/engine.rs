@@ -26,6 +26,7 @@ use crate::train::hooks::{
     trainer_state, RunData,
 };
 use crate::train::oom::OomRecovery;
+use crate::train::prefetch::{PrefetchStats, Prefetcher};
 use crate::train::settings::RunSettings;
 use crate::train::step::{train_step, StepInput, StepOutcome};
 use crate::user::callback::TrainerControl;
@@ -271,171 +272,194 @@ where
     let (mut last_evaluated, mut last_saved) = (None, None);
     // The last trained step's global batch, loss and learning rate.
     let mut last_step = (0, f64::NAN, 0.0);
-    while let Some(batches) = planner.next_step_with(|epoch| {
-        length_aware_epoch(
-            settings,
-            length_index.as_ref(),
-            trainer,
-            &online,
-            comm,
-            epoch,
-        )
-    })? {
-        let step = planner.step();
-        let predicted_memory = planner.sampler().last_predicted();
-        let consumed_before = planner.sampler().examples_seen() - batches.global_size();
-        let lr = settings.lr.at(consumed_before, batches.global_size());
-        let log_now =
-            logger.is_some() && (step % settings.logging_steps == 0 || planner.is_last_step());
-        // Only memory-aware runs need the device's peak (it synchronises the device).
-        let peak = (memory_mode && !device.is_cpu()).then(|| PeakSampler::start(device));
-        let outcome = train_step(
-            trainer,
-            comm,
-            &mut input,
-            &params,
-            &batches,
-            recovery.chunks(),
-            lr,
-            step,
-            log_now,
-        )?;
-        let device_peak = peak.and_then(|p| p.finish().pool_peak);
-        let (loss, grad_norm, step_source_loss) = match outcome {
-            StepOutcome::Trained {
-                loss,
-                grad_norm,
-                noise,
-                source_loss,
-            } => {
-                if let (Some(estimator), Some((norm, trace))) = (noise_scale.as_mut(), noise) {
-                    let estimate = estimator.observe(norm, trace);
-                    if let (ScheduleSpec::NoiseScale { fraction, min, max }, Some(b)) =
-                        (settings.schedule, estimate)
-                    {
-                        planner.set_global_batch(noise_scale_batch(fraction, min, max, b));
-                    }
-                }
-                (loss, grad_norm, source_loss)
-            }
-            StepOutcome::OutOfMemory { detail } => {
-                progress.oom_events += 1;
-                progress.oom_events_since_log += 1;
-                let action = recovery.recover(&mut planner, &batches, step, &detail)?;
-                if let Some(logger) = logger.as_deref_mut() {
-                    logger.event(&format!("step {step}: out of memory ({detail}); {action}"));
-                    if settings.oom == OomPolicy::Skip {
-                        logger.advance(batches.global_size(), planner.sampler().epoch());
-                    }
-                }
-                continue;
-            }
-        };
-        // A rank without examples this step has nothing to measure.
-        let local = memory_mode.then(|| batches.per_rank_indices().swap_remove(comm.rank()));
-        let measured_memory = if let Some(local) = local.filter(|l| !l.is_empty()) {
-            let chunk = &local[..local.len().div_ceil(recovery.chunks())];
-            let features = BatchFeatures::of_lengths(chunk.iter().map(|&i| dataset.example_len(i)));
-            let bytes = measure_memory(device, &features, device_peak);
-            if let Some(bytes) = bytes {
-                online.observe(&features, bytes);
-                if let Some(user) = trainer.regressor() {
-                    user.observe(&features, bytes);
-                }
-            }
-            bytes
-        } else {
-            None
-        };
-        recovery.step_trained();
-        progress.step_losses.push(loss);
-        progress.losses_since_log.push(loss);
-        progress.examples_since_log += batches.global_size();
-        if let Some(logger) = logger.as_deref_mut() {
-            logger.advance(batches.global_size(), planner.sampler().epoch());
-            if log_now {
-                let mut entry = step_log(
-                    &mut progress,
-                    planner.sampler(),
-                    step,
-                    &batches,
-                    grad_norm.unwrap_or(f64::NAN),
-                    lr,
-                );
-                entry.predicted_memory = predicted_memory;
-                entry.measured_memory = measured_memory;
-                entry.gradient_noise_scale = noise_scale.and_then(|e| e.estimate());
-                if let Some(mixed) = planner.sampler().sources() {
-                    entry.sources = SourceLog::of(
-                        mixed,
-                        batches.micro.iter().flat_map(|m| m.indices.iter().copied()),
-                        step_source_loss.as_deref(),
-                    );
-                }
-                logger.log(&entry)?;
-            }
-        }
-        if let (Some(losses), Some(mixer)) =
-            (step_source_loss.as_deref(), mixer_of(trainer, &mut builtin))
-        {
-            let weights = next_mix_weights(mixer, &planner, step, losses, evaluations.last());
-            planner.set_mix_weights(step, &weights)?;
-        }
-        planner.finish_step()?;
-        let mut control = TrainerControl {
-            should_training_stop: false,
-            should_save: settings.save_steps > 0 && step % settings.save_steps == 0,
-            should_evaluate: settings.eval_steps.is_some_and(|k| step % k == 0),
-        };
-        let last = (batches.global_size(), loss, lr);
-        if let Some(callback) = trainer.callback() {
-            let state = trainer_state(comm, &planner, last, &evaluations);
-            callback.on_step_end(&state, &mut control);
-            if planner.epoch_complete() {
-                callback.on_epoch_end(&state, &mut control);
-            }
-            control = agree(comm, control)?;
-        }
-        if control.should_evaluate && data.eval.is_some() {
-            let asked = evaluate_and_report(
+    let mut prefetch = PrefetchStats::default();
+    // Collate threads live in this scope: they borrow the dataset and the collate.
+    std::thread::scope(|scope| -> Result<()> {
+        let mut prefetcher = Prefetcher::new(
+            scope,
+            (dataset, collate, device),
+            comm.rank(),
+            settings.prefetch_workers,
+            settings.batching.is_some(),
+        );
+        while let Some(batches) = planner.next_step_with(|epoch| {
+            length_aware_epoch(
+                settings,
+                length_index.as_ref(),
+                trainer,
+                &online,
+                comm,
+                epoch,
+            )
+        })? {
+            let step = planner.step();
+            let predicted_memory = planner.sampler().last_predicted();
+            let consumed_before = planner.sampler().examples_seen() - batches.global_size();
+            let lr = settings.lr.at(consumed_before, batches.global_size());
+            let log_now =
+                logger.is_some() && (step % settings.logging_steps == 0 || planner.is_last_step());
+            // Only memory-aware runs need the device's peak (it synchronises the device).
+            let peak = (memory_mode && !device.is_cpu()).then(|| PeakSampler::start(device));
+            let ready = prefetcher.take(&batches, recovery.chunks());
+            prefetcher.look_ahead(&planner, recovery.chunks());
+            let outcome = train_step(
                 trainer,
                 comm,
-                data,
-                settings,
-                device,
-                (&planner, last),
-                logger.as_deref_mut(),
-                &mut evaluations,
-            )?;
-            last_evaluated = Some(step);
-            control.should_training_stop |= asked.should_training_stop;
-            control.should_save |= asked.should_save;
-        }
-        if control.should_save {
-            let extra = checkpoint_extras(
-                progress.oom_events,
-                memory_mode.then_some(&online),
-                noise_scale,
-                mixer_of(trainer, &mut builtin),
-            );
-            save_on_rank_zero(
-                comm,
-                settings,
-                &planner,
+                &mut input,
                 &params,
-                trainer,
-                extra,
-                logger.as_deref(),
+                &batches,
+                recovery.chunks(),
+                lr,
+                step,
+                log_now,
+                ready,
             )?;
-            last_saved = Some(step);
-        }
-        last_step = last;
-        if control.should_training_stop {
-            if let Some(logger) = logger.as_deref() {
-                logger.event(&format!("step {step}: a callback stopped training"));
+            let device_peak = peak.and_then(|p| p.finish().pool_peak);
+            let (loss, grad_norm, step_source_loss) = match outcome {
+                StepOutcome::Trained {
+                    loss,
+                    grad_norm,
+                    noise,
+                    source_loss,
+                } => {
+                    if let (Some(estimator), Some((norm, trace))) = (noise_scale.as_mut(), noise) {
+                        let estimate = estimator.observe(norm, trace);
+                        if let (ScheduleSpec::NoiseScale { fraction, min, max }, Some(b)) =
+                            (settings.schedule, estimate)
+                        {
+                            planner.set_global_batch(noise_scale_batch(fraction, min, max, b));
+                        }
+                    }
+                    (loss, grad_norm, source_loss)
+                }
+                StepOutcome::OutOfMemory { detail } => {
+                    progress.oom_events += 1;
+                    progress.oom_events_since_log += 1;
+                    let action = recovery.recover(&mut planner, &batches, step, &detail)?;
+                    if let Some(logger) = logger.as_deref_mut() {
+                        logger.event(&format!("step {step}: out of memory ({detail}); {action}"));
+                        if settings.oom == OomPolicy::Skip {
+                            logger.advance(batches.global_size(), planner.sampler().epoch());
+                        }
+                    }
+                    continue;
+                }
+            };
+            // A rank without examples this step has nothing to measure.
+            let local = memory_mode.then(|| batches.per_rank_indices().swap_remove(comm.rank()));
+            let measured_memory = if let Some(local) = local.filter(|l| !l.is_empty()) {
+                let chunk = &local[..local.len().div_ceil(recovery.chunks())];
+                let features =
+                    BatchFeatures::of_lengths(chunk.iter().map(|&i| dataset.example_len(i)));
+                let bytes = measure_memory(device, &features, device_peak);
+                if let Some(bytes) = bytes {
+                    online.observe(&features, bytes);
+                    if let Some(user) = trainer.regressor() {
+                        user.observe(&features, bytes);
+                    }
+                }
+                bytes
+            } else {
+                None
+            };
+            recovery.step_trained();
+            progress.step_losses.push(loss);
+            progress.losses_since_log.push(loss);
+            progress.examples_since_log += batches.global_size();
+            if let Some(logger) = logger.as_deref_mut() {
+                logger.advance(batches.global_size(), planner.sampler().epoch());
+                if log_now {
+                    let mut entry = step_log(
+                        &mut progress,
+                        planner.sampler(),
+                        step,
+                        &batches,
+                        grad_norm.unwrap_or(f64::NAN),
+                        lr,
+                    );
+                    entry.predicted_memory = predicted_memory;
+                    entry.measured_memory = measured_memory;
+                    entry.gradient_noise_scale = noise_scale.and_then(|e| e.estimate());
+                    if let Some(mixed) = planner.sampler().sources() {
+                        entry.sources = SourceLog::of(
+                            mixed,
+                            batches.micro.iter().flat_map(|m| m.indices.iter().copied()),
+                            step_source_loss.as_deref(),
+                        );
+                    }
+                    logger.log(&entry)?;
+                }
             }
-            break;
+            if let (Some(losses), Some(mixer)) =
+                (step_source_loss.as_deref(), mixer_of(trainer, &mut builtin))
+            {
+                let weights = next_mix_weights(mixer, &planner, step, losses, evaluations.last());
+                planner.set_mix_weights(step, &weights)?;
+            }
+            planner.finish_step()?;
+            let mut control = TrainerControl {
+                should_training_stop: false,
+                should_save: settings.save_steps > 0 && step % settings.save_steps == 0,
+                should_evaluate: settings.eval_steps.is_some_and(|k| step % k == 0),
+            };
+            let last = (batches.global_size(), loss, lr);
+            if let Some(callback) = trainer.callback() {
+                let state = trainer_state(comm, &planner, last, &evaluations);
+                callback.on_step_end(&state, &mut control);
+                if planner.epoch_complete() {
+                    callback.on_epoch_end(&state, &mut control);
+                }
+                control = agree(comm, control)?;
+            }
+            if control.should_evaluate && data.eval.is_some() {
+                let asked = evaluate_and_report(
+                    trainer,
+                    comm,
+                    data,
+                    settings,
+                    device,
+                    (&planner, last),
+                    logger.as_deref_mut(),
+                    &mut evaluations,
+                )?;
+                last_evaluated = Some(step);
+                control.should_training_stop |= asked.should_training_stop;
+                control.should_save |= asked.should_save;
+            }
+            if control.should_save {
+                let extra = checkpoint_extras(
+                    progress.oom_events,
+                    memory_mode.then_some(&online),
+                    noise_scale,
+                    mixer_of(trainer, &mut builtin),
+                );
+                save_on_rank_zero(
+                    comm,
+                    settings,
+                    &planner,
+                    &params,
+                    trainer,
+                    extra,
+                    logger.as_deref(),
+                )?;
+                last_saved = Some(step);
+            }
+            last_step = last;
+            if control.should_training_stop {
+                if let Some(logger) = logger.as_deref() {
+                    logger.event(&format!("step {step}: a callback stopped training"));
+                }
+                break;
+            }
         }
+        prefetch = prefetcher.stats;
+        Ok(())
+    })?;
+    if let (Some(logger), true) = (logger.as_deref(), settings.prefetch_workers > 0) {
+        logger.event(&format!(
+            "prefetch: {} steps trained on batches collated ahead; {} predicted steps discarded",
+            prefetch.used, prefetch.discarded
+        ));
     }
     if last_evaluated != Some(planner.step()) {
         // What a callback asks after the last evaluation has nothing left to act on.
@@ -496,6 +520,8 @@ where
         train_samples_per_second: trained_here as f64 / runtime.max(f64::MIN_POSITIVE),
         resumed_from_step: resumed.as_ref().map(|s| s.planner.global_step),
         evaluations,
+        prefetched_steps: prefetch.used,
+        prefetch_discarded: prefetch.discarded,
     })
 }
 

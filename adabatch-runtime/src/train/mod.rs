@@ -8,5 +8,6 @@ pub(crate) mod eval;
 pub(crate) mod hooks;
 pub mod launch;
 pub mod oom;
+pub(crate) mod prefetch;
 pub(crate) mod settings;
 pub(crate) mod step;

@@ -58,6 +58,8 @@ pub(crate) struct RunSettings {
     pub(crate) sources: Option<SourceSpec>,
     /// `mix = online(..)`: temperature, floor, smoothing of the engine's mixer.
     pub(crate) online_mixer: Option<(f64, f64, f64)>,
+    /// Collate threads per rank (`--dataloader-num-workers`).
+    pub(crate) prefetch_workers: usize,
 }
 
 /// Smoothing of the gradient noise scale's moving averages.
@@ -312,6 +314,7 @@ impl RunSettings {
             warnings,
             sources,
             online_mixer,
+            prefetch_workers: args.dataloader_num_workers,
             token_lengths: matches!(schedule, ScheduleSpec::TokenRamp(_))
                 .then(|| (0..num_examples).map(|i| dataset.example_len(i)).collect()),
         };

@@ -15,6 +15,7 @@ use crate::data::sources::SourceSpec;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::train::oom::{is_out_of_memory, FaultInjector};
+use crate::train::prefetch::{take_chunk, Prefetched};
 use crate::user::data::{Collate, Dataset};
 use crate::user::model::{Batch, TrainModel};
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
@@ -85,13 +86,19 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic payload".into())
 }
 
-fn collate_chunk<B: Batch, D, C>(input: &StepInput<'_, D, C>, indices: &[usize]) -> Result<B>
+/// The examples at `indices`, collated onto `device`.
+pub(crate) fn collate_indices<D, C>(
+    dataset: &D,
+    collate: &C,
+    device: &Device,
+    indices: &[usize],
+) -> Result<C::Batch>
 where
     D: Dataset + ?Sized,
-    C: Collate<D::Item, Batch = B>,
+    C: Collate<D::Item>,
 {
-    let items: Vec<D::Item> = indices.iter().map(|&i| input.dataset.get(i)).collect();
-    let batch = input.collate.collate(&items, input.device)?;
+    let items: Vec<D::Item> = indices.iter().map(|&i| dataset.get(i)).collect();
+    let batch = collate.collate(&items, device)?;
     if batch.num_examples() != items.len() {
         return Err(Error::CollateSize {
             returned: batch.num_examples(),
@@ -115,6 +122,7 @@ fn accumulate_local<M, D, C>(
     chunks: usize,
     known_weight: f64,
     step: usize,
+    ready: &mut Prefetched<M::Batch>,
 ) -> Result<LocalGrads>
 where
     M: TrainModel,
@@ -140,7 +148,10 @@ where
         let mut micro_grads = input.noise_scale.then(|| vec![None; params.len()]);
         for chunk in indices.chunks(chunk_len) {
             input.faults.check(step, rank, active_ranks, chunk.len())?;
-            let batch = collate_chunk(input, chunk)?;
+            let batch = match take_chunk(ready, chunk) {
+                Some(batch) => batch?,
+                None => collate_indices(input.dataset, input.collate, input.device, chunk)?,
+            };
             local.tokens += batch.num_tokens() as f64;
             let losses = model.per_example_loss(&batch)?;
             if losses.dims() != [chunk.len()] {
@@ -210,6 +221,7 @@ pub(crate) fn train_step<T, D, C>(
     lr: f64,
     step: usize,
     want_norm: bool,
+    mut ready: Prefetched<<T::Model as TrainModel>::Batch>,
 ) -> Result<StepOutcome>
 where
     T: AdaptiveTrainer,
@@ -238,6 +250,7 @@ where
             chunks,
             known_weight,
             step,
+            &mut ready,
         )
     });
     let source_slots = 2 * input.sources.as_ref().map_or(0, |s| s.names.len());

@@ -36,8 +36,9 @@ pub trait TrainModel {
     }
 }
 
-/// A collated batch.
-pub trait Batch {
+/// A collated batch. `Send`: with `--dataloader-num-workers` it is collated on a
+/// worker thread.
+pub trait Batch: Send {
     /// Number of examples.
     fn num_examples(&self) -> usize;
     /// Number of tokens that carry loss, for `reweight = token_count`.
