@@ -59,6 +59,19 @@ pub enum Error {
         /// The loss value.
         loss: f64,
     },
+    /// `--bf16` / `--fp16` was given but the model never cast anything with
+    /// `adabatch::optim::precision::autocast`: it would train in f32 unknowingly.
+    #[error("{flag} was given, but the model's per_example_loss never called `adabatch::autocast` (or `autocast_linear`): it computes in f32. Cast its weights and inputs with them, or drop {flag}")]
+    AutocastUnused {
+        /// The flag given.
+        flag: &'static str,
+    },
+    /// Under `--fp16` the gradients overflowed even at the smallest loss scale.
+    #[error("step {step}: the gradients are not finite even at loss scale 2^-24 under --fp16; the model's values exceed float16's range: train with --bf16 or in f32")]
+    LossScaleUnderflow {
+        /// The step (1-based).
+        step: usize,
+    },
     /// A run-time setting is out of its range.
     #[error("{name} = {value}: {expected}")]
     InvalidSetting {

@@ -14,7 +14,7 @@
 //! | [`adapt`] | controllers: batch-size schedules, learning rate |
 //! | [`data`] | which examples go into which step: sampler, length-aware epochs, planner |
 //! | [`memory`] | predicting and measuring peak memory |
-//! | [`optim`] | checkpointable optimizers (`AdamW`, `Sgd`) and their state |
+//! | [`optim`] | checkpointable optimizers (`AdamW`, `Sgd`), their state, mixed precision |
 //! | [`dist`] | communicators between ranks, rendezvous, device parsing |
 //! | [`report`] | logs and the run summary |
 //! | [`train`] | entry points, the rank loop, one step, OOM recovery, checkpoints |
@@ -46,6 +46,7 @@ pub use dist::communicator::{Communicator, Local, Single};
 pub use dist::nccl::Nccl;
 pub use error::{exit_code, Error, Result};
 pub use memory::model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
+pub use optim::precision::{autocast, autocast_linear, Precision};
 pub use optim::TrainOptimizer;
 pub use report::logging::{EvalLog, StepLog};
 pub use report::summary::TrainSummary;

@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use adabatch::candle_core::{self, Device, Tensor, Var};
-use adabatch::candle_nn::{linear, Linear, Module, VarBuilder};
+use adabatch::candle_nn::{linear, Linear, VarBuilder};
 use adabatch::prelude::*;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -119,8 +119,11 @@ impl Mlp {
         })
     }
 
+    /// Under `--bf16` / `--fp16` the layers compute in half precision (the casts
+    /// return their input otherwise).
     fn logits(&self, pixels: &Tensor) -> candle_core::Result<Tensor> {
-        self.out.forward(&self.hidden.forward(pixels)?.relu()?)
+        let hidden = adabatch::autocast_linear(&self.hidden, pixels)?.relu()?;
+        adabatch::autocast_linear(&self.out, &hidden)
     }
 }
 

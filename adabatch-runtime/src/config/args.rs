@@ -60,6 +60,18 @@ pub struct TrainingArgs {
     /// collate on the rank's own thread). Batches are the same either way.
     #[arg(long, default_value_t = 0)]
     pub dataloader_num_workers: usize,
+    /// Mixed precision: the model computes in bfloat16 where it casts with
+    /// `adabatch::autocast`; weights, optimizer state and all-reduced gradients
+    /// stay f32.
+    #[arg(long, conflicts_with = "fp16")]
+    pub bf16: bool,
+    /// Mixed precision in float16, with dynamic loss scaling (steps whose
+    /// gradients overflow are skipped and logged).
+    #[arg(long)]
+    pub fp16: bool,
+    /// `--fp16`: the loss scale starts at 2^N (DeepSpeed's `initial_scale_power`).
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true)]
+    pub fp16_initial_scale_power: i32,
     /// Ranks on this node (CPU: threads with a real all-reduce).
     #[arg(long, default_value_t = 1)]
     pub nproc_per_node: usize,

@@ -4,6 +4,7 @@
 //! restores any optimizer's state.
 
 mod adamw;
+pub mod precision;
 mod sgd;
 pub mod state;
 

@@ -60,6 +60,13 @@ pub struct StepLog {
     /// moving averages up to this step (`--log-gradient-noise-scale`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gradient_noise_scale: Option<f64>,
+    /// `--fp16`: the loss scale of this step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
+    /// `--fp16`: steps skipped since the previous log because their gradients
+    /// overflowed (this one included).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped_steps: usize,
     /// With several sources: what each contributed (absent otherwise).
     #[serde(flatten)]
     pub sources: SourceLog,
@@ -187,6 +194,10 @@ impl SourceLog {
 
 fn one() -> usize {
     1
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 fn nan() -> f64 {

@@ -481,6 +481,8 @@ mod tests {
             predicted_memory: None,
             measured_memory: None,
             gradient_noise_scale: None,
+            loss_scale: None,
+            skipped_steps: 0,
             sources: Default::default(),
         }
     }

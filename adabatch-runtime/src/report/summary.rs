@@ -34,6 +34,9 @@ pub struct TrainSummary {
     /// Steps collated ahead and thrown away because the run changed course (an
     /// adaptive batch size, a mixer, an OOM).
     pub prefetch_discarded: usize,
+    /// `--fp16`: steps whose gradients overflowed and were skipped (in the whole
+    /// run, a resumed one included).
+    pub skipped_steps: usize,
 }
 
 impl TrainSummary {

@@ -47,6 +47,9 @@ pub struct CheckpointState {
     /// planner's sources).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mixer: Option<Vec<f64>>,
+    /// `--fp16`'s loss scale and its count of clean steps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scaler: Option<crate::optim::precision::LossScaler>,
     /// The trainer's policy the run was written with (absent in older checkpoints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyRecord>,
@@ -285,6 +288,7 @@ pub(crate) struct RunExtras {
     pub(crate) memory_model: Option<crate::memory::model::OnlineMemoryState>,
     pub(crate) noise_scale: Option<crate::adapt::noise_scale::NoiseScaleEstimator>,
     pub(crate) mixer: Option<Vec<f64>>,
+    pub(crate) loss_scaler: Option<crate::optim::precision::LossScaler>,
 }
 
 /// Writes rank 0's checkpoint of the run as it stands.
@@ -307,6 +311,7 @@ pub(crate) fn save_checkpoint<S: Schedule>(
         memory_model: extras.memory_model,
         noise_scale: extras.noise_scale,
         mixer: extras.mixer,
+        loss_scaler: extras.loss_scaler,
     };
     let optimizer_state = optimizer.export_state(params)?;
     let dir = save(

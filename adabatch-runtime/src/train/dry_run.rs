@@ -103,6 +103,7 @@ impl DryRun {
             evaluations: Vec::new(),
             prefetched_steps: 0,
             prefetch_discarded: 0,
+            skipped_steps: 0,
         }
     }
 }
@@ -263,6 +264,8 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
             predicted_memory: sampler.last_predicted(),
             measured_memory: None,
             gradient_noise_scale: None,
+            loss_scale: None,
+            skipped_steps: 0,
             sources: Default::default(),
         });
         per_device.push(size_now);

@@ -162,6 +162,7 @@ struct Progress {
     examples_since_log: usize,
     oom_events_since_log: usize,
     oom_events: usize,
+    skipped_since_log: usize,
     last_log: Instant,
     step_losses: Vec<f64>,
 }
@@ -240,6 +241,12 @@ where
         verify_update: true,
         noise_scale: settings.noise_scale_beta.is_some(),
         sources: settings.sources.clone(),
+        precision: settings.precision,
+        loss_scale: 1.0,
+    };
+    let mut loss_scaler = match (settings.loss_scaler, resumed.as_ref()) {
+        (Some(_), Some(state)) if state.loss_scaler.is_some() => state.loss_scaler,
+        (scaler, _) => scaler,
     };
     let mut noise_scale = match (settings.noise_scale_beta, resumed.as_ref()) {
         (None, _) => None,
@@ -265,6 +272,7 @@ where
         examples_since_log: 0,
         oom_events_since_log: 0,
         oom_events: resumed.as_ref().map_or(0, |s| s.oom_events),
+        skipped_since_log: 0,
         last_log: started,
         step_losses: Vec::new(),
     };
@@ -300,6 +308,7 @@ where
                 logger.is_some() && (step % settings.logging_steps == 0 || planner.is_last_step());
             // Only memory-aware runs need the device's peak (it synchronises the device).
             let peak = (memory_mode && !device.is_cpu()).then(|| PeakSampler::start(device));
+            input.loss_scale = loss_scaler.map_or(1.0, |s| s.scale);
             let ready = prefetcher.take(&batches, recovery.chunks());
             prefetcher.look_ahead(&planner, recovery.chunks());
             let outcome = train_step(
@@ -317,11 +326,24 @@ where
             let device_peak = peak.and_then(|p| p.finish().pool_peak);
             let (loss, grad_norm, step_source_loss) = match outcome {
                 StepOutcome::Trained {
+                    overflowed,
                     loss,
                     grad_norm,
                     noise,
                     source_loss,
                 } => {
+                    if let Some(scaler) = loss_scaler.as_mut() {
+                        scaler.update(!overflowed, step)?;
+                        if overflowed {
+                            progress.skipped_since_log += 1;
+                            if let Some(logger) = logger.as_deref() {
+                                logger.event(&format!(
+                                "step {step}: the f16 gradients overflowed at loss scale {}; update skipped, scale now {}",
+                                input.loss_scale, scaler.scale
+                            ));
+                            }
+                        }
+                    }
                     if let (Some(estimator), Some((norm, trace))) = (noise_scale.as_mut(), noise) {
                         let estimate = estimator.observe(norm, trace);
                         if let (ScheduleSpec::NoiseScale { fraction, min, max }, Some(b)) =
@@ -380,6 +402,8 @@ where
                     entry.predicted_memory = predicted_memory;
                     entry.measured_memory = measured_memory;
                     entry.gradient_noise_scale = noise_scale.and_then(|e| e.estimate());
+                    entry.loss_scale = loss_scaler.map(|_| input.loss_scale);
+                    entry.skipped_steps = std::mem::take(&mut progress.skipped_since_log);
                     if let Some(mixed) = planner.sampler().sources() {
                         entry.sources = SourceLog::of(
                             mixed,
@@ -432,6 +456,7 @@ where
                     memory_mode.then_some(&online),
                     noise_scale,
                     mixer_of(trainer, &mut builtin),
+                    loss_scaler,
                 );
                 save_on_rank_zero(
                     comm,
@@ -480,6 +505,7 @@ where
             memory_mode.then_some(&online),
             noise_scale,
             mixer_of(trainer, &mut builtin),
+            loss_scaler,
         );
         save_on_rank_zero(
             comm,
@@ -522,6 +548,7 @@ where
         evaluations,
         prefetched_steps: prefetch.used,
         prefetch_discarded: prefetch.discarded,
+        skipped_steps: loss_scaler.map_or(0, |s| s.skipped_steps),
     })
 }
 
@@ -564,6 +591,8 @@ fn step_log(
         predicted_memory: None,
         measured_memory: None,
         gradient_noise_scale: None,
+        loss_scale: None,
+        skipped_steps: 0,
         sources: Default::default(),
     };
     progress.examples_since_log = 0;

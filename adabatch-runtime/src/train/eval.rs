@@ -6,6 +6,7 @@ use candle_core::{DType, Device, Tensor};
 use crate::config::policy::Reweight;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
+use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::report::logging::EvalLog;
 use crate::user::data::Dataset;
 use crate::user::model::{Batch, TrainModel};
@@ -54,7 +55,7 @@ pub(crate) fn evaluate<T, D, C>(
     collate: &C,
     device: &Device,
     batch_size: usize,
-    reweight: Reweight,
+    (reweight, precision): (Reweight, Precision),
     step: usize,
     epoch: f64,
 ) -> Result<EvalLog>
@@ -78,7 +79,12 @@ where
         let items: Vec<D::Item> = chunk.iter().map(|&i| eval.get(i)).collect();
         let batch = collate.collate(&items, device)?;
         let n = batch.num_examples();
-        let losses = model.per_example_loss(&batch)?.detach();
+        // Under `--bf16` / `--fp16` the model evaluates as it trains (HF's autocast
+        // around `prediction_step`).
+        let autocast = AutocastScope::enter(precision);
+        let losses = loss_in_f32(model.per_example_loss(&batch)?)?.detach();
+        let metrics = model.eval_metrics(&batch)?;
+        drop(autocast);
         loss_sum += per_example_sum(&losses, n, "the per-example loss")?;
         if let Some(spec) = &sources {
             let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
@@ -94,7 +100,6 @@ where
             _ => n,
         } as f64;
         examples += n as f64;
-        let metrics = model.eval_metrics(&batch)?;
         if names.is_empty() && metric_sums.is_empty() {
             names = metrics.iter().map(|(name, _)| *name).collect();
             metric_sums = vec![0.0; names.len()];

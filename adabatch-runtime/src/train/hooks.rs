@@ -10,6 +10,7 @@ use crate::data::planner::StepPlanner;
 use crate::dist::communicator::Communicator;
 use crate::error::Result;
 use crate::memory::model::OnlineMemoryModel;
+use crate::optim::precision::LossScaler;
 use crate::report::logging::{EvalLog, Logger};
 use crate::train::checkpoint::{save_checkpoint, RunExtras};
 use crate::train::eval::evaluate;
@@ -66,7 +67,7 @@ where
         data.collate,
         device,
         settings.eval_batch_size,
-        settings.reweight,
+        (settings.reweight, settings.precision),
         step,
         epoch,
     )?;
@@ -190,6 +191,7 @@ pub(crate) fn checkpoint_extras(
     memory_fit: Option<&OnlineMemoryModel>,
     noise_scale: Option<NoiseScaleEstimator>,
     mixer: Option<&mut dyn Mixer>,
+    loss_scaler: Option<LossScaler>,
 ) -> RunExtras {
     RunExtras {
         oom_events,
@@ -197,5 +199,6 @@ pub(crate) fn checkpoint_extras(
         memory_model: memory_fit.map(OnlineMemoryModel::state),
         noise_scale,
         mixer: mixer.map(|m| m.state()),
+        loss_scaler,
     }
 }

@@ -11,6 +11,7 @@ use crate::data::sampler::GlobalBatchSampler;
 use crate::data::sources::SourceSpec;
 use crate::dist::device::DeviceSpec;
 use crate::error::{Error, Result};
+use crate::optim::precision::{LossScaler, Precision};
 use crate::report::logging::Logger;
 use crate::train::oom::FaultInjector;
 use crate::user::data::Dataset;
@@ -60,6 +61,10 @@ pub(crate) struct RunSettings {
     pub(crate) online_mixer: Option<(f64, f64, f64)>,
     /// Collate threads per rank (`--dataloader-num-workers`).
     pub(crate) prefetch_workers: usize,
+    /// `--bf16` / `--fp16`.
+    pub(crate) precision: Precision,
+    /// `--fp16`'s loss scaling, as it starts.
+    pub(crate) loss_scaler: Option<LossScaler>,
 }
 
 /// Smoothing of the gradient noise scale's moving averages.
@@ -315,6 +320,13 @@ impl RunSettings {
             sources,
             online_mixer,
             prefetch_workers: args.dataloader_num_workers,
+            precision: precision(args)?,
+            loss_scaler: args
+                .fp16
+                .then(|| {
+                    LossScaler::new(args.fp16_initial_scale_power, LossScaler::GROWTH_INTERVAL)
+                })
+                .transpose()?,
             token_lengths: matches!(schedule, ScheduleSpec::TokenRamp(_))
                 .then(|| (0..num_examples).map(|i| dataset.example_len(i)).collect()),
         };
@@ -593,4 +605,19 @@ fn length_batching(
         shuffle: policy.shuffle,
     };
     Ok(Some((batching, options)))
+}
+
+/// `--bf16` / `--fp16` (clap refuses both on a command line; a `TrainingArgs`
+/// built in code is checked here).
+fn precision(args: &TrainingArgs) -> Result<Precision> {
+    match (args.bf16, args.fp16) {
+        (true, true) => Err(Error::ConflictingSettings {
+            first: "--bf16",
+            second: "--fp16",
+            reason: "a run computes in one half-precision type: pick one",
+        }),
+        (true, false) => Ok(Precision::Bf16),
+        (false, true) => Ok(Precision::F16),
+        (false, false) => Ok(Precision::F32),
+    }
 }

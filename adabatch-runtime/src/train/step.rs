@@ -14,6 +14,7 @@ use crate::data::planner::StepBatches;
 use crate::data::sources::SourceSpec;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
+use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::train::oom::{is_out_of_memory, FaultInjector};
 use crate::train::prefetch::{take_chunk, Prefetched};
 use crate::user::data::{Collate, Dataset};
@@ -37,14 +38,20 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
     /// Several sources: per-source loss sums and counts ride in the step's
     /// all-reduce.
     pub sources: Option<SourceSpec>,
+    /// The dtype the model computes in (`--bf16` / `--fp16`).
+    pub precision: Precision,
+    /// `--fp16`: the loss scale of this step (1 otherwise).
+    pub loss_scale: f64,
 }
 
 /// How a step ended, the same on every rank.
 #[derive(Debug)]
 pub(crate) enum StepOutcome {
-    /// The update was applied; `noise` is this step's (|G|², tr Σ) estimate when
-    /// the noise scale is measured and the step has two small batches.
+    /// The step ran; `noise` is this step's (|G|², tr Σ) estimate when the noise
+    /// scale is measured and the step has two small batches. `overflowed`: under
+    /// `--fp16` the scaled gradients were not finite and the update was skipped.
     Trained {
+        overflowed: bool,
         loss: f64,
         grad_norm: Option<f64>,
         noise: Option<(f64, f64)>,
@@ -153,7 +160,11 @@ where
                 None => collate_indices(input.dataset, input.collate, input.device, chunk)?,
             };
             local.tokens += batch.num_tokens() as f64;
+            let autocast = AutocastScope::enter(input.precision);
             let losses = model.per_example_loss(&batch)?;
+            autocast.check_used(input.precision)?;
+            drop(autocast);
+            let losses = loss_in_f32(losses)?;
             if losses.dims() != [chunk.len()] {
                 return Err(Error::LossShape {
                     shape: losses.dims().to_vec(),
@@ -176,7 +187,11 @@ where
                 Reweight::RankMean => (sum / (indices.len() as f64 * known_weight))?,
             };
             local.loss += share.to_dtype(DType::F64)?.to_scalar::<f64>()?;
-            let grads = share.backward()?;
+            let grads = if input.loss_scale == 1.0 {
+                share.backward()?
+            } else {
+                (share * input.loss_scale)?.backward()?
+            };
             let target = micro_grads.as_mut().unwrap_or(&mut local.grads);
             for (slot, (_, var)) in target.iter_mut().zip(params) {
                 if let Some(g) = grads.get(var.as_tensor()) {
@@ -186,7 +201,7 @@ where
         }
         if let Some(micro_grads) = micro_grads {
             // The share is (sum of losses) / B: its mean gradient is B / b times it.
-            let scale = known_weight / indices.len() as f64;
+            let scale = known_weight / indices.len() as f64 / input.loss_scale;
             let norm = global_norm(&micro_grads)? * scale;
             local.small.add(indices.len(), big, norm * norm);
             for (slot, g) in local.grads.iter_mut().zip(micro_grads) {
@@ -282,14 +297,42 @@ where
     } else {
         (grads, loss)
     };
+    let source_loss = (!source_sums.is_empty()).then(|| {
+        let (sums, counts) = source_sums.split_at(source_sums.len() / 2);
+        sums.iter()
+            .zip(counts)
+            .map(|(sum, &count)| if count > 0.0 { sum / count } else { f64::NAN })
+            .collect()
+    });
+    // `--fp16`: gradients carry the loss scale. Every rank sees the same
+    // all-reduced values, so all skip an overflowed step together.
+    let mut unscaled_norm = None;
+    if input.loss_scale != 1.0 {
+        let scaled_norm = global_norm(&grads)?;
+        if !scaled_norm.is_finite() || !loss.is_finite() {
+            return Ok(StepOutcome::Trained {
+                overflowed: true,
+                loss,
+                grad_norm: None,
+                noise: None,
+                source_loss,
+            });
+        }
+        let inverse = 1.0 / input.loss_scale;
+        grads = grads
+            .into_iter()
+            .map(|g| g.map(|g| g * inverse).transpose())
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        unscaled_norm = Some(scaled_norm * inverse);
+    }
     if !loss.is_finite() {
         return Err(Error::NonFiniteLoss { step, loss });
     }
     let clipping = input.max_grad_norm > 0.0;
-    let grad_norm = if want_norm || clipping || input.noise_scale {
-        Some(global_norm(&grads)?)
-    } else {
-        None
+    let grad_norm = match unscaled_norm {
+        Some(norm) => Some(norm),
+        None if want_norm || clipping || input.noise_scale => Some(global_norm(&grads)?),
+        None => None,
     };
     let noise = match grad_norm.filter(|_| input.noise_scale) {
         Some(norm) => {
@@ -327,14 +370,8 @@ where
         input.verify_update = false;
         check_updated(&before)?;
     }
-    let source_loss = (!source_sums.is_empty()).then(|| {
-        let (sums, counts) = source_sums.split_at(source_sums.len() / 2);
-        sums.iter()
-            .zip(counts)
-            .map(|(sum, &count)| if count > 0.0 { sum / count } else { f64::NAN })
-            .collect()
-    });
     Ok(StepOutcome::Trained {
+        overflowed: false,
         loss,
         grad_norm,
         noise,

@@ -10,7 +10,7 @@
 //!   logits and a padding mask, the *sum* of each example's token losses (what
 //!   `reweight = token_count` expects).
 
-use candle_core::{Result, Tensor, D};
+use candle_core::{DType, Result, Tensor, D};
 
 /// Cross-entropy of every example: `logits` `[batch, classes]` (unnormalised),
 /// `targets` `[batch]` class ids (`u32`, `u8` or `i64`); returns `[batch]`, entry
@@ -54,13 +54,20 @@ pub fn per_example_token_cross_entropy_sum(
         }
     }
     let nll = target_log_likelihood(logits, targets)?.neg()?;
-    (nll * mask.to_dtype(logits.dtype())?)?.sum(1)
+    let mask = mask.to_dtype(nll.dtype())?;
+    (nll * mask)?.sum(1)
 }
 
 /// `log softmax(logits)[.., target]` over the last dimension; `targets` has the
 /// shape of `logits` without its last dimension.
+/// Half-precision logits (`--bf16` / `--fp16`) are normalised in f32, as PyTorch's
+/// autocast does for softmax and cross-entropy.
 fn target_log_likelihood(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let log_probs = candle_nn::ops::log_softmax(logits, D::Minus1)?;
+    let logits = match logits.dtype() {
+        DType::BF16 | DType::F16 => logits.to_dtype(DType::F32)?,
+        _ => logits.clone(),
+    };
+    let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
     log_probs
         .gather(&targets.unsqueeze(D::Minus1)?, D::Minus1)?
         .squeeze(D::Minus1)
@@ -69,7 +76,7 @@ fn target_log_likelihood(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{DType, Device, Var};
+    use candle_core::{Device, Var};
 
     /// `-log(exp(z[t]) / Σ_k exp(z[k]))`, by hand in f64.
     fn nll(z: &[f64], t: usize) -> f64 {
