@@ -13,7 +13,7 @@
 //! # let layer = candle_nn::Linear::new(Tensor::ones((2, 3), candle_core::DType::F32, &Device::Cpu)?, None);
 //! # let x = Tensor::ones((4, 3), candle_core::DType::F32, &Device::Cpu)?;
 //! // In `per_example_loss`: half-precision matmuls, f32 loss.
-//! let hidden = adabatch::optim::precision::autocast_linear(&layer, &x)?;
+//! let hidden = adabatch_runtime::autocast_linear(&layer, &x)?; // `adabatch::autocast_linear`
 //! # Ok::<(), candle_core::Error>(())
 //! ```
 //!
