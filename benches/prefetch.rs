@@ -2,25 +2,25 @@
 //! `--dataloader-num-workers`, side by side in one run.
 //!
 //! Workload: the shared English corpus (15,000 real sentences), tokenised in the
-//! collate: lower-cased words cut into sub-words by greedy longest match (as
-//! WordPiece does) against a vocabulary of the corpus's 4,096 most frequent word
-//! pieces, then a dense bag of sub-words per sentence. Model: bag → `HIDDEN` →
+//! collate: lower-cased words cut into sub-words by byte-pair encoding as GPT-2
+//! applies it (no cache), with 4,096 symbols learnt from the corpus, then a dense
+//! bag of sub-words per sentence. Model: bag → `HIDDEN` →
 //! ReLU → 8 classes (the sentence's length bucket), AdamW, constant batch 64.
 //!
 //! ```text
 //! cargo bench --bench prefetch
 //! ```
 //!
-//! It first times the collate of one epoch's batches alone, so the printout says
-//! how much of a step the collate is; then runs `PREFETCH_ROUNDS` (default 3)
-//! rounds of one epoch per worker count (0, 1, 2), order rotating, and checks that
-//! every run trains the same losses. candle computes on one thread unless
+//! A baseline epoch trains on sentences tokenised beforehand (the same bags, a
+//! light collate), so the printout says how much of a plain epoch tokenising is
+//! and what perfect overlap would give; then the tokenising collate runs with 0,
+//! 1 and 2 workers. `PREFETCH_ROUNDS` (default 3) rounds of the four, order
+//! rotating, medians reported; every run must train the same losses. candle computes on one thread unless
 //! `RAYON_NUM_THREADS` is set: compute on one core and collate on another is the
-//! shape of a GPU run. `PREFETCH_HIDDEN` sets the hidden width (default 192),
-//! which moves the compute's share.
+//! shape of a GPU run. `PREFETCH_HIDDEN` sets the hidden width (default 24, where
+//! tokenising is about half of a plain epoch), which moves the compute's share.
 
 use std::collections::HashMap;
-use std::time::Instant;
 
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
@@ -32,72 +32,100 @@ const CORPUS: &str = concat!(
     "/../shared/data/en_sentences_15k.txt"
 );
 const VOCAB: usize = 4096;
-const LONGEST_PIECE: usize = 8;
+const LEARN_WORDS: usize = 3000;
 const CLASSES: usize = 8;
 const BATCH: usize = 64;
 
-/// Sub-word pieces by id; greedy longest match over them.
+/// Byte-pair encoding as GPT-2 applies it, without a cache: a word starts as its
+/// characters, and the adjacent pair of lowest merge rank is merged until none is
+/// left. Merges are learnt from the corpus's most frequent words.
 struct Tokenizer {
-    pieces: HashMap<String, u32>,
+    /// Symbol ids of single characters.
+    chars: HashMap<char, u32>,
+    /// `(left, right)` → (rank, merged symbol id).
+    merges: HashMap<(u32, u32), (u32, u32)>,
 }
 
 impl Tokenizer {
-    /// The `VOCAB` most frequent pieces of 2..=8 characters in the corpus's words,
-    /// after every single character seen (so every word can be cut).
+    /// Characters first, then `VOCAB - characters` merges, each the most frequent
+    /// adjacent pair over the `LEARN_WORDS` most frequent words (weighted by
+    /// count), ties broken by the pair.
     fn learn(sentences: &[String]) -> Self {
-        let mut counts: HashMap<String, usize> = HashMap::new();
-        let mut chars: Vec<char> = Vec::new();
+        let mut word_counts: HashMap<String, usize> = HashMap::new();
         for sentence in sentences {
             for word in sentence.to_lowercase().split_whitespace() {
-                let w: Vec<char> = word.chars().collect();
-                chars.extend(&w);
-                for start in 0..w.len() {
-                    for len in 2..=LONGEST_PIECE.min(w.len() - start) {
-                        let piece: String = w[start..start + len].iter().collect();
-                        *counts.entry(piece).or_default() += 1;
-                    }
-                }
+                *word_counts.entry(word.to_owned()).or_default() += 1;
             }
         }
+        let mut chars: Vec<char> = word_counts.keys().flat_map(|w| w.chars()).collect();
         chars.sort_unstable();
         chars.dedup();
-        let mut pieces: HashMap<String, u32> = chars
-            .iter()
-            .enumerate()
-            .map(|(i, c)| (c.to_string(), i as u32))
-            .collect();
-        let mut frequent: Vec<(String, usize)> = counts.into_iter().collect();
+        let chars: HashMap<char, u32> = chars.into_iter().zip(0..).collect();
+        let mut frequent: Vec<(String, usize)> = word_counts.into_iter().collect();
         frequent.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        for (piece, _) in frequent {
-            if pieces.len() >= VOCAB {
-                break;
+        frequent.truncate(LEARN_WORDS);
+        let mut words: Vec<(Vec<u32>, usize)> = frequent
+            .iter()
+            .map(|(w, n)| (w.chars().map(|c| chars[&c]).collect(), *n))
+            .collect();
+        let mut merges = HashMap::new();
+        let mut next_id = chars.len() as u32;
+        while (next_id as usize) < VOCAB {
+            let mut pairs: HashMap<(u32, u32), usize> = HashMap::new();
+            for (symbols, n) in &words {
+                for pair in symbols.windows(2) {
+                    *pairs.entry((pair[0], pair[1])).or_default() += n;
+                }
             }
-            let id = pieces.len() as u32;
-            pieces.insert(piece, id);
+            let Some((&best, _)) = pairs
+                .iter()
+                .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
+            else {
+                break;
+            };
+            merges.insert(best, (next_id - chars.len() as u32, next_id));
+            for (symbols, _) in &mut words {
+                merge_pair(symbols, best, next_id);
+            }
+            next_id += 1;
         }
-        Self { pieces }
+        Self { chars, merges }
     }
 
-    /// Greedy longest-match ids of a sentence.
+    /// The symbol ids of a sentence (ids of unseen characters are 0).
     fn encode(&self, sentence: &str, ids: &mut Vec<u32>) {
         for word in sentence.to_lowercase().split_whitespace() {
-            let w: Vec<char> = word.chars().collect();
-            let mut start = 0;
-            while start < w.len() {
-                let mut piece = String::new();
-                let mut best = None;
-                for (len, c) in w[start..].iter().take(LONGEST_PIECE).enumerate() {
-                    piece.push(*c);
-                    if let Some(&id) = self.pieces.get(&piece) {
-                        best = Some((len + 1, id));
-                    }
-                }
-                let (len, id) = best.unwrap_or((1, 0));
-                ids.push(id);
-                start += len;
+            let mut symbols: Vec<u32> = word
+                .chars()
+                .map(|c| self.chars.get(&c).copied().unwrap_or(0))
+                .collect();
+            while let Some((pair, merged)) = symbols
+                .windows(2)
+                .filter_map(|p| self.merges.get(&(p[0], p[1])).map(|&m| ((p[0], p[1]), m)))
+                .min_by_key(|(_, (rank, _))| *rank)
+                .map(|(pair, (_, merged))| (pair, merged))
+            {
+                merge_pair(&mut symbols, pair, merged);
             }
+            ids.extend(symbols);
         }
     }
+}
+
+/// Replaces every occurrence of `pair` in `symbols`, left to right, by `merged`.
+fn merge_pair(symbols: &mut Vec<u32>, pair: (u32, u32), merged: u32) {
+    let mut out = Vec::with_capacity(symbols.len());
+    let mut i = 0;
+    while i < symbols.len() {
+        if i + 1 < symbols.len() && (symbols[i], symbols[i + 1]) == pair {
+            out.push(merged);
+            i += 2;
+        } else {
+            out.push(symbols[i]);
+            i += 1;
+        }
+    }
+    *symbols = out;
 }
 
 struct Bags {
@@ -111,26 +139,51 @@ impl Batch for Bags {
     }
 }
 
-fn collate(
+/// The batch of sentences already cut into symbol ids.
+fn bags(rows: &[(&[u32], u32)], device: &Device) -> candle_core::Result<Bags> {
+    let mut bag = vec![0f32; rows.len() * VOCAB];
+    for (row, (ids, _)) in rows.iter().enumerate() {
+        let weight = 1.0 / (ids.len().max(1) as f32).sqrt();
+        for &id in *ids {
+            bag[row * VOCAB + id as usize] += weight;
+        }
+    }
+    let labels: Vec<u32> = rows.iter().map(|(_, label)| *label).collect();
+    Ok(Bags {
+        bag: Tensor::from_vec(bag, (rows.len(), VOCAB), device)?,
+        labels: Tensor::new(labels, device)?,
+    })
+}
+
+/// The collate under test: tokenises every sentence, then builds the bags.
+fn tokenising_collate(
     tokenizer: &Tokenizer,
 ) -> impl Fn(&[(String, u32)], &Device) -> candle_core::Result<Bags> + Sync + '_ {
     move |items, device| {
-        let mut bag = vec![0f32; items.len() * VOCAB];
-        let mut ids = Vec::new();
-        for (row, (text, _)) in items.iter().enumerate() {
-            ids.clear();
-            tokenizer.encode(text, &mut ids);
-            let weight = 1.0 / (ids.len().max(1) as f32).sqrt();
-            for &id in &ids {
-                bag[row * VOCAB + id as usize] += weight;
-            }
-        }
-        let labels: Vec<u32> = items.iter().map(|(_, label)| *label).collect();
-        Ok(Bags {
-            bag: Tensor::from_vec(bag, (items.len(), VOCAB), device)?,
-            labels: Tensor::new(labels, device)?,
-        })
+        let ids: Vec<Vec<u32>> = items
+            .iter()
+            .map(|(text, _)| {
+                let mut ids = Vec::new();
+                tokenizer.encode(text, &mut ids);
+                ids
+            })
+            .collect();
+        let rows: Vec<(&[u32], u32)> = ids
+            .iter()
+            .zip(items)
+            .map(|(ids, (_, label))| (ids.as_slice(), *label))
+            .collect();
+        bags(&rows, device)
     }
+}
+
+/// The baseline's collate: the same bags from sentences tokenised beforehand.
+fn pretokenised_collate(
+    items: &[(std::sync::Arc<[u32]>, u32)],
+    device: &Device,
+) -> candle_core::Result<Bags> {
+    let rows: Vec<(&[u32], u32)> = items.iter().map(|(ids, l)| (&ids[..], *l)).collect();
+    bags(&rows, device)
 }
 
 struct BagClassifier {
@@ -185,11 +238,27 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// glibc serves each step's 1 MB buffers by `mmap` and returns them at `free`:
+/// every step then page-faults its buffers in again, which on this (virtual)
+/// machine cost more than the work and varied 3x between runs, whatever the worker
+/// count. Keeping freed memory in the heap (what a long training run, or jemalloc,
+/// does anyway) makes the epochs measure compute and collate.
+const MALLOC_TUNABLES: &str =
+    "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824";
+
 fn main() {
+    if std::env::var_os("GLIBC_TUNABLES").is_none() {
+        let status = std::process::Command::new(std::env::current_exe().expect("this bench"))
+            .args(std::env::args_os().skip(1))
+            .env("GLIBC_TUNABLES", MALLOC_TUNABLES)
+            .status()
+            .expect("re-run with the malloc tunables");
+        std::process::exit(status.code().unwrap_or(1));
+    }
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }
-    let hidden = env_or("PREFETCH_HIDDEN", 192);
+    let hidden = env_or("PREFETCH_HIDDEN", 24);
     let rounds = env_or("PREFETCH_ROUNDS", 3);
     let text = std::fs::read_to_string(CORPUS).expect("the shared English corpus");
     let sentences: Vec<String> = text.lines().map(str::to_owned).collect();
@@ -210,35 +279,48 @@ fn main() {
         })
         .collect();
     let tokenizer = Tokenizer::learn(&sentences);
-    let collate = collate(&tokenizer);
+    let collate = tokenising_collate(&tokenizer);
+    let pretokenised: Vec<(std::sync::Arc<[u32]>, u32)> = data
+        .iter()
+        .map(|(text, label)| {
+            let mut ids = Vec::new();
+            tokenizer.encode(text, &mut ids);
+            (ids.into(), *label)
+        })
+        .collect();
 
-    let started = Instant::now();
-    for chunk in data.chunks(BATCH) {
-        std::hint::black_box(collate(chunk, &Device::Cpu).expect("collate"));
-    }
-    let collate_s = started.elapsed().as_secs_f64();
-
-    let run = |workers: usize| {
-        let args = TrainingArgs {
-            per_device_train_batch_size: BATCH,
-            num_train_epochs: 1,
-            dataloader_num_workers: workers,
-            seed: Some(7),
-            quiet: true,
-            ..TrainingArgs::default()
-        };
-        let summary = PrefetchTrainer::launch(&data, &collate, &args, factory(hidden))
-            .expect("train")
-            .summary;
+    let args = |workers: usize| TrainingArgs {
+        per_device_train_batch_size: BATCH,
+        num_train_epochs: 1,
+        dataloader_num_workers: workers,
+        seed: Some(7),
+        quiet: true,
+        ..TrainingArgs::default()
+    };
+    // Run 0: tokenised beforehand (compute and a light collate); runs 1-3:
+    // tokenising in the collate with 0, 1, 2 workers.
+    let run = |config: usize| {
+        let summary = if config == 0 {
+            PrefetchTrainer::launch(
+                &pretokenised,
+                &pretokenised_collate,
+                &args(0),
+                factory(hidden),
+            )
+        } else {
+            PrefetchTrainer::launch(&data, &collate, &args(config - 1), factory(hidden))
+        }
+        .expect("train")
+        .summary;
         (summary.train_runtime, summary.step_losses)
     };
-    let worker_counts = [0usize, 1, 2];
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); worker_counts.len()];
+    let configs = 4;
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); configs];
     let mut reference: Option<Vec<f64>> = None;
     for round in 0..rounds {
-        for k in 0..worker_counts.len() {
-            let which = (k + round) % worker_counts.len();
-            let (seconds, losses) = run(worker_counts[which]);
+        for k in 0..configs {
+            let which = (k + round) % configs;
+            let (seconds, losses) = run(which);
             match &reference {
                 Some(r) => assert_eq!(r, &losses, "prefetch changed the losses"),
                 None => reference = Some(losses),
@@ -252,22 +334,24 @@ fn main() {
     };
     let medians: Vec<f64> = times.iter_mut().map(median).collect();
     let examples = data.len() as f64;
+    let (compute, plain) = (medians[0], medians[1]);
     println!(
-        "prefetch bench: {} examples, batch {BATCH}, hidden {hidden}, {rounds} rounds, RAYON_NUM_THREADS={}",
+        "prefetch bench: {} examples, batch {BATCH}, hidden {hidden}, {rounds} rounds (median), RAYON_NUM_THREADS={}, GLIBC_TUNABLES={}",
         data.len(),
-        std::env::var("RAYON_NUM_THREADS").unwrap_or_default()
+        std::env::var("RAYON_NUM_THREADS").unwrap_or_default(),
+        std::env::var("GLIBC_TUNABLES").unwrap_or_default()
     );
     println!(
-        "collate alone: {:.3} s per epoch = {:.0} % of the epoch without prefetch",
-        collate_s,
-        100.0 * collate_s / medians[0]
+        "pre-tokenised: {compute:.3} s per epoch, {:.0} examples/s: tokenising is {:.0} % of the plain epoch; perfect overlap would give {:.2}x",
+        examples / compute,
+        100.0 * (plain - compute) / plain,
+        plain / compute.max(plain - compute)
     );
-    for (workers, seconds) in worker_counts.iter().zip(&medians) {
+    for (workers, seconds) in (0..3).zip(&medians[1..]) {
         println!(
-            "workers {workers}: {:.3} s per epoch, {:.0} examples/s, {:.2}x of 0 workers",
-            seconds,
+            "tokenising, workers {workers}: {seconds:.3} s per epoch, {:.0} examples/s, {:.2}x of 0 workers",
             examples / seconds,
-            medians[0] / seconds
+            plain / seconds
         );
     }
     println!("losses identical across all runs: yes");
