@@ -33,6 +33,8 @@
 //! | `NoSources`, `EmptySource`, `DuplicateSource`, `UnknownSource` | user::sources unit tests, mixing.rs `mix_weights_flag_and_mistakes` |
 //! | `InvalidMixWeights`             | mixing.rs (flag and mixer), data::mixture unit tests |
 //! | `MixerWithoutSources`           | mixing.rs `bad_mixer_weights_name_the_step_and_a_mixer_needs_sources` |
+//! | `AutocastUnused`                | precision.rs `a_model_that_never_casts_is_refused`  |
+//! | `LossScaleUnderflow`            | optim::precision unit test `the_scale_backs_off_grows_and_gives_up` |
 //! | `ParameterMismatch`             | `parameter_mismatch`                                 |
 //! | `PeerFailed`                    | `peer_failed_on_the_rank_that_did_not_fail`          |
 //! | `RankPanicked`                  | `a_panicking_model_is_reported_not_propagated`       |

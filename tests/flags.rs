@@ -28,6 +28,8 @@
 //! | `--rampup-in-tokens`, `ramp(.., tokens = n, ..)` | token_ramp.rs                   |
 //! | `--mix-weights`, `Sources`, `#[mixer]` | mixing.rs                                     |
 //! | `--eval-steps`, `--per-device-eval-batch-size`, `launch_with_eval` | eval.rs          |
+//! | `--dataloader-num-workers`         | prefetch.rs                                             |
+//! | `--bf16`, `--fp16`, `--fp16-initial-scale-power` | precision.rs                              |
 //! | `--log-jsonl`                      | every file reading logs; errors.rs (`Io`)               |
 //! | `--log-indices`, `--quiet`, `--disable-tqdm` | `console_flags_do_not_change_the_run`         |
 //!
@@ -109,6 +111,11 @@ fn cli_parses_every_flag() {
         "9",
         "--per-device-eval-batch-size",
         "64",
+        "--dataloader-num-workers",
+        "2",
+        "--fp16",
+        "--fp16-initial-scale-power",
+        "-3",
     ])
     .unwrap();
     assert_eq!(a.num_train_epochs, 7);
@@ -140,6 +147,16 @@ fn cli_parses_every_flag() {
     assert_eq!(a.max_grad_norm, 1.5);
     assert_eq!(a.eval_steps, Some(9));
     assert_eq!(a.per_device_eval_batch_size, 64);
+    assert_eq!(a.dataloader_num_workers, 2);
+    assert!(a.fp16 && !a.bf16);
+    assert_eq!(a.fp16_initial_scale_power, -3);
+    assert!(
+        TrainingArgs::try_parse_from(["train", "--bf16"])
+            .unwrap()
+            .bf16
+    );
+    // One half-precision type per run.
+    assert!(TrainingArgs::try_parse_from(["train", "--bf16", "--fp16"]).is_err());
     // The DSL spelling of the OOM policy is accepted too.
     let a = TrainingArgs::try_parse_from(["train", "--oom", "split_retry"]).unwrap();
     assert_eq!(a.oom, Some(OomPolicy::SplitRetry));
@@ -184,6 +201,9 @@ fn cli_defaults_and_bad_values() {
     assert_eq!(a.oom, None);
     assert!(a.inject_oom_at_steps.is_empty());
     assert_eq!(a.max_grad_norm, 0.0);
+    assert_eq!(a.dataloader_num_workers, 0);
+    assert!(!a.bf16 && !a.fp16);
+    assert_eq!(a.fp16_initial_scale_power, 16);
     // `Default` is the parse of no arguments.
     let d = TrainingArgs::default();
     assert_eq!(
