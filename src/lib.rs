@@ -44,6 +44,7 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use adabatch_runtime::adapt::lr::LrScaling;
+    pub use adabatch_runtime::adapt::mixer::MixFn;
     pub use adabatch_runtime::adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
     pub use adabatch_runtime::config::policy::{
         GradAccum, MixSpec, OomPolicy, Reweight, TrainerPolicy,

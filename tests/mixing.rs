@@ -751,3 +751,89 @@ fn a_curriculum_mixer_follows_its_schedule() {
     assert_eq!(logs[0].sources.source_counts.as_ref().unwrap()["replay"], 0);
     assert!(logs.last().unwrap().sources.source_counts.as_ref().unwrap()["replay"] >= 3);
 }
+
+/// All of the batch from `replay` for the first three steps, then all from `new`
+/// (the mixer sees the step just taken; step 0 decides the first step).
+fn switch_after_three(stats: &adabatch::SourceStats) -> Vec<f64> {
+    assert_eq!(stats.names, ["new", "replay"]);
+    if stats.step < 3 {
+        vec![1e-9, 1.0]
+    } else {
+        vec![1.0, 0.0]
+    }
+}
+
+/// Pauses the primary source for good: a run in epochs would never end.
+fn starve_the_primary(stats: &adabatch::SourceStats) -> Vec<f64> {
+    if stats.step < 2 {
+        vec![1.0, 1.0]
+    } else {
+        vec![0.0, 1.0]
+    }
+}
+
+#[adaptive_trainer(mix = custom(starve_the_primary))]
+struct Starving {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+}
+
+#[adaptive_trainer(mix = custom(switch_after_three))]
+struct Switching {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+}
+
+/// `mix = custom(path)`: the function decides every step's weights, on any number
+/// of ranks alike, and resumes (it has no state of its own).
+#[test]
+fn a_custom_mix_function_decides_the_weights() {
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    let mut logs = Vec::new();
+    for world in [1, 2] {
+        let (_, log) = run_as(&data, &args(world, 4 / world, 1), Switching::new).unwrap();
+        for l in &log {
+            let counts = l.sources.source_counts.clone().unwrap();
+            let expected = if l.step <= 3 { (0, 4) } else { (4, 0) };
+            assert_eq!(
+                (counts["new"], counts["replay"]),
+                expected,
+                "step {}",
+                l.step
+            );
+        }
+        logs.push(log);
+    }
+    for (one, two) in logs[0].iter().zip(&logs[1]) {
+        assert_eq!(one.sources.source_indices, two.sources.source_indices);
+    }
+    // A zero weight on the primary stops a run in epochs with a typed error at
+    // the step that set it; bounded by --max-steps the primary may pause.
+    let err = run_as(&data, &args(1, 4, 1), Starving::new)
+        .map(|(s, _)| s)
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidMixWeights { step: 2, reason } if reason.contains("`new`")),
+        "{err}"
+    );
+    let bounded = TrainingArgs {
+        max_steps: Some(6),
+        ..args(1, 4, 1)
+    };
+    let (summary, log) = run_as(&data, &bounded, Starving::new).unwrap();
+    assert_eq!(summary.global_step, 6);
+    assert_eq!(log[5].sources.source_counts.clone().unwrap()["new"], 0);
+    // Together with a `#[mixer]` field it is refused: two mixers, one weight.
+    let err = run_as(&data, &args(1, 4, 1), |model, opt| TwoMixers {
+        model,
+        opt,
+        mixer: OnlineMixer::new(1.0, 0.1, 0.5),
+    })
+    .map(|(s, _)| s)
+    .unwrap_err();
+    assert!(matches!(err, Error::ConflictingSettings { .. }), "{err}");
+}

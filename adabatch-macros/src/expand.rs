@@ -30,6 +30,17 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
         }
     });
 
+    // `mix = custom(path)` likewise.
+    let mix_fn_item = spec.policy.iter().find_map(|k| match &k.value {
+        PolicyValue::Mix(Mix::Custom(path)) => {
+            let span = at(first_span(path));
+            Some(quote_spanned! {span=>
+                const __ADABATCH_MIX_FN: #p::MixFn = #path;
+            })
+        }
+        _ => None,
+    });
+
     let fields: Vec<(Ident, TokenStream)> = spec
         .policy
         .iter()
@@ -90,6 +101,7 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
         #[allow(clippy::needless_update)]
         const _: () = {
             #schedule_fn_item
+            #mix_fn_item
 
             const #policy_const: #p::TrainerPolicy = #policy_expr;
 
@@ -273,6 +285,9 @@ fn policy_field(p: &TokenStream, value: &PolicyValue) -> (Ident, TokenStream) {
                 name("mix"),
                 quote!(#p::MixSpec::Online { temperature: #t, floor: #f, smoothing: #s }),
             )
+        }
+        PolicyValue::Mix(Mix::Custom(_)) => {
+            (name("mix"), quote!(#p::MixSpec::Custom(__ADABATCH_MIX_FN)))
         }
         PolicyValue::LrScaling(l) => {
             let v = match l {

@@ -124,6 +124,8 @@ pub enum Mix {
         /// Moving-average factor.
         smoothing: f64,
     },
+    /// `custom(path)`: a `fn(&SourceStats) -> Vec<f64>`.
+    Custom(Path),
 }
 
 /// `schedule = ...`

@@ -37,7 +37,9 @@ pub mod train;
 pub mod user;
 
 pub use adapt::lr::{LrScaling, LrSchedulerType};
-pub use adapt::mixer::{CurriculumMixer, LastEval, Mixer, OnlineMixer, SourceStats};
+pub use adapt::mixer::{
+    CurriculumMixer, FnMixer, LastEval, MixFn, Mixer, OnlineMixer, SourceStats,
+};
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{ReportTo, TrainingArgs};
 pub use config::policy::{GradAccum, MixSpec, OomPolicy, Reweight, TrainerPolicy};

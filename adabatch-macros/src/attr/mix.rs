@@ -1,7 +1,7 @@
 //! `mix = ...`: how a dataset of several sources is mixed — `fixed(name = w, ..)`
 //! or `online(temperature = t, floor = f, smoothing = s)`.
 
-use super::call::named_args;
+use super::call::{exact_args, named_args};
 use super::suggest::unknown;
 use super::values::float;
 use crate::ctxt::Ctxt;
@@ -10,8 +10,8 @@ use crate::spec::Mix;
 
 /// The forms, for messages.
 const MIX_FORMS: &str =
-    "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = 1.0, floor = 0.05, smoothing = 0.9)`";
-const MIXES: &[&str] = &["fixed", "online"];
+    "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = 1.0, floor = 0.05, smoothing = 0.9)`, `custom(path::to::fn)`";
+const MIXES: &[&str] = &["fixed", "online", "custom"];
 
 /// Reads `mix = ...`.
 pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
@@ -19,6 +19,7 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
         Value::Call(call) => match path_to_string(&call.name).as_str() {
             "fixed" => fixed(call, cx),
             "online" => online(call, cx),
+            "custom" => custom(call, cx),
             name => {
                 cx.on(&call.name, format!("{}; {MIX_FORMS}", unknown_mix(name)));
                 None
@@ -34,6 +35,13 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
                 cx.on(
                     p,
                     "`fixed` needs a weight per source: `fixed(new = 0.75, replay = 0.25)`",
+                );
+                None
+            }
+            "custom" => {
+                cx.on(
+                    p,
+                    "`custom` needs the path of a `fn(&SourceStats) -> Vec<f64>`: `custom(my_mix)`",
                 );
                 None
             }
@@ -115,6 +123,21 @@ fn fixed(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
         return None;
     }
     Some(Mix::Fixed(weights))
+}
+
+/// `custom(path)`: the function is type-checked where the expansion uses it.
+fn custom(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
+    let [arg] = exact_args::<1>(call, "custom(path::to::fn)", cx)?;
+    match arg {
+        CallArg::Plain(Value::Path(p)) => Some(Mix::Custom(p.clone())),
+        other => {
+            cx.on(
+                other,
+                "expected the path of a `fn(&adabatch::SourceStats) -> Vec<f64>`, as in `custom(my_mix)`",
+            );
+            None
+        }
+    }
 }
 
 /// `online(temperature = t, floor = f, smoothing = s)`, each optional.

@@ -77,6 +77,20 @@ pub trait Mixer: Send {
     }
 }
 
+/// A mixer that is a function (`mix = custom(path::to::fn)`): the weights of the
+/// next step from the statistics of the last, no state of its own.
+pub type MixFn = for<'a> fn(&SourceStats<'a>) -> Vec<f64>;
+
+/// A [`MixFn`] as a [`Mixer`].
+#[derive(Debug, Clone, Copy)]
+pub struct FnMixer(pub MixFn);
+
+impl Mixer for FnMixer {
+    fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
+        (self.0)(stats)
+    }
+}
+
 /// Weights ∝ exp(smoothed loss / temperature), mixed with a uniform floor:
 /// `w_s = (1 − floor)·softmax(ℓ̄ / T)_s + floor / S`, where `ℓ̄_s` is an
 /// exponential moving average (factor `smoothing`) of source `s`'s step losses.

@@ -76,7 +76,7 @@ pub struct TrainerPolicy {
 }
 
 /// How a dataset of several sources ([`crate::Sources`]) is mixed (`mix = ...`).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy)]
 pub enum MixSpec {
     /// The dataset's own weights (`Sources::with_weights`, else the sizes).
     Dataset,
@@ -93,6 +93,35 @@ pub enum MixSpec {
         /// Moving-average factor of the per-source losses, in `[0, 1)`.
         smoothing: f64,
     },
+    /// `mix = custom(path::to::fn)`: a function of the last step's
+    /// [`crate::SourceStats`] decides the next step's weights.
+    Custom(crate::adapt::mixer::MixFn),
+}
+
+impl PartialEq for MixSpec {
+    fn eq(&self, other: &Self) -> bool {
+        use MixSpec::*;
+        match (self, other) {
+            (Dataset, Dataset) => true,
+            (Fixed(a), Fixed(b)) => a == b,
+            (
+                Online {
+                    temperature: a,
+                    floor: b,
+                    smoothing: c,
+                },
+                Online {
+                    temperature: d,
+                    floor: e,
+                    smoothing: f,
+                },
+            ) => (a, b, c) == (d, e, f),
+            // The same function, as far as addresses can tell (a policy compared
+            // with itself always is).
+            (Custom(a), Custom(b)) => std::ptr::fn_addr_eq(*a, *b),
+            _ => false,
+        }
+    }
 }
 
 impl TrainerPolicy {

@@ -173,7 +173,28 @@ impl<S: Schedule> StepPlanner<S> {
             lengths: None,
         };
         planner.check_fits(None)?;
+        if let Some(sources) = planner.sampler.sources() {
+            planner.check_primary_weight(0, sources.weights())?;
+        }
         Ok(planner)
+    }
+
+    /// A run measured in epochs counts passes over the primary source: with its
+    /// weight at 0 the epoch would never end (HF datasets' stall, issue #7147).
+    fn check_primary_weight(&self, step: usize, weights: &[f64]) -> Result<()> {
+        let (RunLength::Epochs(_), Some(sources)) = (self.length, self.sampler.sources()) else {
+            return Ok(());
+        };
+        if weights.first() == Some(&0.0) {
+            return Err(Error::InvalidMixWeights {
+                step,
+                reason: format!(
+                    "the primary source `{}` has weight 0, so its epoch would never end and the run never stop: give it a positive weight, or bound the run with --max-steps",
+                    sources.spec().names[0]
+                ),
+            });
+        }
+        Ok(())
     }
 
     /// Every example's length in tokens, which a ramp over tokens counts (needed
@@ -465,6 +486,7 @@ impl<S: Schedule> StepPlanner<S> {
     /// The mixing weights of the next steps (a mixer's, after step `step`); a
     /// typed error for weights that cannot divide a batch.
     pub fn set_mix_weights(&mut self, step: usize, weights: &[f64]) -> Result<()> {
+        self.check_primary_weight(step, weights)?;
         match self.sampler.sources_mut() {
             Some(sources) => sources.set_weights(step, weights),
             None => Err(Error::MixerWithoutSources),

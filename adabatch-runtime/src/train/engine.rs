@@ -4,7 +4,6 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor, Var};
 
-use crate::adapt::mixer::OnlineMixer;
 use crate::adapt::noise_scale::NoiseScaleEstimator;
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::OomPolicy;
@@ -27,7 +26,7 @@ use crate::train::hooks::{
 };
 use crate::train::oom::OomRecovery;
 use crate::train::prefetch::{PrefetchStats, Prefetcher};
-use crate::train::settings::RunSettings;
+use crate::train::settings::{BuiltinMixer, RunSettings};
 use crate::train::step::{train_step, StepInput, StepOutcome};
 use crate::user::callback::TrainerControl;
 use crate::user::data::Dataset;
@@ -190,13 +189,12 @@ where
     if trainer.mixer().is_some() && settings.sources.is_none() {
         return Err(Error::MixerWithoutSources);
     }
-    // `mix = online(..)`: the engine's own mixer, unless the trainer has one.
-    let mut builtin = settings
-        .online_mixer
-        .map(|(temperature, floor, smoothing)| OnlineMixer::new(temperature, floor, smoothing));
-    if builtin.is_some() && trainer.mixer().is_some() {
+    // `mix = online(..)` / `custom(..)`: the engine's own mixer, unless the trainer
+    // has one.
+    let mut builtin = settings.builtin_mixer.map(BuiltinMixer::build);
+    if let (Some(asked), Some(_)) = (settings.builtin_mixer, trainer.mixer()) {
         return Err(Error::ConflictingSettings {
-            first: "mix = online(..)",
+            first: asked.key(),
             second: "#[mixer]",
             reason: "two mixers would decide the same weights: keep one",
         });

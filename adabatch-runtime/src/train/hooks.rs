@@ -3,7 +3,7 @@
 
 use candle_core::{Device, Var};
 
-use crate::adapt::mixer::{LastEval, Mixer, OnlineMixer, SourceStats};
+use crate::adapt::mixer::{LastEval, Mixer, SourceStats};
 use crate::adapt::noise_scale::NoiseScaleEstimator;
 use crate::adapt::schedule::Schedule;
 use crate::data::planner::StepPlanner;
@@ -88,11 +88,14 @@ where
 /// online(..)`).
 pub(crate) fn mixer_of<'a, T: AdaptiveTrainer>(
     trainer: &'a mut T,
-    builtin: &'a mut Option<OnlineMixer>,
+    builtin: &'a mut Option<Box<dyn Mixer>>,
 ) -> Option<&'a mut dyn Mixer> {
     match trainer.mixer() {
         Some(mixer) => Some(mixer),
-        None => builtin.as_mut().map(|m| m as &mut dyn Mixer),
+        None => match builtin {
+            Some(mixer) => Some(&mut **mixer),
+            None => None,
+        },
     }
 }
 

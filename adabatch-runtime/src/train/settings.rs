@@ -58,7 +58,7 @@ pub(crate) struct RunSettings {
     /// and `--mix-weights`).
     pub(crate) sources: Option<SourceSpec>,
     /// `mix = online(..)`: temperature, floor, smoothing of the engine's mixer.
-    pub(crate) online_mixer: Option<(f64, f64, f64)>,
+    pub(crate) builtin_mixer: Option<BuiltinMixer>,
     /// Collate threads per rank (`--dataloader-num-workers`).
     pub(crate) prefetch_workers: usize,
     /// `--bf16` / `--fp16`.
@@ -219,13 +219,14 @@ impl RunSettings {
             });
         }
         let sources = run_sources(dataset, &policy.mix, args)?;
-        let online_mixer = match policy.mix {
+        let builtin_mixer = match policy.mix {
             MixSpec::Online {
                 temperature,
                 floor,
                 smoothing,
-            } => Some((temperature, floor, smoothing)),
-            _ => None,
+            } => Some(BuiltinMixer::Online(temperature, floor, smoothing)),
+            MixSpec::Custom(f) => Some(BuiltinMixer::Custom(f)),
+            MixSpec::Dataset | MixSpec::Fixed(_) => None,
         };
         if sources.is_some() && batching.is_some() {
             return Err(Error::ConflictingSettings {
@@ -318,7 +319,7 @@ impl RunSettings {
                 .then_some(NOISE_SCALE_BETA),
             warnings,
             sources,
-            online_mixer,
+            builtin_mixer,
             prefetch_workers: args.dataloader_num_workers,
             precision: precision(args)?,
             loss_scaler: args
@@ -605,6 +606,34 @@ fn length_batching(
         shuffle: policy.shuffle,
     };
     Ok(Some((batching, options)))
+}
+
+/// The mixer `mix = ..` asks the engine for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum BuiltinMixer {
+    /// `mix = online(temperature, floor, smoothing)`.
+    Online(f64, f64, f64),
+    /// `mix = custom(path)`.
+    Custom(crate::adapt::mixer::MixFn),
+}
+
+impl BuiltinMixer {
+    pub(crate) fn build(self) -> Box<dyn crate::adapt::mixer::Mixer> {
+        match self {
+            BuiltinMixer::Online(t, f, s) => {
+                Box::new(crate::adapt::mixer::OnlineMixer::new(t, f, s))
+            }
+            BuiltinMixer::Custom(f) => Box::new(crate::adapt::mixer::FnMixer(f)),
+        }
+    }
+
+    /// The key that asked for it, for messages.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            BuiltinMixer::Online(..) => "mix = online(..)",
+            BuiltinMixer::Custom(_) => "mix = custom(..)",
+        }
+    }
 }
 
 /// `--bf16` / `--fp16` (clap refuses both on a command line; a `TrainingArgs`
