@@ -27,6 +27,7 @@
 //! | `--device`                         | errors.rs (`Device`), gpu.rs                            |
 //! | `--rampup-in-tokens`, `ramp(.., tokens = n, ..)` | token_ramp.rs                   |
 //! | `--mix-weights`, `Sources`, `#[mixer]` | mixing.rs                                     |
+//! | `--stopping-strategy`              | mixing.rs `the_stopping_strategy_flag`                 |
 //! | `--eval-steps`, `--per-device-eval-batch-size`, `launch_with_eval` | eval.rs          |
 //! | `--dataloader-num-workers`         | prefetch.rs                                             |
 //! | `--bf16`, `--fp16`, `--fp16-initial-scale-power` | precision.rs                              |
@@ -116,6 +117,8 @@ fn cli_parses_every_flag() {
         "--fp16",
         "--fp16-initial-scale-power",
         "-3",
+        "--stopping-strategy",
+        "all_exhausted",
     ])
     .unwrap();
     assert_eq!(a.num_train_epochs, 7);
@@ -150,6 +153,16 @@ fn cli_parses_every_flag() {
     assert_eq!(a.dataloader_num_workers, 2);
     assert!(a.fp16 && !a.bf16);
     assert_eq!(a.fp16_initial_scale_power, -3);
+    assert_eq!(
+        a.stopping_strategy,
+        Some(adabatch::StoppingStrategy::AllExhausted)
+    );
+    let a =
+        TrainingArgs::try_parse_from(["train", "--stopping-strategy", "first-exhausted"]).unwrap();
+    assert_eq!(
+        a.stopping_strategy,
+        Some(adabatch::StoppingStrategy::FirstExhausted)
+    );
     assert!(
         TrainingArgs::try_parse_from(["train", "--bf16"])
             .unwrap()

@@ -14,6 +14,7 @@ use adabatch::prelude::*;
 use adabatch::AdaptiveTrainer;
 use adabatch::{
     CurriculumMixer, Error, Mixer, OnlineMixer, ScheduleSpec, SourceStats, Sources, StepLog,
+    StoppingStrategy,
 };
 use common::*;
 use proptest::prelude::*;
@@ -46,6 +47,7 @@ fn cases() -> impl Strategy<Value = Case> {
                         names: (0..sizes.len()).map(|s| format!("s{s}")).collect(),
                         sizes,
                         weights,
+                        stopping: StoppingStrategy::Primary,
                     },
                     per_device,
                     epochs,
@@ -209,6 +211,147 @@ proptest! {
         drain(&mut second, &mut resumed, 2_000);
         prop_assert_eq!(&resumed, &straight);
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// `first_exhausted`: an epoch's only step in which a source finishes a pass is
+    /// its last. `all_exhausted`: by an epoch's last step every source has finished a
+    /// pass in it, and not before. Either way every source is drawn exactly once
+    /// per pass, ranks agree, and resume equals the uninterrupted run.
+    #[test]
+    fn stopping_strategies_end_epochs_as_named(
+        c in cases(),
+        all in any::<bool>(),
+        world in 1usize..4,
+        cut in 1usize..12,
+    ) {
+        let mut c = c;
+        c.drop_last = false;
+        c.spec.stopping = if all {
+            StoppingStrategy::AllExhausted
+        } else {
+            StoppingStrategy::FirstExhausted
+        };
+        if all {
+            // A zero weight would never finish its pass: refused (tested below).
+            c.spec.weights.iter_mut().for_each(|w| *w = w.max(1.0));
+        }
+        prop_assume!(c.spec.weights.iter().sum::<f64>() > 0.0);
+        let steps = plan(&c, world);
+        prop_assert!(steps.len() < 2_000, "the run ends");
+        let n = c.spec.sizes.len();
+        let mut taken = vec![0usize; n];
+        let mut epoch_start = vec![0usize; n];
+        for (k, (epoch, indices)) in steps.iter().enumerate() {
+            let before = taken.clone();
+            for &i in indices {
+                taken[c.spec.locate(i).0] += 1;
+            }
+            let finished: Vec<bool> = (0..n)
+                .map(|s| taken[s] / c.spec.sizes[s] > before[s] / c.spec.sizes[s])
+                .collect();
+            let last_of_epoch = match <[_]>::get(&steps, k + 1) {
+                Some(next) => next.0 != *epoch,
+                None => true,
+            };
+            if all {
+                // Passes finished since the epoch began.
+                let done = |s: usize| taken[s] / c.spec.sizes[s] > epoch_start[s] / c.spec.sizes[s]
+                    || taken[s] - epoch_start[s] >= c.spec.sizes[s];
+                prop_assert_eq!((0..n).all(done), last_of_epoch, "step {}", k + 1);
+            } else {
+                prop_assert_eq!(finished.iter().any(|&f| f), last_of_epoch, "step {}", k + 1);
+            }
+            if last_of_epoch {
+                epoch_start = taken.clone();
+            }
+        }
+        prop_assert_eq!(steps.last().map(|s| s.0 + 1), Some(c.epochs));
+        // Every source: each pass a permutation of its examples.
+        let mut drawn: Vec<Vec<usize>> = vec![Vec::new(); n];
+        for (_, indices) in &steps {
+            for &i in indices {
+                let (s, local) = c.spec.locate(i);
+                drawn[s].push(local);
+            }
+        }
+        for (s, seq) in drawn.iter().enumerate() {
+            let size = c.spec.sizes[s];
+            for chunk in seq.chunks(size) {
+                let mut sorted = chunk.to_vec();
+                sorted.sort_unstable();
+                sorted.dedup();
+                prop_assert_eq!(sorted.len(), chunk.len(), "source {} repeats within a pass", s);
+            }
+        }
+        let global = c.per_device * world;
+        let one = plan(&Case { per_device: global, ..c.clone() }, 1);
+        prop_assert_eq!(&one, &steps);
+        // Resume mid-run, exhausted flags and all.
+        let mut first = planner(&c, world);
+        let mut resumed = Vec::new();
+        drain(&mut first, &mut resumed, cut);
+        let state: PlannerState =
+            serde_json::from_str(&serde_json::to_string(&first.state()).unwrap()).unwrap();
+        let mut second = planner(&c, world);
+        second.restore(&state);
+        drain(&mut second, &mut resumed, 2_000);
+        prop_assert_eq!(&resumed, &steps);
+    }
+}
+
+#[test]
+fn stopping_strategies_refuse_what_would_never_end() {
+    let spec = |stopping, weights: Vec<f64>| SourceSpec {
+        names: vec!["a".into(), "b".into()],
+        sizes: vec![10, 3],
+        weights,
+        stopping,
+    };
+    let case = |spec| Case {
+        spec,
+        per_device: 2,
+        epochs: 1,
+        seed: 1,
+        drop_last: false,
+    };
+    // `all_exhausted` with a paused source, `primary` with a paused primary.
+    for (stopping, weights, paused) in [
+        (StoppingStrategy::AllExhausted, vec![1.0, 0.0], "`b`"),
+        (StoppingStrategy::Primary, vec![0.0, 1.0], "`a`"),
+    ] {
+        let err = try_planner(&case(spec(stopping, weights)), 1, 1)
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&err, Error::InvalidMixWeights { step: 0, reason } if reason.contains(paused)),
+            "{err}"
+        );
+    }
+    // `first_exhausted` ends on the paused-free source: `b` (3) runs out first.
+    let steps = plan(
+        &case(spec(StoppingStrategy::FirstExhausted, vec![1.0, 1.0])),
+        1,
+    );
+    assert_eq!(steps.len(), 3);
+    // With drop_last, `first_exhausted` drops the short tail and restarts `b` only.
+    let c = Case {
+        drop_last: true,
+        epochs: 2,
+        per_device: 4,
+        ..case(spec(StoppingStrategy::FirstExhausted, vec![1.0, 1.0]))
+    };
+    let steps = plan(&c, 1);
+    assert!(steps.iter().all(|(_, i)| i.len() == 4));
+    let a_taken: usize = steps
+        .iter()
+        .flat_map(|(_, i)| i.iter())
+        .filter(|&&i| i < 10)
+        .count();
+    // `a` is not restarted at the epoch end: its pass continues into epoch 2.
+    assert_eq!(a_taken, 2 * steps.len());
 }
 
 fn sources(weights: &[(&str, f64)]) -> Sources<Vec<Example>> {
@@ -836,4 +979,47 @@ fn a_custom_mix_function_decides_the_weights() {
     .map(|(s, _)| s)
     .unwrap_err();
     assert!(matches!(err, Error::ConflictingSettings { .. }), "{err}");
+}
+
+/// `--stopping-strategy` through the engine: `all_exhausted` trains until the
+/// larger source has finished its pass (oversampling the smaller), and the flag on
+/// a dataset of one source is a typed error.
+#[test]
+fn the_stopping_strategy_flag() {
+    let data = sources(&[("new", 0.5), ("replay", 0.5)]);
+    let a = |stopping| TrainingArgs {
+        stopping_strategy: Some(stopping),
+        ..args(2, 2, 1)
+    };
+    let (primary, _) = run(&data, &args(2, 2, 1)).unwrap();
+    let (all, log) = run(&data, &a(StoppingStrategy::AllExhausted)).unwrap();
+    let (first, _) = run(&data, &a(StoppingStrategy::FirstExhausted)).unwrap();
+    // new: 24 examples, replay: 5, half each of a global batch of 4.
+    assert_eq!(primary.global_step, 12);
+    assert_eq!(all.global_step, 12);
+    assert_eq!(first.global_step, 3);
+    let last = log.last().unwrap();
+    assert_eq!(last.epoch, 1.0);
+    assert_eq!(last.sources.source_epoch.as_ref().unwrap()["new"], 1.0);
+    let err = adabatch::launch(
+        &dataset(10, 1),
+        &collate,
+        &a(StoppingStrategy::AllExhausted),
+        |ctx: &RankContext| {
+            let (model, opt) = adam(ctx)?;
+            Ok(Mixed::new(model, opt))
+        },
+    )
+    .map(|t| t.summary)
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::InvalidSetting {
+                name: "stopping_strategy",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }

@@ -42,7 +42,9 @@ pub use adapt::mixer::{
 };
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{ReportTo, TrainingArgs};
-pub use config::policy::{GradAccum, MixSpec, OomPolicy, Reweight, TrainerPolicy};
+pub use config::policy::{
+    GradAccum, MixSpec, OomPolicy, Reweight, StoppingStrategy, TrainerPolicy,
+};
 pub use dist::communicator::{Communicator, Local, Single};
 #[cfg(feature = "nccl")]
 pub use dist::nccl::Nccl;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Parser;
 
 use crate::adapt::lr::LrSchedulerType;
+use crate::config::policy::StoppingStrategy;
 
 /// Run-time settings of a training run. `#[command(flatten)]` it into your own
 /// clap parser, or start from [`TrainingArgs::default`] and set fields.
@@ -85,6 +86,11 @@ pub struct TrainingArgs {
     /// `--mix-weights new=0.75,replay=0.25` (sources left out get 0).
     #[arg(long, value_delimiter = ',')]
     pub mix_weights: Vec<String>,
+    /// When an epoch of several sources ends (HF's `stopping_strategy`): a pass
+    /// over the first source (`primary`), `first_exhausted` or `all_exhausted`.
+    /// Overrides the dataset's (`Sources::with_stopping_strategy`).
+    #[arg(long, value_enum)]
+    pub stopping_strategy: Option<StoppingStrategy>,
     /// With an eval dataset: evaluate every this many steps (and always at the end).
     #[arg(long)]
     pub eval_steps: Option<usize>,

@@ -171,3 +171,32 @@ impl Default for TrainerPolicy {
         Self::DEFAULT
     }
 }
+
+/// When an epoch of several sources ends (HF `interleave_datasets`'s
+/// `stopping_strategy`, plus adabatch's default).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum StoppingStrategy {
+    /// An epoch is a pass over the first (primary) source; the others cycle.
+    #[default]
+    #[value(name = "primary")]
+    Primary,
+    /// An epoch ends when any source's pass ends (HF `first_exhausted`): that
+    /// source starts its next pass in the next epoch, the others go on.
+    #[value(name = "first_exhausted", alias = "first-exhausted")]
+    FirstExhausted,
+    /// An epoch ends once every source has finished a pass (HF `all_exhausted`,
+    /// oversampling): a source that finishes early cycles.
+    #[value(name = "all_exhausted", alias = "all-exhausted")]
+    AllExhausted,
+}

@@ -8,7 +8,7 @@ use crate::adapt::schedule::{BatchLimits, Schedule};
 use crate::config::policy::GradAccum;
 use crate::data::length::LengthAwareEpoch;
 use crate::data::sampler::{GlobalBatch, GlobalBatchSampler, PlannedRemainder};
-use crate::data::sources::SourcesState;
+use crate::data::sources::{SourcesState, StoppingStrategy};
 use crate::error::{Error, Result};
 
 /// How long a run lasts.
@@ -179,18 +179,25 @@ impl<S: Schedule> StepPlanner<S> {
         Ok(planner)
     }
 
-    /// A run measured in epochs counts passes over the primary source: with its
-    /// weight at 0 the epoch would never end (HF datasets' stall, issue #7147).
+    /// A run measured in epochs needs the sources that end an epoch to move: the
+    /// primary (`primary`), every source (`all_exhausted`). With such a weight at 0
+    /// the epoch would never end (HF datasets' stall, issue #7147).
     fn check_primary_weight(&self, step: usize, weights: &[f64]) -> Result<()> {
         let (RunLength::Epochs(_), Some(sources)) = (self.length, self.sampler.sources()) else {
             return Ok(());
         };
-        if weights.first() == Some(&0.0) {
+        let spec = sources.spec();
+        let stalled = match spec.stopping {
+            StoppingStrategy::Primary => weights.first().filter(|&&w| w == 0.0).map(|_| 0),
+            StoppingStrategy::AllExhausted => weights.iter().position(|&w| w == 0.0),
+            StoppingStrategy::FirstExhausted => None,
+        };
+        if let Some(s) = stalled {
             return Err(Error::InvalidMixWeights {
                 step,
                 reason: format!(
-                    "the primary source `{}` has weight 0, so its epoch would never end and the run never stop: give it a positive weight, or bound the run with --max-steps",
-                    sources.spec().names[0]
+                    "source `{}` has weight 0, so the epoch (ended by {:?}) would never end and the run never stop: give it a positive weight, or bound the run with --max-steps",
+                    spec.names[s], spec.stopping
                 ),
             });
         }

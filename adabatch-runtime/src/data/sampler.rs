@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 
 use crate::data::permutation::Permutation;
-use crate::data::sources::{MixedSources, SourceSpec, SourcesState};
+use crate::data::sources::{MixedSources, SourceSpec, SourcesState, StoppingStrategy};
 use crate::error::{Error, Result};
 
 /// The source key of the single-source sampler's permutations (a mixture keys
@@ -325,7 +325,7 @@ impl GlobalBatchSampler {
                 self.mixed_history.pop_front();
             }
             self.mixed_history.push_back((before, take));
-            self.position = self.num_examples - mixed.primary_remaining();
+            self.position = mixed.epoch_position(self.num_examples);
             self.examples_seen += take;
             return Some(GlobalBatch {
                 indices,
@@ -409,7 +409,7 @@ impl GlobalBatchSampler {
                 };
                 self.examples_seen -= take;
                 left = left.saturating_sub(take);
-                self.position = self.num_examples - before.primary_remaining();
+                self.position = before.epoch_position(self.num_examples);
                 self.mixed = Some(before);
             }
             return;
@@ -506,7 +506,7 @@ impl GlobalBatchSampler {
     /// Starts the next epoch with its own permutation.
     pub fn start_next_epoch(&mut self) {
         if let Some(mixed) = &mut self.mixed {
-            mixed.start_next_primary_epoch();
+            mixed.start_next_epoch();
         }
         self.epoch += 1;
         self.position = 0;
@@ -528,10 +528,14 @@ impl GlobalBatchSampler {
         self.position as f64 / self.num_examples as f64
     }
     /// Examples used in total / N (with several sources: the primary source's
-    /// examples used / its size).
+    /// examples used / its size; under `first_exhausted` / `all_exhausted`, epochs
+    /// done plus the current one's progress).
     pub fn epoch(&self) -> f64 {
         match &self.mixed {
-            Some(mixed) => mixed.cursors()[0].seen as f64 / self.num_examples as f64,
+            Some(mixed) if mixed.spec().stopping == StoppingStrategy::Primary => {
+                mixed.cursors()[0].seen as f64 / self.num_examples as f64
+            }
+            Some(mixed) => self.epoch as f64 + mixed.epoch_progress(),
             None => self.examples_seen as f64 / self.num_examples as f64,
         }
     }

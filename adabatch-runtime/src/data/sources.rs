@@ -9,6 +9,7 @@
 //! be, so a small replay memory cycles. Every rank computes the same draws from the
 //! same state; the state is a few numbers per source, checkpointed whole.
 
+pub use crate::config::policy::StoppingStrategy;
 use crate::data::mixture::Mixture;
 use crate::data::permutation::Permutation;
 use crate::error::{Error, Result};
@@ -17,7 +18,7 @@ use crate::error::{Error, Result};
 const SOURCE_KEY_BASE: u64 = 1 << 32;
 
 /// What a dataset of several sources declares: names, sizes and mixing weights, in
-/// source order (the first is the primary).
+/// source order (the first is the primary), and when its epochs end.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceSpec {
     /// Source names, unique.
@@ -27,6 +28,8 @@ pub struct SourceSpec {
     pub sizes: Vec<usize>,
     /// Mixing weights (finite, >= 0, not all 0; normalised when used).
     pub weights: Vec<f64>,
+    /// When an epoch ends.
+    pub stopping: StoppingStrategy,
 }
 
 impl SourceSpec {
@@ -100,6 +103,12 @@ pub struct SourcesState {
     pub mixture: Mixture,
     /// The weights in force.
     pub weights: Vec<f64>,
+    /// `all_exhausted`: the sources that finished a pass in the current epoch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exhausted: Vec<bool>,
+    /// When the run's epochs end (absent in older checkpoints: `primary`).
+    #[serde(default)]
+    pub stopping: StoppingStrategy,
 }
 
 /// The draws of a run of several sources.
@@ -114,6 +123,8 @@ pub struct MixedSources {
     cursors: Vec<SourceCursor>,
     perms: Vec<Permutation>,
     draws: usize,
+    /// `all_exhausted`: sources that finished a pass in the current epoch.
+    exhausted: Vec<bool>,
 }
 
 impl MixedSources {
@@ -147,6 +158,7 @@ impl MixedSources {
             cursors,
             perms: Vec::new(),
             draws: 0,
+            exhausted: vec![false; spec.sizes.len()],
         };
         mixed.perms = (0..spec.sizes.len())
             .map(|s| mixed.permutation(s, 0))
@@ -205,26 +217,72 @@ impl MixedSources {
         self.spec.sizes[0] - self.cursors[0].position
     }
 
+    fn remaining(&self, source: usize) -> usize {
+        self.spec.sizes[source] - self.cursors[source].position
+    }
+
+    /// Which sources end the epoch in this draw of `counts`, each capped at what
+    /// it has left: `None` when the epoch is already over.
+    fn epoch_ends(&self, counts: &[usize]) -> Option<Vec<bool>> {
+        let n = counts.len();
+        let over = |s: usize| counts[s] >= self.remaining(s);
+        match self.spec.stopping {
+            StoppingStrategy::Primary => {
+                (self.remaining(0) > 0).then(|| (0..n).map(|s| s == 0 && over(0)).collect())
+            }
+            StoppingStrategy::FirstExhausted => (0..n)
+                .all(|s| self.remaining(s) > 0)
+                .then(|| (0..n).map(over).collect()),
+            StoppingStrategy::AllExhausted => {
+                if self.exhausted.iter().all(|&e| e) {
+                    return None;
+                }
+                // Only the draw that finishes the last unfinished sources ends it;
+                // before that, a finishing source cycles.
+                let last = (0..n).all(|s| self.exhausted[s] || over(s));
+                Some(
+                    (0..n)
+                        .map(|s| last && !self.exhausted[s] && over(s))
+                        .collect(),
+                )
+            }
+        }
+    }
+
     /// A global batch of `wanted` examples as dataset indices, grouped by source in
-    /// source order; `None` when the primary source's epoch is over (used up, or,
-    /// with `drop_last`, too short for its share).
+    /// source order; `None` when the epoch is over (see [`StoppingStrategy`]; with
+    /// `drop_last`, also when the batch that ends it would be short).
     pub fn draw(&mut self, wanted: usize, drop_last: bool) -> Result<Option<Vec<usize>>> {
-        let remaining = self.primary_remaining();
-        if remaining == 0 || wanted == 0 {
+        if wanted == 0 {
             return Ok(None);
         }
         let saved = self.mixture.clone();
         let mut counts = self
             .mixture
             .allocate(self.draws + 1, wanted, &self.weights)?;
-        if counts[0] > remaining {
-            if drop_last {
-                self.mixture = saved;
-                return Ok(None);
+        let Some(ending) = self.epoch_ends(&counts) else {
+            self.mixture = saved;
+            return Ok(None);
+        };
+        let short = (0..counts.len()).any(|s| ending[s] && counts[s] > self.remaining(s));
+        if short && drop_last {
+            self.mixture = saved;
+            if self.spec.stopping != StoppingStrategy::Primary {
+                // The short sources' tails are dropped: they restart next epoch.
+                for s in (0..counts.len()).filter(|&s| ending[s]) {
+                    self.cursors[s].position = self.spec.sizes[s];
+                }
+                self.exhausted.iter_mut().for_each(|e| *e = true);
             }
-            // The primary's epoch end shortens the batch; its target keeps the rest.
-            self.mixture.give_back(0, counts[0] - remaining);
-            counts[0] = remaining;
+            return Ok(None);
+        }
+        for s in (0..counts.len()).filter(|&s| ending[s]) {
+            // The epoch end shortens the batch; the source's target keeps the rest.
+            let left = self.remaining(s);
+            if counts[s] > left {
+                self.mixture.give_back(s, counts[s] - left);
+                counts[s] = left;
+            }
         }
         self.draws += 1;
         let mut indices = Vec::with_capacity(counts.iter().sum());
@@ -233,7 +291,8 @@ impl MixedSources {
             while left > 0 {
                 let cursor = &mut self.cursors[s];
                 if cursor.position == self.spec.sizes[s] {
-                    // Only other sources get here: they cycle.
+                    // Sources that do not end the epoch cycle.
+                    self.exhausted[s] = true;
                     cursor.epoch += 1;
                     cursor.position = 0;
                     let epoch = cursor.epoch;
@@ -248,18 +307,56 @@ impl MixedSources {
                 cursor.position += take;
                 cursor.seen += take;
                 left -= take;
+                if cursor.position == self.spec.sizes[s] {
+                    self.exhausted[s] = true;
+                }
             }
         }
         Ok(Some(indices))
     }
 
-    /// Starts the primary source's next epoch (the others keep their own).
-    pub fn start_next_primary_epoch(&mut self) {
-        let cursor = &mut self.cursors[0];
-        cursor.epoch += 1;
-        cursor.position = 0;
-        let epoch = cursor.epoch;
-        self.perms[0] = self.permutation(0, epoch);
+    /// Starts the next epoch: the primary source (`primary`), or every used-up
+    /// source (`first_exhausted`, `all_exhausted`) starts its next pass; the
+    /// others go on with their own.
+    pub fn start_next_epoch(&mut self) {
+        let restart: Vec<usize> = match self.spec.stopping {
+            StoppingStrategy::Primary => vec![0],
+            _ => (0..self.cursors.len())
+                .filter(|&s| self.remaining(s) == 0)
+                .collect(),
+        };
+        for s in restart {
+            let cursor = &mut self.cursors[s];
+            cursor.epoch += 1;
+            cursor.position = 0;
+            let epoch = cursor.epoch;
+            self.perms[s] = self.permutation(s, epoch);
+        }
+        self.exhausted.iter_mut().for_each(|e| *e = false);
+    }
+
+    /// The epoch's progress in units of `primary_size` (the sampler's position):
+    /// exactly the primary's position under `primary`.
+    pub fn epoch_position(&self, primary_size: usize) -> usize {
+        match self.spec.stopping {
+            StoppingStrategy::Primary => primary_size - self.primary_remaining(),
+            _ => (self.epoch_progress() * primary_size as f64).round() as usize,
+        }
+    }
+
+    /// How far the current epoch is, in `[0, 1]`: the primary's share used
+    /// (`primary`), the furthest source's (`first_exhausted`), the least advanced
+    /// unfinished source's (`all_exhausted`).
+    pub fn epoch_progress(&self) -> f64 {
+        let share = |s: usize| self.cursors[s].position as f64 / self.spec.sizes[s] as f64;
+        let n = self.cursors.len();
+        match self.spec.stopping {
+            StoppingStrategy::Primary => share(0),
+            StoppingStrategy::FirstExhausted => (0..n).map(share).fold(0.0, f64::max),
+            StoppingStrategy::AllExhausted => (0..n)
+                .map(|s| if self.exhausted[s] { 1.0 } else { share(s) })
+                .fold(1.0, f64::min),
+        }
     }
 
     /// What a checkpoint keeps.
@@ -268,6 +365,11 @@ impl MixedSources {
             cursors: self.cursors.clone(),
             mixture: self.mixture.clone(),
             weights: self.weights.clone(),
+            exhausted: match self.spec.stopping {
+                StoppingStrategy::AllExhausted => self.exhausted.clone(),
+                _ => Vec::new(),
+            },
+            stopping: self.spec.stopping,
         }
     }
 
@@ -276,6 +378,11 @@ impl MixedSources {
         self.cursors = state.cursors.clone();
         self.mixture = state.mixture.clone();
         self.weights = state.weights.clone();
+        self.exhausted = if state.exhausted.len() == self.cursors.len() {
+            state.exhausted.clone()
+        } else {
+            vec![false; self.cursors.len()]
+        };
         self.perms = (0..self.cursors.len())
             .map(|s| self.permutation(s, self.cursors[s].epoch))
             .collect();
@@ -299,6 +406,12 @@ impl MixedSources {
             return Err(format!(
                 "source `{}` is at position {} of {}",
                 self.spec.names[s], c.position, self.spec.sizes[s]
+            ));
+        }
+        if state.stopping != self.spec.stopping {
+            return Err(format!(
+                "the checkpoint's epochs end by {:?}, this run's by {:?} (--stopping-strategy)",
+                state.stopping, self.spec.stopping
             ));
         }
         check_weights(0, &state.weights).map_err(|e| e.to_string())

@@ -463,11 +463,21 @@ fn run_sources<D: Dataset + ?Sized>(
                 expected: "a dataset of several sources (adabatch::Sources)",
             });
         }
+        if let Some(stopping) = args.stopping_strategy {
+            return Err(Error::InvalidSetting {
+                name: "stopping_strategy",
+                value: format!("{stopping:?}"),
+                expected: "a dataset of several sources (adabatch::Sources)",
+            });
+        }
         if *mix != MixSpec::Dataset {
             return Err(Error::MixerWithoutSources);
         }
         return Ok(None);
     };
+    if let Some(stopping) = args.stopping_strategy {
+        spec.stopping = stopping;
+    }
     if let MixSpec::Fixed(pairs) = mix {
         let named: Vec<(String, f64)> = pairs.iter().map(|(n, w)| (n.to_string(), *w)).collect();
         spec = spec.reweighted(&named)?;

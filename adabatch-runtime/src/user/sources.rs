@@ -2,7 +2,7 @@
 //! global batch by weights (HF `interleave_datasets` with `probabilities`, but
 //! deterministic: see [`crate::data::sources`]).
 
-use crate::data::sources::{check_weights, SourceSpec};
+use crate::data::sources::{check_weights, SourceSpec, StoppingStrategy};
 use crate::error::{Error, Result};
 use crate::user::data::Dataset;
 
@@ -14,6 +14,7 @@ pub struct Sources<D> {
     parts: Vec<D>,
     offsets: Vec<usize>,
     weights: Vec<f64>,
+    stopping: StoppingStrategy,
 }
 
 impl<D: Dataset> Sources<D> {
@@ -45,6 +46,7 @@ impl<D: Dataset> Sources<D> {
             parts,
             offsets,
             weights,
+            stopping: StoppingStrategy::Primary,
         })
     }
 
@@ -59,6 +61,15 @@ impl<D: Dataset> Sources<D> {
         self.weights = self.spec().reweighted(&named)?.weights;
         check_weights(0, &self.weights)?;
         Ok(self)
+    }
+
+    /// When an epoch ends (HF `interleave_datasets(stopping_strategy=..)`): a pass
+    /// over the first source (the default), when any source runs out
+    /// (`FirstExhausted`), or once every source has finished a pass
+    /// (`AllExhausted`). `--stopping-strategy` overrides it at run time.
+    pub fn with_stopping_strategy(mut self, stopping: StoppingStrategy) -> Self {
+        self.stopping = stopping;
+        self
     }
 
     /// The source names, in order.
@@ -85,6 +96,7 @@ impl<D: Dataset> Sources<D> {
             names: self.names.clone(),
             sizes: self.parts.iter().map(Dataset::len).collect(),
             weights: self.weights.clone(),
+            stopping: self.stopping,
         }
     }
 }
