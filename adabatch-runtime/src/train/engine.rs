@@ -4,114 +4,29 @@ use std::time::Instant;
 
 use candle_core::{Device, Tensor, Var};
 
-use crate::adapt::noise_scale::NoiseScaleEstimator;
-use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::OomPolicy;
-use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex};
+use crate::data::length::LengthIndex;
 use crate::data::planner::StepBatches;
 use crate::data::sampler::GlobalBatchSampler;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::memory::device::PeakSampler;
-use crate::memory::model::{
-    cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel,
-};
 use crate::report::logging::SourceLog;
 use crate::report::logging::{Logger, StepLog};
 use crate::report::summary::TrainSummary;
+use crate::train::adaptation::{length_aware_epoch, Adaptation};
 use crate::train::checkpoint::resume_checkpoint;
 use crate::train::hooks::{
-    agree, checkpoint_extras, evaluate_and_report, mixer_of, next_mix_weights, save_on_rank_zero,
-    trainer_state, RunData,
+    agree, evaluate_and_report, next_mix_weights, save_on_rank_zero, trainer_state, RunData,
 };
 use crate::train::oom::OomRecovery;
 use crate::train::prefetch::{PrefetchStats, Prefetcher};
-use crate::train::settings::{BuiltinMixer, RunSettings};
+use crate::train::settings::RunSettings;
 use crate::train::step::{train_step, StepInput, StepOutcome};
 use crate::user::callback::TrainerControl;
 use crate::user::data::Dataset;
 use crate::user::model::TrainModel;
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
-
-/// The settings of a length-aware epoch. Every rank must settings the same batches: a
-/// user `#[regressor]` is checked for agreement, and the built-in online models
-/// (each fitted to its own rank's measurements) are combined by taking the most
-/// conservative prediction.
-fn length_aware_epoch<T: AdaptiveTrainer>(
-    settings: &RunSettings,
-    index: Option<&LengthIndex>,
-    trainer: &mut T,
-    online: &OnlineMemoryModel,
-    comm: &impl Communicator,
-    epoch: usize,
-) -> Result<Option<LengthAwareEpoch>> {
-    let (Some((batching, options)), Some(index)) = (settings.batching, index) else {
-        return Ok(None);
-    };
-    let world = comm.world_size();
-    if let Some(user) = trainer.regressor() {
-        let epoch_plan = index.plan_epoch(batching, &options, &*user, settings.seed, epoch);
-        if world > 1 {
-            let fingerprint = epoch_plan
-                .sizes
-                .iter()
-                .enumerate()
-                .fold(0u64, |h, (k, &s)| {
-                    h.wrapping_mul(1_000_003)
-                        .wrapping_add((k as u64 + 1) * s as u64)
-                        % (1 << 40)
-                }) as f64;
-            let mut sums = [fingerprint, epoch_plan.sizes.len() as f64];
-            comm.all_reduce_sum(&mut [], &mut sums)?;
-            if sums
-                != [
-                    fingerprint * world as f64,
-                    epoch_plan.sizes.len() as f64 * world as f64,
-                ]
-            {
-                return Err(Error::RegressorDisagrees { epoch });
-            }
-        }
-        return Ok(Some(epoch_plan));
-    }
-    if world == 1 || !matches!(batching, LengthBatching::Memory { .. }) {
-        return Ok(Some(index.plan_epoch(
-            batching,
-            &options,
-            online,
-            settings.seed,
-            epoch,
-        )));
-    }
-    let mut all = vec![0.0; 5 * world];
-    all[5 * comm.rank()..5 * comm.rank() + 5].copy_from_slice(&online.snapshot());
-    comm.all_reduce_sum(&mut [], &mut all)?;
-    let models = all
-        .chunks(5)
-        .map(|s| OnlineMemoryModel::from_snapshot([s[0], s[1], s[2], s[3], s[4]]))
-        .collect();
-    Ok(Some(index.plan_epoch(
-        batching,
-        &options,
-        &MostConservative(models),
-        settings.seed,
-        epoch,
-    )))
-}
-
-/// Peak memory of a step: on CPU the documented proxy of its features, on a GPU
-/// the high-water mark of the device's memory pool during the step.
-fn measure_memory(
-    device: &Device,
-    features: &BatchFeatures,
-    device_peak: Option<u64>,
-) -> Option<u64> {
-    if device.is_cpu() {
-        Some(cpu_memory_proxy(features))
-    } else {
-        device_peak
-    }
-}
 
 /// The model's parameters sorted by name, checked for duplicates.
 fn sorted_parameters<M: TrainModel>(model: &M) -> Result<Vec<(String, Var)>> {
@@ -191,7 +106,6 @@ where
     }
     // `mix = online(..)` / `custom(..)`: the engine's own mixer, unless the trainer
     // has one.
-    let mut builtin = settings.builtin_mixer.map(BuiltinMixer::build);
     if let (Some(asked), Some(_)) = (settings.builtin_mixer, trainer.mixer()) {
         return Err(Error::ConflictingSettings {
             first: asked.key(),
@@ -217,13 +131,14 @@ where
     {
         logger.mark_resume(dir, state.planner.global_step)?;
     }
+    let mut adaptation = Adaptation::new(settings, resumed.as_ref())?;
     let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
     if let Some(state) = &resumed {
         planner.restore(&state.planner);
-        if let (Some(saved), Some(mixer)) = (&state.mixer, mixer_of(trainer, &mut builtin)) {
+        if let (Some(saved), Some(mixer)) = (&state.mixer, adaptation.mixer(trainer)) {
             mixer.restore(saved);
         }
-    } else if let (Some(spec), Some(mixer)) = (&settings.sources, mixer_of(trainer, &mut builtin)) {
+    } else if let (Some(spec), Some(mixer)) = (&settings.sources, adaptation.mixer(trainer)) {
         // A mixer decides the first step's weights too, from no loss yet.
         let no_loss = vec![f64::NAN; spec.names.len()];
         let weights = next_mix_weights(mixer, &planner, 0, &no_loss, None);
@@ -242,15 +157,6 @@ where
         precision: settings.precision,
         loss_scale: 1.0,
     };
-    let mut loss_scaler = match (settings.loss_scaler, resumed.as_ref()) {
-        (Some(_), Some(state)) if state.loss_scaler.is_some() => state.loss_scaler,
-        (scaler, _) => scaler,
-    };
-    let mut noise_scale = match (settings.noise_scale_beta, resumed.as_ref()) {
-        (None, _) => None,
-        (Some(_), Some(state)) if state.noise_scale.is_some() => state.noise_scale,
-        (Some(beta), _) => Some(NoiseScaleEstimator::new(beta)?),
-    };
     let length_index = settings.batching.map(|_| {
         LengthIndex::new(
             &(0..settings.num_examples)
@@ -258,12 +164,6 @@ where
                 .collect::<Vec<_>>(),
         )
     });
-    let mut online = match resumed.as_ref().map(|s| (&s.memory_model, s.memory_fit)) {
-        Some((Some(state), _)) => OnlineMemoryModel::from_state(state),
-        Some((None, Some(fit))) => OnlineMemoryModel::from_snapshot(fit),
-        _ => OnlineMemoryModel::new(settings.memory_margin),
-    };
-    let memory_mode = matches!(settings.batching, Some((LengthBatching::Memory { .. }, _)));
     let started = Instant::now();
     let mut progress = Progress {
         losses_since_log: Vec::new(),
@@ -293,7 +193,7 @@ where
                 settings,
                 length_index.as_ref(),
                 trainer,
-                &online,
+                &adaptation.online,
                 comm,
                 epoch,
             )
@@ -305,8 +205,9 @@ where
             let log_now =
                 logger.is_some() && (step % settings.logging_steps == 0 || planner.is_last_step());
             // Only memory-aware runs need the device's peak (it synchronises the device).
-            let peak = (memory_mode && !device.is_cpu()).then(|| PeakSampler::start(device));
-            input.loss_scale = loss_scaler.map_or(1.0, |s| s.scale);
+            let peak =
+                (adaptation.memory_mode && !device.is_cpu()).then(|| PeakSampler::start(device));
+            input.loss_scale = adaptation.loss_scale();
             let ready = prefetcher.take(&batches, recovery.chunks());
             prefetcher.look_ahead(&planner, recovery.chunks());
             let outcome = train_step(
@@ -330,26 +231,14 @@ where
                     noise,
                     source_loss,
                 } => {
-                    if let Some(scaler) = loss_scaler.as_mut() {
-                        scaler.update(!overflowed, step)?;
-                        if overflowed {
-                            progress.skipped_since_log += 1;
-                            if let Some(logger) = logger.as_deref() {
-                                logger.event(&format!(
-                                "step {step}: the f16 gradients overflowed at loss scale {}; update skipped, scale now {}",
-                                input.loss_scale, scaler.scale
-                            ));
-                            }
-                        }
-                    }
-                    if let (Some(estimator), Some((norm, trace))) = (noise_scale.as_mut(), noise) {
-                        let estimate = estimator.observe(norm, trace);
-                        if let (ScheduleSpec::NoiseScale { fraction, min, max }, Some(b)) =
-                            (settings.schedule, estimate)
-                        {
-                            planner.set_global_batch(noise_scale_batch(fraction, min, max, b));
-                        }
-                    }
+                    let skipped = adaptation.after_step(
+                        &mut planner,
+                        settings.schedule,
+                        (step, overflowed),
+                        noise,
+                        logger.as_deref(),
+                    )?;
+                    progress.skipped_since_log += usize::from(skipped);
                     (loss, grad_norm, source_loss)
                 }
                 StepOutcome::OutOfMemory { detail } => {
@@ -365,23 +254,14 @@ where
                     continue;
                 }
             };
-            // A rank without examples this step has nothing to measure.
-            let local = memory_mode.then(|| batches.per_rank_indices().swap_remove(comm.rank()));
-            let measured_memory = if let Some(local) = local.filter(|l| !l.is_empty()) {
-                let chunk = &local[..local.len().div_ceil(recovery.chunks())];
-                let features =
-                    BatchFeatures::of_lengths(chunk.iter().map(|&i| dataset.example_len(i)));
-                let bytes = measure_memory(device, &features, device_peak);
-                if let Some(bytes) = bytes {
-                    online.observe(&features, bytes);
-                    if let Some(user) = trainer.regressor() {
-                        user.observe(&features, bytes);
-                    }
-                }
-                bytes
-            } else {
-                None
-            };
+            let measured_memory = adaptation.observe_memory(
+                trainer,
+                dataset,
+                device,
+                &batches,
+                (comm.rank(), recovery.chunks()),
+                device_peak,
+            );
             recovery.step_trained();
             progress.step_losses.push(loss);
             progress.losses_since_log.push(loss);
@@ -399,8 +279,8 @@ where
                     );
                     entry.predicted_memory = predicted_memory;
                     entry.measured_memory = measured_memory;
-                    entry.gradient_noise_scale = noise_scale.and_then(|e| e.estimate());
-                    entry.loss_scale = loss_scaler.map(|_| input.loss_scale);
+                    entry.gradient_noise_scale = adaptation.noise_scale.and_then(|e| e.estimate());
+                    entry.loss_scale = adaptation.loss_scaler.map(|_| input.loss_scale);
                     entry.skipped_steps = std::mem::take(&mut progress.skipped_since_log);
                     if let Some(mixed) = planner.sampler().sources() {
                         entry.sources = SourceLog::of(
@@ -413,7 +293,7 @@ where
                 }
             }
             if let (Some(losses), Some(mixer)) =
-                (step_source_loss.as_deref(), mixer_of(trainer, &mut builtin))
+                (step_source_loss.as_deref(), adaptation.mixer(trainer))
             {
                 let weights = next_mix_weights(mixer, &planner, step, losses, evaluations.last());
                 planner.set_mix_weights(step, &weights)?;
@@ -449,13 +329,7 @@ where
                 control.should_save |= asked.should_save;
             }
             if control.should_save {
-                let extra = checkpoint_extras(
-                    progress.oom_events,
-                    memory_mode.then_some(&online),
-                    noise_scale,
-                    mixer_of(trainer, &mut builtin),
-                    loss_scaler,
-                );
+                let extra = adaptation.extras(trainer, progress.oom_events);
                 save_on_rank_zero(
                     comm,
                     settings,
@@ -498,13 +372,7 @@ where
         )?;
     }
     if settings.save_steps > 0 && last_saved != Some(planner.step()) {
-        let extra = checkpoint_extras(
-            progress.oom_events,
-            memory_mode.then_some(&online),
-            noise_scale,
-            mixer_of(trainer, &mut builtin),
-            loss_scaler,
-        );
+        let extra = adaptation.extras(trainer, progress.oom_events);
         save_on_rank_zero(
             comm,
             settings,
@@ -546,21 +414,8 @@ where
         evaluations,
         prefetched_steps: prefetch.used,
         prefetch_discarded: prefetch.discarded,
-        skipped_steps: loss_scaler.map_or(0, |s| s.skipped_steps),
+        skipped_steps: adaptation.loss_scaler.map_or(0, |s| s.skipped_steps),
     })
-}
-
-/// The next global batch of `schedule = noise_scale(..)`: `fraction` of the
-/// estimate B_simple, rounded, clamped to `[min, max]`.
-pub(crate) fn noise_scale_batch(fraction: f64, min: usize, max: usize, estimate: f64) -> usize {
-    let wanted = (fraction * estimate).round();
-    if wanted.is_nan() || wanted < min as f64 {
-        min
-    } else if wanted > max as f64 {
-        max
-    } else {
-        wanted as usize
-    }
 }
 
 fn step_log(

@@ -1,16 +1,13 @@
-//! What the rank loop does around a step: evaluation, callbacks, mixers and
-//! checkpoints, each the same on every rank.
+//! What the rank loop does around a step: evaluation, callbacks, the mixer's
+//! weights and checkpoints, each the same on every rank.
 
 use candle_core::{Device, Var};
 
 use crate::adapt::mixer::{LastEval, Mixer, SourceStats};
-use crate::adapt::noise_scale::NoiseScaleEstimator;
 use crate::adapt::schedule::Schedule;
 use crate::data::planner::StepPlanner;
 use crate::dist::communicator::Communicator;
 use crate::error::Result;
-use crate::memory::model::OnlineMemoryModel;
-use crate::optim::precision::LossScaler;
 use crate::report::logging::{EvalLog, Logger};
 use crate::train::checkpoint::{save_checkpoint, RunExtras};
 use crate::train::eval::evaluate;
@@ -82,21 +79,6 @@ where
         asked = agree(comm, asked)?;
     }
     Ok(asked)
-}
-
-/// The mixer in force: the trainer's `#[mixer]`, else the engine's (`mix =
-/// online(..)`).
-pub(crate) fn mixer_of<'a, T: AdaptiveTrainer>(
-    trainer: &'a mut T,
-    builtin: &'a mut Option<Box<dyn Mixer>>,
-) -> Option<&'a mut dyn Mixer> {
-    match trainer.mixer() {
-        Some(mixer) => Some(mixer),
-        None => match builtin {
-            Some(mixer) => Some(&mut **mixer),
-            None => None,
-        },
-    }
 }
 
 /// A mixer's weights for the step after `step`, from its per-source losses and the
@@ -184,24 +166,4 @@ pub(crate) fn save_on_rank_zero<T: AdaptiveTrainer, S: Schedule>(
         extras,
         logger,
     )
-}
-
-/// What a checkpoint keeps besides the planner, weights and optimizer, as the run
-/// stands: the OOM events, the online memory model's fit (memory-aware runs), the
-/// noise-scale estimator and the mixer's state.
-pub(crate) fn checkpoint_extras(
-    oom_events: usize,
-    memory_fit: Option<&OnlineMemoryModel>,
-    noise_scale: Option<NoiseScaleEstimator>,
-    mixer: Option<&mut dyn Mixer>,
-    loss_scaler: Option<LossScaler>,
-) -> RunExtras {
-    RunExtras {
-        oom_events,
-        memory_fit: memory_fit.map(OnlineMemoryModel::snapshot),
-        memory_model: memory_fit.map(OnlineMemoryModel::state),
-        noise_scale,
-        mixer: mixer.map(|m| m.state()),
-        loss_scaler,
-    }
 }

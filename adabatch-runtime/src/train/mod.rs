@@ -1,6 +1,7 @@
 //! The loop, on top of everything: entry points, the rank loop, one step, OOM
 //! recovery, checkpoints and the run's checked settings.
 
+pub(crate) mod adaptation;
 pub mod checkpoint;
 pub mod dry_run;
 pub(crate) mod engine;
