@@ -1023,3 +1023,65 @@ fn the_stopping_strategy_flag() {
         "{err}"
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    /// The allocator under random batch sizes and random weight changes: counts sum
+    /// to the batch; a zero weight takes nothing; after a change the cumulative
+    /// counts converge back to within one example of the targets (a source ahead
+    /// pauses until its target catches up), and stay there while the weights hold.
+    #[test]
+    fn counts_converge_back_after_weight_changes(
+        phases in prop::collection::vec(
+            (prop::collection::vec(0u32..5, 3), 1usize..10),
+            1..4,
+        ),
+        last in prop::collection::vec(1u32..5, 3),
+        sizes in prop::collection::vec(1usize..40, 1000),
+    ) {
+        use adabatch::data::mixture::Mixture;
+        let mut mixture = Mixture::new(3);
+        let mut step = 0;
+        let mut sizes = sizes.into_iter();
+        let within_one = |m: &Mixture| {
+            m.seen().iter().zip(m.targets()).all(|(&s, &t)| (s as f64 - t).abs() <= 1.0 + 1e-9)
+        };
+        // Earlier phases: any weights (not all zero), a few steps each.
+        let mut history = 0;
+        for (weights, steps) in &phases {
+            let weights: Vec<f64> = weights.iter().map(|&w| f64::from(w)).collect();
+            prop_assume!(weights.iter().sum::<f64>() > 0.0);
+            for _ in 0..*steps {
+                step += 1;
+                let global = sizes.next().unwrap();
+                history += global;
+                let counts = mixture.allocate(step, global, &weights).unwrap();
+                prop_assert_eq!(counts.iter().sum::<usize>(), global);
+                for (c, w) in counts.iter().zip(&weights) {
+                    prop_assert!(*w > 0.0 || *c == 0, "a zero weight took {}", c);
+                }
+            }
+        }
+        // The last phase holds positive weights (each at least 1/9 of the total)
+        // long enough to catch up with everything the earlier phases took.
+        let weights: Vec<f64> = last.iter().map(|&w| f64::from(w)).collect();
+        let mut converged_at = None;
+        let mut taken_last = 0;
+        for global in sizes.by_ref() {
+            step += 1;
+            taken_last += global;
+            let counts = mixture.allocate(step, global, &weights).unwrap();
+            prop_assert_eq!(counts.iter().sum::<usize>(), global);
+            match converged_at {
+                Some(at) => prop_assert!(within_one(&mixture), "diverged again after step {}", at),
+                None if within_one(&mixture) => converged_at = Some(step),
+                None => {}
+            }
+            if taken_last > 9 * history + 40 {
+                break;
+            }
+        }
+        prop_assert!(converged_at.is_some(), "never converged: {:?} vs {:?}", mixture.seen(), mixture.targets());
+    }
+}
