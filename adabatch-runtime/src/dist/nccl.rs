@@ -19,7 +19,7 @@
 //! not hang the others forever: the communicator is aborted and the call returns
 //! an error.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,10 @@ unsafe impl Send for CommPtr {}
 
 struct RawComm {
     comm: Mutex<CommPtr>,
+    /// The same handle, for `abort` alone: a collective stuck inside NCCL (e.g. in
+    /// `ncclGroupEnd` waiting for a dead peer) holds the mutex, and
+    /// `ncclCommAbort` is meant to be called from another thread to free it.
+    abort_handle: AtomicPtr<nccl_sys::ncclComm>,
     aborted: AtomicBool,
 }
 
@@ -56,13 +60,16 @@ impl RawComm {
         self.comm.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `ncclCommAbort` (once): pending operations of this rank stop.
+    /// `ncclCommAbort` (once), without waiting for the mutex: pending operations
+    /// of this rank stop, a call blocked inside NCCL returns.
     fn abort(&self) {
-        let guard = self.lock();
         if !self.aborted.swap(true, Ordering::SeqCst) {
-            // SAFETY: a communicator created by NCCL and not yet destroyed; after
-            // this call it is never used again (`aborted` is set).
-            let _ = unsafe { nccl::comm_abort(guard.0) };
+            let comm = self.abort_handle.load(Ordering::SeqCst);
+            // SAFETY: a communicator created by NCCL and not yet destroyed (only
+            // `Drop` destroys it, and not once `aborted` is set); every later use
+            // checks `aborted` under the mutex first, and NCCL allows the abort
+            // while another thread is inside a call on the communicator.
+            let _ = unsafe { nccl::comm_abort(comm) };
         }
     }
 }
@@ -179,6 +186,7 @@ impl Nccl {
             device,
             comm: RawComm {
                 comm: Mutex::new(CommPtr(comm)),
+                abort_handle: AtomicPtr::new(comm),
                 aborted: AtomicBool::new(false),
             },
             shared,
