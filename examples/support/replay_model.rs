@@ -6,7 +6,7 @@ use adabatch::prelude::*;
 use candle_core::{DType, Device, Tensor, Var};
 // adabatch's AdamW: candle's update, checkpointable (resumes exactly).
 use adabatch::optim::{AdamW, ParamsAdamW};
-use candle_nn::{Embedding, Linear, Module};
+use candle_nn::{Embedding, Linear};
 use rand::{Rng, SeedableRng};
 
 /// Hash buckets of the byte n-gram embedding bag.
@@ -84,9 +84,13 @@ pub fn collate(items: &[(String, u32)], device: &Device) -> candle_core::Result<
 impl TrainModel for Classifier {
     type Batch = TextBatch;
 
+    /// `autocast`: under `--bf16` / `--fp16` the embedding bag and the head compute
+    /// in half precision (in f32 runs the casts return their input).
     fn per_example_loss(&self, batch: &TextBatch) -> candle_core::Result<Tensor> {
-        let pooled = batch.bag.matmul(&self.embedding.forward(&batch.ids)?)?;
-        per_example_cross_entropy(&self.head.forward(&pooled)?, &batch.labels)
+        let table = adabatch::autocast(self.embedding.embeddings())?;
+        let vectors = table.index_select(&batch.ids, 0)?;
+        let pooled = adabatch::autocast(&batch.bag)?.matmul(&vectors)?;
+        per_example_cross_entropy(&adabatch::autocast_linear(&self.head, &pooled)?, &batch.labels)
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {
