@@ -90,7 +90,10 @@ impl TrainModel for Classifier {
         let table = adabatch::autocast(self.embedding.embeddings())?;
         let vectors = table.index_select(&batch.ids, 0)?;
         let pooled = adabatch::autocast(&batch.bag)?.matmul(&vectors)?;
-        per_example_cross_entropy(&adabatch::autocast_linear(&self.head, &pooled)?, &batch.labels)
+        per_example_cross_entropy(
+            &adabatch::autocast_linear(&self.head, &pooled)?,
+            &batch.labels,
+        )
     }
 
     fn named_parameters(&self) -> Vec<(String, Var)> {
