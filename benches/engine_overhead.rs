@@ -15,8 +15,12 @@
 //! order alternating) prints the engine/hand ratio per batch size, in wall time
 //! and in CPU time of the bench thread; `ENGINE_OVERHEAD_PAIRS=N` sets its rounds
 //! (default 10, 0 skips it). candle runs single-threaded unless
-//! `RAYON_NUM_THREADS` is set. `ENGINE_OVERHEAD_ONLY=engine:8:20` (or `hand:…`)
+//! `RAYON_NUM_THREADS` is set. `ENGINE_OVERHEAD_ONLY=engine:8:20` (or `hand:…`, `fused:…`)
 //! runs only those epochs, for `perf stat` / `perf record`.
+//!
+//! The engine keeps freed host memory between steps (`memory::host`); the bench
+//! does the same before any epoch, so hand-written loops run on the same heap.
+//! `ENGINE_OVERHEAD_RELEASE_FREED=1` runs every side on glibc's default heap.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -175,10 +179,10 @@ fn paired_ratio(data: &[Example], batch_size: usize, rounds: usize) {
     }
 }
 
-/// `ENGINE_OVERHEAD_ONLY=<hand|engine>:<batch size>:<epochs>`: runs just those
-/// epochs (no checks, no criterion), for `perf stat` / `perf record`.
+/// `ENGINE_OVERHEAD_ONLY=<hand|engine|fused>:<batch size>:<epochs>`: runs just those
+/// epochs (`fused`: the engine with adabatch's AdamW) (no checks, no criterion), for `perf stat` / `perf record`.
 fn profile_only(data: &[Example], spec: &str) {
-    let usage = "ENGINE_OVERHEAD_ONLY=<hand|engine>:<batch size>:<epochs>";
+    let usage = "ENGINE_OVERHEAD_ONLY=<hand|engine|fused>:<batch size>:<epochs>";
     let parts: Vec<&str> = spec.split(':').collect();
     let [side, batch_size, epochs] = parts[..] else {
         panic!("{usage}, got `{spec}`");
@@ -195,6 +199,10 @@ fn profile_only(data: &[Example], spec: &str) {
                 }
                 "engine" => {
                     black_box(engine_epoch(fresh_trainer(), data, &args).expect("engine epoch"));
+                }
+                "fused" => {
+                    let mut trainer = fresh_fused_trainer();
+                    black_box(adabatch::train(&mut trainer, data, &collate, &args).expect("epoch"));
                 }
                 _ => panic!("{usage}, got `{spec}`"),
             }
@@ -297,8 +305,16 @@ fn export_for_torch(data: &[Example], dir: &std::path::Path) {
 /// `ENGINE_OVERHEAD_OPTIMIZER=<rounds>`: engine epochs with candle's AdamW and with
 /// adabatch's fused AdamW interleaved, same model, data and batches; prints medians
 /// and the ratio candle/adabatch (speed-up), after checking both end alike.
+///
+/// `ENGINE_OVERHEAD_BATCH_SIZE=<b>` runs one batch size only: glibc's default heap
+/// adapts its thresholds to the largest blocks freed so far, so a batch size's
+/// times on it depend on what ran before in the process.
 fn optimizer_comparison(data: &[Example], rounds: usize) {
-    for batch_size in BATCH_SIZES {
+    let batch_sizes: Vec<usize> = match std::env::var("ENGINE_OVERHEAD_BATCH_SIZE") {
+        Ok(b) => vec![b.parse().expect("ENGINE_OVERHEAD_BATCH_SIZE=<batch size>")],
+        Err(_) => BATCH_SIZES.to_vec(),
+    };
+    for batch_size in batch_sizes {
         let args = engine_args(batch_size);
         let mut fused = fresh_fused_trainer();
         let fused_params = fused.model.params.clone();
@@ -357,6 +373,9 @@ fn main() {
     // also makes the thread-CPU-time figures cover all the work.
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
+    }
+    if std::env::var_os("ENGINE_OVERHEAD_RELEASE_FREED").is_none() {
+        adabatch::memory::host::keep_freed_memory();
     }
     let data = dataset();
     if let Some(dir) = std::env::var_os("ENGINE_OVERHEAD_EXPORT") {

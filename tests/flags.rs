@@ -30,6 +30,7 @@
 //! | `--stopping-strategy`              | mixing.rs `the_stopping_strategy_flag`                 |
 //! | `--eval-steps`, `--per-device-eval-batch-size`, `launch_with_eval` | eval.rs          |
 //! | `--dataloader-num-workers`         | prefetch.rs                                             |
+//! | `--release-freed-memory`           | host_heap.rs                                            |
 //! | `--bf16`, `--fp16`, `--fp16-initial-scale-power` | precision.rs                              |
 //! | `--log-jsonl`                      | every file reading logs; errors.rs (`Io`)               |
 //! | `--log-indices`, `--quiet`, `--disable-tqdm` | `console_flags_do_not_change_the_run`         |
@@ -114,6 +115,7 @@ fn cli_parses_every_flag() {
         "64",
         "--dataloader-num-workers",
         "2",
+        "--release-freed-memory",
         "--fp16",
         "--fp16-initial-scale-power",
         "-3",
@@ -151,6 +153,7 @@ fn cli_parses_every_flag() {
     assert_eq!(a.eval_steps, Some(9));
     assert_eq!(a.per_device_eval_batch_size, 64);
     assert_eq!(a.dataloader_num_workers, 2);
+    assert!(a.release_freed_memory);
     assert!(a.fp16 && !a.bf16);
     assert_eq!(a.fp16_initial_scale_power, -3);
     assert_eq!(
@@ -215,6 +218,7 @@ fn cli_defaults_and_bad_values() {
     assert!(a.inject_oom_at_steps.is_empty());
     assert_eq!(a.max_grad_norm, 0.0);
     assert_eq!(a.dataloader_num_workers, 0);
+    assert!(!a.release_freed_memory);
     assert!(!a.bf16 && !a.fp16);
     assert_eq!(a.fp16_initial_scale_power, 16);
     // `Default` is the parse of no arguments.

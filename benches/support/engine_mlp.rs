@@ -163,6 +163,9 @@ pub fn engine_args(batch_size: usize) -> TrainingArgs {
         seed: Some(SEED),
         quiet: true,
         logging_steps: usize::MAX,
+        // `ENGINE_OVERHEAD_RELEASE_FREED=1`: glibc's default heap, to measure what
+        // keeping freed memory (the engine's default) gains.
+        release_freed_memory: std::env::var_os("ENGINE_OVERHEAD_RELEASE_FREED").is_some(),
         ..Default::default()
     }
 }

@@ -61,6 +61,11 @@ pub struct TrainingArgs {
     /// collate on the rank's own thread). Batches are the same either way.
     #[arg(long, default_value_t = 0)]
     pub dataloader_num_workers: usize,
+    /// Leave glibc's malloc as it is, which returns freed host memory to the OS at
+    /// once. By default a run keeps freed memory for the next step (process-wide:
+    /// each step's tensors otherwise fault their pages in again; BENCHMARKS.md).
+    #[arg(long)]
+    pub release_freed_memory: bool,
     /// Mixed precision: the model computes in bfloat16 where it casts with
     /// `adabatch::autocast`; weights, optimizer state and all-reduced gradients
     /// stay f32.

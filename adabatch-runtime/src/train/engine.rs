@@ -11,6 +11,7 @@ use crate::data::sampler::GlobalBatchSampler;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::memory::device::PeakSampler;
+use crate::memory::host::keep_freed_memory;
 use crate::report::logging::SourceLog;
 use crate::report::logging::{Logger, StepLog};
 use crate::report::summary::TrainSummary;
@@ -95,6 +96,9 @@ where
     C: CollateFor<T, D>,
 {
     let (dataset, collate) = (data.train, data.collate);
+    if !settings.release_freed_memory {
+        keep_freed_memory();
+    }
     if let Some(eval) = data.eval.filter(|e| e.len() < comm.world_size()) {
         return Err(Error::EvalSetTooSmall {
             world_size: comm.world_size(),

@@ -61,6 +61,8 @@ pub(crate) struct RunSettings {
     pub(crate) builtin_mixer: Option<BuiltinMixer>,
     /// Collate threads per rank (`--dataloader-num-workers`).
     pub(crate) prefetch_workers: usize,
+    /// `--release-freed-memory`: leave the host allocator as it is.
+    pub(crate) release_freed_memory: bool,
     /// `--bf16` / `--fp16`.
     pub(crate) precision: Precision,
     /// `--fp16`'s loss scaling, as it starts.
@@ -321,6 +323,7 @@ impl RunSettings {
             sources,
             builtin_mixer,
             prefetch_workers: args.dataloader_num_workers,
+            release_freed_memory: args.release_freed_memory,
             precision: precision(args)?,
             loss_scaler: args
                 .fp16
