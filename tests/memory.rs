@@ -241,17 +241,24 @@ fn memory_schedule_with_halve_splits_the_failed_batch() {
 
 /// A memory-aware run resumed from a checkpoint in its second epoch plans every
 /// later epoch as the uninterrupted run does: the checkpoint holds the online
-/// model whole (observations and sums), not only its last fit.
+/// model whole (observations and sums), not only its last fit, and on several
+/// ranks every rank's (each fits its own measurements).
 #[test]
 fn a_resumed_memory_run_plans_later_epochs_alike() {
+    for world in [1, 2, 3] {
+        resumed_memory_run_plans_alike(world);
+    }
+}
+
+fn resumed_memory_run_plans_alike(world: usize) {
     let out = temp_log("memory-resume").with_extension("");
-    let (_, straight) = run_memory(1, 4, |a| {
+    let (_, straight) = run_memory(world, 4, |a| {
         a.save_steps = 1;
         a.output_dir = out.clone();
     });
     let first_epoch = straight.iter().filter(|l| l.epoch <= 1.0).count();
     let cut = first_epoch + 2;
-    let (_, resumed) = run_memory(1, 4, |a| {
+    let (_, resumed) = run_memory(world, 4, |a| {
         a.resume_from_checkpoint = Some(out.join(format!("checkpoint-{cut}")));
         // candle's AdamW cannot save its moments: the batches are what is compared.
         a.ignore_optimizer_state = true;
@@ -259,8 +266,12 @@ fn a_resumed_memory_run_plans_later_epochs_alike() {
     });
     assert_eq!(resumed.len(), straight.len() - cut);
     for (r, s) in resumed.iter().zip(&straight[cut..]) {
-        assert_eq!(r.indices, s.indices, "step {}", r.step);
-        assert_eq!(r.predicted_memory, s.predicted_memory, "step {}", r.step);
+        assert_eq!(r.indices, s.indices, "{world} ranks, step {}", r.step);
+        assert_eq!(
+            r.predicted_memory, s.predicted_memory,
+            "{world} ranks, step {}",
+            r.step
+        );
     }
     let _ = std::fs::remove_dir_all(&out);
 }

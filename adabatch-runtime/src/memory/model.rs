@@ -227,6 +227,51 @@ impl OnlineMemoryModel {
     }
 }
 
+/// Numbers in [`OnlineMemoryState::to_numbers`] before the observations.
+const STATE_HEADER: usize = 1 + TERMS * TERMS + TERMS + 1 + TERMS + 1;
+
+impl OnlineMemoryState {
+    /// The state as plain numbers, exactly (to gather every rank's over an
+    /// all-reduce): margin, sums, fit, worst under-prediction, then the
+    /// observations.
+    pub(crate) fn to_numbers(&self) -> Vec<f64> {
+        let mut numbers = Vec::with_capacity(STATE_HEADER + self.observations.len() * (TERMS + 1));
+        numbers.push(self.margin);
+        numbers.extend(self.xtx.iter().flatten());
+        numbers.extend(self.xty);
+        numbers.push(f64::from(u8::from(self.coefficients.is_some())));
+        numbers.extend(self.coefficients.unwrap_or([0.0; TERMS]));
+        numbers.push(self.worst_under);
+        for (x, y) in &self.observations {
+            numbers.extend(x);
+            numbers.push(*y);
+        }
+        numbers
+    }
+
+    /// The state [`OnlineMemoryState::to_numbers`] wrote; `None` if the numbers
+    /// cannot be one.
+    pub(crate) fn from_numbers(numbers: &[f64]) -> Option<Self> {
+        if numbers.len() < STATE_HEADER || (numbers.len() - STATE_HEADER) % (TERMS + 1) != 0 {
+            return None;
+        }
+        let (header, observations) = numbers.split_at(STATE_HEADER);
+        let array = |at: usize| -> [f64; TERMS] { std::array::from_fn(|i| header[at + i]) };
+        let fit_at = 1 + TERMS * TERMS + TERMS;
+        Some(Self {
+            margin: header[0],
+            xtx: std::array::from_fn(|i| array(1 + i * TERMS)),
+            xty: array(1 + TERMS * TERMS),
+            coefficients: (header[fit_at] > 0.0).then(|| array(fit_at + 1)),
+            worst_under: header[STATE_HEADER - 1],
+            observations: observations
+                .chunks(TERMS + 1)
+                .map(|o| (std::array::from_fn(|i| o[i]), o[TERMS]))
+                .collect(),
+        })
+    }
+}
+
 /// The largest prediction of several models: what every rank agrees on when each
 /// fitted its own model to its own measurements.
 #[derive(Debug, Clone)]
@@ -321,6 +366,28 @@ mod tests {
             PaddedTokens.predict(&BatchFeatures::of_lengths([5, 5, 5, 5]), &base),
             1.0
         );
+    }
+
+    #[test]
+    fn a_state_survives_its_numbers_exactly() {
+        let mut model = OnlineMemoryModel::new(0.05);
+        assert_eq!(
+            OnlineMemoryState::from_numbers(&model.state().to_numbers()),
+            Some(model.state())
+        );
+        for lengths in [&[3, 9][..], &[4, 4, 4], &[17], &[2, 5, 8, 11]] {
+            let f = BatchFeatures::of_lengths(lengths.iter().copied());
+            model.observe(&f, cpu_memory_proxy(&f) + 7 * f.token_sum as u64);
+        }
+        let state = model.state();
+        assert!(state.coefficients.is_some() && state.observations.len() == 4);
+        assert_eq!(
+            OnlineMemoryState::from_numbers(&state.to_numbers()),
+            Some(state.clone())
+        );
+        let numbers = state.to_numbers();
+        assert_eq!(OnlineMemoryState::from_numbers(&numbers[1..]), None);
+        assert_eq!(OnlineMemoryState::from_numbers(&numbers[..3]), None);
     }
 
     #[test]

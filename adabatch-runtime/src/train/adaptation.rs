@@ -14,6 +14,7 @@ use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::memory::model::{
     cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel,
+    OnlineMemoryState,
 };
 use crate::optim::precision::LossScaler;
 use crate::report::logging::Logger;
@@ -24,7 +25,8 @@ use crate::user::trainer::AdaptiveTrainer;
 
 /// The loop's adaptive state besides the planner.
 pub(crate) struct Adaptation {
-    /// Rank 0's fit is checkpointed; memory-aware runs plan epochs from it.
+    /// This rank's fit; memory-aware runs plan epochs from every rank's, and
+    /// checkpoints keep every rank's.
     pub(crate) online: OnlineMemoryModel,
     /// `schedule = memory(..)`: steps measure their memory.
     pub(crate) memory_mode: bool,
@@ -36,11 +38,21 @@ pub(crate) struct Adaptation {
 
 impl Adaptation {
     /// Fresh from the settings, or continued from a checkpoint.
-    pub(crate) fn new(settings: &RunSettings, resumed: Option<&CheckpointState>) -> Result<Self> {
-        let online = match resumed.map(|s| (&s.memory_model, s.memory_fit)) {
-            Some((Some(state), _)) => OnlineMemoryModel::from_state(state),
-            Some((None, Some(fit))) => OnlineMemoryModel::from_snapshot(fit),
-            _ => OnlineMemoryModel::new(settings.memory_margin),
+    pub(crate) fn new(
+        settings: &RunSettings,
+        resumed: Option<&CheckpointState>,
+        rank: usize,
+    ) -> Result<Self> {
+        let online = match resumed {
+            Some(state) => match (&state.memory_models, &state.memory_model, state.memory_fit) {
+                (Some(models), _, _) if !models.is_empty() => {
+                    OnlineMemoryModel::from_state(&models[rank % models.len()])
+                }
+                (_, Some(model), _) => OnlineMemoryModel::from_state(model),
+                (_, _, Some(fit)) => OnlineMemoryModel::from_snapshot(fit),
+                _ => OnlineMemoryModel::new(settings.memory_margin),
+            },
+            None => OnlineMemoryModel::new(settings.memory_margin),
         };
         let noise_scale = match (settings.noise_scale_beta, resumed) {
             (None, _) => None,
@@ -140,22 +152,67 @@ impl Adaptation {
         Some(bytes)
     }
 
-    /// What a checkpoint keeps besides the planner, weights and optimizer.
+    /// What a checkpoint keeps besides the planner, weights and optimizer. Every
+    /// rank calls it at the same step: memory-aware runs gather every rank's
+    /// online model.
     pub(crate) fn extras<T: AdaptiveTrainer>(
         &mut self,
         trainer: &mut T,
+        comm: &impl Communicator,
         oom_events: usize,
-    ) -> RunExtras {
-        let memory_fit = self.memory_mode.then_some(&self.online);
-        RunExtras {
+    ) -> Result<RunExtras> {
+        let memory_models = match self.memory_mode {
+            true => Some(gather_memory_models(comm, &self.online)?),
+            false => None,
+        };
+        Ok(RunExtras {
             oom_events,
-            memory_fit: memory_fit.map(OnlineMemoryModel::snapshot),
-            memory_model: memory_fit.map(OnlineMemoryModel::state),
+            memory_fit: self.memory_mode.then(|| self.online.snapshot()),
+            memory_models,
             noise_scale: self.noise_scale,
             loss_scaler: self.loss_scaler,
             mixer: self.mixer(trainer).map(|m| m.state()),
-        }
+        })
     }
+}
+
+/// Every rank's online memory model, by rank, on every rank: two all-reduces of
+/// sums in which each rank fills only its own slots (its count of numbers, then
+/// its numbers), so the sums are the numbers exactly.
+fn gather_memory_models(
+    comm: &impl Communicator,
+    online: &OnlineMemoryModel,
+) -> Result<Vec<OnlineMemoryState>> {
+    let (world, rank) = (comm.world_size(), comm.rank());
+    let own = online.state().to_numbers();
+    if world == 1 {
+        return Ok(vec![online.state()]);
+    }
+    let mut lengths = vec![0.0; world];
+    lengths[rank] = own.len() as f64;
+    comm.all_reduce_sum(&mut [], &mut lengths)?;
+    let offsets: Vec<usize> = lengths
+        .iter()
+        .scan(0, |at, &len| {
+            let start = *at;
+            *at += len as usize;
+            Some(start)
+        })
+        .collect();
+    let total = offsets[world - 1] + lengths[world - 1] as usize;
+    let mut numbers = vec![0.0; total];
+    numbers[offsets[rank]..offsets[rank] + own.len()].copy_from_slice(&own);
+    comm.all_reduce_sum(&mut [], &mut numbers)?;
+    (0..world)
+        .map(|r| {
+            let segment = &numbers[offsets[r]..offsets[r] + lengths[r] as usize];
+            OnlineMemoryState::from_numbers(segment).ok_or_else(|| {
+                Error::Comm(format!(
+                    "rank {r}'s online memory model did not arrive whole"
+                ))
+            })
+        })
+        .collect()
 }
 
 /// The next global batch of `schedule = noise_scale(..)`: `fraction` of the

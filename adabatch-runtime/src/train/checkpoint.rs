@@ -36,10 +36,16 @@ pub struct CheckpointState {
     /// The online memory model's fit (memory-aware runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_fit: Option<[f64; 5]>,
-    /// Rank 0's online memory model whole (its observations and sums), so that a
-    /// resumed run refits as the uninterrupted one (absent in older checkpoints).
+    /// Rank 0's online memory model whole, as checkpoints written before
+    /// `memory_models` held it (read only when `memory_models` is absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_model: Option<crate::memory::model::OnlineMemoryState>,
+    /// Every rank's online memory model whole (observations and sums), by rank:
+    /// each rank fits its own measurements, and a resumed run refits as the
+    /// uninterrupted one would. On another number of ranks, rank `r` continues
+    /// rank `r % world_size`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_models: Option<Vec<crate::memory::model::OnlineMemoryState>>,
     /// The gradient noise scale estimator's moving averages, when measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_scale: Option<crate::adapt::noise_scale::NoiseScaleEstimator>,
@@ -285,7 +291,7 @@ pub fn load_weights(dir: &Path, params: &[(String, Var)], device: &Device) -> Re
 pub(crate) struct RunExtras {
     pub(crate) oom_events: usize,
     pub(crate) memory_fit: Option<[f64; 5]>,
-    pub(crate) memory_model: Option<crate::memory::model::OnlineMemoryState>,
+    pub(crate) memory_models: Option<Vec<crate::memory::model::OnlineMemoryState>>,
     pub(crate) noise_scale: Option<crate::adapt::noise_scale::NoiseScaleEstimator>,
     pub(crate) mixer: Option<Vec<f64>>,
     pub(crate) loss_scaler: Option<crate::optim::precision::LossScaler>,
@@ -308,7 +314,8 @@ pub(crate) fn save_checkpoint<S: Schedule>(
         oom_events: extras.oom_events,
         policy: Some(PolicyRecord::of(settings)),
         memory_fit: extras.memory_fit,
-        memory_model: extras.memory_model,
+        memory_model: None,
+        memory_models: extras.memory_models,
         noise_scale: extras.noise_scale,
         mixer: extras.mixer,
         loss_scaler: extras.loss_scaler,

@@ -135,7 +135,7 @@ where
     {
         logger.mark_resume(dir, state.planner.global_step)?;
     }
-    let mut adaptation = Adaptation::new(settings, resumed.as_ref())?;
+    let mut adaptation = Adaptation::new(settings, resumed.as_ref(), comm.rank())?;
     let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
     if let Some(state) = &resumed {
         planner.restore(&state.planner);
@@ -333,7 +333,7 @@ where
                 control.should_save |= asked.should_save;
             }
             if control.should_save {
-                let extra = adaptation.extras(trainer, progress.oom_events);
+                let extra = adaptation.extras(trainer, comm, progress.oom_events)?;
                 save_on_rank_zero(
                     comm,
                     settings,
@@ -376,7 +376,7 @@ where
         )?;
     }
     if settings.save_steps > 0 && last_saved != Some(planner.step()) {
-        let extra = adaptation.extras(trainer, progress.oom_events);
+        let extra = adaptation.extras(trainer, comm, progress.oom_events)?;
         save_on_rank_zero(
             comm,
             settings,
