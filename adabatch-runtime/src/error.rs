@@ -366,12 +366,18 @@ pub fn exit_code(result: Result<()>) -> std::process::ExitCode {
 }
 
 impl Error {
-    /// `error: <message>`, then `caused by: <source>` for each underlying cause.
+    /// `error: <message>`, then `caused by: <source>` for each underlying cause
+    /// that the line before does not already end with.
     pub fn report(&self) -> String {
-        let mut text = format!("error: {self}");
+        let mut last = self.to_string();
+        let mut text = format!("error: {last}");
         let mut cause = std::error::Error::source(self);
         while let Some(source) = cause {
-            text.push_str(&format!("\ncaused by: {source}"));
+            let message = source.to_string();
+            if !last.ends_with(&message) {
+                text.push_str(&format!("\ncaused by: {message}"));
+            }
+            last = message;
             cause = source.source();
         }
         text
@@ -449,4 +455,26 @@ pub enum RendezvousError {
         /// What is wrong with it.
         detail: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_names_each_cause_once() {
+        let io = Error::Io {
+            path: PathBuf::from("out/.checkpoint-3.partial"),
+            source: std::io::Error::other("Not a directory"),
+        };
+        assert_eq!(
+            io.report(),
+            "error: out/.checkpoint-3.partial: Not a directory"
+        );
+        let json = Error::Json {
+            path: PathBuf::from("trainer_state.json"),
+            source: serde_json::from_str::<u8>("x").unwrap_err(),
+        };
+        assert_eq!(json.report().lines().count(), 1, "{}", json.report());
+    }
 }
