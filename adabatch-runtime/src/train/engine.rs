@@ -1,86 +1,28 @@
 //! The training loop, written once and monomorphised per trainer.
 
-use std::time::Instant;
-
-use candle_core::{Device, Tensor, Var};
+use candle_core::Device;
 
 use crate::config::policy::OomPolicy;
 use crate::data::length::LengthIndex;
-use crate::data::planner::StepBatches;
-use crate::data::sampler::GlobalBatchSampler;
 use crate::dist::communicator::Communicator;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::memory::device::PeakSampler;
-use crate::memory::host::keep_freed_memory;
+use crate::report::logging::Logger;
 use crate::report::logging::SourceLog;
-use crate::report::logging::{Logger, StepLog};
 use crate::report::summary::TrainSummary;
-use crate::train::adaptation::{length_aware_epoch, Adaptation};
-use crate::train::checkpoint::resume_checkpoint;
+use crate::train::adaptation::length_aware_epoch;
 use crate::train::hooks::{
     agree, evaluate_and_report, next_mix_weights, save_on_rank_zero, trainer_state, RunData,
 };
 use crate::train::oom::OomRecovery;
 use crate::train::prefetch::{PrefetchStats, Prefetcher};
+use crate::train::progress::Progress;
 use crate::train::settings::RunSettings;
+use crate::train::start::{start_run, RunStart};
 use crate::train::step::{train_step, StepInput, StepOutcome};
 use crate::user::callback::TrainerControl;
 use crate::user::data::Dataset;
-use crate::user::model::TrainModel;
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
-
-/// The model's parameters sorted by name, checked for duplicates.
-fn sorted_parameters<M: TrainModel>(model: &M) -> Result<Vec<(String, Var)>> {
-    let mut params = model.named_parameters();
-    if params.is_empty() {
-        return Err(Error::NoParameters);
-    }
-    params.sort_by(|a, b| a.0.cmp(&b.0));
-    if let Some(w) = params.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(Error::DuplicateParameter {
-            name: w[0].0.clone(),
-        });
-    }
-    Ok(params)
-}
-
-/// Makes every rank start from rank 0's weights, after checking they agree on the
-/// parameter set.
-fn synchronise_parameters(comm: &impl Communicator, params: &[(String, Var)]) -> Result<()> {
-    if comm.world_size() == 1 {
-        return Ok(());
-    }
-    let elems: usize = params.iter().map(|(_, v)| v.elem_count()).sum();
-    let mut totals = [params.len() as f64, elems as f64];
-    comm.all_reduce_sum(&mut [], &mut totals)?;
-    let world = comm.world_size() as f64;
-    if totals != [params.len() as f64 * world, elems as f64 * world] {
-        return Err(Error::ParameterMismatch {
-            rank: comm.rank(),
-            detail: format!(
-                "this rank has {} tensors / {elems} values; the group disagrees",
-                params.len()
-            ),
-        });
-    }
-    let mut tensors: Vec<Tensor> = params.iter().map(|(_, v)| v.as_tensor().clone()).collect();
-    comm.broadcast(&mut tensors, 0)?;
-    for ((_, var), value) in params.iter().zip(&tensors) {
-        var.set(value)?;
-    }
-    Ok(())
-}
-
-/// Per-rank mutable state of the loop.
-struct Progress {
-    losses_since_log: Vec<f64>,
-    examples_since_log: usize,
-    oom_events_since_log: usize,
-    oom_events: usize,
-    skipped_since_log: usize,
-    last_log: Instant,
-    step_losses: Vec<f64>,
-}
 
 pub(crate) fn rank_loop<T, D, C>(
     trainer: &mut T,
@@ -96,58 +38,20 @@ where
     C: CollateFor<T, D>,
 {
     let (dataset, collate) = (data.train, data.collate);
-    if !settings.release_freed_memory {
-        keep_freed_memory();
-    }
-    if let Some(eval) = data.eval.filter(|e| e.len() < comm.world_size()) {
-        return Err(Error::EvalSetTooSmall {
-            world_size: comm.world_size(),
-            examples: eval.len(),
-        });
-    }
-    if trainer.mixer().is_some() && settings.sources.is_none() {
-        return Err(Error::MixerWithoutSources);
-    }
-    // `mix = online(..)` / `custom(..)`: the engine's own mixer, unless the trainer
-    // has one.
-    if let (Some(asked), Some(_)) = (settings.builtin_mixer, trainer.mixer()) {
-        return Err(Error::ConflictingSettings {
-            first: asked.key(),
-            second: "#[mixer]",
-            reason: "two mixers would decide the same weights: keep one",
-        });
-    }
+    let RunStart {
+        params,
+        resumed,
+        mut adaptation,
+        mut planner,
+    } = start_run(
+        trainer,
+        comm,
+        data.eval,
+        settings,
+        device,
+        logger.as_deref_mut(),
+    )?;
     let mut evaluations = Vec::new();
-    let (model, _) = trainer.parts();
-    let params = sorted_parameters(&*model)?;
-    let resumed = match &settings.resume {
-        Some(dir) => {
-            let (_, optimizer) = trainer.parts();
-            Some(resume_checkpoint(
-                dir, settings, &params, optimizer, device,
-            )?)
-        }
-        None => None,
-    };
-    synchronise_parameters(comm, &params)?;
-    if let (Some(state), Some(dir), Some(logger)) =
-        (&resumed, &settings.resume, logger.as_deref_mut())
-    {
-        logger.mark_resume(dir, state.planner.global_step)?;
-    }
-    let mut adaptation = Adaptation::new(settings, resumed.as_ref(), comm.rank())?;
-    let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
-    if let Some(state) = &resumed {
-        planner.restore(&state.planner);
-        if let (Some(saved), Some(mixer)) = (&state.mixer, adaptation.mixer(trainer)) {
-            mixer.restore(saved);
-        }
-    } else if let (Some(spec), Some(mixer)) = (&settings.sources, adaptation.mixer(trainer)) {
-        // A mixer decides the first step's weights too, from no loss yet.
-        let no_loss = vec![f64::NAN; spec.names.len()];
-        let weights = next_mix_weights(mixer, &planner, 0, &no_loss, None);
-        planner.set_mix_weights(0, &weights)?;
-    }
     let mut input = StepInput {
         dataset,
         collate,
@@ -168,16 +72,7 @@ where
                 .collect::<Vec<_>>(),
         )
     });
-    let started = Instant::now();
-    let mut progress = Progress {
-        losses_since_log: Vec::new(),
-        examples_since_log: 0,
-        oom_events_since_log: 0,
-        oom_events: resumed.as_ref().map_or(0, |s| s.oom_events),
-        skipped_since_log: 0,
-        last_log: started,
-        step_losses: Vec::new(),
-    };
+    let mut progress = Progress::new(resumed.as_ref().map_or(0, |s| s.oom_events));
     let mut recovery = OomRecovery::new(settings.oom);
     let (mut last_evaluated, mut last_saved) = (None, None);
     // The last trained step's global batch, loss and learning rate.
@@ -273,8 +168,7 @@ where
             if let Some(logger) = logger.as_deref_mut() {
                 logger.advance(batches.global_size(), planner.sampler().epoch());
                 if log_now {
-                    let mut entry = step_log(
-                        &mut progress,
+                    let mut entry = progress.step_log(
                         planner.sampler(),
                         step,
                         &batches,
@@ -393,66 +287,12 @@ where
     if let Some(logger) = logger {
         logger.finish();
     }
-    let runtime = started.elapsed().as_secs_f64();
-    let sampler = planner.sampler();
-    let resumed_at = resumed.as_ref().map(|s| s.planner.examples_seen);
-    // Throughput and loss of this run only (a resumed run starts mid-way).
-    let trained_here = sampler.examples_seen() - resumed_at.unwrap_or(0);
-    let train_loss = if progress.step_losses.is_empty() {
-        f64::NAN
-    } else {
-        progress.step_losses.iter().sum::<f64>() / progress.step_losses.len() as f64
-    };
-    Ok(TrainSummary {
-        global_step: planner.step(),
-        epoch: sampler.epoch(),
-        examples_seen: sampler.examples_seen(),
-        train_loss,
-        step_losses: progress.step_losses,
-        oom_events: progress.oom_events,
-        final_per_device_batch_size: planner.per_device(),
-        world_size: settings.world_size,
-        train_runtime: runtime,
-        train_samples_per_second: trained_here as f64 / runtime.max(f64::MIN_POSITIVE),
-        resumed_from_step: resumed.as_ref().map(|s| s.planner.global_step),
+    Ok(progress.summary(
+        &planner,
+        settings,
+        resumed.as_ref().map(|s| &s.planner),
         evaluations,
-        prefetched_steps: prefetch.used,
-        prefetch_discarded: prefetch.discarded,
-        skipped_steps: adaptation.loss_scaler.map_or(0, |s| s.skipped_steps),
-    })
-}
-
-fn step_log(
-    progress: &mut Progress,
-    sampler: &GlobalBatchSampler,
-    step: usize,
-    batches: &StepBatches,
-    grad_norm: f64,
-    lr: f64,
-) -> StepLog {
-    let elapsed = progress.last_log.elapsed().as_secs_f64();
-    let losses = std::mem::take(&mut progress.losses_since_log);
-    let entry = StepLog {
-        step,
-        epoch: sampler.epoch(),
-        train_coverage: sampler.train_coverage(),
-        local_batch_sizes: batches.local_sizes(),
-        global_batch: batches.global_size(),
-        indices: batches.per_rank_indices(),
-        loss: losses.iter().sum::<f64>() / losses.len().max(1) as f64,
-        grad_norm,
-        learning_rate: lr,
-        examples_per_s: progress.examples_since_log as f64 / elapsed.max(f64::MIN_POSITIVE),
-        micro_batches: batches.micro.len(),
-        oom_events: std::mem::take(&mut progress.oom_events_since_log),
-        predicted_memory: None,
-        measured_memory: None,
-        gradient_noise_scale: None,
-        loss_scale: None,
-        skipped_steps: 0,
-        sources: Default::default(),
-    };
-    progress.examples_since_log = 0;
-    progress.last_log = Instant::now();
-    entry
+        prefetch,
+        adaptation.loss_scaler.map_or(0, |s| s.skipped_steps),
+    ))
 }

@@ -10,5 +10,7 @@ pub(crate) mod hooks;
 pub mod launch;
 pub mod oom;
 pub(crate) mod prefetch;
+pub(crate) mod progress;
 pub(crate) mod settings;
+pub(crate) mod start;
 pub(crate) mod step;

@@ -1,0 +1,115 @@
+//! A rank's running account of the loop: losses and throughput since the last
+//! logged step, OOM events, and the run's summary at the end.
+
+use std::time::Instant;
+
+use crate::data::planner::{PlannerState, StepBatches};
+use crate::data::sampler::GlobalBatchSampler;
+use crate::report::logging::{EvalLog, StepLog};
+use crate::report::summary::TrainSummary;
+use crate::train::prefetch::PrefetchStats;
+use crate::train::settings::RunSettings;
+
+/// Per-rank mutable state of the loop.
+pub(crate) struct Progress {
+    pub(crate) losses_since_log: Vec<f64>,
+    pub(crate) examples_since_log: usize,
+    pub(crate) oom_events_since_log: usize,
+    pub(crate) oom_events: usize,
+    pub(crate) skipped_since_log: usize,
+    last_log: Instant,
+    started: Instant,
+    pub(crate) step_losses: Vec<f64>,
+}
+
+impl Progress {
+    /// From now, with the OOM events of the run so far (a resumed run's).
+    pub(crate) fn new(oom_events: usize) -> Self {
+        let started = Instant::now();
+        Self {
+            losses_since_log: Vec::new(),
+            examples_since_log: 0,
+            oom_events_since_log: 0,
+            oom_events,
+            skipped_since_log: 0,
+            last_log: started,
+            started,
+            step_losses: Vec::new(),
+        }
+    }
+
+    /// The log record of a logged step: the loss is the mean since the last
+    /// logged step, the throughput over the same span.
+    pub(crate) fn step_log(
+        &mut self,
+        sampler: &GlobalBatchSampler,
+        step: usize,
+        batches: &StepBatches,
+        grad_norm: f64,
+        lr: f64,
+    ) -> StepLog {
+        let elapsed = self.last_log.elapsed().as_secs_f64();
+        let losses = std::mem::take(&mut self.losses_since_log);
+        let entry = StepLog {
+            step,
+            epoch: sampler.epoch(),
+            train_coverage: sampler.train_coverage(),
+            local_batch_sizes: batches.local_sizes(),
+            global_batch: batches.global_size(),
+            indices: batches.per_rank_indices(),
+            loss: losses.iter().sum::<f64>() / losses.len().max(1) as f64,
+            grad_norm,
+            learning_rate: lr,
+            examples_per_s: self.examples_since_log as f64 / elapsed.max(f64::MIN_POSITIVE),
+            micro_batches: batches.micro.len(),
+            oom_events: std::mem::take(&mut self.oom_events_since_log),
+            predicted_memory: None,
+            measured_memory: None,
+            gradient_noise_scale: None,
+            loss_scale: None,
+            skipped_steps: 0,
+            sources: Default::default(),
+        };
+        self.examples_since_log = 0;
+        self.last_log = Instant::now();
+        entry
+    }
+
+    /// What the run reports. Throughput and loss count this run only: a resumed
+    /// run starts where `resumed` stood.
+    pub(crate) fn summary<S: crate::adapt::schedule::Schedule>(
+        self,
+        planner: &crate::data::planner::StepPlanner<S>,
+        settings: &RunSettings,
+        resumed: Option<&PlannerState>,
+        evaluations: Vec<EvalLog>,
+        prefetch: PrefetchStats,
+        skipped_steps: usize,
+    ) -> TrainSummary {
+        let runtime = self.started.elapsed().as_secs_f64();
+        let sampler = planner.sampler();
+        let trained_here = sampler.examples_seen() - resumed.map_or(0, |s| s.examples_seen);
+        let train_loss = if self.step_losses.is_empty() {
+            f64::NAN
+        } else {
+            self.step_losses.iter().sum::<f64>() / self.step_losses.len() as f64
+        };
+        TrainSummary {
+            global_step: planner.step(),
+            epoch: sampler.epoch(),
+            examples_seen: sampler.examples_seen(),
+            train_loss,
+            step_losses: self.step_losses,
+            oom_events: self.oom_events,
+            final_per_device_batch_size: planner.per_device(),
+            world_size: settings.world_size,
+            train_runtime: runtime,
+            train_samples_per_second: trained_here as f64 / runtime.max(f64::MIN_POSITIVE),
+            resumed_from_step: resumed.map(|s| s.global_step),
+            evaluations,
+            prefetched_steps: prefetch.used,
+            prefetch_discarded: prefetch.discarded,
+            skipped_steps,
+        }
+    }
+}
