@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
-use adabatch::{Callback, EarlyStopping, EvalLog, TrainerControl, TrainerState};
+use adabatch::{Callback, EarlyStopping, EvalLog, StepLog, TrainerControl, TrainerState};
 use common::*;
 
 /// What a callback saw, per rank: `(rank, event, step, epoch)`.
@@ -206,4 +206,85 @@ fn early_stopping_stops_when_the_eval_loss_turns() {
     assert_eq!(summary.global_step, 8, "{losses:?}");
     assert_eq!(summary.evaluations.len(), 4);
     assert_eq!(trainer.stop.best(), Some(losses[0]));
+}
+
+/// Every logged record a callback saw, with its rank; asks to stop at `stop_at`.
+struct LogWatcher {
+    seen: Arc<Mutex<Vec<(usize, StepLog)>>>,
+    stop_at: Option<usize>,
+}
+
+impl Callback for LogWatcher {
+    fn on_log(&mut self, state: &TrainerState, log: &StepLog, control: &mut TrainerControl) {
+        assert_eq!(log.step, state.global_step);
+        self.seen.lock().unwrap().push((state.rank, log.clone()));
+        control.should_training_stop |= Some(log.step) == self.stop_at;
+    }
+}
+
+#[adaptive_trainer(schedule = constant)]
+struct LogWatched {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[callback]
+    watcher: LogWatcher,
+}
+
+/// Runs 20 examples on 2 ranks of 3 (8 steps over 2 epochs), logging every 3
+/// steps; returns the run's JSONL and what each rank's `on_log` saw.
+fn watched_logs(stop_at: Option<usize>) -> (TrainSummary, Vec<StepLog>, Vec<(usize, StepLog)>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = temp_log("on-log");
+    let a = TrainingArgs {
+        logging_steps: 3,
+        log_jsonl: Some(log.clone()),
+        ..args(2, 3, 2)
+    };
+    let factory = |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = adam(&model, 0.05)?;
+        let watcher = LogWatcher {
+            seen: seen.clone(),
+            stop_at,
+        };
+        Ok(LogWatched::new(model, opt, watcher))
+    };
+    let summary = LogWatched::launch(&dataset(20, 1), &collate, &a, factory)
+        .unwrap()
+        .summary;
+    let seen = seen.lock().unwrap().clone();
+    (summary, read_log(&log), seen)
+}
+
+#[test]
+fn on_log_sees_every_logged_record_on_every_rank() {
+    let (summary, written, seen) = watched_logs(None);
+    assert_eq!(summary.global_step, 8);
+    let steps: Vec<usize> = written.iter().map(|l| l.step).collect();
+    assert_eq!(steps, [3, 6, 8], "every 3 steps and the last");
+    for rank in 0..2 {
+        let mine: Vec<&StepLog> = seen.iter().filter(|s| s.0 == rank).map(|s| &s.1).collect();
+        assert_eq!(mine.len(), written.len(), "rank {rank}");
+        for (got, log) in mine.iter().zip(&written) {
+            // The written record, except what each rank measures for itself.
+            let mut expected = log.clone();
+            expected.examples_per_s = got.examples_per_s;
+            expected.measured_memory = got.measured_memory;
+            assert_eq!(**got, expected, "rank {rank}, step {}", log.step);
+            assert!(got.loss.is_finite() && got.grad_norm.is_finite());
+        }
+    }
+}
+
+#[test]
+fn on_log_can_stop_the_run() {
+    let (summary, written, seen) = watched_logs(Some(6));
+    assert_eq!(
+        summary.global_step, 6,
+        "stopped after the logged step that asked"
+    );
+    assert_eq!(written.iter().map(|l| l.step).collect::<Vec<_>>(), [3, 6]);
+    assert_eq!(seen.len(), 4, "steps 3 and 6 on both ranks");
 }

@@ -78,6 +78,7 @@ where
     // The last trained step's global batch, loss and learning rate.
     let mut last_step = (0, f64::NAN, 0.0);
     let mut prefetch = PrefetchStats::default();
+    let has_callback = trainer.callback().is_some();
     // Collate threads live in this scope: they borrow the dataset and the collate.
     std::thread::scope(|scope| -> Result<()> {
         let mut prefetcher = Prefetcher::new(
@@ -101,8 +102,9 @@ where
             let predicted_memory = planner.sampler().last_predicted();
             let consumed_before = planner.sampler().examples_seen() - batches.global_size();
             let lr = settings.lr.at(consumed_before, batches.global_size());
-            let log_now =
-                logger.is_some() && (step % settings.logging_steps == 0 || planner.is_last_step());
+            // A logged step builds its record for the log and for `Callback::on_log`.
+            let log_now = (logger.is_some() || has_callback)
+                && (step % settings.logging_steps == 0 || planner.is_last_step());
             // Only memory-aware runs need the device's peak (it synchronises the device).
             let peak =
                 (adaptation.memory_mode && !device.is_cpu()).then(|| PeakSampler::start(device));
@@ -167,29 +169,34 @@ where
             progress.examples_since_log += batches.global_size();
             if let Some(logger) = logger.as_deref_mut() {
                 logger.advance(batches.global_size(), planner.sampler().epoch());
-                if log_now {
-                    let mut entry = progress.step_log(
-                        planner.sampler(),
-                        step,
-                        &batches,
-                        grad_norm.unwrap_or(f64::NAN),
-                        lr,
+            }
+            let logged = if log_now {
+                let mut entry = progress.step_log(
+                    planner.sampler(),
+                    step,
+                    &batches,
+                    grad_norm.unwrap_or(f64::NAN),
+                    lr,
+                );
+                entry.predicted_memory = predicted_memory;
+                entry.measured_memory = measured_memory;
+                entry.gradient_noise_scale = adaptation.noise_scale.and_then(|e| e.estimate());
+                entry.loss_scale = adaptation.loss_scaler.map(|_| input.loss_scale);
+                entry.skipped_steps = std::mem::take(&mut progress.skipped_since_log);
+                if let Some(mixed) = planner.sampler().sources() {
+                    entry.sources = SourceLog::of(
+                        mixed,
+                        batches.micro.iter().flat_map(|m| m.indices.iter().copied()),
+                        step_source_loss.as_deref(),
                     );
-                    entry.predicted_memory = predicted_memory;
-                    entry.measured_memory = measured_memory;
-                    entry.gradient_noise_scale = adaptation.noise_scale.and_then(|e| e.estimate());
-                    entry.loss_scale = adaptation.loss_scaler.map(|_| input.loss_scale);
-                    entry.skipped_steps = std::mem::take(&mut progress.skipped_since_log);
-                    if let Some(mixed) = planner.sampler().sources() {
-                        entry.sources = SourceLog::of(
-                            mixed,
-                            batches.micro.iter().flat_map(|m| m.indices.iter().copied()),
-                            step_source_loss.as_deref(),
-                        );
-                    }
+                }
+                if let Some(logger) = logger.as_deref_mut() {
                     logger.log(&entry)?;
                 }
-            }
+                Some(entry)
+            } else {
+                None
+            };
             if let (Some(losses), Some(mixer)) =
                 (step_source_loss.as_deref(), adaptation.mixer(trainer))
             {
@@ -206,6 +213,9 @@ where
             if let Some(callback) = trainer.callback() {
                 let state = trainer_state(comm, &planner, last, &evaluations);
                 callback.on_step_end(&state, &mut control);
+                if let Some(entry) = &logged {
+                    callback.on_log(&state, entry, &mut control);
+                }
                 if planner.epoch_complete() {
                     callback.on_epoch_end(&state, &mut control);
                 }

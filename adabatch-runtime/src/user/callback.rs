@@ -1,6 +1,6 @@
 //! Callbacks in the spirit of Hugging Face's `TrainerCallback`: code of the user's
-//! that runs at the end of every step, after every evaluation and at the end of
-//! every epoch, sees where training stands, and may ask the engine to stop, save a
+//! that runs at the end of every step, on every logged step's record, after every
+//! evaluation and at the end of every epoch, sees where training stands, and may ask the engine to stop, save a
 //! checkpoint or evaluate.
 //!
 //! Every rank runs its own callback (the trainer's `#[callback]` field, built by the
@@ -10,7 +10,7 @@
 //! step when training on several ranks, so a callback that decides differently on
 //! some rank cannot leave the others waiting.
 
-use crate::report::logging::EvalLog;
+use crate::report::logging::{EvalLog, StepLog};
 
 /// Where training stands (HF `TrainerState`).
 #[derive(Debug, Clone, PartialEq)]
@@ -79,12 +79,22 @@ impl TrainerControl {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an adabatch callback",
     label = "the `#[callback]` field must implement `adabatch::Callback`",
-    note = "implement `adabatch::Callback for {Self}` (`on_step_end`, `on_evaluate`, `on_epoch_end`, `on_train_end`, all optional); several callbacks go in a `Vec<Box<dyn Callback>>`"
+    note = "implement `adabatch::Callback for {Self}` (`on_step_end`, `on_log`, `on_evaluate`, `on_epoch_end`, `on_train_end`, all optional); several callbacks go in a `Vec<Box<dyn Callback>>`"
 )]
 pub trait Callback: Send {
-    /// After every optimisation step (and its logging and scheduled evaluation).
+    /// After every optimisation step, once it is logged; before the step's
+    /// scheduled evaluation and checkpoint (which `control` may also ask for).
     fn on_step_end(&mut self, state: &TrainerState, control: &mut TrainerControl) {
         let _ = (state, control);
+    }
+    /// After a logged step (every `--logging-steps` and the last), with the record
+    /// the logs get (HF `on_log`), after [`Callback::on_step_end`]. The loss (the
+    /// mean since the last logged step), learning rate, gradient norm, batches and
+    /// estimates are the same on every rank; `examples_per_s` and
+    /// `measured_memory` are the rank's own. A rank other than 0 writes no log but
+    /// sees the same record.
+    fn on_log(&mut self, state: &TrainerState, log: &StepLog, control: &mut TrainerControl) {
+        let _ = (state, log, control);
     }
     /// After every evaluation; `metrics` is the evaluation just made.
     fn on_evaluate(
@@ -109,6 +119,11 @@ impl Callback for Vec<Box<dyn Callback>> {
     fn on_step_end(&mut self, state: &TrainerState, control: &mut TrainerControl) {
         for c in self {
             c.on_step_end(state, control);
+        }
+    }
+    fn on_log(&mut self, state: &TrainerState, log: &StepLog, control: &mut TrainerControl) {
+        for c in self {
+            c.on_log(state, log, control);
         }
     }
     fn on_evaluate(
