@@ -31,6 +31,7 @@
 //! | `--eval-steps`, `--per-device-eval-batch-size`, `launch_with_eval` | eval.rs          |
 //! | `--dataloader-num-workers`         | prefetch.rs                                             |
 //! | `--release-freed-memory`           | host_heap.rs                                            |
+//! | `--gradient-accumulation-steps`    | `gradient_accumulation_steps_replaces_grad_accum`       |
 //! | `--bf16`, `--fp16`, `--fp16-initial-scale-power` | precision.rs                              |
 //! | `--log-jsonl`                      | every file reading logs; errors.rs (`Io`)               |
 //! | `--log-indices`, `--quiet`, `--disable-tqdm` | `console_flags_do_not_change_the_run`         |
@@ -116,6 +117,8 @@ fn cli_parses_every_flag() {
         "--dataloader-num-workers",
         "2",
         "--release-freed-memory",
+        "--gradient-accumulation-steps",
+        "4",
         "--fp16",
         "--fp16-initial-scale-power",
         "-3",
@@ -154,6 +157,7 @@ fn cli_parses_every_flag() {
     assert_eq!(a.per_device_eval_batch_size, 64);
     assert_eq!(a.dataloader_num_workers, 2);
     assert!(a.release_freed_memory);
+    assert_eq!(a.gradient_accumulation_steps, Some(4));
     assert!(a.fp16 && !a.bf16);
     assert_eq!(a.fp16_initial_scale_power, -3);
     assert_eq!(
@@ -219,6 +223,7 @@ fn cli_defaults_and_bad_values() {
     assert_eq!(a.max_grad_norm, 0.0);
     assert_eq!(a.dataloader_num_workers, 0);
     assert!(!a.release_freed_memory);
+    assert_eq!(a.gradient_accumulation_steps, None);
     assert!(!a.bf16 && !a.fp16);
     assert_eq!(a.fp16_initial_scale_power, 16);
     // `Default` is the parse of no arguments.
@@ -321,6 +326,68 @@ fn console_flags_do_not_change_the_run() {
     a.log_indices = true;
     let (loud, _) = logged_run(&a, 12);
     assert_eq!(quiet.step_losses, loud.step_losses);
+}
+
+hand_trainer!(
+    AccumulatingTrainer,
+    AdamW,
+    TrainerPolicy {
+        grad_accum: adabatch::GradAccum::Fixed(3),
+        ..INTERVAL_POLICY
+    }
+);
+
+/// `--gradient-accumulation-steps 3` runs exactly as a policy with
+/// `grad_accum = fixed(3)`; 0 is refused.
+#[test]
+fn gradient_accumulation_steps_replaces_grad_accum() {
+    let mut a = args(2, 2, 2);
+    let log = temp_log("accum-flag");
+    a.log_jsonl = Some(log.clone());
+    a.gradient_accumulation_steps = Some(3);
+    let data = dataset(40, 3);
+    let flagged = adabatch::launch(
+        &data,
+        &collate,
+        &a,
+        adamw_factory(|model, opt| IntervalTrainer { model, opt }),
+    )
+    .unwrap()
+    .summary;
+    let logs = read_log(&log);
+    // Three micro-batches per step; fewer only where an epoch's tail ends a step.
+    assert_eq!(logs[0].micro_batches, 3);
+    assert!(logs.iter().all(|l| (1..=3).contains(&l.micro_batches)));
+    a.gradient_accumulation_steps = None;
+    a.log_jsonl = None;
+    let keyed = adabatch::launch(
+        &data,
+        &collate,
+        &a,
+        adamw_factory(|model, opt| AccumulatingTrainer { model, opt }),
+    )
+    .unwrap()
+    .summary;
+    assert_eq!(flagged.step_losses, keyed.step_losses);
+    assert_eq!(flagged.global_step, keyed.global_step);
+    a.gradient_accumulation_steps = Some(0);
+    let err = adabatch::launch(
+        &data,
+        &collate,
+        &a,
+        adamw_factory(|model, opt| IntervalTrainer { model, opt }),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            adabatch::Error::InvalidSetting {
+                name: "gradient_accumulation_steps",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -21,6 +21,12 @@ pub struct TrainingArgs {
     /// Initial per-device batch size (the schedule may start elsewhere).
     #[arg(long, default_value_t = 8)]
     pub per_device_train_batch_size: usize,
+    /// Micro-batches accumulated into each optimisation step (HF name): replaces
+    /// the trainer's `grad_accum` with `fixed(N)`. A step then trains N
+    /// micro-batches of the per-device size on every rank (under a schedule in
+    /// global units, its global batch split into N).
+    #[arg(long)]
+    pub gradient_accumulation_steps: Option<usize>,
     /// Megatron-LM's batch-size ramp, in global units: `START INCR SAMPLES` grows
     /// the global batch from START by INCR over SAMPLES examples consumed, up to
     /// `--global-batch-size` (required with it). Overrides the trainer's schedule.

@@ -155,6 +155,22 @@ impl RunSettings {
             args.memory_margin,
             "finite and >= 0",
         )?;
+        // `--gradient-accumulation-steps` (HF) replaces the policy's `grad_accum`.
+        let grad_accum = match args.gradient_accumulation_steps {
+            Some(0) => {
+                return Err(Error::InvalidSetting {
+                    name: "gradient_accumulation_steps",
+                    value: "0".into(),
+                    expected: "at least 1 micro-batch per step",
+                })
+            }
+            Some(n) => GradAccum::Fixed(n),
+            None => policy.grad_accum,
+        };
+        let policy = &TrainerPolicy {
+            grad_accum,
+            ..*policy
+        };
         if let Some(reason) = policy.unsupported() {
             return Err(Error::UnsupportedPolicy { reason });
         }
