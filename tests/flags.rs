@@ -19,6 +19,7 @@
 //! |                                    | `empty_slices_are_not_observed` (ignored: bug)          |
 //! | `--max-grad-norm`                  | numerics.rs `max_grad_norm_clips_to_the_given_norm`     |
 //! | `--lr-scheduler-type`, `--warmup-ratio` | numerics.rs `linear_and_cosine_with_warmup_...`    |
+//! | `--warmup-steps`                   | numerics.rs `warmup_steps_warm_up_over_...`             |
 //! | `--max-steps`                      | numerics.rs `linear_schedule_with_max_steps_...`, engine.rs |
 //! | `--dataloader-drop-last`           | numerics.rs `drop_last_horizon_...`, properties.rs      |
 //! | `--nproc-per-node`, `--seed`       | engine.rs, properties.rs                                |
@@ -119,6 +120,8 @@ fn cli_parses_every_flag() {
         "--release-freed-memory",
         "--gradient-accumulation-steps",
         "4",
+        "--warmup-steps",
+        "7",
         "--fp16",
         "--fp16-initial-scale-power",
         "-3",
@@ -158,6 +161,7 @@ fn cli_parses_every_flag() {
     assert_eq!(a.dataloader_num_workers, 2);
     assert!(a.release_freed_memory);
     assert_eq!(a.gradient_accumulation_steps, Some(4));
+    assert_eq!(a.warmup_steps, 7);
     assert!(a.fp16 && !a.bf16);
     assert_eq!(a.fp16_initial_scale_power, -3);
     assert_eq!(
@@ -224,6 +228,7 @@ fn cli_defaults_and_bad_values() {
     assert_eq!(a.dataloader_num_workers, 0);
     assert!(!a.release_freed_memory);
     assert_eq!(a.gradient_accumulation_steps, None);
+    assert_eq!(a.warmup_steps, 0);
     assert!(!a.bf16 && !a.fp16);
     assert_eq!(a.fp16_initial_scale_power, 16);
     // `Default` is the parse of no arguments.

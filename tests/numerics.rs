@@ -305,6 +305,43 @@ fn linear_and_cosine_with_warmup_follow_examples_consumed() {
 }
 
 #[test]
+fn warmup_steps_warm_up_over_the_examples_of_the_first_steps() {
+    // interval(5, +1): the warm-up ends after the examples of the first 6 steps,
+    // and `--warmup-steps` overrides `--warmup-ratio` (HF).
+    for kind in [LrSchedulerType::Linear, LrSchedulerType::Constant] {
+        for world in [1, 2] {
+            let mut a = args(world, 1, 4);
+            a.lr_scheduler_type = kind;
+            a.warmup_steps = 6;
+            a.warmup_ratio = 0.5;
+            a.learning_rate = 0.01;
+            let logs = lr_run(&a, 10);
+            let warm: usize = logs[..6].iter().map(|l| l.global_batch).sum();
+            assert!(logs[..6].iter().any(|l| l.global_batch > world));
+            assert_lr(&logs, kind, 0.01, warm as f64 / 40.0, 40.0);
+            assert!(logs[5].learning_rate < 0.01 && logs[6].learning_rate > logs[5].learning_rate);
+        }
+    }
+    // A constant batch: HF's step-wise ramp, 0, 1/4, 2/4, 3/4 of the peak, then
+    // the peak.
+    hand_trainer!(Constant, candle_nn::AdamW, TrainerPolicy::DEFAULT);
+    let log = temp_log("lr-warmup-steps");
+    let mut a = args(1, 2, 1);
+    a.warmup_steps = 4;
+    a.learning_rate = 0.5;
+    a.log_jsonl = Some(log.clone());
+    adabatch::launch(
+        &dataset(20, 8),
+        &collate,
+        &a,
+        adamw_factory(|model, opt| Constant { model, opt }),
+    )
+    .unwrap();
+    let lrs: Vec<f64> = read_log(&log).iter().map(|l| l.learning_rate).collect();
+    assert_eq!(lrs, [0.0, 0.125, 0.25, 0.375, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]);
+}
+
+#[test]
 fn linear_schedule_with_max_steps_reaches_a_tenth_at_step_ten() {
     // A constant batch of 2 for 10 steps.
     hand_trainer!(Constant, candle_nn::AdamW, TrainerPolicy::DEFAULT);

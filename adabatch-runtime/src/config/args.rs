@@ -57,6 +57,11 @@ pub struct TrainingArgs {
     /// Fraction of the run's examples spent warming the learning rate up from 0.
     #[arg(long, default_value_t = 0.0)]
     pub warmup_ratio: f64,
+    /// Warm the learning rate up over the run's first N steps (HF: overrides
+    /// `--warmup-ratio` when above 0). The warm-up still runs on examples
+    /// consumed: it ends after the examples those N planned steps take.
+    #[arg(long, default_value_t = 0)]
+    pub warmup_steps: usize,
     /// Seed of permutations and parameter initialisation (default: the policy's).
     #[arg(long)]
     pub seed: Option<u64>,

@@ -359,8 +359,9 @@ impl RunSettings {
     /// `drop_last` count and a linear decay reaches 0 at the end, as in HF); an
     /// estimate, said at the start, for length-aware batches.
     fn set_lr_horizon(&mut self, args: &TrainingArgs) -> Result<()> {
-        let needs_horizon =
-            args.lr_scheduler_type != LrSchedulerType::Constant || args.warmup_ratio > 0.0;
+        let needs_horizon = args.lr_scheduler_type != LrSchedulerType::Constant
+            || args.warmup_ratio > 0.0
+            || args.warmup_steps > 0;
         if !needs_horizon {
             return Ok(());
         }
@@ -369,15 +370,29 @@ impl RunSettings {
                 "noise_scale sizes the batches while training: the learning-rate horizon assumes the first global batch throughout".into(),
             );
         }
+        // Examples of the first `--warmup-steps` steps, when asked for.
+        let mut warmup = None;
         let total = if self.batching.is_none() {
             let mut planner = self.step_planner(0, false)?;
             let mut total = 0;
             while let Some(batches) = planner.next_step() {
                 total += batches.global_size();
+                if args.warmup_steps == planner.step() {
+                    warmup = Some(total);
+                }
                 planner.finish_step()?;
             }
             total
         } else {
+            let first = self.initial_per_device * self.units_world;
+            if args.warmup_steps > 0 {
+                warmup = Some(args.warmup_steps * first);
+                self.warnings.push(format!(
+                    "length-aware batches are sized while training: --warmup-steps {} is taken as {} examples (that many steps of the first global batch, {first})",
+                    args.warmup_steps,
+                    args.warmup_steps * first
+                ));
+            }
             let epochs = args.num_train_epochs.max(1) * self.num_examples;
             let estimate = match self.length {
                 RunLength::Epochs(e) => e * self.num_examples,
@@ -391,7 +406,11 @@ impl RunSettings {
             estimate
         };
         self.lr.total_examples = total as f64;
-        self.lr.warmup_examples = args.warmup_ratio * total as f64;
+        self.lr.warmup_examples = match (args.warmup_steps, warmup) {
+            (0, _) => args.warmup_ratio * total as f64,
+            // More warm-up steps than the run has: it warms up throughout.
+            (_, warm) => warm.unwrap_or(total).min(total) as f64,
+        };
         Ok(())
     }
 
