@@ -54,7 +54,7 @@ fn with_lengths(data: Vec<Example>) -> adabatch::Result<WithLengths<Vec<Example>
 /// One step on the `size` longest examples: `Ok(false)` on a real OOM.
 fn fits(opts: &BatchingOpts, sorted: &[Example], size: usize) -> AnyResult<bool> {
     let data: Vec<Example> = sorted[..size.min(sorted.len())].to_vec();
-    let mut a = quiet_args(&opts.device, size, opts.seed);
+    let mut a = quiet_args(&opts.model, &opts.device, size, opts.seed);
     a.max_steps = Some(1);
     let result = FixedTrainer::launch(&data, &transformer::collate, &a, fixed_trainer(opts.model));
     match result {
@@ -115,7 +115,7 @@ pub fn run(opts: &BatchingOpts) -> AnyResult<bool> {
         None => largest_safe_fixed(opts, &data)?,
     };
     let dataset = with_lengths(data.clone())?;
-    let mut a = quiet_args(&opts.device, fixed, opts.seed);
+    let mut a = quiet_args(&opts.model, &opts.device, fixed, opts.seed);
     a.num_train_epochs = opts.epochs;
     let fixed_run = report("fixed", &data, &device, || {
         FixedTrainer::launch(

@@ -56,7 +56,7 @@ pub fn set_tf32(on: bool) {
 }
 
 fn args(opts: &BenchOpts, steps: usize) -> TrainingArgs {
-    TrainingArgs {
+    let mut args = TrainingArgs {
         device: opts.device.clone(),
         nproc_per_node: opts.nproc_per_node,
         seed: Some(opts.seed),
@@ -66,7 +66,9 @@ fn args(opts: &BenchOpts, steps: usize) -> TrainingArgs {
         logging_steps: steps.max(1),
         quiet: true,
         ..TrainingArgs::default()
-    }
+    };
+    opts.model.set_precision(&mut args);
+    args
 }
 
 fn factory(

@@ -44,7 +44,7 @@ pub fn run(opts: &OomOpts) -> AnyResult<bool> {
     let data = transformer::load(&opts.data, opts.model.max_len)?;
     let mut all_ok = true;
     for policy in [OomPolicy::Halve, OomPolicy::SplitRetry] {
-        let mut a = quiet_args(&opts.device, opts.batch, 0);
+        let mut a = quiet_args(&opts.model, &opts.device, opts.batch, 0);
         a.max_steps = Some(opts.steps);
         a.oom = Some(policy);
         let result =

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use adabatch::prelude::*;
+use adabatch::{autocast, autocast_linear};
 use candle_core::{DType, Device, Tensor, Var, D};
 use candle_nn::{AdamW, Embedding, Linear, Module, Optimizer, ParamsAdamW};
 use clap::Args;
@@ -28,6 +29,21 @@ pub struct Config {
     /// Longest input in bytes (longer sentences are truncated).
     #[arg(long, default_value_t = 256)]
     pub max_len: usize,
+    /// Mixed precision in bfloat16: the linear layers and attention matmuls cast
+    /// with `adabatch::autocast`; norms, softmax and the residual stream stay f32.
+    #[arg(long, conflicts_with = "fp16")]
+    pub bf16: bool,
+    /// Mixed precision in float16 with dynamic loss scaling.
+    #[arg(long)]
+    pub fp16: bool,
+}
+
+impl Config {
+    /// The run's mixed-precision flags from `--bf16` / `--fp16`.
+    pub fn set_precision(&self, args: &mut TrainingArgs) {
+        args.bf16 = self.bf16;
+        args.fp16 = self.fp16;
+    }
 }
 
 /// One example: bytes of a sentence and whether it contains a comma.
@@ -195,18 +211,20 @@ impl Transformer {
         let (b, t, d) = x.dims3()?;
         let h = self.cfg.heads;
         let dh = d / h;
-        let qkv = block
-            .qkv
-            .forward(x)?
+        // Under --bf16 / --fp16 the matmuls run in half precision and the softmax
+        // in f32 (as PyTorch's autocast does); in f32 runs every cast is a no-op.
+        let qkv = autocast_linear(&block.qkv, x)?
             .reshape((b, t, 3, h, dh))?
             .permute((2, 0, 3, 1, 4))?;
         let q = qkv.get(0)?.contiguous()?;
         let k = qkv.get(1)?.contiguous()?;
         let v = qkv.get(2)?.contiguous()?;
-        let scores = (q.matmul(&k.t()?)? * (1.0 / (dh as f64).sqrt()))?.broadcast_add(bias)?;
-        let probs = candle_nn::ops::softmax(&scores, D::Minus1)?;
+        let scores = (q.matmul(&k.t()?)? * (1.0 / (dh as f64).sqrt()))?
+            .to_dtype(DType::F32)?
+            .broadcast_add(bias)?;
+        let probs = autocast(&candle_nn::ops::softmax(&scores, D::Minus1)?)?;
         let out = probs.matmul(&v)?.transpose(1, 2)?.reshape((b, t, d))?;
-        block.proj.forward(&out)
+        autocast_linear(&block.proj, &out)?.to_dtype(x.dtype())
     }
 
     /// Logits `[batch, classes]`.
@@ -217,15 +235,15 @@ impl Transformer {
             .broadcast_add(&self.pos.forward(&batch.positions)?)?;
         for block in &self.blocks {
             x = (&x + self.attention(block, &block.ln1.forward(&x)?, &batch.attn_bias)?)?;
-            let y = block
-                .fc2
-                .forward(&block.fc1.forward(&block.ln2.forward(&x)?)?.gelu()?)?;
+            let hidden = autocast_linear(&block.fc1, &block.ln2.forward(&x)?)?.gelu()?;
+            let y = autocast_linear(&block.fc2, &hidden)?.to_dtype(x.dtype())?;
             x = (x + y)?;
         }
         let x = self.ln_f.forward(&x)?;
         let summed = x.broadcast_mul(&batch.mask)?.sum(1)?;
         let counts = batch.mask.sum(1)?;
-        self.head.forward(&summed.broadcast_div(&counts)?)
+        // Half-precision logits: the per-example cross-entropy normalises in f32.
+        autocast_linear(&self.head, &summed.broadcast_div(&counts)?)
     }
 }
 
@@ -300,9 +318,10 @@ pub fn fixed_trainer(
     }
 }
 
-/// Settings of the memory runs: no logs, learning rate 3e-4.
-pub fn quiet_args(device: &str, per_device: usize, seed: u64) -> TrainingArgs {
-    TrainingArgs {
+/// Settings of the memory runs: no logs, learning rate 3e-4, the model's
+/// precision.
+pub fn quiet_args(cfg: &Config, device: &str, per_device: usize, seed: u64) -> TrainingArgs {
+    let mut args = TrainingArgs {
         device: device.to_string(),
         seed: Some(seed),
         per_device_train_batch_size: per_device,
@@ -310,5 +329,7 @@ pub fn quiet_args(device: &str, per_device: usize, seed: u64) -> TrainingArgs {
         logging_steps: usize::MAX,
         quiet: true,
         ..TrainingArgs::default()
-    }
+    };
+    cfg.set_precision(&mut args);
+    args
 }
