@@ -30,6 +30,7 @@
 //! | `--mix-weights`, `Sources`, `#[mixer]` | mixing.rs                                     |
 //! | `--stopping-strategy`              | mixing.rs `the_stopping_strategy_flag`                 |
 //! | `--eval-steps`, `--per-device-eval-batch-size`, `launch_with_eval` | eval.rs          |
+//! | `--eval-strategy`, `--save-strategy`, `--load-best-model-at-end`, `--metric-for-best-model`, `--greater-is-better` | best_model.rs, train::best unit tests |
 //! | `--dataloader-num-workers`         | prefetch.rs                                             |
 //! | `--release-freed-memory`           | host_heap.rs                                            |
 //! | `--gradient-accumulation-steps`    | `gradient_accumulation_steps_replaces_grad_accum`       |
@@ -122,6 +123,15 @@ fn cli_parses_every_flag() {
         "4",
         "--warmup-steps",
         "7",
+        "--eval-strategy",
+        "epoch",
+        "--save-strategy",
+        "epoch",
+        "--load-best-model-at-end",
+        "--metric-for-best-model",
+        "accuracy",
+        "--greater-is-better",
+        "true",
         "--fp16",
         "--fp16-initial-scale-power",
         "-3",
@@ -162,6 +172,11 @@ fn cli_parses_every_flag() {
     assert!(a.release_freed_memory);
     assert_eq!(a.gradient_accumulation_steps, Some(4));
     assert_eq!(a.warmup_steps, 7);
+    assert_eq!(a.eval_strategy, Some(adabatch::IntervalStrategy::Epoch));
+    assert_eq!(a.save_strategy, Some(adabatch::IntervalStrategy::Epoch));
+    assert!(a.load_best_model_at_end);
+    assert_eq!(a.metric_for_best_model.as_deref(), Some("accuracy"));
+    assert_eq!(a.greater_is_better, Some(true));
     assert!(a.fp16 && !a.bf16);
     assert_eq!(a.fp16_initial_scale_power, -3);
     assert_eq!(
@@ -229,6 +244,9 @@ fn cli_defaults_and_bad_values() {
     assert!(!a.release_freed_memory);
     assert_eq!(a.gradient_accumulation_steps, None);
     assert_eq!(a.warmup_steps, 0);
+    assert_eq!((a.eval_strategy, a.save_strategy), (None, None));
+    assert!(!a.load_best_model_at_end);
+    assert_eq!((a.metric_for_best_model.as_deref(), a.greater_is_better), (None, None));
     assert!(!a.bf16 && !a.fp16);
     assert_eq!(a.fp16_initial_scale_power, 16);
     // `Default` is the parse of no arguments.

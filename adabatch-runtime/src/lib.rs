@@ -41,7 +41,7 @@ pub use adapt::mixer::{
     CurriculumMixer, FnMixer, LastEval, MixFn, Mixer, OnlineMixer, SourceStats,
 };
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
-pub use config::args::{ReportTo, TrainingArgs};
+pub use config::args::{IntervalStrategy, ReportTo, TrainingArgs};
 pub use config::policy::{
     GradAccum, MixSpec, OomPolicy, Reweight, StoppingStrategy, TrainerPolicy,
 };

@@ -110,6 +110,32 @@ pub struct TrainingArgs {
     /// With an eval dataset: evaluate every this many steps (and always at the end).
     #[arg(long)]
     pub eval_steps: Option<usize>,
+    /// When to evaluate (HF `eval_strategy`): `no`, `steps` (every `--eval-steps`,
+    /// else every `--logging-steps`) or `epoch` (at each epoch's end). Default:
+    /// `steps` with `--eval-steps`, else `no`. A run with an eval dataset always
+    /// evaluates at its end.
+    #[arg(long, value_enum)]
+    pub eval_strategy: Option<IntervalStrategy>,
+    /// When to save (HF `save_strategy`): `no`, `steps` (every `--save-steps`) or
+    /// `epoch` (at each epoch's end). Default: `steps` with `--save-steps` above 0,
+    /// else `no`. A run that saves also saves at its end.
+    #[arg(long, value_enum)]
+    pub save_strategy: Option<IntervalStrategy>,
+    /// At the end, load the weights of the checkpoint whose evaluation scored best
+    /// on `--metric-for-best-model` (HF); `--save-total-limit` never removes that
+    /// checkpoint. Needs an eval dataset and a save at every evaluation's step
+    /// (the same strategy; with `steps`, `--save-steps` a multiple of
+    /// `--eval-steps`).
+    #[arg(long)]
+    pub load_best_model_at_end: bool,
+    /// The metric of `--load-best-model-at-end`: `loss` (the default) or an eval
+    /// metric's name, with or without its `eval_` prefix.
+    #[arg(long)]
+    pub metric_for_best_model: Option<String>,
+    /// Whether a larger `--metric-for-best-model` is better (default: `false` for
+    /// the loss, `true` for any other metric).
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub greater_is_better: Option<bool>,
     /// Eval examples per forward pass on each rank.
     #[arg(long, default_value_t = 8)]
     pub per_device_eval_batch_size: usize,
@@ -190,6 +216,18 @@ pub struct TrainingArgs {
     /// (batch size, coverage and epoch, loss and learning rate).
     #[arg(long)]
     pub plot: Option<PathBuf>,
+}
+
+/// When something happens during a run (HF `IntervalStrategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntervalStrategy {
+    /// Never during the run.
+    No,
+    /// Every N steps.
+    Steps,
+    /// At the end of each epoch.
+    Epoch,
 }
 
 /// Integrations that receive the logs besides the console and JSONL (HF `report_to`).

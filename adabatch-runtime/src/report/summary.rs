@@ -37,6 +37,11 @@ pub struct TrainSummary {
     /// `--fp16`: steps whose gradients overflowed and were skipped (in the whole
     /// run, a resumed one included).
     pub skipped_steps: usize,
+    /// `--load-best-model-at-end`: the checkpoint whose weights the model holds
+    /// at the end, and its metric (HF `best_model_checkpoint`, `best_metric`).
+    pub best_model_checkpoint: Option<std::path::PathBuf>,
+    /// The best checkpoint's value of `--metric-for-best-model`.
+    pub best_metric: Option<f64>,
 }
 
 impl TrainSummary {

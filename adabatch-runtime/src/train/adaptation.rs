@@ -172,6 +172,7 @@ impl Adaptation {
             noise_scale: self.noise_scale,
             loss_scaler: self.loss_scaler,
             mixer: self.mixer(trainer).map(|m| m.state()),
+            best: None,
         })
     }
 }

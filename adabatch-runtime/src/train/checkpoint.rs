@@ -56,6 +56,9 @@ pub struct CheckpointState {
     /// `--fp16`'s loss scale and its count of clean steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scaler: Option<crate::optim::precision::LossScaler>,
+    /// `--load-best-model-at-end`: the checkpoint that scored best so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<crate::train::best::BestCheckpoint>,
     /// The trainer's policy the run was written with (absent in older checkpoints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyRecord>,
@@ -235,11 +238,25 @@ pub fn latest(output_dir: &Path) -> Result<PathBuf> {
         })
 }
 
-/// Keeps the newest `keep` complete checkpoints (`--save-total-limit`).
-pub fn prune(output_dir: &Path, keep: usize) -> Result<()> {
+/// Keeps the newest `keep` complete checkpoints (`--save-total-limit`), and the
+/// checkpoint of step `protect` besides (the best model's, as HF keeps it: with
+/// `keep` = 1 that is the best and the newest).
+pub fn prune(output_dir: &Path, keep: usize, protect: Option<usize>) -> Result<()> {
     let all = complete_checkpoints(output_dir)?;
-    let excess = all.len().saturating_sub(keep);
-    for (_, path) in &all[..excess] {
+    let newest = all.last().map(|(step, _)| *step);
+    let others: Vec<&(usize, PathBuf)> = all.iter().filter(|(s, _)| Some(*s) != protect).collect();
+    let keep_others = match protect {
+        Some(p) if all.iter().any(|(s, _)| *s == p) => {
+            if Some(p) == newest {
+                keep.saturating_sub(1)
+            } else {
+                keep.saturating_sub(1).max(1)
+            }
+        }
+        _ => keep,
+    };
+    let excess = others.len().saturating_sub(keep_others);
+    for (_, path) in &others[..excess] {
         std::fs::remove_dir_all(path).map_err(io(path))?;
     }
     Ok(())
@@ -295,6 +312,7 @@ pub(crate) struct RunExtras {
     pub(crate) noise_scale: Option<crate::adapt::noise_scale::NoiseScaleEstimator>,
     pub(crate) mixer: Option<Vec<f64>>,
     pub(crate) loss_scaler: Option<crate::optim::precision::LossScaler>,
+    pub(crate) best: Option<crate::train::best::BestCheckpoint>,
 }
 
 /// Writes rank 0's checkpoint of the run as it stands.
@@ -319,6 +337,7 @@ pub(crate) fn save_checkpoint<S: Schedule>(
         noise_scale: extras.noise_scale,
         mixer: extras.mixer,
         loss_scaler: extras.loss_scaler,
+        best: extras.best,
     };
     let optimizer_state = optimizer.export_state(params)?;
     let dir = save(
@@ -328,7 +347,8 @@ pub(crate) fn save_checkpoint<S: Schedule>(
         &state,
     )?;
     if let Some(keep) = settings.save_total_limit {
-        prune(&settings.output_dir, keep)?;
+        let best = extras.best.filter(|_| settings.best_model.is_some());
+        prune(&settings.output_dir, keep, best.map(|b| b.step))?;
     }
     if let Some(logger) = logger {
         logger.event(&format!(

@@ -104,6 +104,8 @@ impl DryRun {
             prefetched_steps: 0,
             prefetch_discarded: 0,
             skipped_steps: 0,
+            best_model_checkpoint: None,
+            best_metric: None,
         }
     }
 }

@@ -11,12 +11,13 @@ use crate::report::logging::Logger;
 use crate::report::logging::SourceLog;
 use crate::report::summary::TrainSummary;
 use crate::train::adaptation::length_aware_epoch;
+use crate::train::best::{load_best, Interval};
 use crate::train::hooks::{
-    agree, evaluate_and_report, next_mix_weights, save_on_rank_zero, trainer_state, RunData,
+    agree, evaluate_and_report, next_mix_weights, save_now, trainer_state, RunData, SaveInputs,
 };
 use crate::train::oom::OomRecovery;
 use crate::train::prefetch::{PrefetchStats, Prefetcher};
-use crate::train::progress::Progress;
+use crate::train::progress::{Progress, RunOutcome};
 use crate::train::settings::RunSettings;
 use crate::train::start::{start_run, RunStart};
 use crate::train::step::{train_step, StepInput, StepOutcome};
@@ -79,6 +80,7 @@ where
     let mut last_step = (0, f64::NAN, 0.0);
     let mut prefetch = PrefetchStats::default();
     let has_callback = trainer.callback().is_some();
+    let mut best = resumed.as_ref().and_then(|s| s.best);
     // Collate threads live in this scope: they borrow the dataset and the collate.
     std::thread::scope(|scope| -> Result<()> {
         let mut prefetcher = Prefetcher::new(
@@ -206,8 +208,8 @@ where
             planner.finish_step()?;
             let mut control = TrainerControl {
                 should_training_stop: false,
-                should_save: settings.save_steps > 0 && step % settings.save_steps == 0,
-                should_evaluate: settings.eval_steps.is_some_and(|k| step % k == 0),
+                should_save: settings.save_every.due(step, planner.epoch_complete()),
+                should_evaluate: settings.eval_every.due(step, planner.epoch_complete()),
             };
             let last = (batches.global_size(), loss, lr);
             if let Some(callback) = trainer.callback() {
@@ -237,16 +239,14 @@ where
                 control.should_save |= asked.should_save;
             }
             if control.should_save {
-                let extra = adaptation.extras(trainer, comm, progress.oom_events)?;
-                save_on_rank_zero(
-                    comm,
-                    settings,
-                    &planner,
-                    &params,
-                    trainer,
-                    extra,
-                    logger.as_deref(),
-                )?;
+                let inputs = SaveInputs {
+                    params: &params,
+                    adaptation: &mut adaptation,
+                    oom_events: progress.oom_events,
+                    evaluations: &evaluations,
+                    best: &mut best,
+                };
+                save_now(trainer, comm, settings, &planner, inputs, logger.as_deref())?;
                 last_saved = Some(step);
             }
             last_step = last;
@@ -279,17 +279,18 @@ where
             &mut evaluations,
         )?;
     }
-    if settings.save_steps > 0 && last_saved != Some(planner.step()) {
-        let extra = adaptation.extras(trainer, comm, progress.oom_events)?;
-        save_on_rank_zero(
-            comm,
-            settings,
-            &planner,
-            &params,
-            trainer,
-            extra,
-            logger.as_deref(),
-        )?;
+    if settings.save_every != Interval::Never && last_saved != Some(planner.step()) {
+        let inputs = SaveInputs {
+            params: &params,
+            adaptation: &mut adaptation,
+            oom_events: progress.oom_events,
+            evaluations: &evaluations,
+            best: &mut best,
+        };
+        save_now(trainer, comm, settings, &planner, inputs, logger.as_deref())?;
+    }
+    if let (Some(_), Some(best)) = (&settings.best_model, best) {
+        load_best(comm, settings, &params, best, device, logger.as_deref())?;
     }
     if let Some(callback) = trainer.callback() {
         callback.on_train_end(&trainer_state(comm, &planner, last_step, &evaluations));
@@ -297,12 +298,15 @@ where
     if let Some(logger) = logger {
         logger.finish();
     }
-    Ok(progress.summary(
-        &planner,
-        settings,
-        resumed.as_ref().map(|s| &s.planner),
+    let outcome = RunOutcome {
         evaluations,
         prefetch,
-        adaptation.loss_scaler.map_or(0, |s| s.skipped_steps),
-    ))
+        skipped_steps: adaptation.loss_scaler.map_or(0, |s| s.skipped_steps),
+        best: best.filter(|_| settings.best_model.is_some()).map(|b| {
+            let dir = settings.output_dir.join(format!("checkpoint-{}", b.step));
+            (dir, b.metric)
+        }),
+    };
+    let resumed_at = resumed.as_ref().map(|s| &s.planner);
+    Ok(progress.summary(&planner, settings, resumed_at, outcome))
 }

@@ -9,7 +9,9 @@ use crate::data::planner::StepPlanner;
 use crate::dist::communicator::Communicator;
 use crate::error::Result;
 use crate::report::logging::{EvalLog, Logger};
-use crate::train::checkpoint::{save_checkpoint, RunExtras};
+use crate::train::adaptation::Adaptation;
+use crate::train::best::BestCheckpoint;
+use crate::train::checkpoint::save_checkpoint;
 use crate::train::eval::evaluate;
 use crate::train::settings::RunSettings;
 use crate::user::callback::{TrainerControl, TrainerState};
@@ -144,24 +146,40 @@ pub(crate) fn agree(comm: &impl Communicator, control: TrainerControl) -> Result
     Ok(TrainerControl::from_flags(flags))
 }
 
-/// Saves a checkpoint from rank 0 (the others hold the same state). `extra`: the
-/// OOM events, the online memory model's fit and the noise-scale estimator.
-pub(crate) fn save_on_rank_zero<T: AdaptiveTrainer, S: Schedule>(
+/// What a checkpoint needs from the loop besides the trainer: the weights, the
+/// adaptive state, OOM events so far, the evaluations, and the best checkpoint so
+/// far (`--load-best-model-at-end`), which this save may become.
+pub(crate) struct SaveInputs<'a> {
+    pub(crate) params: &'a [(String, Var)],
+    pub(crate) adaptation: &'a mut Adaptation,
+    pub(crate) oom_events: usize,
+    pub(crate) evaluations: &'a [EvalLog],
+    pub(crate) best: &'a mut Option<BestCheckpoint>,
+}
+
+/// A checkpoint of the run where the planner stands. Every rank calls it at the
+/// same step (memory-aware runs gather every rank's model; every rank keeps the
+/// same best checkpoint); rank 0 writes it.
+pub(crate) fn save_now<T: AdaptiveTrainer, S: Schedule>(
+    trainer: &mut T,
     comm: &impl Communicator,
     settings: &RunSettings,
     planner: &StepPlanner<S>,
-    params: &[(String, Var)],
-    trainer: &mut T,
-    extras: RunExtras,
+    inputs: SaveInputs<'_>,
     logger: Option<&Logger>,
 ) -> Result<()> {
+    if let Some(rule) = &settings.best_model {
+        *inputs.best = rule.consider(*inputs.best, planner.step(), inputs.evaluations)?;
+    }
+    let mut extras = inputs.adaptation.extras(trainer, comm, inputs.oom_events)?;
+    extras.best = *inputs.best;
     if comm.rank() != 0 {
         return Ok(());
     }
     save_checkpoint(
         settings,
         planner,
-        params,
+        inputs.params,
         &*trainer.parts().1,
         extras,
         logger,

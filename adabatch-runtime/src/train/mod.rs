@@ -2,6 +2,7 @@
 //! recovery, checkpoints and the run's checked settings.
 
 pub(crate) mod adaptation;
+pub mod best;
 pub mod checkpoint;
 pub mod dry_run;
 pub(crate) mod engine;

@@ -10,6 +10,15 @@ use crate::report::summary::TrainSummary;
 use crate::train::prefetch::PrefetchStats;
 use crate::train::settings::RunSettings;
 
+/// What the loop gathered besides its account: the evaluations, prefetch counts,
+/// f16's skipped steps and the best checkpoint (its directory and metric).
+pub(crate) struct RunOutcome {
+    pub(crate) evaluations: Vec<EvalLog>,
+    pub(crate) prefetch: PrefetchStats,
+    pub(crate) skipped_steps: usize,
+    pub(crate) best: Option<(std::path::PathBuf, f64)>,
+}
+
 /// Per-rank mutable state of the loop.
 pub(crate) struct Progress {
     pub(crate) losses_since_log: Vec<f64>,
@@ -82,10 +91,14 @@ impl Progress {
         planner: &crate::data::planner::StepPlanner<S>,
         settings: &RunSettings,
         resumed: Option<&PlannerState>,
-        evaluations: Vec<EvalLog>,
-        prefetch: PrefetchStats,
-        skipped_steps: usize,
+        outcome: RunOutcome,
     ) -> TrainSummary {
+        let RunOutcome {
+            evaluations,
+            prefetch,
+            skipped_steps,
+            best,
+        } = outcome;
         let runtime = self.started.elapsed().as_secs_f64();
         let sampler = planner.sampler();
         let trained_here = sampler.examples_seen() - resumed.map_or(0, |s| s.examples_seen);
@@ -110,6 +123,8 @@ impl Progress {
             prefetched_steps: prefetch.used,
             prefetch_discarded: prefetch.discarded,
             skipped_steps,
+            best_model_checkpoint: best.as_ref().map(|(dir, _)| dir.clone()),
+            best_metric: best.map(|(_, metric)| metric),
         }
     }
 }

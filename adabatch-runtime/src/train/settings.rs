@@ -13,6 +13,7 @@ use crate::dist::device::DeviceSpec;
 use crate::error::{Error, Result};
 use crate::optim::precision::{LossScaler, Precision};
 use crate::report::logging::Logger;
+use crate::train::best::{BestModel, Interval};
 use crate::train::oom::FaultInjector;
 use crate::user::data::Dataset;
 
@@ -37,13 +38,16 @@ pub(crate) struct RunSettings {
     pub(crate) lr: LrSchedule,
     pub(crate) max_grad_norm: f64,
     pub(crate) logging_steps: usize,
-    /// Evaluate every this many steps (with an eval dataset; always at the end).
-    pub(crate) eval_steps: Option<usize>,
+    /// When to evaluate (with an eval dataset; always at the end too).
+    pub(crate) eval_every: Interval,
     pub(crate) eval_batch_size: usize,
     pub(crate) batching: Option<(LengthBatching, LengthOptions)>,
     pub(crate) memory_margin: f64,
     pub(crate) output_dir: std::path::PathBuf,
-    pub(crate) save_steps: usize,
+    /// When to save (a run that saves also saves at its end).
+    pub(crate) save_every: Interval,
+    /// `--load-best-model-at-end`.
+    pub(crate) best_model: Option<BestModel>,
     pub(crate) resume: Option<std::path::PathBuf>,
     pub(crate) save_total_limit: Option<usize>,
     pub(crate) ignore_optimizer_state: bool,
@@ -130,6 +134,9 @@ impl RunSettings {
             0,
             "at least 1 (or unset to keep every checkpoint)",
         )?;
+        let eval_every = Interval::of_eval(args)?;
+        let save_every = Interval::of_save(args)?;
+        let best_model = BestModel::of(args, eval_every, save_every)?;
         let finite_non_negative = |x: f64| x.is_finite() && x >= 0.0;
         require(
             finite_non_negative(args.learning_rate),
@@ -323,12 +330,13 @@ impl RunSettings {
             },
             max_grad_norm: args.max_grad_norm,
             logging_steps: args.logging_steps,
-            eval_steps: args.eval_steps,
+            eval_every,
             eval_batch_size: args.per_device_eval_batch_size,
             batching,
             memory_margin: args.memory_margin,
             output_dir: args.output_dir.clone(),
-            save_steps: args.save_steps,
+            save_every,
+            best_model,
             resume,
             save_total_limit: args.save_total_limit,
             ignore_optimizer_state: args.ignore_optimizer_state,

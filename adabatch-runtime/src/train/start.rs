@@ -47,6 +47,13 @@ pub(crate) fn start_run<T: AdaptiveTrainer, E: Dataset + ?Sized>(
             examples: eval.len(),
         });
     }
+    if settings.best_model.is_some() && eval.is_none() {
+        return Err(Error::ConflictingSettings {
+            first: "--load-best-model-at-end",
+            second: "no eval dataset",
+            reason: "the best checkpoint is the one whose evaluation scored best: train with an eval dataset (launch_with_eval)",
+        });
+    }
     if trainer.mixer().is_some() && settings.sources.is_none() {
         return Err(Error::MixerWithoutSources);
     }
@@ -112,7 +119,10 @@ fn sorted_parameters<M: TrainModel>(model: &M) -> Result<Vec<(String, Var)>> {
 
 /// Makes every rank start from rank 0's weights, after checking they agree on the
 /// parameter set.
-fn synchronise_parameters(comm: &impl Communicator, params: &[(String, Var)]) -> Result<()> {
+pub(crate) fn synchronise_parameters(
+    comm: &impl Communicator,
+    params: &[(String, Var)],
+) -> Result<()> {
     if comm.world_size() == 1 {
         return Ok(());
     }
