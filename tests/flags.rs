@@ -246,7 +246,10 @@ fn cli_defaults_and_bad_values() {
     assert_eq!(a.warmup_steps, 0);
     assert_eq!((a.eval_strategy, a.save_strategy), (None, None));
     assert!(!a.load_best_model_at_end);
-    assert_eq!((a.metric_for_best_model.as_deref(), a.greater_is_better), (None, None));
+    assert_eq!(
+        (a.metric_for_best_model.as_deref(), a.greater_is_better),
+        (None, None)
+    );
     assert!(!a.bf16 && !a.fp16);
     assert_eq!(a.fp16_initial_scale_power, 16);
     // `Default` is the parse of no arguments.
