@@ -322,8 +322,9 @@ impl AdaptiveTrainer for Adaptive {
 }
 
 /// `schedule = noise_scale(fraction, min, max)`: each step's global batch is the
-/// fraction of the previous step's estimate, rounded and clamped; the first is
-/// `min`. A resumed run continues with the same sizes and estimates.
+/// fraction of the previous step's estimate, rounded and clamped, at most double
+/// the previous batch for the first 20 steps; the first is `min`. A resumed run
+/// continues with the same sizes and estimates.
 #[test]
 fn noise_scale_schedule_sizes_the_next_global_batch() {
     let data = data(20_000);
@@ -333,14 +334,25 @@ fn noise_scale_schedule_sizes_the_next_global_batch() {
     };
     let logs = run_with(&plain, &data, |model, opt| Adaptive { model, opt }).unwrap();
     assert_eq!(logs[0].global_batch, 12);
+    let mut held_back = 0;
     for w in logs.windows(2) {
         // No estimate while the |G|² average is not positive: the size stays.
-        let want = w[0].gradient_noise_scale.map_or(w[0].global_batch, |b| {
+        let mut want = w[0].gradient_noise_scale.map_or(w[0].global_batch, |b| {
             (2.0 * b).round().clamp(12.0, 60.0) as usize
         });
+        // Before the averages span their horizon (1/(1 − 0.95) = 20 steps), the
+        // batch at most doubles per step.
+        if w[0].step < 20 && want > 2 * w[0].global_batch {
+            want = 2 * w[0].global_batch;
+            held_back += 1;
+        }
         assert_eq!(w[1].global_batch, want, "step {}", w[1].step);
         assert_eq!(w[1].micro_batches, 2);
     }
+    assert!(
+        held_back > 0,
+        "the early limit never applied: the test would not see it"
+    );
     // Around 2 × 17 once the estimate settles.
     let late = logs[60..].iter().map(|l| l.global_batch).sum::<usize>() as f64 / 60.0;
     assert!((late - 34.0).abs() < 8.0, "{late}");

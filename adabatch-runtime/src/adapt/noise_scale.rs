@@ -117,6 +117,14 @@ impl NoiseScaleEstimator {
         self.estimate()
     }
 
+    /// Whether the averages span their horizon, `1/(1 − beta)` steps (20 at
+    /// beta = 0.95). Before that the estimate rests on a few noisy measurements
+    /// (one step's can be 20× the settled value), so a schedule should not follow
+    /// it yet.
+    pub fn warmed_up(&self) -> bool {
+        self.steps as f64 >= (1.0 / (1.0 - self.beta)).ceil()
+    }
+
     /// B_simple = tr(Σ)/|G|² from the bias-corrected averages.
     pub fn estimate(&self) -> Option<f64> {
         if self.steps == 0 {
@@ -134,6 +142,21 @@ impl NoiseScaleEstimator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warmed_up_after_the_horizon_of_the_averages() {
+        let mut e = NoiseScaleEstimator::new(0.95).unwrap();
+        for _ in 0..19 {
+            e.observe(1.0, 10.0);
+            assert!(!e.warmed_up());
+        }
+        e.observe(1.0, 10.0);
+        assert!(e.warmed_up(), "20 steps = 1 / (1 - 0.95)");
+        assert!(NoiseScaleEstimator::new(0.0)
+            .unwrap()
+            .observe(1.0, 1.0)
+            .is_some());
+    }
 
     /// Draws from the exact model E|G_b|² = g2 + tr/b with no noise: the estimator
     /// must return g2 and tr exactly (up to rounding), for uneven sizes too.

@@ -116,7 +116,13 @@ impl Adaptation {
             let estimate = estimator.observe(norm, trace);
             if let (ScheduleSpec::NoiseScale { fraction, min, max }, Some(b)) = (schedule, estimate)
             {
-                planner.set_global_batch(noise_scale_batch(fraction, min, max, b));
+                let mut next = noise_scale_batch(fraction, min, max, b);
+                // Until the averages span their horizon the estimate rests on a few
+                // noisy measurements: the batch at most doubles per step then.
+                if !estimator.warmed_up() {
+                    next = next.min(2 * planner.global_batch());
+                }
+                planner.set_global_batch(next);
             }
         }
         Ok(overflowed && self.loss_scaler.is_some())
