@@ -90,20 +90,20 @@ impl BestModel {
         match (eval, save) {
             (_, Interval::Never) => {
                 return Err(conflict(
-                    "no checkpoints",
+                    "a run that saves no checkpoint",
                     "the best model is loaded from a checkpoint: set --save-steps or --save-strategy",
                 ))
             }
             (Interval::Steps(e), Interval::Steps(s)) if s % e != 0 => {
                 return Err(conflict(
-                    "--save-steps not a multiple of --eval-steps",
+                    "a --save-steps that is not a multiple of --eval-steps",
                     "every checkpoint needs an evaluation at its step to be compared",
                 ))
             }
             (Interval::Steps(_), Interval::Steps(_)) | (Interval::Epoch, Interval::Epoch) => {}
             _ => {
                 return Err(conflict(
-                    "--eval-strategy and --save-strategy differ",
+                    "different --eval-strategy and --save-strategy",
                     "every checkpoint needs an evaluation at its step to be compared: use the same strategy",
                 ))
             }

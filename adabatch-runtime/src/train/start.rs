@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::memory::host::keep_freed_memory;
 use crate::report::logging::Logger;
 use crate::train::adaptation::Adaptation;
+use crate::train::best::Interval;
 use crate::train::checkpoint::{resume_checkpoint, CheckpointState};
 use crate::train::hooks::next_mix_weights;
 use crate::train::settings::RunSettings;
@@ -50,9 +51,16 @@ pub(crate) fn start_run<T: AdaptiveTrainer, E: Dataset + ?Sized>(
     if settings.best_model.is_some() && eval.is_none() {
         return Err(Error::ConflictingSettings {
             first: "--load-best-model-at-end",
-            second: "no eval dataset",
+            second: "a run without an eval dataset",
             reason: "the best checkpoint is the one whose evaluation scored best: train with an eval dataset (launch_with_eval)",
         });
+    }
+    if let (Interval::Steps(_) | Interval::Epoch, None, Some(logger)) =
+        (settings.eval_every, eval, logger.as_deref())
+    {
+        logger.event(
+            "warning: evaluations are asked for (--eval-steps / --eval-strategy) but the run has no eval dataset: nothing is evaluated (launch_with_eval adds one)",
+        );
     }
     if trainer.mixer().is_some() && settings.sources.is_none() {
         return Err(Error::MixerWithoutSources);
