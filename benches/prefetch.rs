@@ -238,23 +238,7 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// glibc serves each step's 1 MB buffers by `mmap` and returns them at `free`:
-/// every step then page-faults its buffers in again, which on this (virtual)
-/// machine cost more than the work and varied 3x between runs, whatever the worker
-/// count. Keeping freed memory in the heap (what a long training run, or jemalloc,
-/// does anyway) makes the epochs measure compute and collate.
-const MALLOC_TUNABLES: &str =
-    "glibc.malloc.mmap_threshold=268435456:glibc.malloc.trim_threshold=1073741824";
-
 fn main() {
-    if std::env::var_os("GLIBC_TUNABLES").is_none() {
-        let status = std::process::Command::new(std::env::current_exe().expect("this bench"))
-            .args(std::env::args_os().skip(1))
-            .env("GLIBC_TUNABLES", MALLOC_TUNABLES)
-            .status()
-            .expect("re-run with the malloc tunables");
-        std::process::exit(status.code().unwrap_or(1));
-    }
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", "1");
     }
@@ -336,10 +320,10 @@ fn main() {
     let examples = data.len() as f64;
     let (compute, plain) = (medians[0], medians[1]);
     println!(
-        "prefetch bench: {} examples, batch {BATCH}, hidden {hidden}, {rounds} rounds (median), RAYON_NUM_THREADS={}, GLIBC_TUNABLES={}",
+        "prefetch bench: {} examples, batch {BATCH}, hidden {hidden}, {rounds} rounds (median), RAYON_NUM_THREADS={}, host heap: {:?}",
         data.len(),
         std::env::var("RAYON_NUM_THREADS").unwrap_or_default(),
-        std::env::var("GLIBC_TUNABLES").unwrap_or_default()
+        adabatch::memory::host::host_heap()
     );
     println!(
         "pre-tokenised: {compute:.3} s per epoch, {:.0} examples/s: tokenising is {:.0} % of the plain epoch; perfect overlap would give {:.2}x",
