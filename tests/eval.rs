@@ -258,3 +258,49 @@ fn bad_eval_settings_are_typed_errors() {
     assert!(matches!(err, Error::EvalMetric { .. }), "{err}");
     assert!(err.to_string().contains("target"), "{err}");
 }
+
+/// `--eval-on-start` evaluates the untrained model (w = 0, so each prediction is
+/// 0) before the first step, at step 0; later evaluations go on as scheduled.
+#[test]
+fn eval_on_start_evaluates_the_untrained_model() {
+    let (train, eval) = (dataset(40, 1), dataset(23, 2));
+    for ranks in [1, 2] {
+        let a = TrainingArgs {
+            eval_on_start: true,
+            ..args(ranks, Some(4))
+        };
+        let summary = Evaluated::launch_with_eval(&train, &eval, &collate, &a, factory(false))
+            .unwrap()
+            .summary;
+        let steps: Vec<usize> = summary.evaluations.iter().map(|e| e.step).collect();
+        assert_eq!(steps[0], 0, "{steps:?}");
+        assert_eq!(&steps[1..3], [4, 8], "{steps:?}");
+        let first = &summary.evaluations[0];
+        let n = eval.len() as f64;
+        let loss: f64 = eval.iter().map(|e| f64::from(e.y).powi(2)).sum::<f64>() / n;
+        let abs_error: f64 = eval.iter().map(|e| f64::from(e.y).abs()).sum::<f64>() / n;
+        assert!(
+            close(first.eval_loss, loss),
+            "{} vs {loss}",
+            first.eval_loss
+        );
+        assert!(close(first.get("eval_abs_error").unwrap(), abs_error));
+        assert_eq!(first.eval_examples, 23);
+    }
+    // Without an eval dataset there is nothing to evaluate: a typed error.
+    let a = TrainingArgs {
+        eval_on_start: true,
+        ..args(1, None)
+    };
+    let err = Evaluated::launch(&train, &collate, &a, factory(false)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::ConflictingSettings {
+                first: "--eval-on-start",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

@@ -37,6 +37,8 @@
 //! | `--bf16`, `--fp16`, `--fp16-initial-scale-power` | precision.rs                              |
 //! | `--log-jsonl`                      | every file reading logs; errors.rs (`Io`)               |
 //! | `--log-indices`, `--quiet`, `--disable-tqdm` | `console_flags_do_not_change_the_run`         |
+//! | `--logging-first-step`             | `logging_first_step_logs_step_one_too`                  |
+//! | `--eval-on-start`                  | eval.rs `eval_on_start_evaluates_the_untrained_model`   |
 //!
 //! The error variants and their tests are tabled in tests/errors.rs.
 
@@ -132,6 +134,8 @@ fn cli_parses_every_flag() {
         "accuracy",
         "--greater-is-better",
         "true",
+        "--logging-first-step",
+        "--eval-on-start",
         "--fp16",
         "--fp16-initial-scale-power",
         "-3",
@@ -177,6 +181,7 @@ fn cli_parses_every_flag() {
     assert!(a.load_best_model_at_end);
     assert_eq!(a.metric_for_best_model.as_deref(), Some("accuracy"));
     assert_eq!(a.greater_is_better, Some(true));
+    assert!(a.logging_first_step && a.eval_on_start);
     assert!(a.fp16 && !a.bf16);
     assert_eq!(a.fp16_initial_scale_power, -3);
     assert_eq!(
@@ -246,6 +251,7 @@ fn cli_defaults_and_bad_values() {
     assert_eq!(a.warmup_steps, 0);
     assert_eq!((a.eval_strategy, a.save_strategy), (None, None));
     assert!(!a.load_best_model_at_end);
+    assert!(!a.logging_first_step && !a.eval_on_start);
     assert_eq!(
         (a.metric_for_best_model.as_deref(), a.greater_is_better),
         (None, None)
@@ -334,6 +340,14 @@ fn logging_steps_logs_every_kth_step_and_the_last() {
     a.max_steps = Some(8);
     a.num_train_epochs = 5;
     check_logging(&a, &[3, 6, 8]);
+}
+
+#[test]
+fn logging_first_step_logs_step_one_too() {
+    let mut a = args(2, 1, 1);
+    a.logging_steps = 3;
+    a.logging_first_step = true;
+    check_logging(&a, &[1, 3, 6, 8]);
 }
 
 #[test]

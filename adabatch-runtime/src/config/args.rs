@@ -139,6 +139,14 @@ pub struct TrainingArgs {
     /// Eval examples per forward pass on each rank.
     #[arg(long, default_value_t = 8)]
     pub per_device_eval_batch_size: usize,
+    /// Also log the first step (HF `logging_first_step`).
+    #[arg(long)]
+    pub logging_first_step: bool,
+    /// Evaluate once before the first step, a sanity check of the eval pipeline
+    /// (HF `eval_on_start`; needs an eval dataset). What a callback asks at that
+    /// evaluation is not acted on.
+    #[arg(long)]
+    pub eval_on_start: bool,
     /// Write one JSON object per logged step to this file.
     #[arg(long)]
     pub log_jsonl: Option<PathBuf>,

@@ -81,6 +81,19 @@ where
     let mut prefetch = PrefetchStats::default();
     let has_callback = trainer.callback().is_some();
     let mut best = resumed.as_ref().and_then(|s| s.best);
+    if settings.eval_on_start {
+        evaluate_and_report(
+            trainer,
+            comm,
+            data,
+            settings,
+            device,
+            (&planner, last_step),
+            logger.as_deref_mut(),
+            &mut evaluations,
+        )?;
+        last_evaluated = Some(planner.step());
+    }
     // Collate threads live in this scope: they borrow the dataset and the collate.
     std::thread::scope(|scope| -> Result<()> {
         let mut prefetcher = Prefetcher::new(
@@ -106,7 +119,9 @@ where
             let lr = settings.lr.at(consumed_before, batches.global_size());
             // A logged step builds its record for the log and for `Callback::on_log`.
             let log_now = (logger.is_some() || has_callback)
-                && (step % settings.logging_steps == 0 || planner.is_last_step());
+                && (step % settings.logging_steps == 0
+                    || planner.is_last_step()
+                    || (step == 1 && settings.logging_first_step));
             // Only memory-aware runs need the device's peak (it synchronises the device).
             let peak =
                 (adaptation.memory_mode && !device.is_cpu()).then(|| PeakSampler::start(device));

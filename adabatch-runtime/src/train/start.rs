@@ -55,6 +55,13 @@ pub(crate) fn start_run<T: AdaptiveTrainer, E: Dataset + ?Sized>(
             reason: "the best checkpoint is the one whose evaluation scored best: train with an eval dataset (launch_with_eval)",
         });
     }
+    if settings.eval_on_start && eval.is_none() {
+        return Err(Error::ConflictingSettings {
+            first: "--eval-on-start",
+            second: "a run without an eval dataset",
+            reason: "there is nothing to evaluate: train with an eval dataset (launch_with_eval)",
+        });
+    }
     if let (Interval::Steps(_) | Interval::Epoch, None, Some(logger)) =
         (settings.eval_every, eval, logger.as_deref())
     {

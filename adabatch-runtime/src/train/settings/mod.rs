@@ -43,6 +43,10 @@ pub(crate) struct RunSettings {
     pub(crate) lr: LrSchedule,
     pub(crate) max_grad_norm: f64,
     pub(crate) logging_steps: usize,
+    /// `--logging-first-step`.
+    pub(crate) logging_first_step: bool,
+    /// `--eval-on-start`.
+    pub(crate) eval_on_start: bool,
     /// When to evaluate (with an eval dataset; always at the end too).
     pub(crate) eval_every: Interval,
     pub(crate) eval_batch_size: usize,
@@ -317,6 +321,8 @@ impl RunSettings {
             },
             max_grad_norm: args.max_grad_norm,
             logging_steps: args.logging_steps,
+            logging_first_step: args.logging_first_step,
+            eval_on_start: args.eval_on_start,
             eval_every,
             eval_batch_size: args.per_device_eval_batch_size,
             batching,
