@@ -46,18 +46,7 @@ fn data() -> (Vec<Example>, Vec<Example>) {
 }
 
 fn weights(model: &Regression) -> Vec<f32> {
-    model
-        .params
-        .named_parameters()
-        .iter()
-        .flat_map(|(_, v)| {
-            v.as_tensor()
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap()
-        })
-        .collect()
+    flat(model.params.named_parameters().into_iter().map(|(_, v)| v))
 }
 
 fn checkpoint_weights(dir: &std::path::Path) -> Vec<f32> {

@@ -48,18 +48,7 @@ fn run_on<D: Dataset<Item = Example> + ?Sized>(data: &D, a: &TrainingArgs) -> Ru
     let weights = rank0
         .into_inner()
         .unwrap()
-        .map_or_else(Vec::new, |p: adabatch::Parameters| {
-            p.all_vars()
-                .iter()
-                .flat_map(|v| {
-                    v.as_tensor()
-                        .flatten_all()
-                        .unwrap()
-                        .to_vec1::<f32>()
-                        .unwrap()
-                })
-                .collect()
-        });
+        .map_or_else(Vec::new, |p: adabatch::Parameters| flat(p.all_vars()));
     let logs = if log.exists() {
         read_log(&log)
     } else {

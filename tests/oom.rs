@@ -66,18 +66,7 @@ fn run_injected<T: AdaptiveTrainer<Model = Regression> + Send>(
     let weights = rank0
         .into_inner()
         .unwrap()
-        .map(|p: adabatch::Parameters| {
-            p.all_vars()
-                .iter()
-                .flat_map(|v| {
-                    v.as_tensor()
-                        .flatten_all()
-                        .unwrap()
-                        .to_vec1::<f32>()
-                        .unwrap()
-                })
-                .collect()
-        })
+        .map(|p: adabatch::Parameters| flat(p.all_vars()))
         .unwrap_or_default();
     let logs = if log.exists() {
         read_log(&log)

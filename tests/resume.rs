@@ -55,20 +55,8 @@ where
         build(Regression::new(ctx.parameters(), ctx.device())?)
     })?;
     let mut trainer = trained.trainer;
-    let weights = trainer
-        .parts()
-        .0
-        .params
-        .named_parameters()
-        .iter()
-        .flat_map(|(_, v)| {
-            v.as_tensor()
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap()
-        })
-        .collect();
+    let named = trainer.parts().0.params.named_parameters();
+    let weights = flat(named.into_iter().map(|(_, v)| v));
     Ok((trained.summary, read_log(&log), weights))
 }
 

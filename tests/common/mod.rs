@@ -211,6 +211,19 @@ pub fn args(world: usize, per_device: usize, epochs: usize) -> TrainingArgs {
     }
 }
 
+/// Every value of `vars`, flattened in order (to compare weights bit for bit).
+pub fn flat(vars: impl IntoIterator<Item = Var>) -> Vec<f32> {
+    vars.into_iter()
+        .flat_map(|v| {
+            v.as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap()
+        })
+        .collect()
+}
+
 /// A fresh JSONL path in the temp dir.
 pub fn temp_log(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("adabatch-tests-{}", std::process::id()));

@@ -191,10 +191,10 @@ fn gather_memory_models(
     online: &OnlineMemoryModel,
 ) -> Result<Vec<OnlineMemoryState>> {
     let (world, rank) = (comm.world_size(), comm.rank());
-    let own = online.state().to_numbers();
     if world == 1 {
         return Ok(vec![online.state()]);
     }
+    let own = online.state().to_numbers();
     let mut lengths = vec![0.0; world];
     lengths[rank] = own.len() as f64;
     comm.all_reduce_sum(&mut [], &mut lengths)?;

@@ -8,7 +8,7 @@ use crate::config::args::{IntervalStrategy, TrainingArgs};
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::report::logging::{EvalLog, Logger};
-use crate::train::checkpoint::load_weights;
+use crate::train::checkpoint::{checkpoint_dir, load_weights};
 use crate::train::settings::RunSettings;
 use crate::train::start::synchronise_parameters;
 
@@ -169,9 +169,7 @@ pub(crate) fn load_best(
     device: &Device,
     logger: Option<&Logger>,
 ) -> Result<()> {
-    let dir = settings
-        .output_dir
-        .join(format!("checkpoint-{}", best.step));
+    let dir = checkpoint_dir(&settings.output_dir, best.step);
     if comm.rank() == 0 {
         load_weights(&dir, params, device)?;
     }

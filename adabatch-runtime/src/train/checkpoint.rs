@@ -158,6 +158,11 @@ fn sync(path: &Path) -> Result<()> {
         .map_err(io(path))
 }
 
+/// The directory of the checkpoint of `step`: `output_dir/checkpoint-{step}`.
+pub fn checkpoint_dir(output_dir: &Path, step: usize) -> PathBuf {
+    output_dir.join(format!("checkpoint-{step}"))
+}
+
 /// Writes `output_dir/checkpoint-{step}/`: weights, the optimizer's state when it
 /// has one, and the trainer state; returns its path. Crash-safe: everything goes to
 /// a hidden temporary directory, is synced to disk, and only then renamed into
@@ -169,7 +174,7 @@ pub fn save(
     state: &CheckpointState,
 ) -> Result<PathBuf> {
     let step = state.planner.global_step;
-    let dir = output_dir.join(format!("checkpoint-{step}"));
+    let dir = checkpoint_dir(output_dir, step);
     let partial = output_dir.join(format!(".checkpoint-{step}.partial"));
     if partial.exists() {
         std::fs::remove_dir_all(&partial).map_err(io(&partial))?;

@@ -12,6 +12,7 @@ use crate::report::logging::SourceLog;
 use crate::report::summary::TrainSummary;
 use crate::train::adaptation::length_aware_epoch;
 use crate::train::best::{load_best, Interval};
+use crate::train::checkpoint::checkpoint_dir;
 use crate::train::hooks::{
     agree, evaluate_and_report, next_mix_weights, save_now, trainer_state, RunData, SaveInputs,
 };
@@ -317,10 +318,9 @@ where
         evaluations,
         prefetch,
         skipped_steps: adaptation.loss_scaler.map_or(0, |s| s.skipped_steps),
-        best: best.filter(|_| settings.best_model.is_some()).map(|b| {
-            let dir = settings.output_dir.join(format!("checkpoint-{}", b.step));
-            (dir, b.metric)
-        }),
+        best: best
+            .filter(|_| settings.best_model.is_some())
+            .map(|b| (checkpoint_dir(&settings.output_dir, b.step), b.metric)),
     };
     let resumed_at = resumed.as_ref().map(|s| &s.planner);
     Ok(progress.summary(&planner, settings, resumed_at, outcome))
