@@ -52,12 +52,12 @@ pub use error::{exit_code, Error, Result};
 pub use memory::model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
 pub use optim::precision::{autocast, autocast_linear, Precision};
 pub use optim::TrainOptimizer;
-pub use report::logging::{EvalLog, StepLog};
-pub use report::summary::TrainSummary;
+pub use report::record::{EvalLog, StepLog};
+pub use report::summary::{TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};
 #[cfg(feature = "nccl")]
 pub use train::launch::launch_nccl;
-pub use train::launch::{launch, launch_group, launch_with_eval, train, Trained};
+pub use train::launch::{launch, launch_group, launch_with_eval, train};
 pub use user::callback::{Callback, EarlyStopping, TrainerControl, TrainerState};
 pub use user::data::{Collate, Dataset, WithLengths};
 pub use user::loss::{per_example_cross_entropy, per_example_token_cross_entropy_sum};

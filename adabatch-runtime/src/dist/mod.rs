@@ -5,4 +5,5 @@ pub mod communicator;
 pub mod device;
 #[cfg(feature = "nccl")]
 pub mod nccl;
+pub(crate) mod parameters;
 pub mod rendezvous;

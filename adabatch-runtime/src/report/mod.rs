@@ -3,5 +3,6 @@
 
 pub mod logging;
 pub mod plot;
+pub mod record;
 pub mod summary;
 pub mod tensorboard;

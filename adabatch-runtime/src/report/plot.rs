@@ -13,7 +13,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::error::{Error, Result};
-use crate::report::logging::StepLog;
+use crate::report::record::StepLog;
 
 /// One run to draw: its legend label and its logged steps, in order.
 #[derive(Debug, Clone)]

@@ -1,6 +1,6 @@
 //! What a finished run reports.
 
-use crate::report::logging::EvalLog;
+use crate::report::record::EvalLog;
 
 /// What a finished run reports (rank 0's view; every rank computes the same).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -103,5 +103,23 @@ impl std::fmt::Display for TrainSummary {
             write!(f, " {dict}")?;
         }
         Ok(())
+    }
+}
+
+/// What `launch` hands back: rank 0's trainer, its model and optimizer as trained
+/// (every rank holds the same weights), and the run's summary.
+pub struct Trained<T> {
+    /// Rank 0's trainer after the last step.
+    pub trainer: T,
+    /// What the run reports.
+    pub summary: TrainSummary,
+}
+
+impl<T> std::fmt::Debug for Trained<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trained")
+            .field("trainer", &std::any::type_name::<T>())
+            .field("summary", &self.summary)
+            .finish()
     }
 }

@@ -28,7 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use prost::Message;
 
 use crate::error::{Error, Result};
-use crate::report::logging::StepLog;
+use crate::report::record::StepLog;
 
 /// `tensorflow.Event` (tensorflow/core/util/event.proto), the fields adabatch writes.
 #[derive(Clone, PartialEq, prost::Message)]

@@ -4,10 +4,11 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::config::policy::Reweight;
+use crate::data::sources::SourceSpec;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
-use crate::report::logging::EvalLog;
+use crate::report::record::EvalLog;
 use crate::user::data::Dataset;
 use crate::user::model::{Batch, TrainModel};
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
@@ -45,17 +46,84 @@ fn names_fingerprint(names: &[&str]) -> f64 {
     hash as f64
 }
 
-/// Evaluates `trainer`'s model on this rank's share of `eval`, in chunks of
+/// What evaluation reads: the eval set, the collate, the device, the chunk size
+/// (`--per-device-eval-batch-size`), how losses are weighted, and the precision.
+pub(crate) struct EvalInput<'a, D: ?Sized, C> {
+    pub(crate) eval: &'a D,
+    pub(crate) collate: &'a C,
+    pub(crate) device: &'a Device,
+    pub(crate) batch_size: usize,
+    pub(crate) reweight: Reweight,
+    pub(crate) precision: Precision,
+}
+
+/// This rank's sums over its share of the eval set.
+struct EvalSums {
+    loss: f64,
+    weight: f64,
+    examples: f64,
+    names: Vec<&'static str>,
+    metrics: Vec<f64>,
+    /// Per source: loss sums, then example counts (empty with one source).
+    sources: Vec<f64>,
+}
+
+impl EvalSums {
+    /// One chunk's losses and metrics added.
+    fn add_chunk<M: TrainModel>(
+        &mut self,
+        model: &M,
+        batch: &M::Batch,
+        chunk: &[usize],
+        (reweight, precision): (Reweight, Precision),
+        sources: Option<&SourceSpec>,
+    ) -> Result<()> {
+        let n = batch.num_examples();
+        // Under `--bf16` / `--fp16` the model evaluates as it trains (HF's autocast
+        // around `prediction_step`).
+        let autocast = AutocastScope::enter(precision);
+        let losses = loss_in_f32(model.per_example_loss(batch)?)?.detach();
+        let metrics = model.eval_metrics(batch)?;
+        drop(autocast);
+        self.loss += per_example_sum(&losses, n, "the per-example loss")?;
+        if let Some(spec) = sources {
+            let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+            let count = spec.names.len();
+            for (value, &index) in values.iter().zip(chunk) {
+                let source = spec.locate(index).0;
+                self.sources[source] += value;
+                self.sources[count + source] += 1.0;
+            }
+        }
+        self.weight += match reweight {
+            Reweight::TokenCount => batch.num_tokens(),
+            _ => n,
+        } as f64;
+        self.examples += n as f64;
+        if self.names.is_empty() && self.metrics.is_empty() {
+            self.names = metrics.iter().map(|(name, _)| *name).collect();
+            self.metrics = vec![0.0; self.names.len()];
+        }
+        if metrics.len() != self.names.len()
+            || metrics.iter().zip(&self.names).any(|(m, n)| m.0 != *n)
+        {
+            return Err(Error::EvalMetric {
+                detail: "eval_metrics returned different names for different batches".into(),
+            });
+        }
+        for ((name, values), sum) in metrics.iter().zip(&mut self.metrics) {
+            *sum += per_example_sum(values, n, name)?;
+        }
+        Ok(())
+    }
+}
+
+/// Evaluates `trainer`'s model on this rank's share of the eval set, in chunks of
 /// `batch_size`, and sums over the ranks. Every rank returns the same metrics.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn evaluate<T, D, C>(
     trainer: &mut T,
     comm: &impl Communicator,
-    eval: &D,
-    collate: &C,
-    device: &Device,
-    batch_size: usize,
-    (reweight, precision): (Reweight, Precision),
+    input: &EvalInput<'_, D, C>,
     step: usize,
     epoch: f64,
 ) -> Result<EvalLog>
@@ -65,76 +133,33 @@ where
     C: CollateFor<T, D>,
 {
     let (model, _) = trainer.parts();
-    let share = eval_share(eval.len(), comm.rank(), comm.world_size());
-    let mut loss_sum = 0.0;
-    let mut weight = 0.0;
-    let mut examples = 0.0;
-    let mut names: Vec<&'static str> = Vec::new();
-    let mut metric_sums: Vec<f64> = Vec::new();
+    let eval = input.eval;
     // An eval set of several sources also reports each source's loss.
     let sources = eval.sources();
-    let mut source_sums = vec![0.0; 2 * sources.as_ref().map_or(0, |s| s.names.len())];
-    let indices: Vec<usize> = share.collect();
-    for chunk in indices.chunks(batch_size.max(1)) {
+    let mut local = EvalSums {
+        loss: 0.0,
+        weight: 0.0,
+        examples: 0.0,
+        names: Vec::new(),
+        metrics: Vec::new(),
+        sources: vec![0.0; 2 * sources.as_ref().map_or(0, |s| s.names.len())],
+    };
+    let indices: Vec<usize> = eval_share(eval.len(), comm.rank(), comm.world_size()).collect();
+    for chunk in indices.chunks(input.batch_size.max(1)) {
         let items: Vec<D::Item> = chunk.iter().map(|&i| eval.get(i)).collect();
-        let batch = collate.collate(&items, device)?;
-        let n = batch.num_examples();
-        // Under `--bf16` / `--fp16` the model evaluates as it trains (HF's autocast
-        // around `prediction_step`).
-        let autocast = AutocastScope::enter(precision);
-        let losses = loss_in_f32(model.per_example_loss(&batch)?)?.detach();
-        let metrics = model.eval_metrics(&batch)?;
-        drop(autocast);
-        loss_sum += per_example_sum(&losses, n, "the per-example loss")?;
-        if let Some(spec) = &sources {
-            let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
-            let count = spec.names.len();
-            for (value, &index) in values.iter().zip(chunk) {
-                let source = spec.locate(index).0;
-                source_sums[source] += value;
-                source_sums[count + source] += 1.0;
-            }
-        }
-        weight += match reweight {
-            Reweight::TokenCount => batch.num_tokens(),
-            _ => n,
-        } as f64;
-        examples += n as f64;
-        if names.is_empty() && metric_sums.is_empty() {
-            names = metrics.iter().map(|(name, _)| *name).collect();
-            metric_sums = vec![0.0; names.len()];
-        }
-        if metrics.len() != names.len() || metrics.iter().zip(&names).any(|(m, n)| m.0 != *n) {
-            return Err(Error::EvalMetric {
-                detail: "eval_metrics returned different names for different batches".into(),
-            });
-        }
-        for ((name, values), sum) in metrics.iter().zip(&mut metric_sums) {
-            *sum += per_example_sum(values, n, name)?;
-        }
+        let batch = input.collate.collate(&items, input.device)?;
+        let rules = (input.reweight, input.precision);
+        local.add_chunk(&*model, &batch, chunk, rules, sources.as_ref())?;
     }
-    if comm.world_size() > 1 {
-        let mut agreement = [names.len() as f64, names_fingerprint(&names)];
-        comm.all_reduce_sum(&mut [], &mut agreement)?;
-        let world = comm.world_size() as f64;
-        if agreement
-            != [
-                names.len() as f64 * world,
-                names_fingerprint(&names) * world,
-            ]
-        {
-            return Err(Error::EvalMetric {
-                detail: format!("rank {} reports other metrics than its peers", comm.rank()),
-            });
-        }
-    }
-    let mut sums = vec![loss_sum, weight, examples];
-    sums.extend(&metric_sums);
-    sums.extend(&source_sums);
+    check_metric_names(comm, &local.names)?;
+    let mut sums = vec![local.loss, local.weight, local.examples];
+    sums.extend(&local.metrics);
+    sums.extend(&local.sources);
     comm.all_reduce_sum(&mut [], &mut sums)?;
-    let source_sums = sums.split_off(3 + metric_sums.len());
+    let source_sums = sums.split_off(3 + local.metrics.len());
     let total = sums[2];
-    let mut metrics: std::collections::BTreeMap<String, f64> = names
+    let mut metrics: std::collections::BTreeMap<String, f64> = local
+        .names
         .iter()
         .zip(&sums[3..])
         .map(|(name, sum)| (format!("eval_{name}"), sum / total))
@@ -153,6 +178,22 @@ where
         eval_examples: total as usize,
         metrics,
     })
+}
+
+/// Every rank must report the same metrics (their sums are added by position).
+fn check_metric_names(comm: &impl Communicator, names: &[&str]) -> Result<()> {
+    if comm.world_size() == 1 {
+        return Ok(());
+    }
+    let mut agreement = [names.len() as f64, names_fingerprint(names)];
+    comm.all_reduce_sum(&mut [], &mut agreement)?;
+    let world = comm.world_size() as f64;
+    if agreement != [names.len() as f64 * world, names_fingerprint(names) * world] {
+        return Err(Error::EvalMetric {
+            detail: format!("rank {} reports other metrics than its peers", comm.rank()),
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

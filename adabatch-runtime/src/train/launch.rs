@@ -10,33 +10,15 @@ use candle_core::Device;
 use crate::config::args::TrainingArgs;
 use crate::dist::communicator::{Communicator, Local, Single};
 use crate::error::{Error, Result};
-use crate::report::summary::TrainSummary;
+use crate::report::logging::Logger;
+use crate::report::summary::{TrainSummary, Trained};
+use crate::train::collate::panic_message;
 use crate::train::dry_run::{dry_run_launch, dry_run_trainer};
-use crate::train::engine::rank_loop;
-use crate::train::hooks::RunData;
 use crate::train::oom::FaultInjector;
+use crate::train::run::{RankRun, RunData};
 use crate::train::settings::RunSettings;
-use crate::train::step::panic_message;
 use crate::user::data::Dataset;
 use crate::user::trainer::{AdaptiveTrainer, CollateFor, RankContext};
-
-/// What [`launch`] hands back: rank 0's trainer, its model and optimizer as trained
-/// (every rank holds the same weights), and the run's summary.
-pub struct Trained<T> {
-    /// Rank 0's trainer after the last step.
-    pub trainer: T,
-    /// What the run reports.
-    pub summary: TrainSummary,
-}
-
-impl<T> std::fmt::Debug for Trained<T> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Trained")
-            .field("trainer", &std::any::type_name::<T>())
-            .field("summary", &self.summary)
-            .finish()
-    }
-}
 
 /// Trains `trainer` on one rank (`args.nproc_per_node` must be 1; use [`launch`]
 /// to build one trainer per rank). The trainer keeps its trained weights.
@@ -67,7 +49,7 @@ where
         eval: None,
         collate,
     };
-    rank_loop(
+    rank_run(
         trainer,
         &Single,
         data,
@@ -176,7 +158,7 @@ where
         let mut logger = settings.logger(args)?;
         let device = settings.device.open(0)?;
         let mut trainer = factory(&RankContext::new(0, 1, device.clone(), settings.seed))?;
-        let summary = rank_loop(
+        let summary = rank_run(
             &mut trainer,
             &Single,
             data,
@@ -309,7 +291,7 @@ where
                         // Every rank learns whether every factory succeeded before training.
                         match (comm.any(built.is_err())?, built) {
                             (false, Ok(mut trainer)) => {
-                                let summary = rank_loop(
+                                let summary = rank_run(
                                     &mut trainer,
                                     comm,
                                     data,
@@ -376,4 +358,22 @@ fn pick_result<T>(mut results: Vec<(usize, Result<Trained<T>>)>) -> Result<Train
         (None, Some(t)) => Ok(t),
         (None, None) => Err(Error::EmptyGroup),
     }
+}
+
+/// One rank's run, started and trained to its end.
+fn rank_run<T, D, C, M>(
+    trainer: &mut T,
+    comm: &M,
+    data: RunData<'_, D, C>,
+    settings: &RunSettings,
+    device: &Device,
+    logger: Option<&mut Logger>,
+) -> Result<TrainSummary>
+where
+    T: AdaptiveTrainer,
+    D: Dataset + ?Sized,
+    C: CollateFor<T, D>,
+    M: Communicator,
+{
+    RankRun::start(trainer, comm, data, settings, device, logger)?.run()
 }

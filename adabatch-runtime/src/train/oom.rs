@@ -3,9 +3,6 @@
 
 use std::collections::BTreeSet;
 
-use crate::adapt::schedule::Schedule;
-use crate::config::policy::OomPolicy;
-use crate::data::planner::{StepBatches, StepPlanner};
 use crate::error::{Error, Result};
 
 /// Whether an error is the device running out of memory (candle surfaces CUDA's
@@ -17,94 +14,6 @@ pub fn is_out_of_memory(error: &Error) -> bool {
         // Packing buffers of a collective can run out too.
         Error::Comm(msg) => names_out_of_memory(msg),
         _ => false,
-    }
-}
-
-/// What the loop does after a step ran out of memory on some rank: the recovery
-/// state of the step being retried.
-#[derive(Debug)]
-pub(crate) struct OomRecovery {
-    policy: OomPolicy,
-    /// Pieces each rank slice is split into after `split_retry` OOMs of this step.
-    chunks: usize,
-    /// At the floor (size 1, or one example per chunk) an OOM may still be
-    /// transient (fragmentation): one plain retry, then give up.
-    retried_at_floor: bool,
-}
-
-impl OomRecovery {
-    pub(crate) fn new(policy: OomPolicy) -> Self {
-        Self {
-            policy,
-            chunks: 1,
-            retried_at_floor: false,
-        }
-    }
-
-    /// Pieces each rank's slice of the step is split into.
-    pub(crate) fn chunks(&self) -> usize {
-        self.chunks
-    }
-
-    /// The step trained: the next one starts unsplit.
-    pub(crate) fn step_trained(&mut self) {
-        self.chunks = 1;
-        self.retried_at_floor = false;
-    }
-
-    /// Applies the policy to the step that ran out of memory (the same on every
-    /// rank); returns what it did, for the log, or the error that ends the run.
-    pub(crate) fn recover<S: Schedule>(
-        &mut self,
-        planner: &mut StepPlanner<S>,
-        batches: &StepBatches,
-        step: usize,
-        detail: &str,
-    ) -> Result<String> {
-        let out_of_memory = |detail: String| Error::OutOfMemory { step, detail };
-        match self.policy {
-            OomPolicy::Fail => Err(out_of_memory(detail.into())),
-            OomPolicy::Halve | OomPolicy::SplitRetry => {
-                let before = planner.per_device();
-                planner.rewind(batches);
-                let shrunk = match self.policy {
-                    OomPolicy::Halve => planner.halve(),
-                    _ if self.chunks < batches.max_local() => {
-                        self.chunks = (self.chunks * 2).min(batches.max_local());
-                        true
-                    }
-                    _ => false,
-                };
-                if !shrunk {
-                    if self.retried_at_floor {
-                        return Err(out_of_memory(format!(
-                            "{detail}; still out of memory at the smallest size"
-                        )));
-                    }
-                    self.retried_at_floor = true;
-                }
-                Ok(match self.policy {
-                    OomPolicy::Halve => format!(
-                        "halve: per-device size {before} -> {}, retrying the same {} examples",
-                        planner.per_device(),
-                        batches.global_size()
-                    ),
-                    _ => format!(
-                        "split_retry: replaying the same {} examples in {} chunk(s) per rank",
-                        batches.global_size(),
-                        self.chunks
-                    ),
-                })
-            }
-            OomPolicy::Skip => {
-                planner.skip_step();
-                Ok(format!(
-                    "skip: dropped {} examples {:?}",
-                    batches.global_size(),
-                    batches.indices()
-                ))
-            }
-        }
     }
 }
 

@@ -15,7 +15,7 @@ use candle_core::Device;
 use crate::adapt::schedule::Schedule;
 use crate::data::planner::{StepBatches, StepPlanner};
 use crate::error::{Error, Result};
-use crate::train::step::{collate_indices, guarded};
+use crate::train::collate::{collate_indices, guarded, panic_message};
 use crate::user::data::{Collate, Dataset};
 use crate::user::model::Batch;
 
@@ -107,7 +107,7 @@ where
             return next.worker.join().unwrap_or_else(|payload| {
                 // `guarded` already turns a collate panic into an error; this is a
                 // panic outside it, reported the same way on the step that needs it.
-                let message = crate::train::step::panic_message(&*payload);
+                let message = panic_message(&*payload);
                 let error = || Error::RankPanicked {
                     rank: self.rank,
                     message: message.clone(),

@@ -5,46 +5,50 @@ use std::time::Instant;
 
 use crate::data::planner::{PlannerState, StepBatches};
 use crate::data::sampler::GlobalBatchSampler;
-use crate::report::logging::{EvalLog, StepLog};
+use crate::report::record::{EvalLog, StepLog};
 use crate::report::summary::TrainSummary;
 use crate::train::prefetch::PrefetchStats;
 use crate::train::settings::RunSettings;
 
 /// What the loop gathered besides its account: the evaluations, prefetch counts,
-/// f16's skipped steps and the best checkpoint (its directory and metric).
+/// f16's skipped steps, the OOM events and the best checkpoint (its directory and
+/// metric).
 pub(crate) struct RunOutcome {
     pub(crate) evaluations: Vec<EvalLog>,
     pub(crate) prefetch: PrefetchStats,
     pub(crate) skipped_steps: usize,
+    pub(crate) oom_events: usize,
     pub(crate) best: Option<(std::path::PathBuf, f64)>,
 }
 
-/// Per-rank mutable state of the loop.
+/// A rank's account of the steps it trained: losses and examples since the last
+/// logged step, every step's loss, and the clock.
 pub(crate) struct Progress {
-    pub(crate) losses_since_log: Vec<f64>,
-    pub(crate) examples_since_log: usize,
-    pub(crate) oom_events_since_log: usize,
-    pub(crate) oom_events: usize,
-    pub(crate) skipped_since_log: usize,
+    losses_since_log: Vec<f64>,
+    examples_since_log: usize,
     last_log: Instant,
     started: Instant,
-    pub(crate) step_losses: Vec<f64>,
+    step_losses: Vec<f64>,
 }
 
 impl Progress {
-    /// From now, with the OOM events of the run so far (a resumed run's).
-    pub(crate) fn new(oom_events: usize) -> Self {
+    /// From now.
+    pub(crate) fn new() -> Self {
         let started = Instant::now();
         Self {
             losses_since_log: Vec::new(),
             examples_since_log: 0,
-            oom_events_since_log: 0,
-            oom_events,
-            skipped_since_log: 0,
             last_log: started,
             started,
             step_losses: Vec::new(),
         }
+    }
+
+    /// A step trained: its loss and global batch.
+    pub(crate) fn trained(&mut self, loss: f64, examples: usize) {
+        self.step_losses.push(loss);
+        self.losses_since_log.push(loss);
+        self.examples_since_log += examples;
     }
 
     /// The log record of a logged step: the loss is the mean since the last
@@ -71,7 +75,7 @@ impl Progress {
             learning_rate: lr,
             examples_per_s: self.examples_since_log as f64 / elapsed.max(f64::MIN_POSITIVE),
             micro_batches: batches.micro.len(),
-            oom_events: std::mem::take(&mut self.oom_events_since_log),
+            oom_events: 0,
             predicted_memory: None,
             measured_memory: None,
             gradient_noise_scale: None,
@@ -97,6 +101,7 @@ impl Progress {
             evaluations,
             prefetch,
             skipped_steps,
+            oom_events,
             best,
         } = outcome;
         let runtime = self.started.elapsed().as_secs_f64();
@@ -113,7 +118,7 @@ impl Progress {
             examples_seen: sampler.examples_seen(),
             train_loss,
             step_losses: self.step_losses,
-            oom_events: self.oom_events,
+            oom_events,
             final_per_device_batch_size: planner.per_device(),
             world_size: settings.world_size,
             train_runtime: runtime,

@@ -2,11 +2,8 @@
 //! micro-batch (in chunks after an OOM), one all-reduce with agreement flags, the
 //! optimizer update.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
-use candle_nn::Optimizer;
 
 use crate::adapt::noise_scale::{NoiseScaleEstimator, SmallBatchSums};
 use crate::config::policy::Reweight;
@@ -15,8 +12,10 @@ use crate::data::sources::SourceSpec;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
+use crate::train::collate::{collate_indices, guarded};
 use crate::train::oom::{is_out_of_memory, FaultInjector};
 use crate::train::prefetch::{take_chunk, Prefetched};
+use crate::train::settings::RunSettings;
 use crate::user::data::{Collate, Dataset};
 use crate::user::model::{Batch, TrainModel};
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
@@ -44,6 +43,42 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
     pub loss_scale: f64,
 }
 
+impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
+    /// A run's step input: the data, the device and the settings' step rules.
+    pub(crate) fn new(
+        dataset: &'a D,
+        collate: &'a C,
+        device: &'a Device,
+        settings: &RunSettings,
+    ) -> Self {
+        Self {
+            dataset,
+            collate,
+            device,
+            reweight: settings.reweight,
+            max_grad_norm: settings.max_grad_norm,
+            faults: settings.faults.clone(),
+            verify_update: true,
+            noise_scale: settings.noise_scale_beta.is_some(),
+            sources: settings.sources.clone(),
+            precision: settings.precision,
+            loss_scale: 1.0,
+        }
+    }
+}
+
+/// One step's work on this rank: its batches and number, the learning rate, the
+/// pieces each rank slice is split into (after OOMs), whether the log wants the
+/// gradient norm, and the batches collated ahead.
+pub(crate) struct StepPlan<'b, B> {
+    pub(crate) batches: &'b StepBatches,
+    pub(crate) step: usize,
+    pub(crate) lr: f64,
+    pub(crate) chunks: usize,
+    pub(crate) want_norm: bool,
+    pub(crate) ready: Prefetched<B>,
+}
+
 /// How a step ended, the same on every rank.
 #[derive(Debug)]
 pub(crate) enum StepOutcome {
@@ -63,8 +98,8 @@ pub(crate) enum StepOutcome {
     OutOfMemory { detail: String },
 }
 
-/// This rank's accumulated gradients (aligned with the parameters), loss share and
-/// token count.
+/// Gradients (aligned with the parameters), loss share and token count: this
+/// rank's, or after the all-reduce every rank's summed.
 struct LocalGrads {
     grads: Vec<Option<Tensor>>,
     loss: f64,
@@ -74,68 +109,37 @@ struct LocalGrads {
     source_sums: Vec<f64>,
 }
 
-/// Runs `f`, turning a panic into this rank's error.
-pub(crate) fn guarded<R>(rank: usize, f: impl FnOnce() -> Result<R>) -> Result<R> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        Err(Error::RankPanicked {
-            rank,
-            message: panic_message(&*p),
-        })
-    })
-}
-
-/// The text of a panic payload.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into())
-}
-
-/// The examples at `indices`, collated onto `device`.
-pub(crate) fn collate_indices<D, C>(
-    dataset: &D,
-    collate: &C,
-    device: &Device,
-    indices: &[usize],
-) -> Result<C::Batch>
-where
-    D: Dataset + ?Sized,
-    C: Collate<D::Item>,
-{
-    let items: Vec<D::Item> = indices.iter().map(|&i| dataset.get(i)).collect();
-    let batch = collate.collate(&items, device)?;
-    if batch.num_examples() != items.len() {
-        return Err(Error::CollateSize {
-            returned: batch.num_examples(),
-            items: items.len(),
-        });
+/// How the losses of a step are weighted: `known_weight` (the global example
+/// count, or the number of active rank slices for `RankMean`) scales each loss so
+/// the sum is the global mean; token counts are only known afterwards and scale
+/// at the end.
+fn known_weight(reweight: Reweight, batches: &StepBatches) -> f64 {
+    match reweight {
+        Reweight::SampleCount => batches.global_size() as f64,
+        Reweight::RankMean => batches
+            .micro
+            .iter()
+            .map(|m| m.active_ranks())
+            .sum::<usize>() as f64,
+        Reweight::TokenCount => 1.0,
     }
-    Ok(batch)
 }
 
 /// Forward and backward over this rank's share of every micro-batch, each split in
-/// `chunks` pieces, gradients summed. `known_weight` (the global example count, or
-/// the number of active rank slices for `RankMean`) scales each loss so the sum is
-/// the global mean; token counts are only known afterwards and scale at the end.
-#[allow(clippy::too_many_arguments)]
+/// `plan.chunks` pieces, gradients summed.
 fn accumulate_local<M, D, C>(
     model: &M,
     input: &mut StepInput<'_, D, C>,
     params: &[(String, Var)],
-    batches: &StepBatches,
+    plan: &mut StepPlan<'_, M::Batch>,
     rank: usize,
-    chunks: usize,
-    known_weight: f64,
-    step: usize,
-    ready: &mut Prefetched<M::Batch>,
 ) -> Result<LocalGrads>
 where
     M: TrainModel,
     D: Dataset + ?Sized,
     C: Collate<D::Item, Batch = M::Batch>,
 {
+    let batches = plan.batches;
     let mut local = LocalGrads {
         grads: vec![None; params.len()],
         loss: 0.0,
@@ -143,55 +147,29 @@ where
         small: SmallBatchSums::default(),
         source_sums: vec![0.0; 2 * input.sources.as_ref().map_or(0, |s| s.names.len())],
     };
-    let big = batches.global_size();
+    let known_weight = known_weight(input.reweight, batches);
     let active_ranks = batches.local_sizes().iter().filter(|&&n| n > 0).count();
     for micro in &batches.micro {
         let indices = micro.local(rank);
         if indices.is_empty() {
             continue;
         }
-        let chunk_len = indices.len().div_ceil(chunks);
+        let chunk_len = indices.len().div_ceil(plan.chunks);
         // With the noise scale, this micro-batch's share is summed apart first.
         let mut micro_grads = input.noise_scale.then(|| vec![None; params.len()]);
         for chunk in indices.chunks(chunk_len) {
-            input.faults.check(step, rank, active_ranks, chunk.len())?;
-            let batch = match take_chunk(ready, chunk) {
+            input
+                .faults
+                .check(plan.step, rank, active_ranks, chunk.len())?;
+            let batch = match take_chunk(&mut plan.ready, chunk) {
                 Some(batch) => batch?,
                 None => collate_indices(input.dataset, input.collate, input.device, chunk)?,
             };
-            local.tokens += batch.num_tokens() as f64;
-            let autocast = AutocastScope::enter(input.precision);
-            let losses = model.per_example_loss(&batch)?;
-            autocast.check_used(input.precision)?;
-            drop(autocast);
-            let losses = loss_in_f32(losses)?;
-            if losses.dims() != [chunk.len()] {
-                return Err(Error::LossShape {
-                    shape: losses.dims().to_vec(),
-                    examples: chunk.len(),
-                });
-            }
-            if let Some(spec) = &input.sources {
-                let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
-                let n = spec.names.len();
-                for (value, &index) in values.iter().zip(chunk) {
-                    let source = spec.locate(index).0;
-                    local.source_sums[source] += value;
-                    local.source_sums[n + source] += 1.0;
-                }
-            }
-            let sum = losses.sum_all()?;
-            let share = match input.reweight {
-                Reweight::SampleCount => (sum / known_weight)?,
-                Reweight::TokenCount => sum,
-                Reweight::RankMean => (sum / (indices.len() as f64 * known_weight))?,
+            let share = ChunkShare {
+                rank_slice: indices.len(),
+                known_weight,
             };
-            local.loss += share.to_dtype(DType::F64)?.to_scalar::<f64>()?;
-            let grads = if input.loss_scale == 1.0 {
-                share.backward()?
-            } else {
-                (share * input.loss_scale)?.backward()?
-            };
+            let grads = chunk_backward(model, input, &batch, chunk, share, &mut local)?;
             let target = micro_grads.as_mut().unwrap_or(&mut local.grads);
             for (slot, (_, var)) in target.iter_mut().zip(params) {
                 if let Some(g) = grads.get(var.as_tensor()) {
@@ -203,7 +181,9 @@ where
             // The share is (sum of losses) / B: its mean gradient is B / b times it.
             let scale = known_weight / indices.len() as f64 / input.loss_scale;
             let norm = global_norm(&micro_grads)? * scale;
-            local.small.add(indices.len(), big, norm * norm);
+            local
+                .small
+                .add(indices.len(), batches.global_size(), norm * norm);
             for (slot, g) in local.grads.iter_mut().zip(micro_grads) {
                 if let Some(g) = g {
                     add_into(slot, &g)?;
@@ -214,6 +194,63 @@ where
     Ok(local)
 }
 
+/// How one chunk's losses are weighted: the size of this rank's slice of the
+/// micro-batch, and the step's known weight.
+#[derive(Clone, Copy)]
+struct ChunkShare {
+    rank_slice: usize,
+    known_weight: f64,
+}
+
+/// Forward and backward of one chunk: its loss share and tokens go into `local`
+/// (and its per-source sums); returns its gradients.
+fn chunk_backward<M, D, C>(
+    model: &M,
+    input: &StepInput<'_, D, C>,
+    batch: &M::Batch,
+    chunk: &[usize],
+    share: ChunkShare,
+    local: &mut LocalGrads,
+) -> Result<GradStore>
+where
+    M: TrainModel,
+    D: ?Sized,
+{
+    local.tokens += batch.num_tokens() as f64;
+    let autocast = AutocastScope::enter(input.precision);
+    let losses = model.per_example_loss(batch)?;
+    autocast.check_used(input.precision)?;
+    drop(autocast);
+    let losses = loss_in_f32(losses)?;
+    if losses.dims() != [chunk.len()] {
+        return Err(Error::LossShape {
+            shape: losses.dims().to_vec(),
+            examples: chunk.len(),
+        });
+    }
+    if let Some(spec) = &input.sources {
+        let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+        let n = spec.names.len();
+        for (value, &index) in values.iter().zip(chunk) {
+            let source = spec.locate(index).0;
+            local.source_sums[source] += value;
+            local.source_sums[n + source] += 1.0;
+        }
+    }
+    let sum = losses.sum_all()?;
+    let weighted = match input.reweight {
+        Reweight::SampleCount => (sum / share.known_weight)?,
+        Reweight::TokenCount => sum,
+        Reweight::RankMean => (sum / (share.rank_slice as f64 * share.known_weight))?,
+    };
+    local.loss += weighted.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+    Ok(if input.loss_scale == 1.0 {
+        weighted.backward()?
+    } else {
+        (weighted * input.loss_scale)?.backward()?
+    })
+}
+
 fn add_into(slot: &mut Option<Tensor>, g: &Tensor) -> Result<()> {
     *slot = Some(match slot.take() {
         Some(acc) => (acc + g)?,
@@ -222,21 +259,23 @@ fn add_into(slot: &mut Option<Tensor>, g: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// Every gradient multiplied by `factor`.
+fn scale_grads(grads: Vec<Option<Tensor>>, factor: f64) -> Result<Vec<Option<Tensor>>> {
+    Ok(grads
+        .into_iter()
+        .map(|g| g.map(|g| g * factor).transpose())
+        .collect::<candle_core::Result<Vec<_>>>()?)
+}
+
 /// One optimisation step on this rank. Every rank calls it with the same batches
 /// and `chunks`; OOMs and failures are agreed through one all-reduce before anyone
 /// updates its weights.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn train_step<T, D, C>(
     trainer: &mut T,
     comm: &impl Communicator,
     input: &mut StepInput<'_, D, C>,
     params: &[(String, Var)],
-    batches: &StepBatches,
-    chunks: usize,
-    lr: f64,
-    step: usize,
-    want_norm: bool,
-    mut ready: Prefetched<<T::Model as TrainModel>::Batch>,
+    mut plan: StepPlan<'_, <T::Model as TrainModel>::Batch>,
 ) -> Result<StepOutcome>
 where
     T: AdaptiveTrainer,
@@ -244,122 +283,137 @@ where
     C: CollateFor<T, D>,
 {
     let (model, optimizer) = trainer.parts();
-    let (rank, world) = (comm.rank(), comm.world_size());
-    let reweight = input.reweight;
-    let known_weight = match reweight {
-        Reweight::SampleCount => batches.global_size() as f64,
-        Reweight::RankMean => batches
-            .micro
-            .iter()
-            .map(|m| m.active_ranks())
-            .sum::<usize>() as f64,
-        Reweight::TokenCount => 1.0,
-    };
+    let rank = comm.rank();
     let local = guarded(rank, || {
-        accumulate_local(
-            &*model,
-            input,
-            params,
-            batches,
-            rank,
-            chunks,
-            known_weight,
-            step,
-            &mut ready,
-        )
+        accumulate_local(&*model, input, params, &mut plan, rank)
     });
     let source_slots = 2 * input.sources.as_ref().map_or(0, |s| s.names.len());
-    let (grads, loss, tokens, small, source_sums) = if world == 1 {
-        match local {
-            Ok(l) => (l.grads, l.loss, l.tokens, l.small, l.source_sums),
-            Err(e) if is_out_of_memory(&e) => {
-                return Ok(StepOutcome::OutOfMemory {
-                    detail: e.to_string(),
-                })
-            }
-            Err(e) => return Err(e),
-        }
-    } else {
-        match reduce(comm, params, local, source_slots)? {
-            Reduced::Ok(grads, loss, tokens, small, sums) => (grads, loss, tokens, small, sums),
-            Reduced::OutOfMemory(detail) => return Ok(StepOutcome::OutOfMemory { detail }),
-        }
+    let mut summed = match gather(comm, params, local, source_slots)? {
+        Ok(summed) => summed,
+        Err(detail) => return Ok(StepOutcome::OutOfMemory { detail }),
     };
-    let (mut grads, loss) = if reweight == Reweight::TokenCount {
-        if tokens <= 0.0 {
-            return Err(Error::NoTokens { step });
+    if input.reweight == Reweight::TokenCount {
+        if summed.tokens <= 0.0 {
+            return Err(Error::NoTokens { step: plan.step });
         }
-        let scaled = grads
-            .into_iter()
-            .map(|g| g.map(|g| g / tokens).transpose())
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        (scaled, loss / tokens)
-    } else {
-        (grads, loss)
+        summed.grads = scale_grads(summed.grads, 1.0 / summed.tokens)?;
+        summed.loss /= summed.tokens;
+    }
+    let source_loss = source_means(&summed.source_sums);
+    let loss = summed.loss;
+    let Some(mut update) = unscale(summed, input.loss_scale)? else {
+        return Ok(StepOutcome::Trained {
+            overflowed: true,
+            loss,
+            grad_norm: None,
+            noise: None,
+            source_loss,
+        });
     };
-    let source_loss = (!source_sums.is_empty()).then(|| {
+    if !update.loss.is_finite() {
+        return Err(Error::NonFiniteLoss {
+            step: plan.step,
+            loss: update.loss,
+        });
+    }
+    let clipping = input.max_grad_norm > 0.0;
+    let grad_norm = match update.norm {
+        Some(norm) => Some(norm),
+        None if plan.want_norm || clipping || input.noise_scale => {
+            Some(global_norm(&update.grads)?)
+        }
+        None => None,
+    };
+    let noise = grad_norm
+        .filter(|_| input.noise_scale)
+        .and_then(|norm| noise_estimates(plan.batches, update.small, norm));
+    if let (true, Some(norm)) = (clipping, grad_norm) {
+        if norm > input.max_grad_norm {
+            update.grads = scale_grads(update.grads, input.max_grad_norm / (norm + 1e-6))?;
+        }
+    }
+    apply_update(
+        optimizer,
+        params,
+        update.grads,
+        plan.lr,
+        &mut input.verify_update,
+    )?;
+    Ok(StepOutcome::Trained {
+        overflowed: false,
+        loss: update.loss,
+        grad_norm,
+        noise,
+        source_loss,
+    })
+}
+
+/// This step's (|G|², tr Σ) estimate from its small batches, when it has two.
+fn noise_estimates(batches: &StepBatches, small: SmallBatchSums, norm: f64) -> Option<(f64, f64)> {
+    let sizes: Vec<usize> = batches.micro.iter().flat_map(|m| m.local_sizes()).collect();
+    NoiseScaleEstimator::step_estimates(&sizes, batches.global_size(), small, norm * norm).ok()
+}
+
+/// Each source's mean per-example loss in this step (NaN for a source without
+/// examples in it), from the summed losses and counts.
+fn source_means(source_sums: &[f64]) -> Option<Vec<f64>> {
+    (!source_sums.is_empty()).then(|| {
         let (sums, counts) = source_sums.split_at(source_sums.len() / 2);
         sums.iter()
             .zip(counts)
             .map(|(sum, &count)| if count > 0.0 { sum / count } else { f64::NAN })
             .collect()
-    });
-    // `--fp16`: gradients carry the loss scale. Every rank sees the same
-    // all-reduced values, so all skip an overflowed step together.
-    let mut unscaled_norm = None;
-    if input.loss_scale != 1.0 {
-        let scaled_norm = global_norm(&grads)?;
-        if !scaled_norm.is_finite() || !loss.is_finite() {
-            return Ok(StepOutcome::Trained {
-                overflowed: true,
-                loss,
-                grad_norm: None,
-                noise: None,
-                source_loss,
-            });
-        }
-        let inverse = 1.0 / input.loss_scale;
-        grads = grads
-            .into_iter()
-            .map(|g| g.map(|g| g * inverse).transpose())
-            .collect::<candle_core::Result<Vec<_>>>()?;
-        unscaled_norm = Some(scaled_norm * inverse);
-    }
-    if !loss.is_finite() {
-        return Err(Error::NonFiniteLoss { step, loss });
-    }
-    let clipping = input.max_grad_norm > 0.0;
-    let grad_norm = match unscaled_norm {
-        Some(norm) => Some(norm),
-        None if want_norm || clipping || input.noise_scale => Some(global_norm(&grads)?),
-        None => None,
+    })
+}
+
+/// The step's summed gradients ready for the update, with their norm when it
+/// was already taken.
+struct Update {
+    grads: Vec<Option<Tensor>>,
+    loss: f64,
+    small: SmallBatchSums,
+    norm: Option<f64>,
+}
+
+/// `--fp16`: gradients carry the loss scale; `None` when they overflowed. Every
+/// rank sees the same all-reduced values, so all skip an overflowed step together.
+fn unscale(summed: LocalGrads, loss_scale: f64) -> Result<Option<Update>> {
+    let mut update = Update {
+        grads: summed.grads,
+        loss: summed.loss,
+        small: summed.small,
+        norm: None,
     };
-    let noise = match grad_norm.filter(|_| input.noise_scale) {
-        Some(norm) => {
-            let sizes: Vec<usize> = batches.micro.iter().flat_map(|m| m.local_sizes()).collect();
-            NoiseScaleEstimator::step_estimates(&sizes, batches.global_size(), small, norm * norm)
-                .ok()
-        }
-        None => None,
-    };
-    if let (true, Some(norm)) = (clipping, grad_norm) {
-        if norm > input.max_grad_norm {
-            let factor = input.max_grad_norm / (norm + 1e-6);
-            grads = grads
-                .into_iter()
-                .map(|g| g.map(|g| g * factor).transpose())
-                .collect::<candle_core::Result<Vec<_>>>()?;
-        }
+    if loss_scale == 1.0 {
+        return Ok(Some(update));
     }
+    let scaled_norm = global_norm(&update.grads)?;
+    if !scaled_norm.is_finite() || !update.loss.is_finite() {
+        return Ok(None);
+    }
+    let inverse = 1.0 / loss_scale;
+    update.grads = scale_grads(update.grads, inverse)?;
+    update.norm = Some(scaled_norm * inverse);
+    Ok(Some(update))
+}
+
+/// The optimizer's step on the gradients at learning rate `lr`. The first update
+/// is checked (`verify`): an optimizer built from other variables (or before the
+/// model made its own) would otherwise train nothing, silently.
+fn apply_update(
+    optimizer: &mut impl crate::optim::TrainOptimizer,
+    params: &[(String, Var)],
+    grads: Vec<Option<Tensor>>,
+    lr: f64,
+    verify: &mut bool,
+) -> Result<()> {
     let mut store = GradStore::default();
     for ((_, var), grad) in params.iter().zip(grads) {
         if let Some(grad) = grad {
             store.insert(var.as_tensor(), grad);
         }
     }
-    // The first update is checked: an optimizer built from other variables (or
-    // before the model made its own) would otherwise train nothing, silently.
-    let before = if input.verify_update && lr > 0.0 {
+    let before = if *verify && lr > 0.0 {
         Some(gradient_carrying_values(params, &store)?)
     } else {
         None
@@ -367,21 +421,28 @@ where
     optimizer.set_learning_rate(lr);
     optimizer.step(&store)?;
     if let Some(before) = before {
-        input.verify_update = false;
+        *verify = false;
         check_updated(&before)?;
     }
-    Ok(StepOutcome::Trained {
-        overflowed: false,
-        loss,
-        grad_norm,
-        noise,
-        source_loss,
-    })
+    Ok(())
 }
 
-enum Reduced {
-    Ok(Vec<Option<Tensor>>, f64, f64, SmallBatchSums, Vec<f64>),
-    OutOfMemory(String),
+/// Every rank's gradients, loss, tokens and sums, summed (on one rank: its own);
+/// `Err(detail)` when some rank ran out of memory.
+fn gather(
+    comm: &impl Communicator,
+    params: &[(String, Var)],
+    local: Result<LocalGrads>,
+    source_slots: usize,
+) -> Result<std::result::Result<LocalGrads, String>> {
+    if comm.world_size() > 1 {
+        return reduce(comm, params, local, source_slots);
+    }
+    match local {
+        Ok(local) => Ok(Ok(local)),
+        Err(e) if is_out_of_memory(&e) => Ok(Err(e.to_string())),
+        Err(e) => Err(e),
+    }
 }
 
 /// All-reduces gradients (zeros where a rank has none), loss, tokens and the
@@ -391,7 +452,7 @@ fn reduce(
     params: &[(String, Var)],
     local: Result<LocalGrads>,
     source_slots: usize,
-) -> Result<Reduced> {
+) -> Result<std::result::Result<LocalGrads, String>> {
     let zeros = |var: &Var| var.as_tensor().zeros_like();
     let (mut tensors, loss, tokens, small, source_sums) = match &local {
         Ok(l) => {
@@ -433,17 +494,15 @@ fn reduce(
     match local {
         Err(e) if !is_out_of_memory(&e) => Err(e),
         _ if failed > 0.0 => Err(Error::PeerFailed { rank: comm.rank() }),
-        Err(e) => Ok(Reduced::OutOfMemory(e.to_string())),
-        Ok(_) if oom > 0.0 => Ok(Reduced::OutOfMemory(format!(
-            "{oom} rank(s) ran out of memory"
-        ))),
-        Ok(_) => Ok(Reduced::Ok(
-            tensors.into_iter().map(Some).collect(),
+        Err(e) => Ok(Err(e.to_string())),
+        Ok(_) if oom > 0.0 => Ok(Err(format!("{oom} rank(s) ran out of memory"))),
+        Ok(_) => Ok(Ok(LocalGrads {
+            grads: tensors.into_iter().map(Some).collect(),
             loss,
             tokens,
-            SmallBatchSums { trace, norm },
+            small: SmallBatchSums { trace, norm },
             source_sums,
-        )),
+        })),
     }
 }
 

@@ -10,7 +10,7 @@
 //! step when training on several ranks, so a callback that decides differently on
 //! some rank cannot leave the others waiting.
 
-use crate::report::logging::{EvalLog, StepLog};
+use crate::report::record::{EvalLog, StepLog};
 
 /// Where training stands (HF `TrainerState`).
 #[derive(Debug, Clone, PartialEq)]

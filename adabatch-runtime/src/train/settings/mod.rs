@@ -3,6 +3,7 @@
 //! [`resolve`].
 
 mod resolve;
+pub(crate) mod strategy;
 
 use crate::adapt::lr::{LrSchedule, LrSchedulerType};
 use crate::adapt::schedule::{validate_spec, BatchLimits, Schedule, ScheduleSpec};
@@ -16,11 +17,12 @@ use crate::dist::device::DeviceSpec;
 use crate::error::{Error, Result};
 use crate::optim::precision::{LossScaler, Precision};
 use crate::report::logging::Logger;
-use crate::train::best::{BestModel, Interval};
 use crate::train::oom::FaultInjector;
 use crate::user::data::Dataset;
 pub(crate) use resolve::BuiltinMixer;
 use resolve::{describe_ramp, length_batching, precision, require, run_schedule, run_sources};
+pub use strategy::BestCheckpoint;
+pub(crate) use strategy::{BestModel, Interval};
 
 /// Settings of one run, checked once before any rank starts.
 #[derive(Debug, Clone)]
@@ -210,14 +212,14 @@ impl RunSettings {
         };
         let resume = match &args.resume_from_checkpoint {
             Some(dir) if dir.as_os_str() == "latest" => {
-                Some(crate::train::checkpoint::latest(&args.output_dir)?)
+                Some(crate::train::checkpoint::format::latest(&args.output_dir)?)
             }
             other => other.clone(),
         };
         // Per-device sizes count the ranks of the run that wrote the checkpoint: a
         // run resumed on another number of ranks keeps its global batches.
         let units_world = match &resume {
-            Some(dir) => crate::train::checkpoint::load_state(dir)?.world_size,
+            Some(dir) => crate::train::checkpoint::format::load_state(dir)?.world_size,
             None => world_size,
         };
         let limits = BatchLimits::new(policy.min_batch, policy.max_batch)?;
@@ -353,6 +355,59 @@ impl RunSettings {
         };
         settings.set_lr_horizon(args)?;
         Ok(settings)
+    }
+
+    /// The checks that need what only a rank has at its start: the eval set's
+    /// size, whether the trainer has a `#[mixer]`, the number of ranks. Said
+    /// before any weight is touched.
+    pub(crate) fn check_run(
+        &self,
+        eval_len: Option<usize>,
+        trainer_has_mixer: bool,
+        world_size: usize,
+        logger: Option<&Logger>,
+    ) -> Result<()> {
+        if let Some(examples) = eval_len.filter(|&n| n < world_size) {
+            return Err(Error::EvalSetTooSmall {
+                world_size,
+                examples,
+            });
+        }
+        if self.best_model.is_some() && eval_len.is_none() {
+            return Err(Error::ConflictingSettings {
+                first: "--load-best-model-at-end",
+                second: "a run without an eval dataset",
+                reason: "the best checkpoint is the one whose evaluation scored best: train with an eval dataset (launch_with_eval)",
+            });
+        }
+        if self.eval_on_start && eval_len.is_none() {
+            return Err(Error::ConflictingSettings {
+                first: "--eval-on-start",
+                second: "a run without an eval dataset",
+                reason:
+                    "there is nothing to evaluate: train with an eval dataset (launch_with_eval)",
+            });
+        }
+        if let (Interval::Steps(_) | Interval::Epoch, None, Some(logger)) =
+            (self.eval_every, eval_len, logger)
+        {
+            logger.event(
+                "warning: evaluations are asked for (--eval-steps / --eval-strategy) but the run has no eval dataset: nothing is evaluated (launch_with_eval adds one)",
+            );
+        }
+        if trainer_has_mixer && self.sources.is_none() {
+            return Err(Error::MixerWithoutSources);
+        }
+        // `mix = online(..)` / `custom(..)`: the engine's own mixer, unless the
+        // trainer has one.
+        if let (Some(asked), true) = (self.builtin_mixer, trainer_has_mixer) {
+            return Err(Error::ConflictingSettings {
+                first: asked.key(),
+                second: "#[mixer]",
+                reason: "two mixers would decide the same weights: keep one",
+            });
+        }
+        Ok(())
     }
 
     /// The learning-rate horizon: what the run will consume. Exact for

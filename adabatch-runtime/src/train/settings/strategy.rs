@@ -1,16 +1,10 @@
 //! When a run evaluates and saves (HF's `eval_strategy` / `save_strategy`), and
-//! `--load-best-model-at-end`: which checkpoint scored best, kept from
-//! `--save-total-limit` and loaded when training ends.
-
-use candle_core::{Device, Var};
+//! `--load-best-model-at-end`'s rule: which checkpoint scored best (kept from
+//! `--save-total-limit`; the checkpoint module loads it when training ends).
 
 use crate::config::args::{IntervalStrategy, TrainingArgs};
-use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
-use crate::report::logging::{EvalLog, Logger};
-use crate::train::checkpoint::{checkpoint_dir, load_weights};
-use crate::train::settings::RunSettings;
-use crate::train::start::synchronise_parameters;
+use crate::report::record::EvalLog;
 
 /// When an evaluation or a checkpoint is due during the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,32 +151,6 @@ impl BestModel {
             best
         })
     }
-}
-
-/// At the end of a run: the best checkpoint's weights, loaded on rank 0 (the
-/// only rank sure to see `--output-dir`) and broadcast to every rank.
-pub(crate) fn load_best(
-    comm: &impl Communicator,
-    settings: &RunSettings,
-    params: &[(String, Var)],
-    best: BestCheckpoint,
-    device: &Device,
-    logger: Option<&Logger>,
-) -> Result<()> {
-    let dir = checkpoint_dir(&settings.output_dir, best.step);
-    if comm.rank() == 0 {
-        load_weights(&dir, params, device)?;
-    }
-    synchronise_parameters(comm, params)?;
-    if let (Some(logger), Some(rule)) = (logger, &settings.best_model) {
-        logger.event(&format!(
-            "loaded the best model: {} ({} = {})",
-            dir.display(),
-            rule.metric,
-            best.metric
-        ));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

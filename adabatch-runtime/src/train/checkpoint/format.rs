@@ -1,0 +1,268 @@
+//! The checkpoint on disk: `checkpoint-N/` with the weights (safetensors), the
+//! optimizer's state and the trainer state; writing it crash-safe, finding,
+//! pruning and reading checkpoints.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use candle_core::{Device, Tensor, Var};
+
+use crate::data::planner::PlannerState;
+use crate::error::{Error, Result};
+use crate::optim::OptimizerState;
+use crate::train::control::states::ControllerStates;
+use crate::train::settings::strategy::BestCheckpoint;
+
+/// Where the run stood when the checkpoint was written.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CheckpointState {
+    /// The step planner's position, sizes and clamps.
+    #[serde(flatten)]
+    pub planner: PlannerState,
+    /// Seed of the permutations.
+    pub seed: u64,
+    /// Ranks the per-device sizes count (the global batch is `per_device *
+    /// world_size`); a run resumed on another number of ranks keeps these global
+    /// batches and splits them over its own ranks.
+    pub world_size: usize,
+    /// Dataset size.
+    pub num_examples: usize,
+    /// The controllers' parts: OOM events, the memory models, the noise scale,
+    /// the mixer and the loss scale.
+    #[serde(flatten)]
+    pub controllers: ControllerStates,
+    /// `--load-best-model-at-end`: the checkpoint that scored best so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best: Option<BestCheckpoint>,
+    /// The trainer's policy the run was written with (absent in older checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyRecord>,
+}
+
+/// The policy keys a resumed run must share with the checkpoint, as text.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PolicyRecord {
+    /// `schedule`.
+    pub schedule: String,
+    /// `min_batch`.
+    pub min_batch: usize,
+    /// `max_batch`.
+    pub max_batch: Option<usize>,
+    /// `drop_last` (after `--dataloader-drop-last`).
+    pub drop_last: bool,
+    /// `reweight`.
+    pub reweight: String,
+    /// `grad_accum`.
+    pub grad_accum: String,
+    /// `lr_scaling`.
+    pub lr_scaling: String,
+    /// `shuffle`.
+    pub shuffle: bool,
+}
+
+impl PolicyRecord {
+    /// The first key that differs: (key, checkpoint's value, this run's value).
+    pub(crate) fn first_difference(&self, run: &Self) -> Option<(&'static str, String, String)> {
+        let pairs = [
+            ("schedule", self.schedule.clone(), run.schedule.clone()),
+            (
+                "min_batch",
+                self.min_batch.to_string(),
+                run.min_batch.to_string(),
+            ),
+            (
+                "max_batch",
+                format!("{:?}", self.max_batch),
+                format!("{:?}", run.max_batch),
+            ),
+            (
+                "drop_last",
+                self.drop_last.to_string(),
+                run.drop_last.to_string(),
+            ),
+            ("reweight", self.reweight.clone(), run.reweight.clone()),
+            (
+                "grad_accum",
+                self.grad_accum.clone(),
+                run.grad_accum.clone(),
+            ),
+            (
+                "lr_scaling",
+                self.lr_scaling.clone(),
+                run.lr_scaling.clone(),
+            ),
+            ("shuffle", self.shuffle.to_string(), run.shuffle.to_string()),
+        ];
+        pairs.into_iter().find(|(_, a, b)| a != b)
+    }
+}
+
+const WEIGHTS: &str = "model.safetensors";
+pub(crate) const STATE: &str = "trainer_state.json";
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+pub(crate) const OPTIMIZER: &str = "optimizer.safetensors";
+
+/// Forces a file (or directory) to disk.
+fn sync(path: &Path) -> Result<()> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io(path))
+}
+
+/// The directory of the checkpoint of `step`: `output_dir/checkpoint-{step}`.
+pub fn checkpoint_dir(output_dir: &Path, step: usize) -> PathBuf {
+    output_dir.join(format!("checkpoint-{step}"))
+}
+
+/// Writes `output_dir/checkpoint-{step}/`: weights, the optimizer's state when it
+/// has one, and the trainer state; returns its path. Crash-safe: everything goes to
+/// a hidden temporary directory, is synced to disk, and only then renamed into
+/// place, so a kill at any moment leaves the previous checkpoints usable.
+pub fn save(
+    output_dir: &Path,
+    params: &[(String, Var)],
+    optimizer: Option<&OptimizerState>,
+    state: &CheckpointState,
+) -> Result<PathBuf> {
+    let step = state.planner.global_step;
+    let dir = checkpoint_dir(output_dir, step);
+    let partial = output_dir.join(format!(".checkpoint-{step}.partial"));
+    if partial.exists() {
+        std::fs::remove_dir_all(&partial).map_err(io(&partial))?;
+    }
+    std::fs::create_dir_all(&partial).map_err(io(&partial))?;
+    let tensors: HashMap<String, Tensor> = params
+        .iter()
+        .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
+        .collect();
+    let weights = partial.join(WEIGHTS);
+    candle_core::safetensors::save(&tensors, &weights)?;
+    sync(&weights)?;
+    if let Some(optimizer) = optimizer {
+        let path = partial.join(OPTIMIZER);
+        optimizer.save(&path)?;
+        sync(&path)?;
+    }
+    // The trainer state is written last: a directory without it is incomplete.
+    let state_path = partial.join(STATE);
+    let json = serde_json::to_vec_pretty(state).map_err(|source| Error::Json {
+        path: state_path.clone(),
+        source,
+    })?;
+    std::fs::write(&state_path, json).map_err(io(&state_path))?;
+    sync(&state_path)?;
+    sync(&partial)?;
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
+    }
+    std::fs::rename(&partial, &dir).map_err(io(&dir))?;
+    sync(output_dir)?;
+    Ok(dir)
+}
+
+/// The complete checkpoints (`checkpoint-N` with a trainer state) in `output_dir`,
+/// oldest first.
+pub fn complete_checkpoints(output_dir: &Path) -> Result<Vec<(usize, PathBuf)>> {
+    let entries = match std::fs::read_dir(output_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io(output_dir)(e)),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(io(output_dir))?.path();
+        let step = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("checkpoint-"))
+            .and_then(|n| n.parse::<usize>().ok());
+        if let (Some(step), true) = (step, path.join(STATE).is_file()) {
+            found.push((step, path));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The newest complete checkpoint in `output_dir` (`--resume-from-checkpoint latest`).
+pub fn latest(output_dir: &Path) -> Result<PathBuf> {
+    complete_checkpoints(output_dir)?
+        .pop()
+        .map(|(_, path)| path)
+        .ok_or_else(|| Error::NoCheckpoint {
+            output_dir: output_dir.to_path_buf(),
+        })
+}
+
+/// Keeps the newest `keep` complete checkpoints (`--save-total-limit`), and the
+/// checkpoint of step `protect` besides (the best model's, as HF keeps it: with
+/// `keep` = 1 that is the best and the newest).
+pub fn prune(output_dir: &Path, keep: usize, protect: Option<usize>) -> Result<()> {
+    let all = complete_checkpoints(output_dir)?;
+    let newest = all.last().map(|(step, _)| *step);
+    let others: Vec<&(usize, PathBuf)> = all.iter().filter(|(s, _)| Some(*s) != protect).collect();
+    let keep_others = match protect {
+        Some(p) if all.iter().any(|(s, _)| *s == p) => {
+            if Some(p) == newest {
+                keep.saturating_sub(1)
+            } else {
+                keep.saturating_sub(1).max(1)
+            }
+        }
+        _ => keep,
+    };
+    let excess = others.len().saturating_sub(keep_others);
+    for (_, path) in &others[..excess] {
+        std::fs::remove_dir_all(path).map_err(io(path))?;
+    }
+    Ok(())
+}
+
+/// Reads a checkpoint's state.
+pub fn load_state(dir: &Path) -> Result<CheckpointState> {
+    let path = dir.join(STATE);
+    let bytes = std::fs::read(&path).map_err(|e| Error::CorruptCheckpoint {
+        path: dir.to_path_buf(),
+        detail: format!("cannot read {STATE}: {e}"),
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::CorruptCheckpoint {
+        path: dir.to_path_buf(),
+        detail: format!("{STATE} is not a trainer state: {e}"),
+    })
+}
+
+/// Loads a checkpoint's weights into `params` (every name must be present with the
+/// same shape).
+pub fn load_weights(dir: &Path, params: &[(String, Var)], device: &Device) -> Result<()> {
+    let path = dir.join(WEIGHTS);
+    let tensors =
+        candle_core::safetensors::load(&path, device).map_err(|e| Error::CorruptCheckpoint {
+            path: dir.to_path_buf(),
+            detail: format!("cannot load {WEIGHTS}: {e}"),
+        })?;
+    for (name, var) in params {
+        let tensor = tensors.get(name).ok_or_else(|| Error::CheckpointMismatch {
+            path: dir.to_path_buf(),
+            what: format!("parameter `{name}`"),
+            checkpoint: "absent".into(),
+            run: format!("{:?}", var.shape()),
+        })?;
+        if tensor.shape() != var.shape() {
+            return Err(Error::CheckpointMismatch {
+                path: dir.to_path_buf(),
+                what: format!("the shape of `{name}`"),
+                checkpoint: format!("{:?}", tensor.shape()),
+                run: format!("{:?}", var.shape()),
+            });
+        }
+        var.set(&tensor.to_dtype(var.dtype())?)?;
+    }
+    Ok(())
+}

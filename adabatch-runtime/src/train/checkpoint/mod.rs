@@ -1,0 +1,228 @@
+//! Checkpoints of a run: its state written where the planner stands, and a
+//! resumed run checked against the checkpoint it continues. The files themselves
+//! are in [`format`].
+//!
+//! The optimizer's state is saved through [`TrainOptimizer`] (`optimizer.safetensors`):
+//! adabatch's `AdamW` and `Sgd` resume exactly; candle's `AdamW` cannot export its
+//! moments, so its checkpoints warn and resuming them needs `--ignore-optimizer-state`.
+
+pub(crate) mod format;
+
+use candle_core::{Device, Var};
+
+use crate::adapt::schedule::{Schedule, ScheduleSpec};
+use crate::data::planner::StepPlanner;
+use crate::dist::communicator::Communicator;
+use crate::dist::parameters::synchronise_parameters;
+use crate::error::{Error, Result};
+use crate::optim::{OptimizerState, TrainOptimizer};
+use crate::report::logging::Logger;
+use crate::train::control::states::ControllerStates;
+use crate::train::settings::{BestCheckpoint, RunSettings};
+
+pub use format::{
+    checkpoint_dir, complete_checkpoints, latest, load_state, load_weights, prune, save,
+    CheckpointState, PolicyRecord,
+};
+use format::{OPTIMIZER, STATE};
+
+impl PolicyRecord {
+    pub(crate) fn of(settings: &RunSettings) -> Self {
+        Self {
+            // A function's address differs between processes: name the kind only.
+            schedule: match settings.schedule {
+                ScheduleSpec::Custom(_) => "Custom(fn)".into(),
+                other => format!("{other:?}"),
+            },
+            min_batch: settings.limits.min,
+            max_batch: settings.limits.max,
+            drop_last: settings.drop_last,
+            reweight: format!("{:?}", settings.reweight),
+            grad_accum: format!("{:?}", settings.grad_accum),
+            lr_scaling: format!("{:?}", settings.lr.scaling),
+            shuffle: settings.shuffle,
+        }
+    }
+}
+
+impl CheckpointState {
+    /// The state of this run where the planner stands: the planner's state, the
+    /// controllers' and the best checkpoint so far.
+    pub(crate) fn of<S: Schedule>(
+        settings: &RunSettings,
+        planner: &StepPlanner<S>,
+        controllers: ControllerStates,
+        best: Option<BestCheckpoint>,
+    ) -> Self {
+        Self {
+            planner: planner.state(),
+            seed: settings.seed,
+            world_size: settings.units_world,
+            num_examples: settings.num_examples,
+            policy: Some(PolicyRecord::of(settings)),
+            controllers,
+            best,
+        }
+    }
+}
+
+/// Writes rank 0's checkpoint of the run as it stands.
+pub(crate) fn save_checkpoint(
+    settings: &RunSettings,
+    state: &CheckpointState,
+    params: &[(String, Var)],
+    optimizer: &impl TrainOptimizer,
+    logger: Option<&Logger>,
+) -> Result<()> {
+    let optimizer_state = optimizer.export_state(params)?;
+    let dir = save(
+        &settings.output_dir,
+        params,
+        optimizer_state.as_ref(),
+        state,
+    )?;
+    if let Some(keep) = settings.save_total_limit {
+        let best = state.best.filter(|_| settings.best_model.is_some());
+        prune(&settings.output_dir, keep, best.map(|b| b.step))?;
+    }
+    if let Some(logger) = logger {
+        logger.event(&format!(
+            "step {}: saved {}",
+            state.planner.global_step,
+            dir.display()
+        ));
+        if optimizer_state.is_none() {
+            logger.event(
+                "warning: the optimizer cannot save its state (e.g. candle's AdamW): resuming this checkpoint restarts it and needs --ignore-optimizer-state; adabatch::optim::AdamW resumes exactly",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Loads a checkpoint's weights and optimizer state and checks that it belongs to
+/// this run.
+pub(crate) fn resume_checkpoint(
+    dir: &std::path::Path,
+    settings: &RunSettings,
+    params: &[(String, Var)],
+    optimizer: &mut impl TrainOptimizer,
+    device: &Device,
+) -> Result<CheckpointState> {
+    let state = load_state(dir)?;
+    let mismatch = |what: &str, theirs: String, ours: String| {
+        Err(Error::CheckpointMismatch {
+            path: dir.to_path_buf(),
+            what: what.into(),
+            checkpoint: theirs,
+            run: ours,
+        })
+    };
+    if state.num_examples != settings.num_examples {
+        return mismatch(
+            "num_examples",
+            state.num_examples.to_string(),
+            settings.num_examples.to_string(),
+        );
+    }
+    if state.seed != settings.seed {
+        return mismatch("seed", state.seed.to_string(), settings.seed.to_string());
+    }
+    // A resumed run never silently takes the checkpoint's policy, nor the other way.
+    if let Some(written) = &state.policy {
+        if let Some((key, theirs, ours)) = written.first_difference(&PolicyRecord::of(settings)) {
+            return mismatch(&format!("policy key `{key}`"), theirs, ours);
+        }
+    }
+    match (&settings.sources, &state.planner.sources) {
+        (None, None) => {}
+        (Some(spec), Some(sources)) => {
+            let fresh =
+                crate::data::sources::MixedSources::new(spec, settings.seed, settings.shuffle)?;
+            if let Err(detail) = fresh.check(sources) {
+                return Err(Error::CorruptCheckpoint {
+                    path: dir.join(STATE),
+                    detail,
+                });
+            }
+            // A mixer's weights change while training: the checkpoint's continue.
+            if state.controllers.mixer.is_none() && sources.weights != spec.weights {
+                return mismatch(
+                    "mixing weights",
+                    format!("{:?}", sources.weights),
+                    format!("{:?}", spec.weights),
+                );
+            }
+        }
+        (Some(spec), None) => {
+            return mismatch("sources", "one".into(), format!("{:?}", spec.names));
+        }
+        (None, Some(sources)) => {
+            return mismatch(
+                "sources",
+                format!("{}", sources.cursors.len()),
+                "one".into(),
+            );
+        }
+    }
+    // Mid-epoch, a length-aware run continues the epoch's plan, which the
+    // checkpoint holds; an older checkpoint without it can only resume at a
+    // boundary (which includes one written after an epoch's last step).
+    let position = state.planner.position;
+    match &state.planner.planned_epoch {
+        Some(remainder) => {
+            if let Err(detail) = remainder.check(settings.num_examples, position) {
+                return Err(Error::CorruptCheckpoint {
+                    path: dir.join(STATE),
+                    detail,
+                });
+            }
+        }
+        None if settings.batching.is_some() && position > 0 && position < settings.num_examples => {
+            return Err(Error::MidEpochLengthAwareCheckpoint {
+                path: dir.to_path_buf(),
+            });
+        }
+        None => {}
+    }
+    load_weights(dir, params, device)?;
+    let optimizer_file = dir.join(OPTIMIZER);
+    if optimizer_file.is_file() {
+        let saved = OptimizerState::load(&optimizer_file, device)?;
+        match optimizer.import_state(params, &saved) {
+            Err(Error::OptimizerStateUnsupported { .. }) if settings.ignore_optimizer_state => {}
+            other => other?,
+        }
+    } else if !settings.ignore_optimizer_state {
+        return Err(Error::OptimizerStateMissing {
+            path: dir.to_path_buf(),
+        });
+    }
+    Ok(state)
+}
+
+/// At the end of a run: the best checkpoint's weights, loaded on rank 0 (the
+/// only rank sure to see `--output-dir`) and broadcast to every rank.
+pub(crate) fn load_best(
+    comm: &impl Communicator,
+    settings: &RunSettings,
+    params: &[(String, Var)],
+    best: BestCheckpoint,
+    device: &Device,
+    logger: Option<&Logger>,
+) -> Result<()> {
+    let dir = checkpoint_dir(&settings.output_dir, best.step);
+    if comm.rank() == 0 {
+        load_weights(&dir, params, device)?;
+    }
+    synchronise_parameters(comm, params)?;
+    if let (Some(logger), Some(rule)) = (logger, &settings.best_model) {
+        logger.event(&format!(
+            "loaded the best model: {} ({} = {})",
+            dir.display(),
+            rule.metric,
+            best.metric
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! The controller interface: what a controller reads after a step
+//! ([`StepReport`]), what it may change ([`Steer`]), and what it does
+//! ([`Controller`]): adapt, write its log fields, save and restore its state.
+
+use crate::adapt::mixer::Mixer;
+use crate::adapt::schedule::ScheduleSpec;
+use crate::data::planner::{StepBatches, StepPlanner};
+use crate::dist::communicator::Communicator;
+use crate::error::Result;
+use crate::memory::model::{BatchFeatures, MemoryModel};
+use crate::report::logging::Logger;
+use crate::report::record::{EvalLog, StepLog};
+use crate::train::control::states::ControllerStates;
+use crate::train::step::StepOutcome;
+use crate::user::trainer::AdaptiveTrainer;
+
+/// What every rank agrees on after a step: its number, its batches, how it ended,
+/// and (memory-aware runs) this rank's measured chunk.
+pub(crate) struct StepReport<'a> {
+    pub(crate) step: usize,
+    pub(crate) batches: &'a StepBatches,
+    pub(crate) outcome: &'a StepOutcome,
+    /// The features and peak bytes of this rank's (first) chunk of the step.
+    pub(crate) memory: Option<(BatchFeatures, u64)>,
+    /// The latest evaluation, for mixers that follow it.
+    pub(crate) last_eval: Option<&'a EvalLog>,
+}
+
+impl StepReport<'_> {
+    /// Whether the step ran (possibly skipping its update under `--fp16`), as
+    /// opposed to running out of memory on some rank.
+    pub(crate) fn trained(&self) -> bool {
+        matches!(self.outcome, StepOutcome::Trained { .. })
+    }
+}
+
+/// The trainer's own controllers (`#[mixer]`, `#[regressor]`), reachable without
+/// the trainer's generic types.
+pub(crate) trait UserControllers {
+    fn mixer(&mut self) -> Option<&mut dyn Mixer>;
+    fn regressor(&mut self) -> Option<&mut dyn MemoryModel>;
+}
+
+impl<T: AdaptiveTrainer> UserControllers for T {
+    fn mixer(&mut self) -> Option<&mut dyn Mixer> {
+        AdaptiveTrainer::mixer(self)
+    }
+    fn regressor(&mut self) -> Option<&mut dyn MemoryModel> {
+        AdaptiveTrainer::regressor(self)
+    }
+}
+
+/// What a controller may change: the planner (the next step's sizes, weights and
+/// position) and the trainer's own controllers; and where it says what it did.
+pub(crate) struct Steer<'a> {
+    pub(crate) planner: &'a mut StepPlanner<ScheduleSpec>,
+    pub(crate) trainer: &'a mut dyn UserControllers,
+    pub(crate) logger: Option<&'a Logger>,
+}
+
+/// One thing that adapts the run after a step. Every method runs on every rank
+/// with the same inputs, so every rank adapts alike.
+pub(crate) trait Controller {
+    /// Before the first step of a fresh run (a resumed run restores instead).
+    fn begin(&mut self, _steer: &mut Steer<'_>) -> Result<()> {
+        Ok(())
+    }
+    /// After a step, in the order of `Controllers::in_order`.
+    fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()>;
+    /// Its fields of a logged step's record.
+    fn record(&mut self, _entry: &mut StepLog) {}
+    /// Its part of a checkpoint. Every rank calls it at the same step (a part may
+    /// gather from every rank); rank 0 writes the result.
+    fn save(
+        &mut self,
+        _comm: &dyn Communicator,
+        _trainer: &mut dyn UserControllers,
+        _into: &mut ControllerStates,
+    ) -> Result<()> {
+        Ok(())
+    }
+    /// Continues from a checkpoint's part, on `rank`.
+    fn restore(
+        &mut self,
+        _from: &ControllerStates,
+        _rank: usize,
+        _trainer: &mut dyn UserControllers,
+    ) {
+    }
+}

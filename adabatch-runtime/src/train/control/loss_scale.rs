@@ -1,0 +1,81 @@
+//! `--fp16`'s dynamic loss scale as a controller: an overflowed step's update is
+//! skipped and the scale halves; it doubles after enough clean steps.
+
+use crate::dist::communicator::Communicator;
+use crate::error::Result;
+use crate::optim::precision::LossScaler;
+use crate::report::record::StepLog;
+use crate::train::step::StepOutcome;
+
+use super::controller::{Controller, Steer, StepReport, UserControllers};
+use super::states::ControllerStates;
+
+/// The loss scaler, the scale the last step ran with, and the skipped updates
+/// since the last logged step.
+pub(crate) struct LossScaleControl {
+    scaler: LossScaler,
+    used: f64,
+    skipped_since_log: usize,
+}
+
+impl LossScaleControl {
+    pub(crate) fn new(scaler: LossScaler) -> Self {
+        Self {
+            used: scaler.scale,
+            scaler,
+            skipped_since_log: 0,
+        }
+    }
+
+    /// The scale of the next step.
+    pub(crate) fn scale(&self) -> f64 {
+        self.scaler.scale
+    }
+
+    /// Updates skipped over the run.
+    pub(crate) fn skipped_steps(&self) -> usize {
+        self.scaler.skipped_steps
+    }
+}
+
+impl Controller for LossScaleControl {
+    fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
+        let StepOutcome::Trained { overflowed, .. } = *report.outcome else {
+            return Ok(());
+        };
+        let (step, scale) = (report.step, self.scaler.scale);
+        self.used = scale;
+        self.scaler.update(!overflowed, step)?;
+        if overflowed {
+            self.skipped_since_log += 1;
+            if let Some(logger) = steer.logger {
+                logger.event(&format!(
+                    "step {step}: the f16 gradients overflowed at loss scale {scale}; update skipped, scale now {}",
+                    self.scaler.scale
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, entry: &mut StepLog) {
+        entry.loss_scale = Some(self.used);
+        entry.skipped_steps = std::mem::take(&mut self.skipped_since_log);
+    }
+
+    fn save(
+        &mut self,
+        _comm: &dyn Communicator,
+        _trainer: &mut dyn UserControllers,
+        into: &mut ControllerStates,
+    ) -> Result<()> {
+        into.loss_scaler = Some(self.scaler);
+        Ok(())
+    }
+
+    fn restore(&mut self, from: &ControllerStates, _rank: usize, _: &mut dyn UserControllers) {
+        if let Some(saved) = from.loss_scaler {
+            self.scaler = saved;
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The memory model as a controller: memory-aware runs measure each step's peak,
+//! the online model (and a user `#[regressor]`) learn from it, and each
+//! length-aware epoch is planned from what they predict.
+
+use candle_core::Device;
+
+use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex};
+use crate::data::planner::StepBatches;
+use crate::dist::communicator::Communicator;
+use crate::error::{Error, Result};
+use crate::memory::model::{
+    cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel,
+    OnlineMemoryState,
+};
+use crate::report::record::StepLog;
+use crate::train::settings::RunSettings;
+use crate::user::data::Dataset;
+
+use super::controller::{Controller, Steer, StepReport, UserControllers};
+use super::states::ControllerStates;
+
+/// This rank's online memory model, whether the run is memory-aware, and the
+/// last step's measured peak.
+pub(crate) struct MemoryControl {
+    /// This rank's fit; memory-aware runs plan epochs from every rank's, and
+    /// checkpoints keep every rank's.
+    online: OnlineMemoryModel,
+    /// `schedule = memory(..)`: steps measure their memory.
+    memory_mode: bool,
+    measured: Option<u64>,
+}
+
+impl MemoryControl {
+    pub(crate) fn new(settings: &RunSettings) -> Self {
+        Self {
+            online: OnlineMemoryModel::new(settings.memory_margin),
+            memory_mode: matches!(settings.batching, Some((LengthBatching::Memory { .. }, _))),
+            measured: None,
+        }
+    }
+
+    /// Whether steps measure their memory.
+    pub(crate) fn memory_mode(&self) -> bool {
+        self.memory_mode
+    }
+
+    /// The plan of a length-aware epoch (see [`length_aware_epoch`]).
+    pub(crate) fn plan_epoch(
+        &self,
+        settings: &RunSettings,
+        index: Option<&LengthIndex>,
+        trainer: &mut dyn UserControllers,
+        comm: &dyn Communicator,
+        epoch: usize,
+    ) -> Result<Option<LengthAwareEpoch>> {
+        length_aware_epoch(settings, index, trainer, &self.online, comm, epoch)
+    }
+
+    /// Memory-aware runs: the features and peak memory of this rank's (first)
+    /// chunk of a step that ran. A rank without examples has nothing to measure.
+    pub(crate) fn measure<D: Dataset + ?Sized>(
+        &self,
+        dataset: &D,
+        device: &Device,
+        batches: &StepBatches,
+        (rank, chunks): (usize, usize),
+        device_peak: Option<u64>,
+    ) -> Option<(BatchFeatures, u64)> {
+        if !self.memory_mode {
+            return None;
+        }
+        let local = batches.per_rank_indices().swap_remove(rank);
+        if local.is_empty() {
+            return None;
+        }
+        let chunk = &local[..local.len().div_ceil(chunks)];
+        let features = BatchFeatures::of_lengths(chunk.iter().map(|&i| dataset.example_len(i)));
+        let bytes = measure_memory(device, &features, device_peak)?;
+        Some((features, bytes))
+    }
+}
+
+impl Controller for MemoryControl {
+    fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
+        self.measured = None;
+        if let Some((features, bytes)) = &report.memory {
+            self.online.observe(features, *bytes);
+            if let Some(user) = steer.trainer.regressor() {
+                user.observe(features, *bytes);
+            }
+            self.measured = Some(*bytes);
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, entry: &mut StepLog) {
+        entry.measured_memory = self.measured;
+    }
+
+    /// Memory-aware runs gather every rank's online model.
+    fn save(
+        &mut self,
+        comm: &dyn Communicator,
+        _trainer: &mut dyn UserControllers,
+        into: &mut ControllerStates,
+    ) -> Result<()> {
+        if self.memory_mode {
+            into.memory_fit = Some(self.online.snapshot());
+            into.memory_models = Some(gather_memory_models(comm, &self.online)?);
+        }
+        Ok(())
+    }
+
+    /// Rank `r` continues rank `r % world_size`'s model (older checkpoints: rank
+    /// 0's whole model, or only its fit).
+    fn restore(&mut self, from: &ControllerStates, rank: usize, _: &mut dyn UserControllers) {
+        match (&from.memory_models, &from.memory_model, from.memory_fit) {
+            (Some(models), _, _) if !models.is_empty() => {
+                self.online = OnlineMemoryModel::from_state(&models[rank % models.len()]);
+            }
+            (_, Some(model), _) => self.online = OnlineMemoryModel::from_state(model),
+            (_, _, Some(fit)) => self.online = OnlineMemoryModel::from_snapshot(fit),
+            _ => {}
+        }
+    }
+}
+
+/// Every rank's online memory model, by rank, on every rank: two all-reduces of
+/// sums in which each rank fills only its own slots (its count of numbers, then
+/// its numbers), so the sums are the numbers exactly.
+fn gather_memory_models(
+    comm: &dyn Communicator,
+    online: &OnlineMemoryModel,
+) -> Result<Vec<OnlineMemoryState>> {
+    let (world, rank) = (comm.world_size(), comm.rank());
+    if world == 1 {
+        return Ok(vec![online.state()]);
+    }
+    let own = online.state().to_numbers();
+    let mut lengths = vec![0.0; world];
+    lengths[rank] = own.len() as f64;
+    comm.all_reduce_sum(&mut [], &mut lengths)?;
+    let offsets: Vec<usize> = lengths
+        .iter()
+        .scan(0, |at, &len| {
+            let start = *at;
+            *at += len as usize;
+            Some(start)
+        })
+        .collect();
+    let total = offsets[world - 1] + lengths[world - 1] as usize;
+    let mut numbers = vec![0.0; total];
+    numbers[offsets[rank]..offsets[rank] + own.len()].copy_from_slice(&own);
+    comm.all_reduce_sum(&mut [], &mut numbers)?;
+    (0..world)
+        .map(|r| {
+            let segment = &numbers[offsets[r]..offsets[r] + lengths[r] as usize];
+            OnlineMemoryState::from_numbers(segment).ok_or_else(|| {
+                Error::Comm(format!(
+                    "rank {r}'s online memory model did not arrive whole"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The plan of a length-aware epoch. Every rank must plan the same batches: a
+/// user `#[regressor]` is checked for agreement, and the built-in online models
+/// (each fitted to its own rank's measurements) are combined by taking the most
+/// conservative prediction.
+pub(crate) fn length_aware_epoch(
+    settings: &RunSettings,
+    index: Option<&LengthIndex>,
+    trainer: &mut dyn UserControllers,
+    online: &OnlineMemoryModel,
+    comm: &dyn Communicator,
+    epoch: usize,
+) -> Result<Option<LengthAwareEpoch>> {
+    let (Some((batching, options)), Some(index)) = (settings.batching, index) else {
+        return Ok(None);
+    };
+    let world = comm.world_size();
+    if let Some(user) = trainer.regressor() {
+        let epoch_plan = index.plan_epoch(batching, &options, &*user, settings.seed, epoch);
+        if world > 1 {
+            let fingerprint = epoch_plan
+                .sizes
+                .iter()
+                .enumerate()
+                .fold(0u64, |h, (k, &s)| {
+                    h.wrapping_mul(1_000_003)
+                        .wrapping_add((k as u64 + 1) * s as u64)
+                        % (1 << 40)
+                }) as f64;
+            let mut sums = [fingerprint, epoch_plan.sizes.len() as f64];
+            comm.all_reduce_sum(&mut [], &mut sums)?;
+            if sums
+                != [
+                    fingerprint * world as f64,
+                    epoch_plan.sizes.len() as f64 * world as f64,
+                ]
+            {
+                return Err(Error::RegressorDisagrees { epoch });
+            }
+        }
+        return Ok(Some(epoch_plan));
+    }
+    if world == 1 || !matches!(batching, LengthBatching::Memory { .. }) {
+        return Ok(Some(index.plan_epoch(
+            batching,
+            &options,
+            online,
+            settings.seed,
+            epoch,
+        )));
+    }
+    let mut all = vec![0.0; 5 * world];
+    all[5 * comm.rank()..5 * comm.rank() + 5].copy_from_slice(&online.snapshot());
+    comm.all_reduce_sum(&mut [], &mut all)?;
+    let models = all
+        .chunks(5)
+        .map(|s| OnlineMemoryModel::from_snapshot([s[0], s[1], s[2], s[3], s[4]]))
+        .collect();
+    Ok(Some(index.plan_epoch(
+        batching,
+        &options,
+        &MostConservative(models),
+        settings.seed,
+        epoch,
+    )))
+}
+
+/// Peak memory of a step: on CPU the documented proxy of its features, on a GPU
+/// the high-water mark of the device's memory pool during the step.
+fn measure_memory(
+    device: &Device,
+    features: &BatchFeatures,
+    device_peak: Option<u64>,
+) -> Option<u64> {
+    if device.is_cpu() {
+        Some(cpu_memory_proxy(features))
+    } else {
+        device_peak
+    }
+}

@@ -1,0 +1,123 @@
+//! The mixer as a controller: after each step, the sources' weights of the next
+//! from their losses and counts (the trainer's `#[mixer]`, else the engine's own
+//! for `mix = online(..)` / `custom(..)`).
+
+use crate::adapt::mixer::{LastEval, Mixer, SourceStats};
+use crate::adapt::schedule::ScheduleSpec;
+use crate::data::planner::StepPlanner;
+use crate::dist::communicator::Communicator;
+use crate::error::Result;
+use crate::report::record::EvalLog;
+use crate::train::settings::RunSettings;
+use crate::train::step::StepOutcome;
+
+use super::controller::{Controller, Steer, StepReport, UserControllers};
+use super::states::ControllerStates;
+
+/// The engine's own mixer, if the policy asks for one, of a run of `sources`
+/// sources.
+pub(crate) struct MixingControl {
+    builtin: Option<Box<dyn Mixer>>,
+    sources: usize,
+}
+
+impl MixingControl {
+    /// A run of several sources mixes them.
+    pub(crate) fn new(settings: &RunSettings) -> Option<Self> {
+        settings.sources.as_ref().map(|spec| Self {
+            builtin: settings.builtin_mixer.map(|m| m.build()),
+            sources: spec.names.len(),
+        })
+    }
+
+    /// The mixer in force: the trainer's `#[mixer]`, else the engine's.
+    fn mixer<'a>(&'a mut self, trainer: &'a mut dyn UserControllers) -> Option<&'a mut dyn Mixer> {
+        match trainer.mixer() {
+            Some(mixer) => Some(mixer),
+            None => match &mut self.builtin {
+                Some(mixer) => Some(&mut **mixer),
+                None => None,
+            },
+        }
+    }
+}
+
+impl Controller for MixingControl {
+    /// A mixer decides the first step's weights too, from no loss yet.
+    fn begin(&mut self, steer: &mut Steer<'_>) -> Result<()> {
+        let no_loss = vec![f64::NAN; self.sources];
+        if let Some(mixer) = self.mixer(steer.trainer) {
+            let weights = next_mix_weights(mixer, steer.planner, 0, &no_loss, None);
+            steer.planner.set_mix_weights(0, &weights)?;
+        }
+        Ok(())
+    }
+
+    fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
+        let StepOutcome::Trained {
+            source_loss: Some(losses),
+            ..
+        } = report.outcome
+        else {
+            return Ok(());
+        };
+        if let Some(mixer) = self.mixer(steer.trainer) {
+            let weights =
+                next_mix_weights(mixer, steer.planner, report.step, losses, report.last_eval);
+            steer.planner.set_mix_weights(report.step, &weights)?;
+        }
+        Ok(())
+    }
+
+    fn save(
+        &mut self,
+        _comm: &dyn Communicator,
+        trainer: &mut dyn UserControllers,
+        into: &mut ControllerStates,
+    ) -> Result<()> {
+        into.mixer = self.mixer(trainer).map(|m| m.state());
+        Ok(())
+    }
+
+    fn restore(
+        &mut self,
+        from: &ControllerStates,
+        _rank: usize,
+        trainer: &mut dyn UserControllers,
+    ) {
+        if let (Some(saved), Some(mixer)) = (&from.mixer, self.mixer(trainer)) {
+            mixer.restore(saved);
+        }
+    }
+}
+
+/// A mixer's weights for the step after `step`, from its per-source losses and the
+/// sources' counts (the same on every rank).
+fn next_mix_weights(
+    mixer: &mut dyn Mixer,
+    planner: &StepPlanner<ScheduleSpec>,
+    step: usize,
+    losses: &[f64],
+    last_eval: Option<&EvalLog>,
+) -> Vec<f64> {
+    let Some(sources) = planner.sampler().sources() else {
+        return Vec::new();
+    };
+    let seen: Vec<usize> = sources.cursors().iter().map(|c| c.seen).collect();
+    let positions: Vec<usize> = sources.cursors().iter().map(|c| c.position).collect();
+    let spec = sources.spec();
+    mixer.weights(&SourceStats {
+        step,
+        names: &spec.names,
+        loss: losses,
+        seen: &seen,
+        positions: &positions,
+        sizes: &spec.sizes,
+        weights: sources.weights(),
+        last_eval: last_eval.map(|e| LastEval {
+            step: e.step,
+            eval_loss: e.eval_loss,
+            metrics: &e.metrics,
+        }),
+    })
+}

@@ -1,0 +1,140 @@
+//! The controllers: everything that adapts the run after a step, behind one
+//! interface ([`Controller`]).
+//!
+//! After step t's all-reduce every rank holds the same [`StepReport`], and the
+//! controllers act on it in one fixed order, written once in
+//! [`Controllers::in_order`]:
+//!
+//! 1. OOM recovery ([`oom`]): the cap a failure imposes (halve, split, skip), or
+//!    the end of a retry;
+//! 2. the loss scaler ([`loss_scale`], `--fp16`): skip or rescale;
+//! 3. the gradient noise scale ([`noise_scale`]): the estimate, and under
+//!    `schedule = noise_scale(..)` the next global batch;
+//! 4. the mixer ([`mixing`]): the sources' weights of step t+1;
+//! 5. the schedule or ramp ([`schedule`]): the next size, clamped by
+//!    `min_batch` / `max_batch`;
+//! 6. the memory model ([`memory`]): this step's measured peak, from which the
+//!    next length-aware epoch is planned.
+//!
+//! Each reads only what every rank agrees on, may change only the planner and the
+//! trainer's own `#[mixer]` / `#[regressor]` (through [`Steer`]), writes its own
+//! fields of a logged step's record, and saves and restores its own part of a
+//! checkpoint ([`ControllerStates`]): a checkpoint is the planner's state plus the
+//! controllers', with no field kept twice.
+
+pub(crate) mod controller;
+pub(crate) mod loss_scale;
+pub(crate) mod memory;
+pub(crate) mod mixing;
+pub(crate) mod noise_scale;
+pub(crate) mod oom;
+pub(crate) mod schedule;
+pub(crate) mod states;
+
+use crate::dist::communicator::Communicator;
+use crate::error::Result;
+use crate::report::record::StepLog;
+use crate::train::settings::RunSettings;
+
+pub(crate) use controller::{Controller, Steer, StepReport, UserControllers};
+use loss_scale::LossScaleControl;
+use memory::MemoryControl;
+use mixing::MixingControl;
+use noise_scale::NoiseScaleControl;
+use oom::OomControl;
+use schedule::ScheduleControl;
+pub(crate) use states::ControllerStates;
+
+/// Every controller of a run, each present when the run uses it.
+pub(crate) struct Controllers {
+    pub(crate) oom: OomControl,
+    pub(crate) loss_scale: Option<LossScaleControl>,
+    noise_scale: Option<NoiseScaleControl>,
+    mixing: Option<MixingControl>,
+    schedule: ScheduleControl,
+    pub(crate) memory: MemoryControl,
+}
+
+impl Controllers {
+    /// The controllers the settings ask for, as a fresh run starts them.
+    pub(crate) fn new(settings: &RunSettings) -> Result<Self> {
+        Ok(Self {
+            oom: OomControl::new(settings.oom),
+            loss_scale: settings.loss_scaler.map(LossScaleControl::new),
+            noise_scale: NoiseScaleControl::new(settings)?,
+            mixing: MixingControl::new(settings),
+            schedule: ScheduleControl,
+            memory: MemoryControl::new(settings),
+        })
+    }
+
+    /// The order in which the controllers act, the one place it is written.
+    fn in_order(&mut self) -> [Option<&mut dyn Controller>; 6] {
+        [
+            Some(&mut self.oom),
+            self.loss_scale.as_mut().map(|c| c as &mut dyn Controller),
+            self.noise_scale.as_mut().map(|c| c as &mut dyn Controller),
+            self.mixing.as_mut().map(|c| c as &mut dyn Controller),
+            Some(&mut self.schedule),
+            Some(&mut self.memory),
+        ]
+    }
+
+    /// A fresh run's start.
+    pub(crate) fn begin(&mut self, steer: &mut Steer<'_>) -> Result<()> {
+        for controller in self.in_order().into_iter().flatten() {
+            controller.begin(steer)?;
+        }
+        Ok(())
+    }
+
+    /// After a step: every controller in order.
+    pub(crate) fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
+        for controller in self.in_order().into_iter().flatten() {
+            controller.adapt(report, steer)?;
+        }
+        Ok(())
+    }
+
+    /// A logged step's record gets every controller's fields.
+    pub(crate) fn record(&mut self, entry: &mut StepLog) {
+        for controller in self.in_order().into_iter().flatten() {
+            controller.record(entry);
+        }
+    }
+
+    /// Their parts of a checkpoint (every rank calls it at the same step).
+    pub(crate) fn save(
+        &mut self,
+        comm: &dyn Communicator,
+        trainer: &mut dyn UserControllers,
+    ) -> Result<ControllerStates> {
+        let mut states = ControllerStates::default();
+        for controller in self.in_order().into_iter().flatten() {
+            controller.save(comm, trainer, &mut states)?;
+        }
+        Ok(states)
+    }
+
+    /// Continues from a checkpoint's parts.
+    pub(crate) fn restore(
+        &mut self,
+        from: &ControllerStates,
+        rank: usize,
+        trainer: &mut dyn UserControllers,
+    ) {
+        for controller in self.in_order().into_iter().flatten() {
+            controller.restore(from, rank, trainer);
+        }
+    }
+
+    /// The loss scale of the next step (1 unless `--fp16`).
+    pub(crate) fn loss_scale(&self) -> f64 {
+        self.loss_scale.as_ref().map_or(1.0, |c| c.scale())
+    }
+
+    /// `--fp16`'s updates skipped over the run.
+    pub(crate) fn skipped_steps(&self) -> usize {
+        self.loss_scale.as_ref().map_or(0, |c| c.skipped_steps())
+    }
+}

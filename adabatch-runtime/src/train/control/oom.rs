@@ -1,0 +1,150 @@
+//! OOM recovery as a controller: after a step some rank could not fit, the policy
+//! (`fail`, `halve`, `split_retry`, `skip`) decides what the next step retries.
+//! It acts first: a step that ran out of memory is not adapted to by the others.
+
+use crate::adapt::schedule::ScheduleSpec;
+use crate::config::policy::OomPolicy;
+use crate::data::planner::{StepBatches, StepPlanner};
+use crate::dist::communicator::Communicator;
+use crate::error::{Error, Result};
+use crate::report::record::StepLog;
+use crate::train::step::StepOutcome;
+
+use super::controller::{Controller, Steer, StepReport, UserControllers};
+use super::states::ControllerStates;
+
+/// What the loop does after a step ran out of memory on some rank: the recovery
+/// state of the step being retried.
+#[derive(Debug)]
+pub(crate) struct OomControl {
+    policy: OomPolicy,
+    /// Pieces each rank slice is split into after `split_retry` OOMs of this step.
+    chunks: usize,
+    /// OOM events handled over the run, and since the last logged step.
+    events: usize,
+    events_since_log: usize,
+    /// At the floor (size 1, or one example per chunk) an OOM may still be
+    /// transient (fragmentation): one plain retry, then give up.
+    retried_at_floor: bool,
+}
+
+impl OomControl {
+    pub(crate) fn new(policy: OomPolicy) -> Self {
+        Self {
+            policy,
+            chunks: 1,
+            events: 0,
+            events_since_log: 0,
+            retried_at_floor: false,
+        }
+    }
+
+    /// Pieces each rank's slice of the step is split into.
+    pub(crate) fn chunks(&self) -> usize {
+        self.chunks
+    }
+
+    /// OOM events handled over the run.
+    pub(crate) fn events(&self) -> usize {
+        self.events
+    }
+
+    /// The step trained: the next one starts unsplit.
+    fn step_trained(&mut self) {
+        self.chunks = 1;
+        self.retried_at_floor = false;
+    }
+
+    /// Applies the policy to the step that ran out of memory (the same on every
+    /// rank); returns what it did, for the log, or the error that ends the run.
+    fn recover(
+        &mut self,
+        planner: &mut StepPlanner<ScheduleSpec>,
+        batches: &StepBatches,
+        step: usize,
+        detail: &str,
+    ) -> Result<String> {
+        let out_of_memory = |detail: String| Error::OutOfMemory { step, detail };
+        match self.policy {
+            OomPolicy::Fail => Err(out_of_memory(detail.into())),
+            OomPolicy::Halve | OomPolicy::SplitRetry => {
+                let before = planner.per_device();
+                planner.rewind(batches);
+                let shrunk = match self.policy {
+                    OomPolicy::Halve => planner.halve(),
+                    _ if self.chunks < batches.max_local() => {
+                        self.chunks = (self.chunks * 2).min(batches.max_local());
+                        true
+                    }
+                    _ => false,
+                };
+                if !shrunk {
+                    if self.retried_at_floor {
+                        return Err(out_of_memory(format!(
+                            "{detail}; still out of memory at the smallest size"
+                        )));
+                    }
+                    self.retried_at_floor = true;
+                }
+                Ok(match self.policy {
+                    OomPolicy::Halve => format!(
+                        "halve: per-device size {before} -> {}, retrying the same {} examples",
+                        planner.per_device(),
+                        batches.global_size()
+                    ),
+                    _ => format!(
+                        "split_retry: replaying the same {} examples in {} chunk(s) per rank",
+                        batches.global_size(),
+                        self.chunks
+                    ),
+                })
+            }
+            OomPolicy::Skip => {
+                planner.skip_step();
+                Ok(format!(
+                    "skip: dropped {} examples {:?}",
+                    batches.global_size(),
+                    batches.indices()
+                ))
+            }
+        }
+    }
+}
+
+impl Controller for OomControl {
+    fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
+        let StepOutcome::OutOfMemory { detail } = report.outcome else {
+            self.step_trained();
+            return Ok(());
+        };
+        let (step, batches) = (report.step, report.batches);
+        self.events += 1;
+        self.events_since_log += 1;
+        let action = self.recover(steer.planner, batches, step, detail)?;
+        if let Some(logger) = steer.logger {
+            logger.event(&format!("step {step}: out of memory ({detail}); {action}"));
+            if self.policy == OomPolicy::Skip {
+                logger.advance(batches.global_size(), steer.planner.sampler().epoch());
+            }
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, entry: &mut StepLog) {
+        entry.oom_events = std::mem::take(&mut self.events_since_log);
+    }
+
+    fn save(
+        &mut self,
+        _comm: &dyn Communicator,
+        _trainer: &mut dyn UserControllers,
+        into: &mut ControllerStates,
+    ) -> Result<()> {
+        into.oom_events = self.events;
+        Ok(())
+    }
+
+    fn restore(&mut self, from: &ControllerStates, _rank: usize, _: &mut dyn UserControllers) {
+        self.events = from.oom_events;
+    }
+}

@@ -1,0 +1,542 @@
+//! A rank's run as an object: the loop written once and monomorphised per trainer.
+//!
+//! Each step reads as the design's contract: the planner draws the step's
+//! batches; the rank trains its share ([`RankRun::step`], one all-reduce); the
+//! controllers adapt the next step in their fixed order ([`RankRun::adapt`]); the
+//! step is logged, the callbacks are asked, and the run evaluates and saves when
+//! due ([`RankRun::after_step`]). Every rank does all of it alike.
+
+use candle_core::{Device, Var};
+
+use crate::adapt::schedule::ScheduleSpec;
+use crate::data::length::LengthIndex;
+use crate::data::planner::{PlannerState, StepBatches, StepPlanner};
+use crate::dist::communicator::Communicator;
+use crate::dist::parameters::synchronise_parameters;
+use crate::error::{Error, Result};
+use crate::memory::device::PeakSampler;
+use crate::memory::host::keep_freed_memory;
+use crate::report::logging::Logger;
+use crate::report::record::{EvalLog, SourceLog, StepLog};
+use crate::report::summary::TrainSummary;
+use crate::train::checkpoint::{
+    checkpoint_dir, load_best, resume_checkpoint, save_checkpoint, CheckpointState,
+};
+use crate::train::control::{Controllers, Steer, StepReport};
+use crate::train::eval::{evaluate, EvalInput};
+use crate::train::prefetch::{PrefetchStats, Prefetcher};
+use crate::train::progress::{Progress, RunOutcome};
+use crate::train::settings::{BestCheckpoint, Interval, RunSettings};
+use crate::train::step::{train_step, StepInput, StepOutcome, StepPlan};
+use crate::user::callback::{TrainerControl, TrainerState};
+use crate::user::data::Dataset;
+use crate::user::model::TrainModel;
+use crate::user::trainer::{AdaptiveTrainer, BatchOf, CollateFor};
+
+/// What the ranks train and evaluate on: the training set, the eval set (the same
+/// item type, collated alike) if any, and the collate.
+pub(crate) struct RunData<'a, D: ?Sized, C> {
+    pub(crate) train: &'a D,
+    pub(crate) eval: Option<&'a D>,
+    pub(crate) collate: &'a C,
+}
+
+impl<D: ?Sized, C> Clone for RunData<'_, D, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<D: ?Sized, C> Copy for RunData<'_, D, C> {}
+
+/// The last trained step as callbacks see it: its global batch, loss and
+/// learning rate.
+#[derive(Debug, Clone, Copy)]
+struct LastStep {
+    global_batch: usize,
+    loss: f64,
+    learning_rate: f64,
+}
+
+/// The prefetcher of a run's step loop.
+type RunPrefetcher<'s, 'e, D, C> = Prefetcher<'s, 'e, D, C, ScheduleSpec>;
+
+/// One rank's run, from its first step to its summary.
+pub(crate) struct RankRun<'a, T, D: ?Sized, C, M> {
+    trainer: &'a mut T,
+    comm: &'a M,
+    data: RunData<'a, D, C>,
+    settings: &'a RunSettings,
+    device: &'a Device,
+    logger: Option<&'a mut Logger>,
+    /// The model's parameters, sorted by name (the same order on every rank).
+    params: Vec<(String, Var)>,
+    planner: StepPlanner<ScheduleSpec>,
+    controllers: Controllers,
+    input: StepInput<'a, D, C>,
+    length_index: Option<LengthIndex>,
+    progress: Progress,
+    evaluations: Vec<EvalLog>,
+    /// `--load-best-model-at-end`: the checkpoint that scored best so far.
+    best: Option<BestCheckpoint>,
+    last: LastStep,
+    last_evaluated: Option<usize>,
+    last_saved: Option<usize>,
+    /// Where a resumed run started.
+    resumed_at: Option<PlannerState>,
+    /// The trainer has a `#[callback]` (asked once: the answer needs `&mut`).
+    has_callback: bool,
+}
+
+impl<'a, T, D, C, M> RankRun<'a, T, D, C, M>
+where
+    T: AdaptiveTrainer,
+    D: Dataset + ?Sized,
+    C: CollateFor<T, D>,
+    M: Communicator,
+{
+    /// Checks the trainer against the settings, resumes the checkpoint if one is
+    /// asked for, gives every rank rank 0's weights, and starts the planner and
+    /// the controllers where the run (or the checkpoint) starts.
+    pub(crate) fn start(
+        trainer: &'a mut T,
+        comm: &'a M,
+        data: RunData<'a, D, C>,
+        settings: &'a RunSettings,
+        device: &'a Device,
+        mut logger: Option<&'a mut Logger>,
+    ) -> Result<Self> {
+        if !settings.release_freed_memory {
+            keep_freed_memory();
+        }
+        let eval_len = data.eval.map(|e| e.len());
+        let has_mixer = trainer.mixer().is_some();
+        let has_callback = trainer.callback().is_some();
+        settings.check_run(eval_len, has_mixer, comm.world_size(), logger.as_deref())?;
+        let params = sorted_parameters(&*trainer.parts().0)?;
+        let resumed = match &settings.resume {
+            Some(dir) => Some(resume_checkpoint(
+                dir,
+                settings,
+                &params,
+                trainer.parts().1,
+                device,
+            )?),
+            None => None,
+        };
+        synchronise_parameters(comm, &params)?;
+        if let (Some(state), Some(dir), Some(logger)) =
+            (&resumed, &settings.resume, logger.as_deref_mut())
+        {
+            logger.mark_resume(dir, state.planner.global_step)?;
+        }
+        let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
+        let mut controllers = Controllers::new(settings)?;
+        match &resumed {
+            Some(state) => {
+                planner.restore(&state.planner);
+                controllers.restore(&state.controllers, comm.rank(), &mut *trainer);
+            }
+            None => controllers.begin(&mut Steer {
+                planner: &mut planner,
+                trainer: &mut *trainer,
+                logger: logger.as_deref(),
+            })?,
+        }
+        let length_index = settings.batching.map(|_| {
+            let lengths: Vec<usize> = (0..settings.num_examples)
+                .map(|i| data.train.example_len(i))
+                .collect();
+            LengthIndex::new(&lengths)
+        });
+        Ok(Self {
+            input: StepInput::new(data.train, data.collate, device, settings),
+            trainer,
+            comm,
+            data,
+            settings,
+            device,
+            logger,
+            params,
+            planner,
+            controllers,
+            length_index,
+            progress: Progress::new(),
+            evaluations: Vec::new(),
+            best: resumed.as_ref().and_then(|s| s.best),
+            last: LastStep {
+                global_batch: 0,
+                loss: f64::NAN,
+                learning_rate: 0.0,
+            },
+            last_evaluated: None,
+            last_saved: None,
+            resumed_at: resumed.map(|s| s.planner),
+            has_callback,
+        })
+    }
+
+    /// Trains until the planner says the run is over (or a callback stops it),
+    /// then finishes: the last evaluation and checkpoint, the best model, the
+    /// summary.
+    pub(crate) fn run(mut self) -> Result<TrainSummary> {
+        if self.settings.eval_on_start {
+            self.evaluate()?;
+        }
+        let prefetch = self.steps()?;
+        self.finish(prefetch)
+    }
+
+    /// The step loop. Collate threads live in its scope: they borrow the dataset
+    /// and the collate.
+    fn steps(&mut self) -> Result<PrefetchStats> {
+        let (dataset, collate, device) = (self.data.train, self.data.collate, self.device);
+        let (rank, workers) = (self.comm.rank(), self.settings.prefetch_workers);
+        let length_aware = self.settings.batching.is_some();
+        std::thread::scope(|scope| {
+            let mut prefetcher = Prefetcher::new(
+                scope,
+                (dataset, collate, device),
+                rank,
+                workers,
+                length_aware,
+            );
+            while let Some(batches) = self.next_batches()? {
+                // `None`: some rank ran out of memory; the same examples come again.
+                let Some(record) = self.step(&batches, &mut prefetcher)? else {
+                    continue;
+                };
+                if self.after_step(record)?.should_training_stop {
+                    if let Some(logger) = self.logger.as_deref() {
+                        let step = self.planner.step();
+                        logger.event(&format!("step {step}: a callback stopped training"));
+                    }
+                    break;
+                }
+            }
+            Ok(prefetcher.stats)
+        })
+    }
+
+    /// The next step's batches; before an epoch's first step a length-aware run
+    /// plans the epoch from the memory model.
+    fn next_batches(&mut self) -> Result<Option<StepBatches>> {
+        let (settings, comm) = (self.settings, self.comm);
+        let index = self.length_index.as_ref();
+        let memory = &self.controllers.memory;
+        let trainer = &mut *self.trainer;
+        self.planner
+            .next_step_with(|epoch| memory.plan_epoch(settings, index, &mut *trainer, comm, epoch))
+    }
+
+    /// Trains one step on this rank and lets the controllers adapt to it. Returns
+    /// the step's log record when it ran (`Some(None)` when this step is not
+    /// logged), `None` when some rank ran out of memory.
+    fn step<'s>(
+        &mut self,
+        batches: &StepBatches,
+        prefetcher: &mut RunPrefetcher<'s, '_, D, C>,
+    ) -> Result<Option<Option<StepLog>>>
+    where
+        BatchOf<T>: 's,
+    {
+        let step = self.planner.step();
+        let predicted_memory = self.planner.sampler().last_predicted();
+        let consumed_before = self.planner.sampler().examples_seen() - batches.global_size();
+        let lr = self.settings.lr.at(consumed_before, batches.global_size());
+        let log_now = self.log_due(step);
+        // Only memory-aware runs need the device's peak (it synchronises the device).
+        let peak = (self.controllers.memory.memory_mode() && !self.device.is_cpu())
+            .then(|| PeakSampler::start(self.device));
+        self.input.loss_scale = self.controllers.loss_scale();
+        let chunks = self.controllers.oom.chunks();
+        let ready = prefetcher.take(batches, chunks);
+        prefetcher.look_ahead(&self.planner, chunks);
+        let plan = StepPlan {
+            batches,
+            step,
+            lr,
+            chunks,
+            want_norm: log_now,
+            ready,
+        };
+        let outcome = train_step(self.trainer, self.comm, &mut self.input, &self.params, plan)?;
+        let device_peak = peak.and_then(|p| p.finish().pool_peak);
+        let StepOutcome::Trained {
+            loss,
+            grad_norm,
+            ref source_loss,
+            ..
+        } = outcome
+        else {
+            self.adapt(step, batches, &outcome, None)?;
+            return Ok(None);
+        };
+        let rank_chunks = (self.comm.rank(), chunks);
+        let memory = (self.controllers.memory).measure(
+            self.data.train,
+            self.device,
+            batches,
+            rank_chunks,
+            device_peak,
+        );
+        self.progress.trained(loss, batches.global_size());
+        if let Some(logger) = self.logger.as_deref() {
+            logger.advance(batches.global_size(), self.planner.sampler().epoch());
+        }
+        let mut record = log_now.then(|| {
+            let grad_norm = grad_norm.unwrap_or(f64::NAN);
+            let mut entry =
+                self.progress
+                    .step_log(self.planner.sampler(), step, batches, grad_norm, lr);
+            entry.predicted_memory = predicted_memory;
+            if let Some(mixed) = self.planner.sampler().sources() {
+                let indices = batches.micro.iter().flat_map(|m| m.indices.iter().copied());
+                entry.sources = SourceLog::of(mixed, indices, source_loss.as_deref());
+            }
+            entry
+        });
+        self.adapt(step, batches, &outcome, memory)?;
+        if let Some(entry) = record.as_mut() {
+            self.controllers.record(entry);
+        }
+        self.last = LastStep {
+            global_batch: batches.global_size(),
+            loss,
+            learning_rate: lr,
+        };
+        Ok(Some(record))
+    }
+
+    /// Whether this step is logged. A logged step builds its record for the log
+    /// and for `Callback::on_log`.
+    fn log_due(&self, step: usize) -> bool {
+        let settings = self.settings;
+        (self.logger.is_some() || self.has_callback)
+            && (step % settings.logging_steps == 0
+                || self.planner.is_last_step()
+                || (step == 1 && settings.logging_first_step))
+    }
+
+    /// The controllers, in their fixed order, after a step (see [`Controllers`]).
+    fn adapt(
+        &mut self,
+        step: usize,
+        batches: &StepBatches,
+        outcome: &StepOutcome,
+        memory: Option<(crate::memory::model::BatchFeatures, u64)>,
+    ) -> Result<()> {
+        let report = StepReport {
+            step,
+            batches,
+            outcome,
+            memory,
+            last_eval: self.evaluations.last(),
+        };
+        let mut steer = Steer {
+            planner: &mut self.planner,
+            trainer: &mut *self.trainer,
+            logger: self.logger.as_deref(),
+        };
+        self.controllers.adapt(&report, &mut steer)
+    }
+
+    /// After a step that ran: its log line, the callbacks, and the evaluation and
+    /// checkpoint when due (or asked for). Returns what the run does next.
+    fn after_step(&mut self, record: Option<StepLog>) -> Result<TrainerControl> {
+        if let (Some(logger), Some(entry)) = (self.logger.as_deref_mut(), &record) {
+            logger.log(entry)?;
+        }
+        let (step, epoch_ended) = (self.planner.step(), self.planner.epoch_complete());
+        let mut control = TrainerControl {
+            should_training_stop: false,
+            should_save: self.settings.save_every.due(step, epoch_ended),
+            should_evaluate: self.settings.eval_every.due(step, epoch_ended),
+        };
+        self.callbacks(record.as_ref(), &mut control)?;
+        if control.should_evaluate && self.data.eval.is_some() {
+            let asked = self.evaluate()?;
+            control.should_training_stop |= asked.should_training_stop;
+            control.should_save |= asked.should_save;
+        }
+        if control.should_save {
+            self.save()?;
+        }
+        Ok(control)
+    }
+
+    /// The callback's step hooks (`on_step_end`, `on_log`, `on_epoch_end`), their
+    /// requests combined over the ranks.
+    fn callbacks(&mut self, record: Option<&StepLog>, control: &mut TrainerControl) -> Result<()> {
+        if self.trainer.callback().is_none() {
+            return Ok(());
+        }
+        let state = self.trainer_state();
+        let epoch_ended = self.planner.epoch_complete();
+        if let Some(callback) = self.trainer.callback() {
+            callback.on_step_end(&state, control);
+            if let Some(entry) = record {
+                callback.on_log(&state, entry, control);
+            }
+            if epoch_ended {
+                callback.on_epoch_end(&state, control);
+            }
+        }
+        *control = agree(self.comm, *control)?;
+        Ok(())
+    }
+
+    /// What callbacks see after a step.
+    fn trainer_state(&self) -> TrainerState {
+        TrainerState {
+            rank: self.comm.rank(),
+            world_size: self.comm.world_size(),
+            global_step: self.planner.step(),
+            epoch: self.planner.sampler().epoch(),
+            examples_seen: self.planner.sampler().examples_seen(),
+            global_batch: self.last.global_batch,
+            loss: self.last.loss,
+            learning_rate: self.last.learning_rate,
+            evaluations: self.evaluations.clone(),
+        }
+    }
+
+    /// Evaluates on the eval set (if any) where the planner stands, logs it on
+    /// rank 0, keeps it, and runs the callback's `on_evaluate`: returns what the
+    /// callback asked (combined over the ranks).
+    fn evaluate(&mut self) -> Result<TrainerControl> {
+        let Some(eval) = self.data.eval else {
+            return Ok(TrainerControl::default());
+        };
+        let input = EvalInput {
+            eval,
+            collate: self.data.collate,
+            device: self.device,
+            batch_size: self.settings.eval_batch_size,
+            reweight: self.settings.reweight,
+            precision: self.settings.precision,
+        };
+        let (step, epoch) = (self.planner.step(), self.planner.sampler().epoch());
+        let entry = evaluate(self.trainer, self.comm, &input, step, epoch)?;
+        if let Some(logger) = self.logger.as_deref_mut() {
+            logger.log_eval(&entry)?;
+        }
+        self.evaluations.push(entry);
+        self.last_evaluated = Some(step);
+        let mut asked = TrainerControl::default();
+        if self.trainer.callback().is_some() {
+            let state = self.trainer_state();
+            if let (Some(callback), Some(metrics)) =
+                (self.trainer.callback(), self.evaluations.last())
+            {
+                callback.on_evaluate(&state, metrics, &mut asked);
+            }
+            asked = agree(self.comm, asked)?;
+        }
+        Ok(asked)
+    }
+
+    /// A checkpoint of the run where the planner stands. Every rank calls it at
+    /// the same step (memory-aware runs gather every rank's model; every rank
+    /// keeps the same best checkpoint); rank 0 writes it.
+    fn save(&mut self) -> Result<()> {
+        let step = self.planner.step();
+        if let Some(rule) = &self.settings.best_model {
+            self.best = rule.consider(self.best, step, &self.evaluations)?;
+        }
+        let controllers = self.controllers.save(self.comm, &mut *self.trainer)?;
+        self.last_saved = Some(step);
+        if self.comm.rank() != 0 {
+            return Ok(());
+        }
+        let state = CheckpointState::of(self.settings, &self.planner, controllers, self.best);
+        let optimizer = &*self.trainer.parts().1;
+        save_checkpoint(
+            self.settings,
+            &state,
+            &self.params,
+            optimizer,
+            self.logger.as_deref(),
+        )
+    }
+
+    /// The end of the run: the last evaluation and checkpoint (unless the last
+    /// step had them), the best model's weights, `on_train_end`, the summary.
+    fn finish(mut self, prefetch: PrefetchStats) -> Result<TrainSummary> {
+        if let (Some(logger), true) = (self.logger.as_deref(), self.settings.prefetch_workers > 0) {
+            logger.event(&format!(
+                "prefetch: {} steps trained on batches collated ahead; {} predicted steps discarded",
+                prefetch.used, prefetch.discarded
+            ));
+        }
+        let step = self.planner.step();
+        // What a callback asks after the last evaluation has nothing left to act on.
+        if self.last_evaluated != Some(step) {
+            self.evaluate()?;
+        }
+        if self.settings.save_every != Interval::Never && self.last_saved != Some(step) {
+            self.save()?;
+        }
+        let best = self.best.filter(|_| self.settings.best_model.is_some());
+        if let Some(best) = best {
+            let logger = self.logger.as_deref();
+            load_best(
+                self.comm,
+                self.settings,
+                &self.params,
+                best,
+                self.device,
+                logger,
+            )?;
+        }
+        if self.trainer.callback().is_some() {
+            let state = self.trainer_state();
+            if let Some(callback) = self.trainer.callback() {
+                callback.on_train_end(&state);
+            }
+        }
+        if let Some(logger) = self.logger.as_deref() {
+            logger.finish();
+        }
+        let outcome = RunOutcome {
+            evaluations: self.evaluations,
+            prefetch,
+            skipped_steps: self.controllers.skipped_steps(),
+            oom_events: self.controllers.oom.events(),
+            best: best.map(|b| (checkpoint_dir(&self.settings.output_dir, b.step), b.metric)),
+        };
+        let summary = self.progress.summary(
+            &self.planner,
+            self.settings,
+            self.resumed_at.as_ref(),
+            outcome,
+        );
+        Ok(summary)
+    }
+}
+
+/// The ranks' callback requests combined (any rank asking is enough), so every
+/// rank acts alike even if a callback decided differently somewhere.
+fn agree(comm: &impl Communicator, control: TrainerControl) -> Result<TrainerControl> {
+    if comm.world_size() == 1 {
+        return Ok(control);
+    }
+    let mut flags = control.as_flags();
+    comm.all_reduce_sum(&mut [], &mut flags)?;
+    Ok(TrainerControl::from_flags(flags))
+}
+
+/// The model's parameters sorted by name, checked for duplicates.
+fn sorted_parameters<M: TrainModel>(model: &M) -> Result<Vec<(String, Var)>> {
+    let mut params = model.named_parameters();
+    if params.is_empty() {
+        return Err(Error::NoParameters);
+    }
+    params.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(w) = params.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(Error::DuplicateParameter {
+            name: w[0].0.clone(),
+        });
+    }
+    Ok(params)
+}
