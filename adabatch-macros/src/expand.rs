@@ -2,11 +2,12 @@
 //! inherent items (`glue`), and the compile-time checks of the policy.
 //! Everything but the struct lives inside one `const _: () = { ... };`.
 
-use proc_macro2::{Group, Literal, Span, TokenStream, TokenTree};
+use proc_macro2::{Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::{Ident, ItemStruct};
 
 use crate::glue::{self, Mode};
+use crate::respan::{at, first_span};
 use crate::spec::{
     GradAccum, Growth, LrScaling, Mix, Oom, Parts, PolicyValue, Reweight, Schedule, TrainerSpec,
 };
@@ -170,37 +171,6 @@ pub fn trainer_impl(
             #mixer_fn
         }
     }
-}
-
-/// A span that reports at `location` but, like the rest of the expansion, counts as
-/// macro-generated (lints such as clippy's skip it).
-pub fn at(location: Span) -> Span {
-    Span::call_site().located_at(location)
-}
-
-/// `tokens` with every span (groups included) set to `span`.
-pub fn respan(tokens: TokenStream, span: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|mut tree| {
-            if let TokenTree::Group(group) = &tree {
-                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
-                inner.set_span(span);
-                tree = TokenTree::Group(inner);
-            } else {
-                tree.set_span(span);
-            }
-            tree
-        })
-        .collect()
-}
-
-pub fn first_span(tokens: impl quote::ToTokens) -> Span {
-    tokens
-        .into_token_stream()
-        .into_iter()
-        .next()
-        .map_or_else(Span::call_site, |t| t.span())
 }
 
 /// `TrainerPolicy { field: value, .., ..DEFAULT }`: the fields not given keep

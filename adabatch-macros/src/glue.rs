@@ -10,7 +10,7 @@ use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::{Fields, Generics, Ident, ItemStruct, Type};
 
-use crate::expand::{at, first_span, respan};
+use crate::respan::{at, first_span, respan};
 
 /// Which of the two the items are.
 #[derive(Clone, Copy)]
