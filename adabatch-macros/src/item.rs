@@ -1,20 +1,44 @@
 //! The item under the attribute: a struct with named fields, and the roles of its
-//! fields (`#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`, `#[mixer]`), which are stripped from the
-//! struct that is emitted.
+//! fields (`#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`, `#[mixer]`),
+//! which are stripped from the struct that is emitted; [`Parts`], the marked fields
+//! as the spec carries them.
 
 use std::collections::HashMap;
 
 use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::punctuated::Punctuated;
-use syn::{Attribute, Fields, Ident, Item, ItemStruct, Meta};
+use syn::{Attribute, Fields, Ident, Item, ItemStruct, Meta, Type};
 
 use crate::attr::suggest::did_you_mean;
 use crate::ctxt::Ctxt;
-use crate::spec::{FieldRef, Parts};
 
 /// The field attributes.
 pub const FIELD_ATTRS: &[&str] = &["model", "optimizer", "regressor", "callback", "mixer"];
+
+/// The marked fields of a trainer.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    /// The `#[model]` field.
+    pub model: FieldRef,
+    /// The `#[optimizer]` field.
+    pub optimizer: FieldRef,
+    /// The `#[regressor]` field, if any.
+    pub regressor: Option<FieldRef>,
+    /// The `#[callback]` field, if any.
+    pub callback: Option<FieldRef>,
+    /// The `#[mixer]` field, if any.
+    pub mixer: Option<FieldRef>,
+}
+
+/// A marked field.
+#[derive(Debug, Clone)]
+pub struct FieldRef {
+    /// Its name.
+    pub ident: Ident,
+    /// Its type (spans point into the user's struct).
+    pub ty: Type,
+}
 
 /// The marked fields of a valid struct.
 pub struct Roles {

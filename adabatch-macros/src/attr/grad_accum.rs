@@ -7,7 +7,15 @@ use super::suggest::unknown;
 use super::values::int;
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, CallArg, Value};
-use crate::spec::GradAccum;
+
+/// `grad_accum = ...`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GradAccum {
+    /// `fixed(n)`
+    Fixed(usize),
+    /// `target(global = n)`
+    Target(usize),
+}
 
 /// `grad_accum` forms.
 pub const GRAD_ACCUMS: &[&str] = &["fixed", "target"];

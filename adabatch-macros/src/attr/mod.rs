@@ -1,10 +1,12 @@
-//! The attribute's keys: the table of keys, and the dispatch of each `key = value`
-//! to the reader of its family (one file each).
+//! The attribute's keys: the table of keys, the typed value of a key
+//! ([`PolicyValue`], each family's type re-exported from its file), and the dispatch
+//! of each `key = value` to the reader of its family (one file each).
 //!
 //! Every key is read on its own, so that every mistake of one attribute is reported;
 //! rules that span several keys are in `check`.
 
 mod call;
+mod choices;
 mod grad_accum;
 mod mix;
 mod schedule;
@@ -13,13 +15,19 @@ mod values;
 
 use std::collections::HashMap;
 
+use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{Lit, Path};
 
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Arg, AttrArgs, Value};
-use crate::spec::{LrScaling, Oom, PolicyKey, PolicyValue, Reweight, Schedule};
+use choices::{LR_SCALINGS, OOMS, REWEIGHTS};
 use suggest::unknown;
+
+pub use choices::{LrScaling, Oom, Reweight};
+pub use grad_accum::GradAccum;
+pub use mix::Mix;
+pub use schedule::{Growth, Schedule};
 
 /// Every key of the DSL, in the order of the documentation.
 pub const KEYS: &[&str] = &[
@@ -37,12 +45,42 @@ pub const KEYS: &[&str] = &[
     "crate",
 ];
 
-/// `reweight` values.
-pub const REWEIGHTS: &[&str] = &["sample_count", "token_count", "none"];
-/// `oom` values.
-pub const OOMS: &[&str] = &["fail", "halve", "split_retry", "skip"];
-/// `lr_scaling` values.
-pub const LR_SCALINGS: &[&str] = &["none", "linear", "sqrt"];
+/// One policy key as written, with the span of `key = value` for errors the
+/// runtime raises about it (e.g. "not supported yet").
+#[derive(Debug, Clone)]
+pub struct PolicyKey {
+    /// The value.
+    pub value: PolicyValue,
+    /// Span of the value as written (its first token).
+    pub span: Span,
+}
+
+/// A policy field of `TrainerPolicy`, with its value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicyValue {
+    /// `schedule = ...`
+    Schedule(Schedule),
+    /// `min_batch = n`
+    MinBatch(usize),
+    /// `max_batch = n`
+    MaxBatch(usize),
+    /// `drop_last = bool`
+    DropLast(bool),
+    /// `reweight = ...`
+    Reweight(Reweight),
+    /// `oom = ...`
+    Oom(Oom),
+    /// `grad_accum = ...`
+    GradAccum(GradAccum),
+    /// `lr_scaling = ...`
+    LrScaling(LrScaling),
+    /// `shuffle = bool`
+    Shuffle(bool),
+    /// `seed = n`
+    Seed(u64),
+    /// `mix = ...`
+    Mix(Mix),
+}
 
 /// A key as the attribute gives it.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,14 +5,78 @@
 //! `*1`, ...) are reported here on the offending token; the runtime's
 //! `validate_spec` states the same rules for specs built in code.
 
-use syn::Lit;
+use syn::{Lit, Path};
 
 use super::call::{exact_args, named_args};
 use super::suggest::{one_of, unknown, unknown_of};
 use super::values::{float, int};
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Call, CallArg, Op, Value};
-use crate::spec::{Growth, Schedule};
+
+/// `schedule = ...`
+#[derive(Debug, Clone, PartialEq)]
+pub enum Schedule {
+    /// `constant` / `constant(n)`
+    Constant(Option<usize>),
+    /// `interval(every, +k | -k | *k)`
+    Interval {
+        /// Steps between changes.
+        every: usize,
+        /// The change.
+        growth: Growth,
+    },
+    /// `linear(from, to, over = n)`
+    Linear {
+        /// Size at step 0.
+        from: usize,
+        /// Size from step `over` on.
+        to: usize,
+        /// Steps of the ramp.
+        over: usize,
+    },
+    /// `steps(t => size, ...)`
+    Steps(Vec<(usize, usize)>),
+    /// `custom(path)`
+    Custom(Path),
+    /// `ramp(start = a, increment = b, samples = c, global = g)` (global units)
+    Ramp {
+        /// Global batch of the first step.
+        start: usize,
+        /// Growth per stair.
+        increment: usize,
+        /// Examples of the climb.
+        samples: usize,
+        /// Global batch after the ramp.
+        global: usize,
+        /// `tokens = c`: the climb counts tokens consumed.
+        in_tokens: bool,
+    },
+    /// `noise_scale(fraction = f, min = a, max = b)` (global units)
+    NoiseScale {
+        /// Fraction of the estimated noise scale.
+        fraction: f64,
+        /// Smallest (and first) global batch.
+        min: usize,
+        /// Largest global batch.
+        max: usize,
+    },
+    /// `memory(threshold = x, max_range = y)`
+    Memory {
+        /// Fraction of the baseline's peak memory.
+        threshold: f64,
+        /// Largest growth factor.
+        max_range: f64,
+    },
+}
+
+/// `interval`'s change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Growth {
+    /// `+k` / `-k`
+    Add(i64),
+    /// `*k`
+    Mul(usize),
+}
 
 /// The schedule kinds.
 pub const SCHEDULES: &[&str] = &[
