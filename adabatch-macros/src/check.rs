@@ -1,10 +1,9 @@
 //! Rules that span several keys, or a key and the struct. Each runs only when the
 //! keys it relates are themselves valid, so one mistake is reported once.
 
-use crate::attr::{Attrs, Written};
+use crate::attr::{Attrs, Schedule, Written};
 use crate::ctxt::Ctxt;
 use crate::item::Roles;
-use crate::spec::Schedule;
 
 /// Every rule across keys.
 pub fn check(attrs: &Attrs, roles: Option<&Roles>, cx: &mut Ctxt) {

@@ -2,11 +2,12 @@
 //! inherent items (`glue`), and the compile-time checks of the policy.
 //! Everything but the struct lives inside one `const _: () = { ... };`.
 
-use proc_macro2::{Group, Literal, Span, TokenStream, TokenTree};
+use proc_macro2::{Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::{Ident, ItemStruct};
 
 use crate::glue::{self, Mode};
+use crate::respan::{at, first_span};
 use crate::spec::{
     GradAccum, Growth, LrScaling, Mix, Oom, Parts, PolicyValue, Reweight, Schedule, TrainerSpec,
 };
@@ -17,29 +18,8 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
     let p = quote!(#krate::__private);
     let item = &spec.item;
 
-    // A `custom(path)` schedule goes through a typed const spanned on the path, so a
-    // function of the wrong signature is reported there, once.
-    let schedule_fn = spec.policy.iter().find_map(|k| match &k.value {
-        PolicyValue::Schedule(Schedule::Custom(path)) => Some(path),
-        _ => None,
-    });
-    let schedule_fn_item = schedule_fn.map(|path| {
-        let span = at(first_span(path));
-        quote_spanned! {span=>
-            const __ADABATCH_SCHEDULE_FN: #p::ScheduleFn = #path;
-        }
-    });
-
-    // `mix = custom(path)` likewise.
-    let mix_fn_item = spec.policy.iter().find_map(|k| match &k.value {
-        PolicyValue::Mix(Mix::Custom(path)) => {
-            let span = at(first_span(path));
-            Some(quote_spanned! {span=>
-                const __ADABATCH_MIX_FN: #p::MixFn = #path;
-            })
-        }
-        _ => None,
-    });
+    let schedule_fn_item = schedule_fn_item(&p, spec);
+    let mix_fn_item = mix_fn_item(&p, spec);
 
     let fields: Vec<(Ident, TokenStream)> = spec
         .policy
@@ -47,40 +27,8 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
         .map(|k| policy_field(&p, &k.value))
         .collect();
     let policy_expr = policy_literal(&p, fields.iter().map(|(f, e)| (f, e)));
-
-    // One check per key, spanned on its value: the runtime says which policies it
-    // cannot run yet (`TrainerPolicy::assert_supported`), the error lands on the key.
-    let per_key: Vec<TokenStream> = spec
-        .policy
-        .iter()
-        .zip(&fields)
-        .map(|(key, (field, expr))| {
-            let alone = policy_literal(&p, std::iter::once((field, expr)));
-            quote_spanned! {at(key.span)=>
-                const _: () = (#alone).assert_supported();
-            }
-        })
-        .collect();
-    // Then the whole policy (combinations), unless a single key already failed.
-    let singles_ok: Vec<TokenStream> = fields
-        .iter()
-        .map(|(field, expr)| {
-            let alone = policy_literal(&p, std::iter::once((field, expr)));
-            quote!((#alone).unsupported().is_none())
-        })
-        .collect();
-    // A combination has no single culprit: the error is on the attribute.
-    let whole_check = if singles_ok.is_empty() {
-        quote! {
-            const _: () = __ADABATCH_POLICY.assert_supported();
-        }
-    } else {
-        quote! {
-            const _: () = if #(#singles_ok)&&* {
-                __ADABATCH_POLICY.assert_supported()
-            };
-        }
-    };
+    let per_key = per_key_checks(&p, spec, &fields);
+    let whole_check = whole_policy_check(&p, &fields);
 
     let policy_const = format_ident!("__ADABATCH_POLICY");
     let trainer_impl = trainer_impl(&p, item, &spec.parts, &quote!(#policy_const));
@@ -112,6 +60,76 @@ pub fn expand(spec: &TrainerSpec) -> TokenStream {
             #(#per_key)*
             #whole_check
         };
+    }
+}
+
+/// A `custom(path)` schedule goes through a typed const spanned on the path, so a
+/// function of the wrong signature is reported there, once.
+fn schedule_fn_item(p: &TokenStream, spec: &TrainerSpec) -> Option<TokenStream> {
+    let schedule_fn = spec.policy.iter().find_map(|k| match &k.value {
+        PolicyValue::Schedule(Schedule::Custom(path)) => Some(path),
+        _ => None,
+    });
+    schedule_fn.map(|path| {
+        let span = at(first_span(path));
+        quote_spanned! {span=>
+            const __ADABATCH_SCHEDULE_FN: #p::ScheduleFn = #path;
+        }
+    })
+}
+
+/// `mix = custom(path)` likewise.
+fn mix_fn_item(p: &TokenStream, spec: &TrainerSpec) -> Option<TokenStream> {
+    spec.policy.iter().find_map(|k| match &k.value {
+        PolicyValue::Mix(Mix::Custom(path)) => {
+            let span = at(first_span(path));
+            Some(quote_spanned! {span=>
+                const __ADABATCH_MIX_FN: #p::MixFn = #path;
+            })
+        }
+        _ => None,
+    })
+}
+
+/// One check per key, spanned on its value: the runtime says which policies it
+/// cannot run yet (`TrainerPolicy::assert_supported`), the error lands on the key.
+fn per_key_checks(
+    p: &TokenStream,
+    spec: &TrainerSpec,
+    fields: &[(Ident, TokenStream)],
+) -> Vec<TokenStream> {
+    spec.policy
+        .iter()
+        .zip(fields)
+        .map(|(key, (field, expr))| {
+            let alone = policy_literal(p, std::iter::once((field, expr)));
+            quote_spanned! {at(key.span)=>
+                const _: () = (#alone).assert_supported();
+            }
+        })
+        .collect()
+}
+
+/// Then the whole policy (combinations), unless a single key already failed.
+fn whole_policy_check(p: &TokenStream, fields: &[(Ident, TokenStream)]) -> TokenStream {
+    let singles_ok: Vec<TokenStream> = fields
+        .iter()
+        .map(|(field, expr)| {
+            let alone = policy_literal(p, std::iter::once((field, expr)));
+            quote!((#alone).unsupported().is_none())
+        })
+        .collect();
+    // A combination has no single culprit: the error is on the attribute.
+    if singles_ok.is_empty() {
+        quote! {
+            const _: () = __ADABATCH_POLICY.assert_supported();
+        }
+    } else {
+        quote! {
+            const _: () = if #(#singles_ok)&&* {
+                __ADABATCH_POLICY.assert_supported()
+            };
+        }
     }
 }
 
@@ -170,37 +188,6 @@ pub fn trainer_impl(
             #mixer_fn
         }
     }
-}
-
-/// A span that reports at `location` but, like the rest of the expansion, counts as
-/// macro-generated (lints such as clippy's skip it).
-pub fn at(location: Span) -> Span {
-    Span::call_site().located_at(location)
-}
-
-/// `tokens` with every span (groups included) set to `span`.
-pub fn respan(tokens: TokenStream, span: Span) -> TokenStream {
-    tokens
-        .into_iter()
-        .map(|mut tree| {
-            if let TokenTree::Group(group) = &tree {
-                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
-                inner.set_span(span);
-                tree = TokenTree::Group(inner);
-            } else {
-                tree.set_span(span);
-            }
-            tree
-        })
-        .collect()
-}
-
-pub fn first_span(tokens: impl quote::ToTokens) -> Span {
-    tokens
-        .into_token_stream()
-        .into_iter()
-        .next()
-        .map_or_else(Span::call_site, |t| t.span())
 }
 
 /// `TrainerPolicy { field: value, .., ..DEFAULT }`: the fields not given keep

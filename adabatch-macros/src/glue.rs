@@ -8,9 +8,9 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
-use syn::{Fields, Generics, Ident, ItemStruct, Type};
+use syn::{Fields, Generics, Ident, ItemStruct, Type, WhereClause};
 
-use crate::expand::{at, first_span, respan};
+use crate::respan::{at, first_span, respan};
 
 /// Which of the two the items are.
 #[derive(Clone, Copy)]
@@ -37,103 +37,20 @@ pub fn inherent(
     let ident = &item.ident;
     let (impl_generics, ty_generics, where_clause) = item.generics.split_for_impl();
     let [d, c, f, m] = ["D", "C", "F", "M"].map(|name| fresh(&item.generics, name));
-    let real = matches!(mode, Mode::Real { .. });
-    // In the glue, every token but the user's own where-clause reports at the
-    // model's type.
-    let glue = |tokens: TokenStream| match mode {
-        Mode::Real { model_ty } => respan(tokens, at(first_span(model_ty))),
-        Mode::Stub => tokens,
+    let methods = Methods {
+        p,
+        mode,
+        where_clause,
+        d,
+        c,
+        f,
+        m,
     };
-    let with_where = |bounds: TokenStream| match where_clause {
-        Some(w) if !w.predicates.is_empty() => {
-            let preds = &w.predicates;
-            let comma = (!preds.trailing_punct()).then(|| quote!(,));
-            quote!(where #preds #comma #bounds)
-        }
-        _ => quote!(where #bounds),
-    };
-    let model_generic = real.then(|| quote!(, #m));
-    // The bounds that tie the collate's batches to the model, in the glue. The
-    // collate is bound through `M` rather than `CollateFor<Self, D>`: at a call with
-    // a model that is not a `TrainModel`, `CollateFor` fails too (two errors per
-    // call instead of one).
-    let model_bounds = real.then(|| {
-        quote! {
-            Self: #p::AdaptiveTrainer<Model = #m>,
-            #m: #p::TrainModel,
-            #d: #p::Dataset + ?::core::marker::Sized,
-            #c: #p::Collate<<#d as #p::Dataset>::Item, Batch = <#m as #p::TrainModel>::Batch>,
-        }
-    });
-    let stub_bounds = (!real).then(|| quote!(#d: ?::core::marker::Sized,));
-    let body = |call: TokenStream| match mode {
-        Mode::Real { .. } => quote!({ #call }),
-        Mode::Stub => quote!({ ::core::unimplemented!() }),
-    };
-
-    let train_sig = glue(quote! {
-        /// Trains this trainer on one rank (`args.nproc_per_node` must be 1;
-        /// use `launch` for several ranks); it keeps its trained weights.
-        pub fn train<#d, #c #model_generic>(
-            &mut self,
-            dataset: &#d,
-            collate: &#c,
-            args: &#p::TrainingArgs,
-        ) -> #p::Result<#p::TrainSummary>
-    });
-    let train_where = with_where(glue(quote!(#model_bounds #stub_bounds)));
-    let train_body = glue(body(quote!(#p::train(self, dataset, collate, args))));
-
-    let launch_sig = glue(quote! {
-        /// Trains on `args.nproc_per_node` ranks, building each rank's trainer
-        /// with `factory`; returns rank 0's trained trainer and the summary.
-        pub fn launch<#d, #c, #f #model_generic>(
-            dataset: &#d,
-            collate: &#c,
-            args: &#p::TrainingArgs,
-            factory: #f,
-        ) -> #p::Result<#p::Trained<Self>>
-    });
-    let send = real.then(|| quote!(Self: ::core::marker::Send,));
-    let launch_where = with_where(glue(quote! {
-        #send
-        #model_bounds
-        #stub_bounds
-        #f: ::core::ops::Fn(&#p::RankContext) -> #p::Result<Self> + ::core::marker::Sync,
-    }));
-    let launch_body = glue(body(
-        quote!(#p::launch::<Self, #d, #c, #f>(dataset, collate, args, factory)),
-    ));
-
-    let launch_eval_sig = glue(quote! {
-        /// `launch` with an eval dataset: evaluated every `--eval-steps` steps and
-        /// at the end; the evaluations are in the summary and the logs.
-        pub fn launch_with_eval<#d, #c, #f #model_generic>(
-            dataset: &#d,
-            eval_dataset: &#d,
-            collate: &#c,
-            args: &#p::TrainingArgs,
-            factory: #f,
-        ) -> #p::Result<#p::Trained<Self>>
-    });
-    let launch_eval_body = glue(body(quote!(#p::launch_with_eval::<Self, #d, #c, #f>(
-        dataset,
-        eval_dataset,
-        collate,
-        args,
-        factory
-    ))));
-
     let new = new_fn(item);
-    let lints = match mode {
-        Mode::Real { .. } => quote!(dead_code, private_interfaces, clippy::too_many_arguments),
-        Mode::Stub => quote!(
-            dead_code,
-            private_interfaces,
-            unused_variables,
-            clippy::too_many_arguments
-        ),
-    };
+    let train = methods.train();
+    let launch = methods.launch();
+    let launch_with_eval = methods.launch_with_eval();
+    let lints = lints(mode);
     quote! {
         #[automatically_derived]
         #[allow(#lints)]
@@ -144,12 +61,186 @@ pub fn inherent(
 
             #new
 
-            #train_sig #train_where #train_body
+            #train
 
-            #launch_sig #launch_where #launch_body
+            #launch
 
-            #launch_eval_sig #launch_where #launch_eval_body
+            #launch_with_eval
         }
+    }
+}
+
+/// The lints the inherent impl allows: its items may go unused, and the stand-ins'
+/// parameters always do.
+fn lints(mode: Mode) -> TokenStream {
+    match mode {
+        Mode::Real { .. } => quote!(dead_code, private_interfaces, clippy::too_many_arguments),
+        Mode::Stub => quote!(
+            dead_code,
+            private_interfaces,
+            unused_variables,
+            clippy::too_many_arguments
+        ),
+    }
+}
+
+/// What `train`, `launch` and `launch_with_eval` are written from.
+struct Methods<'a> {
+    /// The path of the runtime's private module.
+    p: &'a TokenStream,
+    /// Glue or stand-ins.
+    mode: Mode<'a>,
+    /// The struct's own where-clause.
+    where_clause: Option<&'a WhereClause>,
+    /// The dataset's generic (each named apart from the struct's own generics).
+    d: Ident,
+    /// The collate's generic.
+    c: Ident,
+    /// The factory's generic.
+    f: Ident,
+    /// The model's generic, in the glue.
+    m: Ident,
+}
+
+impl Methods<'_> {
+    fn real(&self) -> bool {
+        matches!(self.mode, Mode::Real { .. })
+    }
+
+    /// In the glue, every token but the user's own where-clause reports at the
+    /// model's type.
+    fn glue(&self, tokens: TokenStream) -> TokenStream {
+        match self.mode {
+            Mode::Real { model_ty } => respan(tokens, at(first_span(model_ty))),
+            Mode::Stub => tokens,
+        }
+    }
+
+    /// `where` with the struct's own predicates, then `bounds`.
+    fn with_where(&self, bounds: TokenStream) -> TokenStream {
+        match self.where_clause {
+            Some(w) if !w.predicates.is_empty() => {
+                let preds = &w.predicates;
+                let comma = (!preds.trailing_punct()).then(|| quote!(,));
+                quote!(where #preds #comma #bounds)
+            }
+            _ => quote!(where #bounds),
+        }
+    }
+
+    /// `, M` in the glue's generics.
+    fn model_generic(&self) -> Option<TokenStream> {
+        let m = &self.m;
+        self.real().then(|| quote!(, #m))
+    }
+
+    /// The bounds that tie the collate's batches to the model, in the glue. The
+    /// collate is bound through `M` rather than `CollateFor<Self, D>`: at a call with
+    /// a model that is not a `TrainModel`, `CollateFor` fails too (two errors per
+    /// call instead of one).
+    fn model_bounds(&self) -> Option<TokenStream> {
+        let Methods { p, d, c, m, .. } = self;
+        self.real().then(|| {
+            quote! {
+                Self: #p::AdaptiveTrainer<Model = #m>,
+                #m: #p::TrainModel,
+                #d: #p::Dataset + ?::core::marker::Sized,
+                #c: #p::Collate<<#d as #p::Dataset>::Item, Batch = <#m as #p::TrainModel>::Batch>,
+            }
+        })
+    }
+
+    /// The stand-ins' only bound: a dataset may be unsized.
+    fn stub_bounds(&self) -> Option<TokenStream> {
+        let d = &self.d;
+        (!self.real()).then(|| quote!(#d: ?::core::marker::Sized,))
+    }
+
+    /// The body: `call` in the glue, a body that never runs in a stand-in.
+    fn body(&self, call: TokenStream) -> TokenStream {
+        match self.mode {
+            Mode::Real { .. } => quote!({ #call }),
+            Mode::Stub => quote!({ ::core::unimplemented!() }),
+        }
+    }
+
+    fn train(&self) -> TokenStream {
+        let Methods { p, d, c, .. } = self;
+        let model_generic = self.model_generic();
+        let sig = self.glue(quote! {
+            /// Trains this trainer on one rank (`args.nproc_per_node` must be 1;
+            /// use `launch` for several ranks); it keeps its trained weights.
+            pub fn train<#d, #c #model_generic>(
+                &mut self,
+                dataset: &#d,
+                collate: &#c,
+                args: &#p::TrainingArgs,
+            ) -> #p::Result<#p::TrainSummary>
+        });
+        let model_bounds = self.model_bounds();
+        let stub_bounds = self.stub_bounds();
+        let where_ = self.with_where(self.glue(quote!(#model_bounds #stub_bounds)));
+        let body = self.glue(self.body(quote!(#p::train(self, dataset, collate, args))));
+        quote!(#sig #where_ #body)
+    }
+
+    /// The where-clause of `launch` and `launch_with_eval`.
+    fn launch_where(&self) -> TokenStream {
+        let Methods { p, f, .. } = self;
+        let send = self.real().then(|| quote!(Self: ::core::marker::Send,));
+        let model_bounds = self.model_bounds();
+        let stub_bounds = self.stub_bounds();
+        self.with_where(self.glue(quote! {
+            #send
+            #model_bounds
+            #stub_bounds
+            #f: ::core::ops::Fn(&#p::RankContext) -> #p::Result<Self> + ::core::marker::Sync,
+        }))
+    }
+
+    fn launch(&self) -> TokenStream {
+        let Methods { p, d, c, f, .. } = self;
+        let model_generic = self.model_generic();
+        let sig = self.glue(quote! {
+            /// Trains on `args.nproc_per_node` ranks, building each rank's trainer
+            /// with `factory`; returns rank 0's trained trainer and the summary.
+            pub fn launch<#d, #c, #f #model_generic>(
+                dataset: &#d,
+                collate: &#c,
+                args: &#p::TrainingArgs,
+                factory: #f,
+            ) -> #p::Result<#p::Trained<Self>>
+        });
+        let where_ = self.launch_where();
+        let body = self.glue(
+            self.body(quote!(#p::launch::<Self, #d, #c, #f>(dataset, collate, args, factory))),
+        );
+        quote!(#sig #where_ #body)
+    }
+
+    fn launch_with_eval(&self) -> TokenStream {
+        let Methods { p, d, c, f, .. } = self;
+        let model_generic = self.model_generic();
+        let sig = self.glue(quote! {
+            /// `launch` with an eval dataset: evaluated every `--eval-steps` steps and
+            /// at the end; the evaluations are in the summary and the logs.
+            pub fn launch_with_eval<#d, #c, #f #model_generic>(
+                dataset: &#d,
+                eval_dataset: &#d,
+                collate: &#c,
+                args: &#p::TrainingArgs,
+                factory: #f,
+            ) -> #p::Result<#p::Trained<Self>>
+        });
+        let where_ = self.launch_where();
+        let body = self.glue(self.body(quote!(#p::launch_with_eval::<Self, #d, #c, #f>(
+            dataset,
+            eval_dataset,
+            collate,
+            args,
+            factory
+        ))));
+        quote!(#sig #where_ #body)
     }
 }
 

@@ -1,20 +1,44 @@
 //! The item under the attribute: a struct with named fields, and the roles of its
-//! fields (`#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`, `#[mixer]`), which are stripped from the
-//! struct that is emitted.
+//! fields (`#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`, `#[mixer]`),
+//! which are stripped from the struct that is emitted; [`Parts`], the marked fields
+//! as the spec carries them.
 
 use std::collections::HashMap;
 
 use proc_macro2::TokenStream;
 use quote::ToTokens;
 use syn::punctuated::Punctuated;
-use syn::{Attribute, Fields, Ident, Item, ItemStruct, Meta};
+use syn::{Attribute, Fields, Ident, Item, ItemStruct, Meta, Type};
 
 use crate::attr::suggest::did_you_mean;
 use crate::ctxt::Ctxt;
-use crate::spec::{FieldRef, Parts};
 
 /// The field attributes.
 pub const FIELD_ATTRS: &[&str] = &["model", "optimizer", "regressor", "callback", "mixer"];
+
+/// The marked fields of a trainer.
+#[derive(Debug, Clone)]
+pub struct Parts {
+    /// The `#[model]` field.
+    pub model: FieldRef,
+    /// The `#[optimizer]` field.
+    pub optimizer: FieldRef,
+    /// The `#[regressor]` field, if any.
+    pub regressor: Option<FieldRef>,
+    /// The `#[callback]` field, if any.
+    pub callback: Option<FieldRef>,
+    /// The `#[mixer]` field, if any.
+    pub mixer: Option<FieldRef>,
+}
+
+/// A marked field.
+#[derive(Debug, Clone)]
+pub struct FieldRef {
+    /// Its name.
+    pub ident: Ident,
+    /// Its type (spans point into the user's struct).
+    pub ty: Type,
+}
 
 /// The marked fields of a valid struct.
 pub struct Roles {
@@ -132,18 +156,45 @@ fn field_attrs(
     fields: &mut Punctuated<syn::Field, syn::token::Comma>,
     cx: &mut Ctxt,
 ) -> Option<Roles> {
-    let mut found: HashMap<&'static str, (FieldRef, Attribute)> = HashMap::new();
-    // Roles already reported on (a near miss, a conflict): not reported missing too.
-    let mut attempted: Vec<&'static str> = Vec::new();
-    let mut ok = true;
+    let mut scan = RoleScan {
+        found: HashMap::new(),
+        attempted: Vec::new(),
+        ok: true,
+    };
     for field in fields.iter_mut() {
+        let roles = scan.strip_roles(field, cx);
+        scan.assign(field, roles, cx);
+    }
+    scan.report_missing(ident, cx);
+    scan.into_roles()
+}
+
+/// The roles found so far, field by field.
+struct RoleScan {
+    /// Each role's field, with its attribute for errors about it.
+    found: HashMap<&'static str, (FieldRef, Attribute)>,
+    /// Roles already reported on (a near miss, a conflict): not reported missing too.
+    attempted: Vec<&'static str>,
+    /// No mistake so far.
+    ok: bool,
+}
+
+impl RoleScan {
+    /// Takes the role attributes off `field` and returns them; reports near misses
+    /// and roles written with arguments.
+    fn strip_roles(
+        &mut self,
+        field: &mut syn::Field,
+        cx: &mut Ctxt,
+    ) -> Vec<(&'static str, Attribute)> {
         let mut roles: Vec<(&'static str, Attribute)> = Vec::new();
         let mut kept = Vec::new();
         for attr in std::mem::take(&mut field.attrs) {
             if let Some(best) = near_miss(&attr) {
-                attempted.extend(FIELD_ATTRS.iter().find(|r| **r == best));
+                self.attempted
+                    .extend(FIELD_ATTRS.iter().find(|r| **r == best));
                 cx.on(attr.path(), format!("unknown field attribute `#[{}]`: did you mean `#[{best}]`? (expected one of `#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`, `#[mixer]`)", attr_name(&attr).unwrap_or_default()));
-                ok = false;
+                self.ok = false;
                 continue;
             }
             let Some(role) =
@@ -152,56 +203,41 @@ fn field_attrs(
                 kept.push(attr);
                 continue;
             };
-            match &attr.meta {
-                Meta::Path(_) => {}
-                Meta::List(list) => {
-                    cx.at(
-                        list.delimiter.span().join(),
-                        format!("`#[{role}]` takes no arguments: write `#[{role}]`"),
-                    );
-                    ok = false;
-                }
-                Meta::NameValue(nv) => {
-                    cx.on(
-                        &nv.value,
-                        format!("`#[{role}]` takes no value: write `#[{role}]`"),
-                    );
-                    ok = false;
-                }
+            if !is_bare(role, &attr, cx) {
+                self.ok = false;
             }
             roles.push((role, attr));
         }
         field.attrs = kept;
+        roles
+    }
+
+    /// Records the role of one field; reports a field with several roles and a role
+    /// on several fields.
+    fn assign(
+        &mut self,
+        field: &syn::Field,
+        mut roles: Vec<(&'static str, Attribute)>,
+        cx: &mut Ctxt,
+    ) {
         if roles.len() > 1 {
             cx.on(&roles[1].1, format!("a field can have only one of `#[model]`, `#[optimizer]`, `#[regressor]`, `#[callback]`, `#[mixer]`; this one is already `#[{}]`", roles[0].0));
-            attempted.extend(roles.iter().map(|(role, _)| *role));
-            ok = false;
-            continue;
+            self.attempted.extend(roles.iter().map(|(role, _)| *role));
+            self.ok = false;
+            return;
         }
         let Some((role, attr)) = roles.pop() else {
-            continue;
+            return;
         };
         let Some(field_ident) = field.ident.clone() else {
-            continue;
+            return;
         };
-        if let Some((first, _)) = found.get(role) {
-            cx.on(
-                &attr,
-                format!(
-                    "duplicate `#[{role}]`: exactly one field can be the {}; `{}` already is{}",
-                    role_noun(role),
-                    first.ident,
-                    if role == "callback" {
-                        " (put several callbacks in one `Vec<Box<dyn adabatch::Callback>>` field)"
-                    } else {
-                        ""
-                    }
-                ),
-            );
-            ok = false;
-            continue;
+        if let Some((first, _)) = self.found.get(role) {
+            cx.on(&attr, duplicate_role(role, &first.ident));
+            self.ok = false;
+            return;
         }
-        found.insert(
+        self.found.insert(
             role,
             (
                 FieldRef {
@@ -212,44 +248,87 @@ fn field_attrs(
             ),
         );
     }
-    for role in ["model", "optimizer"] {
-        if !found.contains_key(role) && !attempted.contains(&role) {
-            let example = if role == "model" {
-                "#[model] model: MyModel"
-            } else {
-                "#[optimizer] opt: candle_nn::AdamW"
-            };
-            cx.at(
-                ident.span(),
-                format!(
-                    "missing `#[{role}]`: mark the field that holds the {}, as in `{example}`",
-                    role_noun(role)
-                ),
-            );
-            ok = false;
+
+    /// Reports a missing `#[model]` or `#[optimizer]` on the struct's name.
+    fn report_missing(&mut self, ident: &Ident, cx: &mut Ctxt) {
+        for role in ["model", "optimizer"] {
+            if !self.found.contains_key(role) && !self.attempted.contains(&role) {
+                let example = if role == "model" {
+                    "#[model] model: MyModel"
+                } else {
+                    "#[optimizer] opt: candle_nn::AdamW"
+                };
+                cx.at(
+                    ident.span(),
+                    format!(
+                        "missing `#[{role}]`: mark the field that holds the {}, as in `{example}`",
+                        role_noun(role)
+                    ),
+                );
+                self.ok = false;
+            }
         }
     }
-    if !ok {
-        return None;
+
+    /// The roles, when every field attribute was valid.
+    fn into_roles(mut self) -> Option<Roles> {
+        if !self.ok {
+            return None;
+        }
+        let (model, _) = self.found.remove("model")?;
+        let (optimizer, _) = self.found.remove("optimizer")?;
+        let (regressor, regressor_attr) = match self.found.remove("regressor") {
+            Some((f, a)) => (Some(f), Some(a)),
+            None => (None, None),
+        };
+        let callback = self.found.remove("callback").map(|(f, _)| f);
+        let mixer = self.found.remove("mixer").map(|(f, _)| f);
+        Some(Roles {
+            parts: Parts {
+                model,
+                optimizer,
+                regressor,
+                callback,
+                mixer,
+            },
+            regressor_attr,
+        })
     }
-    let (model, _) = found.remove("model")?;
-    let (optimizer, _) = found.remove("optimizer")?;
-    let (regressor, regressor_attr) = match found.remove("regressor") {
-        Some((f, a)) => (Some(f), Some(a)),
-        None => (None, None),
-    };
-    let callback = found.remove("callback").map(|(f, _)| f);
-    let mixer = found.remove("mixer").map(|(f, _)| f);
-    Some(Roles {
-        parts: Parts {
-            model,
-            optimizer,
-            regressor,
-            callback,
-            mixer,
-        },
-        regressor_attr,
-    })
+}
+
+/// Whether a role attribute is written bare, `#[role]`; reports it otherwise.
+fn is_bare(role: &str, attr: &Attribute, cx: &mut Ctxt) -> bool {
+    match &attr.meta {
+        Meta::Path(_) => true,
+        Meta::List(list) => {
+            cx.at(
+                list.delimiter.span().join(),
+                format!("`#[{role}]` takes no arguments: write `#[{role}]`"),
+            );
+            false
+        }
+        Meta::NameValue(nv) => {
+            cx.on(
+                &nv.value,
+                format!("`#[{role}]` takes no value: write `#[{role}]`"),
+            );
+            false
+        }
+    }
+}
+
+/// "duplicate `#[role]`", naming the field that already has the role.
+fn duplicate_role(role: &str, first: &Ident) -> String {
+    format!(
+        "duplicate `#[{role}]`: exactly one field can be the {}; `{}` already is{}",
+        role_noun(role),
+        first,
+        if role == "callback" {
+            " (put several callbacks in one `Vec<Box<dyn adabatch::Callback>>` field)"
+        } else {
+            ""
+        }
+    )
 }
 
 fn role_noun(role: &str) -> &'static str {

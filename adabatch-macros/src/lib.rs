@@ -10,7 +10,8 @@
 //! - `spec`: the plain `TrainerSpec` (or, with mistakes, a `Fallback`);
 //! - `expand` and `glue`: tokens from the spec only, a small typed glue layer that
 //!   calls the generic engine through `::adabatch::__private`; `fallback`: the errors
-//!   and stand-ins for the generated items, so that one mistake does not cascade.
+//!   and stand-ins for the generated items, so that one mistake does not cascade;
+//!   `respan`: the span helpers they share.
 
 mod attr;
 mod check;
@@ -20,6 +21,7 @@ mod fallback;
 mod glue;
 mod item;
 mod parse;
+mod respan;
 mod spec;
 
 #[cfg(test)]

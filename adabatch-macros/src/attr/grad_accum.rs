@@ -6,26 +6,50 @@ use super::call::{exact_args, named_args};
 use super::suggest::unknown;
 use super::values::int;
 use crate::ctxt::Ctxt;
-use crate::parse::{path_to_string, CallArg, Value};
-use crate::spec::GradAccum;
+use crate::parse::{path_to_string, Call, CallArg, Value};
+
+/// `grad_accum = ...`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GradAccum {
+    /// `fixed(n)`
+    Fixed(usize),
+    /// `target(global = n)`
+    Target(usize),
+}
 
 /// `grad_accum` forms.
 pub const GRAD_ACCUMS: &[&str] = &["fixed", "target"];
 
+/// The forms, for messages.
+const FORMS: &str = "expected `fixed(n)` or `target(global = n)`";
+
 /// Reads `grad_accum = ...`.
 pub fn grad_accum(value: &Value, cx: &mut Ctxt) -> Option<GradAccum> {
-    let forms = "expected `fixed(n)` or `target(global = n)`";
-    let call = match value {
-        Value::Call(call) => call,
+    let call = as_call(value, cx)?;
+    let name = path_to_string(&call.name);
+    match name.as_str() {
+        "fixed" => fixed(call, cx),
+        "target" => target(call, cx),
+        _ => {
+            cx.on(&call.name, unknown("`grad_accum` form", &name, GRAD_ACCUMS));
+            None
+        }
+    }
+}
+
+/// The call form of the value; anything else is reported with what to write.
+fn as_call<'a>(value: &'a Value, cx: &mut Ctxt) -> Option<&'a Call> {
+    match value {
+        Value::Call(call) => Some(call),
         Value::Lit(Lit::Int(i)) => {
             cx.on(
                 i,
                 format!(
-                    "invalid `grad_accum`: {forms}; write `grad_accum = fixed({})`",
+                    "invalid `grad_accum`: {FORMS}; write `grad_accum = fixed({})`",
                     i.base10_digits()
                 ),
             );
-            return None;
+            None
         }
         Value::Path(p) if p.is_ident("fixed") || p.is_ident("target") => {
             let example = if p.is_ident("fixed") {
@@ -40,64 +64,61 @@ pub fn grad_accum(value: &Value, cx: &mut Ctxt) -> Option<GradAccum> {
                     path_to_string(p)
                 ),
             );
-            return None;
+            None
         }
         Value::Path(p) if p.get_ident().is_some() => {
             cx.on(
                 p,
                 unknown("`grad_accum` form", &path_to_string(p), GRAD_ACCUMS),
             );
-            return None;
+            None
         }
         other => {
             cx.on(
                 other,
-                format!("invalid `grad_accum`: {forms}, found {}", other.describe()),
+                format!("invalid `grad_accum`: {FORMS}, found {}", other.describe()),
             );
-            return None;
-        }
-    };
-    let name = path_to_string(&call.name);
-    match name.as_str() {
-        "fixed" => {
-            let [arg] = exact_args::<1>(call, "fixed(n)", cx)?;
-            match arg {
-                CallArg::Plain(v) => {
-                    let n = int::<usize>("fixed", v, cx)?;
-                    if n == 0 {
-                        cx.on(v, "`fixed(0)`: accumulate at least 1 micro-batch per step");
-                        return None;
-                    }
-                    Some(GradAccum::Fixed(n))
-                }
-                other => {
-                    cx.on(other, "expected an integer, as in `fixed(2)`");
-                    None
-                }
-            }
-        }
-        "target" => {
-            let named = named_args(call, &["global"], cx)?;
-            let Some(v) = named.get("global") else {
-                cx.at(
-                    call.paren.span.join(),
-                    "`target` needs `global = n`, e.g. `target(global = 64)`",
-                );
-                return None;
-            };
-            let n = int::<usize>("global", v, cx)?;
-            if n == 0 {
-                cx.on(
-                    *v,
-                    "`target(global = 0)`: the effective global batch must be at least 1",
-                );
-                return None;
-            }
-            Some(GradAccum::Target(n))
-        }
-        _ => {
-            cx.on(&call.name, unknown("`grad_accum` form", &name, GRAD_ACCUMS));
             None
         }
     }
+}
+
+/// `fixed(n)`: `n` micro-batches per step, at least 1.
+fn fixed(call: &Call, cx: &mut Ctxt) -> Option<GradAccum> {
+    let [arg] = exact_args::<1>(call, "fixed(n)", cx)?;
+    match arg {
+        CallArg::Plain(v) => {
+            let n = int::<usize>("fixed", v, cx)?;
+            if n == 0 {
+                cx.on(v, "`fixed(0)`: accumulate at least 1 micro-batch per step");
+                return None;
+            }
+            Some(GradAccum::Fixed(n))
+        }
+        other => {
+            cx.on(other, "expected an integer, as in `fixed(2)`");
+            None
+        }
+    }
+}
+
+/// `target(global = n)`: as many micro-batches as reach a global batch of `n`.
+fn target(call: &Call, cx: &mut Ctxt) -> Option<GradAccum> {
+    let named = named_args(call, &["global"], cx)?;
+    let Some(v) = named.get("global") else {
+        cx.at(
+            call.paren.span.join(),
+            "`target` needs `global = n`, e.g. `target(global = 64)`",
+        );
+        return None;
+    };
+    let n = int::<usize>("global", v, cx)?;
+    if n == 0 {
+        cx.on(
+            *v,
+            "`target(global = 0)`: the effective global batch must be at least 1",
+        );
+        return None;
+    }
+    Some(GradAccum::Target(n))
 }

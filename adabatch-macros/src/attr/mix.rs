@@ -1,12 +1,31 @@
 //! `mix = ...`: how a dataset of several sources is mixed — `fixed(name = w, ..)`
 //! or `online(temperature = t, floor = f, smoothing = s)`.
 
+use syn::Path;
+
 use super::call::{exact_args, named_args};
 use super::suggest::unknown;
 use super::values::float;
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Call, CallArg, Value};
-use crate::spec::Mix;
+
+/// `mix = ...`
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mix {
+    /// `fixed(name = w, ..)`
+    Fixed(Vec<(String, f64)>),
+    /// `online(temperature = t, floor = f, smoothing = s)`
+    Online {
+        /// Softmax temperature.
+        temperature: f64,
+        /// Even share.
+        floor: f64,
+        /// Moving-average factor.
+        smoothing: f64,
+    },
+    /// `custom(path)`: a `fn(&SourceStats) -> Vec<f64>`.
+    Custom(Path),
+}
 
 /// The forms, for messages.
 const MIX_FORMS: &str =

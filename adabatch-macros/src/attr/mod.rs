@@ -1,10 +1,12 @@
-//! The attribute's keys: the table of keys, and the dispatch of each `key = value`
-//! to the reader of its family (one file each).
+//! The attribute's keys: the table of keys, the typed value of a key
+//! ([`PolicyValue`], each family's type re-exported from its file), and the dispatch
+//! of each `key = value` to the reader of its family (one file each).
 //!
 //! Every key is read on its own, so that every mistake of one attribute is reported;
 //! rules that span several keys are in `check`.
 
 mod call;
+mod choices;
 mod grad_accum;
 mod mix;
 mod schedule;
@@ -13,13 +15,18 @@ mod values;
 
 use std::collections::HashMap;
 
+use proc_macro2::Span;
 use syn::spanned::Spanned;
 use syn::{Lit, Path};
 
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Arg, AttrArgs, Value};
-use crate::spec::{LrScaling, Oom, PolicyKey, PolicyValue, Reweight, Schedule};
 use suggest::unknown;
+
+pub use choices::{LrScaling, Oom, Reweight};
+pub use grad_accum::GradAccum;
+pub use mix::Mix;
+pub use schedule::{Growth, Schedule};
 
 /// Every key of the DSL, in the order of the documentation.
 pub const KEYS: &[&str] = &[
@@ -37,12 +44,42 @@ pub const KEYS: &[&str] = &[
     "crate",
 ];
 
-/// `reweight` values.
-pub const REWEIGHTS: &[&str] = &["sample_count", "token_count", "none"];
-/// `oom` values.
-pub const OOMS: &[&str] = &["fail", "halve", "split_retry", "skip"];
-/// `lr_scaling` values.
-pub const LR_SCALINGS: &[&str] = &["none", "linear", "sqrt"];
+/// One policy key as written, with the span of `key = value` for errors the
+/// runtime raises about it (e.g. "not supported yet").
+#[derive(Debug, Clone)]
+pub struct PolicyKey {
+    /// The value.
+    pub value: PolicyValue,
+    /// Span of the value as written (its first token).
+    pub span: Span,
+}
+
+/// A policy field of `TrainerPolicy`, with its value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PolicyValue {
+    /// `schedule = ...`
+    Schedule(Schedule),
+    /// `min_batch = n`
+    MinBatch(usize),
+    /// `max_batch = n`
+    MaxBatch(usize),
+    /// `drop_last = bool`
+    DropLast(bool),
+    /// `reweight = ...`
+    Reweight(Reweight),
+    /// `oom = ...`
+    Oom(Oom),
+    /// `grad_accum = ...`
+    GradAccum(GradAccum),
+    /// `lr_scaling = ...`
+    LrScaling(LrScaling),
+    /// `shuffle = bool`
+    Shuffle(bool),
+    /// `seed = n`
+    Seed(u64),
+    /// `mix = ...`
+    Mix(Mix),
+}
 
 /// A key as the attribute gives it.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,88 +133,98 @@ pub fn parse_args<'a>(args: &'a AttrArgs, cx: &mut Ctxt) -> Attrs<'a> {
     };
 
     for arg in &args.args {
-        let name = arg.key.to_string();
-        let name = name.strip_prefix("r#").unwrap_or(&name).to_string();
-        if !KEYS.contains(&name.as_str()) {
-            cx.at(arg.key.span(), unknown("key", &name, KEYS));
-            continue;
-        }
-        if let Some(first) = seen.get(&name) {
-            cx.at(
-                arg.key.span(),
-                format!(
-                    "duplicate key `{name}`: each key may be given once; `{}` comes first",
-                    short(first)
-                ),
-            );
-            continue;
-        }
-        seen.insert(name.clone(), arg);
-        let Some((_, value)) = &arg.value else {
-            cx.at(
-                arg.key.span(),
-                format!("`{name}` needs a value, e.g. `{name} = {}`", example(&name)),
-            );
-            match name.as_str() {
-                "schedule" => attrs.schedule = Written::Invalid,
-                "crate" => attrs.krate = Written::Invalid,
-                _ => {}
-            }
+        let Some(name) = new_key(arg, &mut seen, cx) else {
             continue;
         };
-        let span = value.span();
-        let parsed = match name.as_str() {
-            "crate" => {
-                attrs.krate = written(values::crate_path(value, cx));
-                continue;
-            }
-            "schedule" => {
-                let s = schedule::schedule(value, cx);
-                attrs.schedule = written(s.clone());
-                s.map(PolicyValue::Schedule)
-            }
-            "min_batch" => values::batch_size(&name, value, cx).map(|n| {
-                attrs.min_batch = Some((n, value));
-                PolicyValue::MinBatch(n)
-            }),
-            "max_batch" => values::batch_size(&name, value, cx).map(|n| {
-                attrs.max_batch = Some((n, value));
-                PolicyValue::MaxBatch(n)
-            }),
-            "drop_last" => values::boolean(&name, value, cx).map(PolicyValue::DropLast),
-            "shuffle" => values::boolean(&name, value, cx).map(PolicyValue::Shuffle),
-            "seed" => values::int::<u64>(&name, value, cx).map(PolicyValue::Seed),
-            "reweight" => values::choice(&name, value, REWEIGHTS, cx).map(|c| {
-                PolicyValue::Reweight(match c {
-                    "sample_count" => Reweight::SampleCount,
-                    "token_count" => Reweight::TokenCount,
-                    _ => Reweight::RankMean,
-                })
-            }),
-            "oom" => values::choice(&name, value, OOMS, cx).map(|c| {
-                PolicyValue::Oom(match c {
-                    "fail" => Oom::Fail,
-                    "halve" => Oom::Halve,
-                    "split_retry" => Oom::SplitRetry,
-                    _ => Oom::Skip,
-                })
-            }),
-            "lr_scaling" => values::choice(&name, value, LR_SCALINGS, cx).map(|c| {
-                PolicyValue::LrScaling(match c {
-                    "none" => LrScaling::Off,
-                    "linear" => LrScaling::Linear,
-                    _ => LrScaling::Sqrt,
-                })
-            }),
-            "grad_accum" => grad_accum::grad_accum(value, cx).map(PolicyValue::GradAccum),
-            "mix" => mix::mix(value, cx).map(PolicyValue::Mix),
-            _ => unreachable!("every key of KEYS is handled"),
-        };
-        if let Some(value) = parsed {
-            attrs.keys.push(PolicyKey { value, span });
+        match &arg.value {
+            Some((_, value)) => attrs.read(&name, value, cx),
+            None => attrs.missing_value(&name, arg, cx),
         }
     }
     attrs
+}
+
+/// The name of `arg`'s key (without `r#`) when it is a key not given before;
+/// reports it otherwise.
+fn new_key<'a>(arg: &'a Arg, seen: &mut HashMap<String, &'a Arg>, cx: &mut Ctxt) -> Option<String> {
+    let name = arg.key.to_string();
+    let name = name.strip_prefix("r#").unwrap_or(&name).to_string();
+    if !KEYS.contains(&name.as_str()) {
+        cx.at(arg.key.span(), unknown("key", &name, KEYS));
+        return None;
+    }
+    if let Some(first) = seen.get(&name) {
+        cx.at(
+            arg.key.span(),
+            format!(
+                "duplicate key `{name}`: each key may be given once; `{}` comes first",
+                short(first)
+            ),
+        );
+        return None;
+    }
+    seen.insert(name.clone(), arg);
+    Some(name)
+}
+
+impl<'a> Attrs<'a> {
+    /// Reports a key written without `= value`; a broken `schedule` or `crate` is
+    /// remembered, so that the checks across keys do not guess at it.
+    fn missing_value(&mut self, name: &str, arg: &Arg, cx: &mut Ctxt) {
+        cx.at(
+            arg.key.span(),
+            format!("`{name}` needs a value, e.g. `{name} = {}`", example(name)),
+        );
+        match name {
+            "schedule" => self.schedule = Written::Invalid,
+            "crate" => self.krate = Written::Invalid,
+            _ => {}
+        }
+    }
+
+    /// Reads `name = value`: keeps the key when it is valid, and what the checks
+    /// across keys need.
+    fn read(&mut self, name: &str, value: &'a Value, cx: &mut Ctxt) {
+        let span = value.span();
+        let parsed = match name {
+            "crate" => {
+                self.krate = written(values::crate_path(value, cx));
+                return;
+            }
+            "schedule" => {
+                let s = schedule::schedule(value, cx);
+                self.schedule = written(s.clone());
+                s.map(PolicyValue::Schedule)
+            }
+            "min_batch" => values::batch_size(name, value, cx).map(|n| {
+                self.min_batch = Some((n, value));
+                PolicyValue::MinBatch(n)
+            }),
+            "max_batch" => values::batch_size(name, value, cx).map(|n| {
+                self.max_batch = Some((n, value));
+                PolicyValue::MaxBatch(n)
+            }),
+            _ => policy_value(name, value, cx),
+        };
+        if let Some(value) = parsed {
+            self.keys.push(PolicyKey { value, span });
+        }
+    }
+}
+
+/// The value of a key that no check across keys looks at.
+fn policy_value(name: &str, value: &Value, cx: &mut Ctxt) -> Option<PolicyValue> {
+    match name {
+        "drop_last" => values::boolean(name, value, cx).map(PolicyValue::DropLast),
+        "shuffle" => values::boolean(name, value, cx).map(PolicyValue::Shuffle),
+        "seed" => values::int::<u64>(name, value, cx).map(PolicyValue::Seed),
+        "reweight" => choices::reweight(value, cx).map(PolicyValue::Reweight),
+        "oom" => choices::oom(value, cx).map(PolicyValue::Oom),
+        "lr_scaling" => choices::lr_scaling(value, cx).map(PolicyValue::LrScaling),
+        "grad_accum" => grad_accum::grad_accum(value, cx).map(PolicyValue::GradAccum),
+        "mix" => mix::mix(value, cx).map(PolicyValue::Mix),
+        _ => unreachable!("every key of KEYS is handled"),
+    }
 }
 
 fn written<T>(value: Option<T>) -> Written<T> {

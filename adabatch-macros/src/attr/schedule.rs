@@ -5,14 +5,80 @@
 //! `*1`, ...) are reported here on the offending token; the runtime's
 //! `validate_spec` states the same rules for specs built in code.
 
-use syn::Lit;
+use std::collections::HashMap;
+
+use syn::{Lit, Path};
 
 use super::call::{exact_args, named_args};
 use super::suggest::{one_of, unknown, unknown_of};
 use super::values::{float, int};
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Call, CallArg, Op, Value};
-use crate::spec::{Growth, Schedule};
+
+/// `schedule = ...`
+#[derive(Debug, Clone, PartialEq)]
+pub enum Schedule {
+    /// `constant` / `constant(n)`
+    Constant(Option<usize>),
+    /// `interval(every, +k | -k | *k)`
+    Interval {
+        /// Steps between changes.
+        every: usize,
+        /// The change.
+        growth: Growth,
+    },
+    /// `linear(from, to, over = n)`
+    Linear {
+        /// Size at step 0.
+        from: usize,
+        /// Size from step `over` on.
+        to: usize,
+        /// Steps of the ramp.
+        over: usize,
+    },
+    /// `steps(t => size, ...)`
+    Steps(Vec<(usize, usize)>),
+    /// `custom(path)`
+    Custom(Path),
+    /// `ramp(start = a, increment = b, samples = c, global = g)` (global units)
+    Ramp {
+        /// Global batch of the first step.
+        start: usize,
+        /// Growth per stair.
+        increment: usize,
+        /// Examples of the climb.
+        samples: usize,
+        /// Global batch after the ramp.
+        global: usize,
+        /// `tokens = c`: the climb counts tokens consumed.
+        in_tokens: bool,
+    },
+    /// `noise_scale(fraction = f, min = a, max = b)` (global units)
+    NoiseScale {
+        /// Fraction of the estimated noise scale.
+        fraction: f64,
+        /// Smallest (and first) global batch.
+        min: usize,
+        /// Largest global batch.
+        max: usize,
+    },
+    /// `memory(threshold = x, max_range = y)`
+    Memory {
+        /// Fraction of the baseline's peak memory.
+        threshold: f64,
+        /// Largest growth factor.
+        max_range: f64,
+    },
+}
+
+/// `interval`'s change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Growth {
+    /// `+k` / `-k`
+    Add(i64),
+    /// `*k`
+    Mul(usize),
+}
 
 /// The schedule kinds.
 pub const SCHEDULES: &[&str] = &[
@@ -364,86 +430,25 @@ fn memory(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
 const RAMP_FORM: &str = "ramp(start = 16, increment = 16, samples = 10000, global = 256)";
 const RAMP_POSITIONAL: &str = "ramp(start, increment, samples, global)";
 
+/// The four values of `ramp`, in their positional order.
+const RAMP_NAMES: [&str; 4] = ["start", "increment", "samples", "global"];
+
 /// `ramp(start = a, increment = b, samples = c, global = g)`, or the four values
 /// positionally in that order (Megatron's `--rampup-batch-size START INCR SAMPLES
 /// --global-batch-size G`); in global units. `tokens = c` instead of `samples = c`
 /// climbs over tokens consumed.
 fn ramp(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
-    const NAMES: [&str; 4] = ["start", "increment", "samples", "global"];
-    let mut named: std::collections::HashMap<String, &Value> = if call
-        .args
-        .iter()
-        .any(|a| matches!(a, CallArg::Plain(_)))
-    {
-        let args = exact_args::<4>(call, RAMP_POSITIONAL, cx)?;
-        let mut named = std::collections::HashMap::new();
-        for (name, arg) in NAMES.iter().zip(args) {
-            let CallArg::Plain(v) = arg else {
-                cx.on(arg, format!("write all four values by name or all by position: `{RAMP_FORM}` or `{RAMP_POSITIONAL}`"));
-                return None;
-            };
-            named.insert(name.to_string(), v);
-        }
-        named
-    } else {
-        named_args(
-            call,
-            &["start", "increment", "samples", "tokens", "global"],
-            cx,
-        )?
-    };
-    let in_tokens = match (named.contains_key("samples"), named.remove("tokens")) {
-        (true, Some(tokens)) => {
-            cx.on(tokens, "`ramp`: give `samples = n` (examples consumed) or `tokens = n` (tokens consumed), not both");
-            return None;
-        }
-        (false, Some(tokens)) => {
-            named.insert("samples".into(), tokens);
-            true
-        }
-        (_, None) => false,
-    };
-    let missing: Vec<String> = NAMES
-        .iter()
-        .filter(|n| !named.contains_key(**n))
-        .map(|n| format!("`{n}`"))
-        .collect();
-    if !missing.is_empty() {
-        cx.at(
-            call.paren.span.join(),
-            format!("`ramp` needs {}: `{RAMP_FORM}`", missing.join(", ")),
-        );
+    let mut named = ramp_args(call, cx)?;
+    let in_tokens = climbs_in_tokens(&mut named, cx)?;
+    if !has_all_ramp_args(call, &named, cx) {
         return None;
     }
-    let value = |name: &str, cx: &mut Ctxt| {
-        let v = named[name];
-        let n = int::<usize>(name, v, cx)?;
-        if n == 0 {
-            cx.on(v, format!("`ramp`: `{name}` must be at least 1"));
-            return None;
-        }
-        Some(n)
-    };
-    let start = value("start", cx);
-    let increment = value("increment", cx);
-    let samples = value("samples", cx);
-    let global = value("global", cx);
+    let start = ramp_value(&named, "start", cx);
+    let increment = ramp_value(&named, "increment", cx);
+    let samples = ramp_value(&named, "samples", cx);
+    let global = ramp_value(&named, "global", cx);
     let (start, increment, samples, global) = (start?, increment?, samples?, global?);
-    if start >= global {
-        cx.on(
-            named["start"],
-            format!("`ramp`: `start = {start}` must be smaller than `global = {global}`; for a fixed global batch run with `--global-batch-size {global}`"),
-        );
-        return None;
-    }
-    if (global - start) % increment != 0 {
-        cx.on(
-            named["increment"],
-            format!(
-                "`ramp`: `global - start` = {} is not a multiple of `increment = {increment}`",
-                global - start
-            ),
-        );
+    if !stairs_reach_global(&named, start, increment, global, cx) {
         return None;
     }
     Some(Schedule::Ramp {
@@ -453,6 +458,100 @@ fn ramp(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
         global,
         in_tokens,
     })
+}
+
+/// The arguments of `ramp` by name, whether they were written by name or by
+/// position.
+fn ramp_args<'a>(call: &'a Call, cx: &mut Ctxt) -> Option<HashMap<String, &'a Value>> {
+    if !call.args.iter().any(|a| matches!(a, CallArg::Plain(_))) {
+        return named_args(
+            call,
+            &["start", "increment", "samples", "tokens", "global"],
+            cx,
+        );
+    }
+    let args = exact_args::<4>(call, RAMP_POSITIONAL, cx)?;
+    let mut named = HashMap::new();
+    for (name, arg) in RAMP_NAMES.iter().zip(args) {
+        let CallArg::Plain(v) = arg else {
+            cx.on(arg, format!("write all four values by name or all by position: `{RAMP_FORM}` or `{RAMP_POSITIONAL}`"));
+            return None;
+        };
+        named.insert(name.to_string(), v);
+    }
+    Some(named)
+}
+
+/// Whether the climb counts tokens (`tokens = c`, then filed as `samples`) rather
+/// than examples; `None` when both are given.
+fn climbs_in_tokens(named: &mut HashMap<String, &Value>, cx: &mut Ctxt) -> Option<bool> {
+    match (named.contains_key("samples"), named.remove("tokens")) {
+        (true, Some(tokens)) => {
+            cx.on(tokens, "`ramp`: give `samples = n` (examples consumed) or `tokens = n` (tokens consumed), not both");
+            None
+        }
+        (false, Some(tokens)) => {
+            named.insert("samples".into(), tokens);
+            Some(true)
+        }
+        (_, None) => Some(false),
+    }
+}
+
+/// Whether all four values are given; the missing ones are reported together.
+fn has_all_ramp_args(call: &Call, named: &HashMap<String, &Value>, cx: &mut Ctxt) -> bool {
+    let missing: Vec<String> = RAMP_NAMES
+        .iter()
+        .filter(|n| !named.contains_key(**n))
+        .map(|n| format!("`{n}`"))
+        .collect();
+    if !missing.is_empty() {
+        cx.at(
+            call.paren.span.join(),
+            format!("`ramp` needs {}: `{RAMP_FORM}`", missing.join(", ")),
+        );
+        return false;
+    }
+    true
+}
+
+/// One value of `ramp`: an integer of at least 1.
+fn ramp_value(named: &HashMap<String, &Value>, name: &str, cx: &mut Ctxt) -> Option<usize> {
+    let v = named[name];
+    let n = int::<usize>(name, v, cx)?;
+    if n == 0 {
+        cx.on(v, format!("`ramp`: `{name}` must be at least 1"));
+        return None;
+    }
+    Some(n)
+}
+
+/// Whether stairs of `increment` climb from `start` up to exactly `global`.
+fn stairs_reach_global(
+    named: &HashMap<String, &Value>,
+    start: usize,
+    increment: usize,
+    global: usize,
+    cx: &mut Ctxt,
+) -> bool {
+    if start >= global {
+        cx.on(
+            named["start"],
+            format!("`ramp`: `start = {start}` must be smaller than `global = {global}`; for a fixed global batch run with `--global-batch-size {global}`"),
+        );
+        return false;
+    }
+    if (global - start) % increment != 0 {
+        cx.on(
+            named["increment"],
+            format!(
+                "`ramp`: `global - start` = {} is not a multiple of `increment = {increment}`",
+                global - start
+            ),
+        );
+        return false;
+    }
+    true
 }
 
 /// `noise_scale(fraction = f, min = a, max = b)`: the next global batch is `f`
