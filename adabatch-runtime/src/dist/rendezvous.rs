@@ -140,33 +140,14 @@ impl Rendezvous {
                 Ok((mut stream, from)) => {
                     // A hello that does not parse is a stray connection (a port
                     // scanner, a late peer of an older run): drop it and go on.
-                    match read_hello(&mut stream, deadline.min(now + Duration::from_secs(5))) {
-                        Ok((rank, world)) if world != self.world_size => {
-                            let msg = format!(
-                                "rank {rank} at {from} expects a world of {world}, rank 0 has {}",
-                                self.world_size
-                            );
-                            let _ = send_answer(&mut stream, STATUS_FAILED, msg.as_bytes());
-                            break Err(RendezvousError::Protocol(msg));
-                        }
-                        Ok((rank, _)) if rank == 0 || rank >= self.world_size => {
-                            let msg = format!(
-                                "a peer at {from} claims rank {rank} in a world of {}",
-                                self.world_size
-                            );
-                            let _ = send_answer(&mut stream, STATUS_FAILED, msg.as_bytes());
-                            break Err(RendezvousError::Protocol(msg));
-                        }
-                        Ok((rank, _)) if peers[rank].is_some() => {
-                            let msg = format!("rank {rank} arrived twice (again from {from})");
-                            let _ = send_answer(&mut stream, STATUS_FAILED, msg.as_bytes());
-                            break Err(RendezvousError::Protocol(msg));
-                        }
-                        Ok((rank, _)) => {
+                    let hello = read_hello(&mut stream, deadline.min(now + Duration::from_secs(5)));
+                    match self.admit(hello, &mut stream, from, &peers) {
+                        Ok(Some(rank)) => {
                             peers[rank] = Some(stream);
                             arrived += 1;
                         }
-                        Err(_) => continue,
+                        Ok(None) => continue,
+                        Err(e) => break Err(e),
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -182,18 +163,7 @@ impl Rendezvous {
             }
         };
         let _ = set_nonblocking(false);
-        let (status, body) = match &result {
-            Ok(()) => (STATUS_OK, payload.to_vec()),
-            Err(e) => (STATUS_FAILED, e.to_string().into_bytes()),
-        };
-        let mut failed_sends = Vec::new();
-        for (rank, stream) in peers.iter_mut().enumerate() {
-            if let Some(stream) = stream {
-                if send_answer(stream, status, &body).is_err() {
-                    failed_sends.push(rank);
-                }
-            }
-        }
+        let failed_sends = answer_all(&mut peers, &result, payload);
         result?;
         if failed_sends.is_empty() {
             Ok(())
@@ -202,6 +172,35 @@ impl Rendezvous {
                 "could not send the id to rank(s) {failed_sends:?} (they hung up)"
             )))
         }
+    }
+
+    /// A peer's hello: the rank to admit, `None` for a stray connection (a port
+    /// scanner, a late peer of an older run: a hello that does not parse), or the
+    /// error that ends the rendezvous (also sent to that peer).
+    fn admit<E>(
+        &self,
+        hello: Result<(usize, usize), E>,
+        stream: &mut TcpStream,
+        from: std::net::SocketAddr,
+        peers: &[Option<TcpStream>],
+    ) -> Result<Option<usize>, RendezvousError> {
+        let msg = match hello {
+            Err(_) => return Ok(None),
+            Ok((rank, world)) if world != self.world_size => format!(
+                "rank {rank} at {from} expects a world of {world}, rank 0 has {}",
+                self.world_size
+            ),
+            Ok((rank, _)) if rank == 0 || rank >= self.world_size => format!(
+                "a peer at {from} claims rank {rank} in a world of {}",
+                self.world_size
+            ),
+            Ok((rank, _)) if peers[rank].is_some() => {
+                format!("rank {rank} arrived twice (again from {from})")
+            }
+            Ok((rank, _)) => return Ok(Some(rank)),
+        };
+        let _ = send_answer(stream, STATUS_FAILED, msg.as_bytes());
+        Err(RendezvousError::Protocol(msg))
     }
 
     /// A peer (rank > 0): connects to rank 0 (retrying until the deadline) and
@@ -470,6 +469,28 @@ pub fn exchange(
     } else {
         rdzv.join()
     }
+}
+
+/// Rank 0's answer to every peer that arrived: the payload, or why the
+/// rendezvous failed. Returns the ranks it could not reach.
+fn answer_all(
+    peers: &mut [Option<TcpStream>],
+    result: &Result<(), RendezvousError>,
+    payload: &[u8],
+) -> Vec<usize> {
+    let (status, body) = match result {
+        Ok(()) => (STATUS_OK, payload.to_vec()),
+        Err(e) => (STATUS_FAILED, e.to_string().into_bytes()),
+    };
+    let mut failed_sends = Vec::new();
+    for (rank, stream) in peers.iter_mut().enumerate() {
+        if let Some(stream) = stream {
+            if send_answer(stream, status, &body).is_err() {
+                failed_sends.push(rank);
+            }
+        }
+    }
+    failed_sends
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ use candle_core::Device;
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::args::TrainingArgs;
 use crate::data::length::{LengthBatching, LengthIndex};
+use crate::data::planner::{StepBatches, StepPlanner};
 use crate::error::Result;
 use crate::memory::model::{MemoryModel, OnlineMemoryModel};
 use crate::report::logging::Logger;
@@ -243,37 +244,64 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
             )))
         })?;
         let Some(batches) = next else { break };
-        let sampler = planner.sampler();
-        let consumed_before = sampler.examples_seen() - batches.global_size();
-        let epoch_index = sampler.epoch_index();
+        let epoch_index = planner.sampler().epoch_index();
         if examples_per_epoch.len() <= epoch_index {
             examples_per_epoch.resize(epoch_index + 1, 0);
         }
         examples_per_epoch[epoch_index] += batches.global_size();
-        steps.push(StepLog {
-            step: planner.step(),
-            epoch: sampler.epoch(),
-            train_coverage: sampler.train_coverage(),
-            local_batch_sizes: batches.local_sizes(),
-            global_batch: batches.global_size(),
-            indices: batches.per_rank_indices(),
-            loss: f64::NAN,
-            grad_norm: f64::NAN,
-            learning_rate: settings.lr.at(consumed_before, batches.global_size()),
-            examples_per_s: f64::NAN,
-            micro_batches: batches.micro.len(),
-            oom_events: 0,
-            predicted_memory: sampler.last_predicted(),
-            measured_memory: None,
-            gradient_noise_scale: None,
-            loss_scale: None,
-            skipped_steps: 0,
-            sources: Default::default(),
-        });
+        steps.push(planned_step(&planner, &batches, settings));
         per_device.push(size_now);
         planner.finish_step()?;
     }
-    let batching = settings.batching.map(|(batching, _)| match batching {
+    let batching = settings
+        .batching
+        .map(|(batching, _)| describe_batching(batching, has_regressor));
+    Ok(DryRun {
+        steps,
+        per_device,
+        examples_per_epoch,
+        num_examples: settings.num_examples,
+        world_size: settings.world_size,
+        final_per_device: planner.per_device(),
+        batching,
+        notes: plan_notes(settings),
+    })
+}
+
+/// A planned step as the run would log it, without what only training tells
+/// (loss, gradient norm, throughput).
+fn planned_step(
+    planner: &StepPlanner<ScheduleSpec>,
+    batches: &StepBatches,
+    settings: &RunSettings,
+) -> StepLog {
+    let sampler = planner.sampler();
+    let consumed_before = sampler.examples_seen() - batches.global_size();
+    StepLog {
+        step: planner.step(),
+        epoch: sampler.epoch(),
+        train_coverage: sampler.train_coverage(),
+        local_batch_sizes: batches.local_sizes(),
+        global_batch: batches.global_size(),
+        indices: batches.per_rank_indices(),
+        loss: f64::NAN,
+        grad_norm: f64::NAN,
+        learning_rate: settings.lr.at(consumed_before, batches.global_size()),
+        examples_per_s: f64::NAN,
+        micro_batches: batches.micro.len(),
+        oom_events: 0,
+        predicted_memory: sampler.last_predicted(),
+        measured_memory: None,
+        gradient_noise_scale: None,
+        loss_scale: None,
+        skipped_steps: 0,
+        sources: Default::default(),
+    }
+}
+
+/// How a length-aware plan was sized, and how far the real run may differ.
+fn describe_batching(batching: LengthBatching, has_regressor: bool) -> String {
+    match batching {
         LengthBatching::Memory { .. } => format!(
             "memory-aware batches planned with the prior memory model ({}): the real run refits it from measured peaks, so batches from its second epoch on may differ",
             if has_regressor {
@@ -285,7 +313,11 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
         LengthBatching::TokenBudget { max_tokens } => {
             format!("token-budget batches of at most {max_tokens} padded tokens, sorted by length")
         }
-    });
+    }
+}
+
+/// What the plan does not simulate.
+fn plan_notes(settings: &RunSettings) -> Vec<String> {
     let mut notes = Vec::new();
     if settings.faults.steps().next().is_some() {
         notes.push("injected out-of-memory faults are not simulated".into());
@@ -296,16 +328,7 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
     if matches!(settings.schedule, ScheduleSpec::Custom(_)) {
         notes.push("a custom schedule is assumed to depend only on (step, size)".into());
     }
-    Ok(DryRun {
-        steps,
-        per_device,
-        examples_per_epoch,
-        num_examples: settings.num_examples,
-        world_size: settings.world_size,
-        final_per_device: planner.per_device(),
-        batching,
-        notes,
-    })
+    notes
 }
 
 /// Prints the plan (unless `--quiet`) and writes the steps a run logs (every

@@ -110,81 +110,9 @@ pub(crate) fn resume_checkpoint(
     device: &Device,
 ) -> Result<CheckpointState> {
     let state = load_state(dir)?;
-    let mismatch = |what: &str, theirs: String, ours: String| {
-        Err(Error::CheckpointMismatch {
-            path: dir.to_path_buf(),
-            what: what.into(),
-            checkpoint: theirs,
-            run: ours,
-        })
-    };
-    if state.num_examples != settings.num_examples {
-        return mismatch(
-            "num_examples",
-            state.num_examples.to_string(),
-            settings.num_examples.to_string(),
-        );
-    }
-    if state.seed != settings.seed {
-        return mismatch("seed", state.seed.to_string(), settings.seed.to_string());
-    }
-    // A resumed run never silently takes the checkpoint's policy, nor the other way.
-    if let Some(written) = &state.policy {
-        if let Some((key, theirs, ours)) = written.first_difference(&PolicyRecord::of(settings)) {
-            return mismatch(&format!("policy key `{key}`"), theirs, ours);
-        }
-    }
-    match (&settings.sources, &state.planner.sources) {
-        (None, None) => {}
-        (Some(spec), Some(sources)) => {
-            let fresh =
-                crate::data::sources::MixedSources::new(spec, settings.seed, settings.shuffle)?;
-            if let Err(detail) = fresh.check(sources) {
-                return Err(Error::CorruptCheckpoint {
-                    path: dir.join(STATE),
-                    detail,
-                });
-            }
-            // A mixer's weights change while training: the checkpoint's continue.
-            if state.controllers.mixer.is_none() && sources.weights != spec.weights {
-                return mismatch(
-                    "mixing weights",
-                    format!("{:?}", sources.weights),
-                    format!("{:?}", spec.weights),
-                );
-            }
-        }
-        (Some(spec), None) => {
-            return mismatch("sources", "one".into(), format!("{:?}", spec.names));
-        }
-        (None, Some(sources)) => {
-            return mismatch(
-                "sources",
-                format!("{}", sources.cursors.len()),
-                "one".into(),
-            );
-        }
-    }
-    // Mid-epoch, a length-aware run continues the epoch's plan, which the
-    // checkpoint holds; an older checkpoint without it can only resume at a
-    // boundary (which includes one written after an epoch's last step).
-    let position = state.planner.position;
-    match &state.planner.planned_epoch {
-        Some(remainder) => {
-            if let Err(detail) = remainder.check(settings.num_examples, position) {
-                return Err(Error::CorruptCheckpoint {
-                    path: dir.join(STATE),
-                    detail,
-                });
-            }
-        }
-        None if settings.batching.is_some() && position > 0 && position < settings.num_examples => {
-            return Err(Error::MidEpochLengthAwareCheckpoint {
-                path: dir.to_path_buf(),
-            });
-        }
-        None => {}
-    }
+    check_belongs(dir, &state, settings)?;
+    check_sources(dir, &state, settings)?;
+    check_planned_epoch(dir, &state, settings)?;
     load_weights(dir, params, device)?;
     let optimizer_file = dir.join(OPTIMIZER);
     if optimizer_file.is_file() {
@@ -199,6 +127,110 @@ pub(crate) fn resume_checkpoint(
         });
     }
     Ok(state)
+}
+
+fn mismatch(dir: &std::path::Path, what: &str, theirs: String, ours: String) -> Error {
+    Error::CheckpointMismatch {
+        path: dir.to_path_buf(),
+        what: what.into(),
+        checkpoint: theirs,
+        run: ours,
+    }
+}
+
+/// The same dataset size, seed and policy: a resumed run never silently takes
+/// the checkpoint's policy, nor the other way.
+fn check_belongs(
+    dir: &std::path::Path,
+    state: &CheckpointState,
+    settings: &RunSettings,
+) -> Result<()> {
+    if state.num_examples != settings.num_examples {
+        let (theirs, ours) = (state.num_examples, settings.num_examples);
+        return Err(mismatch(
+            dir,
+            "num_examples",
+            theirs.to_string(),
+            ours.to_string(),
+        ));
+    }
+    if state.seed != settings.seed {
+        let (theirs, ours) = (state.seed, settings.seed);
+        return Err(mismatch(dir, "seed", theirs.to_string(), ours.to_string()));
+    }
+    if let Some(written) = &state.policy {
+        if let Some((key, theirs, ours)) = written.first_difference(&PolicyRecord::of(settings)) {
+            return Err(mismatch(dir, &format!("policy key `{key}`"), theirs, ours));
+        }
+    }
+    Ok(())
+}
+
+/// The same sources; their weights too, unless a mixer changes them.
+fn check_sources(
+    dir: &std::path::Path,
+    state: &CheckpointState,
+    settings: &RunSettings,
+) -> Result<()> {
+    match (&settings.sources, &state.planner.sources) {
+        (None, None) => Ok(()),
+        (Some(spec), Some(sources)) => {
+            let fresh =
+                crate::data::sources::MixedSources::new(spec, settings.seed, settings.shuffle)?;
+            if let Err(detail) = fresh.check(sources) {
+                return Err(Error::CorruptCheckpoint {
+                    path: dir.join(STATE),
+                    detail,
+                });
+            }
+            // A mixer's weights change while training: the checkpoint's continue.
+            if state.controllers.mixer.is_none() && sources.weights != spec.weights {
+                let (theirs, ours) = (&sources.weights, &spec.weights);
+                return Err(mismatch(
+                    dir,
+                    "mixing weights",
+                    format!("{theirs:?}"),
+                    format!("{ours:?}"),
+                ));
+            }
+            Ok(())
+        }
+        (Some(spec), None) => Err(mismatch(
+            dir,
+            "sources",
+            "one".into(),
+            format!("{:?}", spec.names),
+        )),
+        (None, Some(sources)) => {
+            let theirs = format!("{}", sources.cursors.len());
+            Err(mismatch(dir, "sources", theirs, "one".into()))
+        }
+    }
+}
+
+/// Mid-epoch, a length-aware run continues the epoch's plan, which the
+/// checkpoint holds; an older checkpoint without it can only resume at a
+/// boundary (which includes one written after an epoch's last step).
+fn check_planned_epoch(
+    dir: &std::path::Path,
+    state: &CheckpointState,
+    settings: &RunSettings,
+) -> Result<()> {
+    let position = state.planner.position;
+    match &state.planner.planned_epoch {
+        Some(remainder) => remainder
+            .check(settings.num_examples, position)
+            .map_err(|detail| Error::CorruptCheckpoint {
+                path: dir.join(STATE),
+                detail,
+            }),
+        None if settings.batching.is_some() && position > 0 && position < settings.num_examples => {
+            Err(Error::MidEpochLengthAwareCheckpoint {
+                path: dir.to_path_buf(),
+            })
+        }
+        None => Ok(()),
+    }
 }
 
 /// At the end of a run: the best checkpoint's weights, loaded on rank 0 (the

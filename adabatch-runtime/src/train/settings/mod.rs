@@ -2,25 +2,34 @@
 //! concern is resolved from the policy, the dataset and the flags is in
 //! [`resolve`].
 
+use std::path::PathBuf;
+
+mod check;
 mod resolve;
 pub(crate) mod strategy;
 
 use crate::adapt::lr::{LrSchedule, LrSchedulerType};
 use crate::adapt::schedule::{validate_spec, BatchLimits, Schedule, ScheduleSpec};
 use crate::config::args::TrainingArgs;
-use crate::config::policy::{GradAccum, MixSpec, OomPolicy, Reweight, TrainerPolicy};
+use crate::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
 use crate::data::length::{LengthBatching, LengthOptions};
 use crate::data::planner::{RunLength, StepPlanner};
 use crate::data::sampler::GlobalBatchSampler;
 use crate::data::sources::SourceSpec;
 use crate::dist::device::DeviceSpec;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::optim::precision::{LossScaler, Precision};
 use crate::report::logging::Logger;
+use crate::train::checkpoint::format::{latest, load_state};
 use crate::train::oom::FaultInjector;
 use crate::user::data::Dataset;
+use check::{
+    check_args, check_batching, check_global_schedule, check_noise_scale, effective_policy,
+};
 pub(crate) use resolve::BuiltinMixer;
-use resolve::{describe_ramp, length_batching, precision, require, run_schedule, run_sources};
+use resolve::{
+    length_batching, loss_scaler, lr_schedule, precision, run_schedule, run_sources, start_warnings,
+};
 pub use strategy::BestCheckpoint;
 pub(crate) use strategy::{BestModel, Interval};
 
@@ -95,85 +104,11 @@ impl RunSettings {
         world_size: usize,
     ) -> Result<Self> {
         let num_examples = dataset.len();
-        require(world_size > 0, "nproc_per_node", world_size, "at least 1")?;
-        if num_examples == 0 {
-            return Err(Error::EmptyDataset);
-        }
-        if world_size > num_examples {
-            return Err(Error::MoreRanksThanExamples {
-                world_size,
-                examples: num_examples,
-            });
-        }
-        if args.per_device_train_batch_size == 0 {
-            return Err(Error::ZeroBatchSize {
-                what: "per_device_train_batch_size",
-            });
-        }
-        require(args.max_steps != Some(0), "max_steps", 0, "at least 1")?;
-        if args.num_train_epochs == 0 && args.max_steps.is_none() {
-            return Err(Error::ZeroEpochs);
-        }
-        require(args.logging_steps > 0, "logging_steps", 0, "at least 1")?;
-        require(args.eval_steps != Some(0), "eval_steps", 0, "at least 1")?;
-        if args.per_device_eval_batch_size == 0 {
-            return Err(Error::ZeroBatchSize {
-                what: "per_device_eval_batch_size",
-            });
-        }
-        require(
-            args.save_total_limit != Some(0),
-            "save_total_limit",
-            0,
-            "at least 1 (or unset to keep every checkpoint)",
-        )?;
+        check_args(args, num_examples, world_size)?;
         let eval_every = Interval::of_eval(args)?;
         let save_every = Interval::of_save(args)?;
         let best_model = BestModel::of(args, eval_every, save_every)?;
-        let finite_non_negative = |x: f64| x.is_finite() && x >= 0.0;
-        require(
-            finite_non_negative(args.learning_rate),
-            "learning_rate",
-            args.learning_rate,
-            "finite and >= 0",
-        )?;
-        require(
-            (0.0..=1.0).contains(&args.warmup_ratio),
-            "warmup_ratio",
-            args.warmup_ratio,
-            "in [0, 1]",
-        )?;
-        require(
-            finite_non_negative(args.max_grad_norm),
-            "max_grad_norm",
-            args.max_grad_norm,
-            "finite and >= 0 (0 = no clipping)",
-        )?;
-        require(
-            finite_non_negative(args.memory_margin),
-            "memory_margin",
-            args.memory_margin,
-            "finite and >= 0",
-        )?;
-        // `--gradient-accumulation-steps` (HF) replaces the policy's `grad_accum`.
-        let grad_accum = match args.gradient_accumulation_steps {
-            Some(0) => {
-                return Err(Error::InvalidSetting {
-                    name: "gradient_accumulation_steps",
-                    value: "0".into(),
-                    expected: "at least 1 micro-batch per step",
-                })
-            }
-            Some(n) => GradAccum::Fixed(n),
-            None => policy.grad_accum,
-        };
-        let policy = &TrainerPolicy {
-            grad_accum,
-            ..*policy
-        };
-        if let Some(reason) = policy.unsupported() {
-            return Err(Error::UnsupportedPolicy { reason });
-        }
+        let policy = &effective_policy(policy, args)?;
         let schedule = run_schedule(policy, args)?;
         validate_spec(&schedule)?;
         let ramp = schedule.ramp();
@@ -183,45 +118,8 @@ impl RunSettings {
             ScheduleSpec::NoiseScale { min, .. } => Some(min),
             _ => ramp.map(|r| r.global_batch(0)),
         };
-        if first_global.is_some() && matches!(policy.grad_accum, GradAccum::Target { .. }) {
-            return Err(Error::ConflictingSettings {
-                first: "a schedule in global units (ramp, noise_scale)",
-                second: "grad_accum = target(..)",
-                reason: "the schedule sets each step's global batch itself: use grad_accum = fixed(n) to split it into n micro-batches",
-            });
-        }
-        if first_global.is_some() && args.max_tokens_per_batch.is_some() {
-            return Err(Error::ConflictingSettings {
-                first: "a schedule in global units (ramp, noise_scale)",
-                second: "--max-tokens-per-batch",
-                reason: "both size the batches: choose one",
-            });
-        }
-        let micro_batches = match policy.grad_accum {
-            GradAccum::Fixed(0) | GradAccum::Target { global: 0 } => {
-                return Err(Error::InvalidSetting {
-                    name: "grad_accum",
-                    value: "0".into(),
-                    expected: "at least one micro-batch / example",
-                })
-            }
-            GradAccum::Fixed(n) => n,
-            GradAccum::Target { global } => {
-                global.div_ceil(args.per_device_train_batch_size * world_size)
-            }
-        };
-        let resume = match &args.resume_from_checkpoint {
-            Some(dir) if dir.as_os_str() == "latest" => {
-                Some(crate::train::checkpoint::format::latest(&args.output_dir)?)
-            }
-            other => other.clone(),
-        };
-        // Per-device sizes count the ranks of the run that wrote the checkpoint: a
-        // run resumed on another number of ranks keeps its global batches.
-        let units_world = match &resume {
-            Some(dir) => crate::train::checkpoint::format::load_state(dir)?.world_size,
-            None => world_size,
-        };
+        check_global_schedule(first_global, policy, args)?;
+        let (resume, units_world) = resume_point(args, world_size)?;
         let limits = BatchLimits::new(policy.min_batch, policy.max_batch)?;
         let drop_last = args.dataloader_drop_last.unwrap_or(policy.drop_last);
         let initial_per_device = match first_global {
@@ -229,71 +127,29 @@ impl RunSettings {
             None => limits.apply(0, schedule.initial(args.per_device_train_batch_size))?,
         };
         let batching = length_batching(policy, &schedule, args, initial_per_device, units_world)?;
-        if batching.is_some() && policy.grad_accum != GradAccum::Fixed(1) {
-            return Err(Error::ConflictingSettings {
-                first: "length-aware batching",
-                second: "grad_accum",
-                reason: "length-aware batching sizes each global batch itself: use grad_accum = fixed(1)",
-            });
-        }
+        check_batching(policy, batching.is_some(), false)?;
         let sources = run_sources(dataset, &policy.mix, args)?;
-        let builtin_mixer = match policy.mix {
-            MixSpec::Online {
-                temperature,
-                floor,
-                smoothing,
-            } => Some(BuiltinMixer::Online(temperature, floor, smoothing)),
-            MixSpec::Custom(f) => Some(BuiltinMixer::Custom(f)),
-            MixSpec::Dataset | MixSpec::Fixed(_) => None,
-        };
-        if sources.is_some() && batching.is_some() {
-            return Err(Error::ConflictingSettings {
-                first: "several sources",
-                second: "length-aware batching",
-                reason: "a mixed global batch is divided by weights, a length-aware one by lengths: use one",
-            });
-        }
-        let mut warnings = Vec::new();
-        if schedule != policy.schedule {
-            warnings.push(format!(
-                "the trainer's schedule is overridden by --global-batch-size / --rampup-batch-size: {}",
-                describe_ramp(ramp, schedule.ramp_counts_tokens())
-            ));
-        }
-        if ramp.is_some() {
-            if initial_per_device != args.per_device_train_batch_size {
-                warnings.push(format!(
-                    "--per-device-train-batch-size {} is not used: the ramp sets the global batch ({} on the first step)",
-                    args.per_device_train_batch_size,
-                    ramp.map_or(0, |r| r.global_batch(0))
-                ));
-            }
-        } else if initial_per_device != args.per_device_train_batch_size {
-            warnings.push(format!(
-                "--per-device-train-batch-size {} is overridden: the trainer's schedule (with its min_batch/max_batch) starts at {} per device",
-                args.per_device_train_batch_size, initial_per_device
-            ));
-        }
+        check_batching(policy, batching.is_some(), sources.is_some())?;
+        let warnings = start_warnings(policy, &schedule, args, initial_per_device);
         let length = args
             .max_steps
             .map_or(RunLength::Epochs(args.num_train_epochs), RunLength::Steps);
         let seed = args.seed.unwrap_or(policy.seed);
         let micro_batches = match policy.grad_accum {
-            GradAccum::Target { .. } => micro_batches.div_ceil(initial_per_device * units_world),
-            GradAccum::Fixed(_) => micro_batches,
+            GradAccum::Fixed(n) => n,
+            // Micro-batches of the initial per-device size that reach the target.
+            GradAccum::Target { global } => global
+                .div_ceil(args.per_device_train_batch_size * world_size)
+                .div_ceil(initial_per_device * units_world),
         };
-        if args.log_gradient_noise_scale || noise_schedule {
-            if policy.reweight != Reweight::SampleCount {
-                return Err(Error::ConflictingSettings {
-                    first: "--log-gradient-noise-scale",
-                    second: "reweight other than sample_count",
-                    reason: "the estimator needs each small batch's mean gradient",
-                });
-            }
-            if world_size == 1 && policy.grad_accum == GradAccum::Fixed(1) {
-                return Err(Error::NoiseScaleNeedsSmallBatches { small_batches: 1 });
-            }
-        }
+        let initial_global = first_global
+            .unwrap_or(initial_per_device * units_world * micro_batches)
+            .min(num_examples);
+        check_noise_scale(
+            policy,
+            args.log_gradient_noise_scale || noise_schedule,
+            world_size,
+        )?;
         let mut settings = Self {
             num_examples,
             world_size,
@@ -309,18 +165,7 @@ impl RunSettings {
             oom: args.oom.unwrap_or(policy.oom),
             grad_accum: policy.grad_accum,
             faults: FaultInjector::at_steps(args.inject_oom_at_steps.iter().copied()),
-            lr: LrSchedule {
-                base: args.learning_rate,
-                kind: args.lr_scheduler_type,
-                warmup_examples: 0.0,
-                total_examples: (args.num_train_epochs.max(1) * num_examples) as f64,
-                scaling: policy.lr_scaling,
-                initial_global_batch: match first_global {
-                    Some(global) => global,
-                    None => initial_per_device * units_world * micro_batches,
-                }
-                .min(num_examples),
-            },
+            lr: lr_schedule(args, policy, num_examples, initial_global),
             max_grad_norm: args.max_grad_norm,
             logging_steps: args.logging_steps,
             logging_first_step: args.logging_first_step,
@@ -340,74 +185,16 @@ impl RunSettings {
                 .then_some(NOISE_SCALE_BETA),
             warnings,
             sources,
-            builtin_mixer,
+            builtin_mixer: BuiltinMixer::of(&policy.mix),
             prefetch_workers: args.dataloader_num_workers,
             release_freed_memory: args.release_freed_memory,
             precision: precision(args)?,
-            loss_scaler: args
-                .fp16
-                .then(|| {
-                    LossScaler::new(args.fp16_initial_scale_power, LossScaler::GROWTH_INTERVAL)
-                })
-                .transpose()?,
+            loss_scaler: loss_scaler(args)?,
             token_lengths: matches!(schedule, ScheduleSpec::TokenRamp(_))
                 .then(|| (0..num_examples).map(|i| dataset.example_len(i)).collect()),
         };
         settings.set_lr_horizon(args)?;
         Ok(settings)
-    }
-
-    /// The checks that need what only a rank has at its start: the eval set's
-    /// size, whether the trainer has a `#[mixer]`, the number of ranks. Said
-    /// before any weight is touched.
-    pub(crate) fn check_run(
-        &self,
-        eval_len: Option<usize>,
-        trainer_has_mixer: bool,
-        world_size: usize,
-        logger: Option<&Logger>,
-    ) -> Result<()> {
-        if let Some(examples) = eval_len.filter(|&n| n < world_size) {
-            return Err(Error::EvalSetTooSmall {
-                world_size,
-                examples,
-            });
-        }
-        if self.best_model.is_some() && eval_len.is_none() {
-            return Err(Error::ConflictingSettings {
-                first: "--load-best-model-at-end",
-                second: "a run without an eval dataset",
-                reason: "the best checkpoint is the one whose evaluation scored best: train with an eval dataset (launch_with_eval)",
-            });
-        }
-        if self.eval_on_start && eval_len.is_none() {
-            return Err(Error::ConflictingSettings {
-                first: "--eval-on-start",
-                second: "a run without an eval dataset",
-                reason:
-                    "there is nothing to evaluate: train with an eval dataset (launch_with_eval)",
-            });
-        }
-        if let (Interval::Steps(_) | Interval::Epoch, None, Some(logger)) =
-            (self.eval_every, eval_len, logger)
-        {
-            logger.event(
-                "warning: evaluations are asked for (--eval-steps / --eval-strategy) but the run has no eval dataset: nothing is evaluated (launch_with_eval adds one)",
-            );
-        }
-        if trainer_has_mixer && self.sources.is_none() {
-            return Err(Error::MixerWithoutSources);
-        }
-        // `mix = online(..)` / `custom(..)`: the engine's own mixer, unless the
-        // trainer has one.
-        if let (Some(asked), true) = (self.builtin_mixer, trainer_has_mixer) {
-            return Err(Error::ConflictingSettings {
-                first: asked.key(),
-                second: "#[mixer]",
-                reason: "two mixers would decide the same weights: keep one",
-            });
-        }
-        Ok(())
     }
 
     /// The learning-rate horizon: what the run will consume. Exact for
@@ -540,4 +327,19 @@ impl RunSettings {
         }
         Ok(logger)
     }
+}
+
+/// The checkpoint a run resumes (`latest` resolved), and the ranks its per-device
+/// sizes count: those of the run that wrote the checkpoint, so that a run resumed
+/// on another number of ranks keeps its global batches.
+fn resume_point(args: &TrainingArgs, world_size: usize) -> Result<(Option<PathBuf>, usize)> {
+    let resume = match &args.resume_from_checkpoint {
+        Some(dir) if dir.as_os_str() == "latest" => Some(latest(&args.output_dir)?),
+        other => other.clone(),
+    };
+    let units_world = match &resume {
+        Some(dir) => load_state(dir)?.world_size,
+        None => world_size,
+    };
+    Ok((resume, units_world))
 }

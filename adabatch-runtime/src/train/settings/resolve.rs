@@ -2,14 +2,15 @@
 //! dataset and the command line: sources and their weights, the schedule (and
 //! Megatron's ramp flags), length-aware batching, the built-in mixer, precision.
 
+use crate::adapt::lr::LrSchedule;
 use crate::adapt::ramp::Ramp;
-use crate::adapt::schedule::ScheduleSpec;
+use crate::adapt::schedule::{Schedule, ScheduleSpec};
 use crate::config::args::TrainingArgs;
 use crate::config::policy::{MixSpec, TrainerPolicy};
 use crate::data::length::{LengthBatching, LengthOptions};
 use crate::data::sources::SourceSpec;
 use crate::error::{Error, Result};
-use crate::optim::precision::Precision;
+use crate::optim::precision::{LossScaler, Precision};
 use crate::user::data::Dataset;
 
 /// `Ok` when `ok`, else the typed error naming the setting.
@@ -210,6 +211,19 @@ pub(crate) enum BuiltinMixer {
 }
 
 impl BuiltinMixer {
+    /// The engine's own mixer the policy's `mix` asks for, if any.
+    pub(super) fn of(mix: &MixSpec) -> Option<Self> {
+        match *mix {
+            MixSpec::Online {
+                temperature,
+                floor,
+                smoothing,
+            } => Some(BuiltinMixer::Online(temperature, floor, smoothing)),
+            MixSpec::Custom(f) => Some(BuiltinMixer::Custom(f)),
+            MixSpec::Dataset | MixSpec::Fixed(_) => None,
+        }
+    }
+
     pub(crate) fn build(self) -> Box<dyn crate::adapt::mixer::Mixer> {
         match self {
             BuiltinMixer::Online(t, f, s) => {
@@ -240,5 +254,62 @@ pub(super) fn precision(args: &TrainingArgs) -> Result<Precision> {
         (true, false) => Ok(Precision::Bf16),
         (false, true) => Ok(Precision::F16),
         (false, false) => Ok(Precision::F32),
+    }
+}
+
+/// What the run says at its start about flags another setting overrides.
+pub(super) fn start_warnings(
+    policy: &TrainerPolicy,
+    schedule: &ScheduleSpec,
+    args: &TrainingArgs,
+    initial_per_device: usize,
+) -> Vec<String> {
+    let ramp = schedule.ramp();
+    let mut warnings = Vec::new();
+    if *schedule != policy.schedule {
+        warnings.push(format!(
+            "the trainer's schedule is overridden by --global-batch-size / --rampup-batch-size: {}",
+            describe_ramp(ramp, schedule.ramp_counts_tokens())
+        ));
+    }
+    if ramp.is_some() {
+        if initial_per_device != args.per_device_train_batch_size {
+            warnings.push(format!(
+                "--per-device-train-batch-size {} is not used: the ramp sets the global batch ({} on the first step)",
+                args.per_device_train_batch_size,
+                ramp.map_or(0, |r| r.global_batch(0))
+            ));
+        }
+    } else if initial_per_device != args.per_device_train_batch_size {
+        warnings.push(format!(
+            "--per-device-train-batch-size {} is overridden: the trainer's schedule (with its min_batch/max_batch) starts at {} per device",
+            args.per_device_train_batch_size, initial_per_device
+        ));
+    }
+    warnings
+}
+
+/// `--fp16`'s loss scaling, as it starts.
+pub(super) fn loss_scaler(args: &TrainingArgs) -> Result<Option<LossScaler>> {
+    args.fp16
+        .then(|| LossScaler::new(args.fp16_initial_scale_power, LossScaler::GROWTH_INTERVAL))
+        .transpose()
+}
+
+/// The learning-rate schedule as it starts (its horizon is set once the planner
+/// can count the run: `RunSettings::set_lr_horizon`).
+pub(super) fn lr_schedule(
+    args: &TrainingArgs,
+    policy: &TrainerPolicy,
+    num_examples: usize,
+    initial_global_batch: usize,
+) -> LrSchedule {
+    LrSchedule {
+        base: args.learning_rate,
+        kind: args.lr_scheduler_type,
+        warmup_examples: 0.0,
+        total_examples: (args.num_train_epochs.max(1) * num_examples) as f64,
+        scaling: policy.lr_scaling,
+        initial_global_batch,
     }
 }

@@ -1,0 +1,242 @@
+//! Every check of a run's configuration in one place: the flags' values, the
+//! combinations of policy keys and flags that cannot work together, and (at a
+//! rank's start) what needs the eval set or the trainer. The macro checks the
+//! attribute's syntax and shape; the value rules of schedules are `const fn`s the
+//! generated code evaluates (`adapt::schedule`).
+
+use crate::config::args::TrainingArgs;
+use crate::config::policy::{GradAccum, Reweight, TrainerPolicy};
+use crate::error::{Error, Result};
+use crate::report::logging::Logger;
+
+use super::resolve::require;
+use super::strategy::Interval;
+use super::RunSettings;
+
+/// The flags' values, and the dataset against the ranks: before anything is built.
+pub(super) fn check_args(
+    args: &TrainingArgs,
+    num_examples: usize,
+    world_size: usize,
+) -> Result<()> {
+    require(world_size > 0, "nproc_per_node", world_size, "at least 1")?;
+    if num_examples == 0 {
+        return Err(Error::EmptyDataset);
+    }
+    if world_size > num_examples {
+        return Err(Error::MoreRanksThanExamples {
+            world_size,
+            examples: num_examples,
+        });
+    }
+    if args.per_device_train_batch_size == 0 {
+        return Err(Error::ZeroBatchSize {
+            what: "per_device_train_batch_size",
+        });
+    }
+    require(args.max_steps != Some(0), "max_steps", 0, "at least 1")?;
+    if args.num_train_epochs == 0 && args.max_steps.is_none() {
+        return Err(Error::ZeroEpochs);
+    }
+    require(args.logging_steps > 0, "logging_steps", 0, "at least 1")?;
+    require(args.eval_steps != Some(0), "eval_steps", 0, "at least 1")?;
+    if args.per_device_eval_batch_size == 0 {
+        return Err(Error::ZeroBatchSize {
+            what: "per_device_eval_batch_size",
+        });
+    }
+    require(
+        args.save_total_limit != Some(0),
+        "save_total_limit",
+        0,
+        "at least 1 (or unset to keep every checkpoint)",
+    )?;
+    let finite_non_negative = |x: f64| x.is_finite() && x >= 0.0;
+    require(
+        finite_non_negative(args.learning_rate),
+        "learning_rate",
+        args.learning_rate,
+        "finite and >= 0",
+    )?;
+    require(
+        (0.0..=1.0).contains(&args.warmup_ratio),
+        "warmup_ratio",
+        args.warmup_ratio,
+        "in [0, 1]",
+    )?;
+    require(
+        finite_non_negative(args.max_grad_norm),
+        "max_grad_norm",
+        args.max_grad_norm,
+        "finite and >= 0 (0 = no clipping)",
+    )?;
+    require(
+        finite_non_negative(args.memory_margin),
+        "memory_margin",
+        args.memory_margin,
+        "finite and >= 0",
+    )?;
+    Ok(())
+}
+
+/// The policy as the flags change it (`--gradient-accumulation-steps`, HF's name,
+/// replaces the policy's `grad_accum`), checked for what the engine supports.
+pub(super) fn effective_policy(
+    policy: &TrainerPolicy,
+    args: &TrainingArgs,
+) -> Result<TrainerPolicy> {
+    let grad_accum = match args.gradient_accumulation_steps {
+        Some(0) => {
+            return Err(Error::InvalidSetting {
+                name: "gradient_accumulation_steps",
+                value: "0".into(),
+                expected: "at least 1 micro-batch per step",
+            })
+        }
+        Some(n) => GradAccum::Fixed(n),
+        None => policy.grad_accum,
+    };
+    let policy = TrainerPolicy {
+        grad_accum,
+        ..*policy
+    };
+    if let Some(reason) = policy.unsupported() {
+        return Err(Error::UnsupportedPolicy { reason });
+    }
+    if let GradAccum::Fixed(0) | GradAccum::Target { global: 0 } = policy.grad_accum {
+        return Err(Error::InvalidSetting {
+            name: "grad_accum",
+            value: "0".into(),
+            expected: "at least one micro-batch / example",
+        });
+    }
+    Ok(policy)
+}
+
+/// A schedule in global units (a ramp, `noise_scale`) sets each step's global
+/// batch itself: nothing else may size it.
+pub(super) fn check_global_schedule(
+    first_global: Option<usize>,
+    policy: &TrainerPolicy,
+    args: &TrainingArgs,
+) -> Result<()> {
+    if first_global.is_some() && matches!(policy.grad_accum, GradAccum::Target { .. }) {
+        return Err(Error::ConflictingSettings {
+            first: "a schedule in global units (ramp, noise_scale)",
+            second: "grad_accum = target(..)",
+            reason: "the schedule sets each step's global batch itself: use grad_accum = fixed(n) to split it into n micro-batches",
+        });
+    }
+    if first_global.is_some() && args.max_tokens_per_batch.is_some() {
+        return Err(Error::ConflictingSettings {
+            first: "a schedule in global units (ramp, noise_scale)",
+            second: "--max-tokens-per-batch",
+            reason: "both size the batches: choose one",
+        });
+    }
+    Ok(())
+}
+
+/// Length-aware batching sizes each global batch itself: no accumulation, no
+/// mixing.
+pub(super) fn check_batching(
+    policy: &TrainerPolicy,
+    length_aware: bool,
+    mixed: bool,
+) -> Result<()> {
+    if length_aware && policy.grad_accum != GradAccum::Fixed(1) {
+        return Err(Error::ConflictingSettings {
+            first: "length-aware batching",
+            second: "grad_accum",
+            reason:
+                "length-aware batching sizes each global batch itself: use grad_accum = fixed(1)",
+        });
+    }
+    if mixed && length_aware {
+        return Err(Error::ConflictingSettings {
+            first: "several sources",
+            second: "length-aware batching",
+            reason:
+                "a mixed global batch is divided by weights, a length-aware one by lengths: use one",
+        });
+    }
+    Ok(())
+}
+
+/// The gradient noise scale (logged or scheduling) needs each small batch's mean
+/// gradient, and at least two small batches per step.
+pub(super) fn check_noise_scale(
+    policy: &TrainerPolicy,
+    measured: bool,
+    world_size: usize,
+) -> Result<()> {
+    if !measured {
+        return Ok(());
+    }
+    if policy.reweight != Reweight::SampleCount {
+        return Err(Error::ConflictingSettings {
+            first: "--log-gradient-noise-scale",
+            second: "reweight other than sample_count",
+            reason: "the estimator needs each small batch's mean gradient",
+        });
+    }
+    if world_size == 1 && policy.grad_accum == GradAccum::Fixed(1) {
+        return Err(Error::NoiseScaleNeedsSmallBatches { small_batches: 1 });
+    }
+    Ok(())
+}
+
+impl RunSettings {
+    /// The checks that need what only a rank has at its start: the eval set's
+    /// size, whether the trainer has a `#[mixer]`, the number of ranks. Said
+    /// before any weight is touched.
+    pub(crate) fn check_run(
+        &self,
+        eval_len: Option<usize>,
+        trainer_has_mixer: bool,
+        world_size: usize,
+        logger: Option<&Logger>,
+    ) -> Result<()> {
+        if let Some(examples) = eval_len.filter(|&n| n < world_size) {
+            return Err(Error::EvalSetTooSmall {
+                world_size,
+                examples,
+            });
+        }
+        if self.best_model.is_some() && eval_len.is_none() {
+            return Err(Error::ConflictingSettings {
+                first: "--load-best-model-at-end",
+                second: "a run without an eval dataset",
+                reason: "the best checkpoint is the one whose evaluation scored best: train with an eval dataset (launch_with_eval)",
+            });
+        }
+        if self.eval_on_start && eval_len.is_none() {
+            return Err(Error::ConflictingSettings {
+                first: "--eval-on-start",
+                second: "a run without an eval dataset",
+                reason:
+                    "there is nothing to evaluate: train with an eval dataset (launch_with_eval)",
+            });
+        }
+        if let (Interval::Steps(_) | Interval::Epoch, None, Some(logger)) =
+            (self.eval_every, eval_len, logger)
+        {
+            logger.event(
+                "warning: evaluations are asked for (--eval-steps / --eval-strategy) but the run has no eval dataset: nothing is evaluated (launch_with_eval adds one)",
+            );
+        }
+        if trainer_has_mixer && self.sources.is_none() {
+            return Err(Error::MixerWithoutSources);
+        }
+        // `mix = online(..)` / `custom(..)`: the engine's own mixer, unless the
+        // trainer has one.
+        if let (Some(asked), true) = (self.builtin_mixer, trainer_has_mixer) {
+            return Err(Error::ConflictingSettings {
+                first: asked.key(),
+                second: "#[mixer]",
+                reason: "two mixers would decide the same weights: keep one",
+            });
+        }
+        Ok(())
+    }
+}
