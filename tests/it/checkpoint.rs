@@ -1,7 +1,7 @@
 //! Checkpoints: a resumed run continues mid-epoch with the same batches, and with a
 //! stateless optimizer the same updates, as the run it was saved from.
 
-mod common;
+use crate::common;
 
 use std::sync::Mutex;
 

@@ -1,7 +1,7 @@
 //! End-to-end tests of the engine: the design's reference trace, world-size
 //! invariance, reweighting against hand-computed updates.
 
-mod common;
+use crate::common;
 
 use adabatch::prelude::*;
 use std::sync::Mutex;

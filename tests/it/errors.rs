@@ -49,7 +49,7 @@
 //!
 //! Flags and their tests are tabled in tests/flags.rs.
 
-mod common;
+use crate::common;
 
 use adabatch::prelude::*;
 use adabatch::{BatchFeatures, Error, GradAccum, Growth, Reweight, ScheduleSpec, TrainerPolicy};

@@ -42,7 +42,7 @@
 //!
 //! The error variants and their tests are tabled in tests/errors.rs.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
