@@ -212,7 +212,7 @@ fn rank_mean_update_is_the_mean_of_rank_means() {
     assert_close(&one_sgd_step(2, 2, true), &sgd_update(&mean));
 }
 
-// Empty ranks, token weights and clipping against hand computations: tests/numerics.rs.
+// Empty ranks, token weights and clipping against hand computations: tests/it/numerics.rs.
 
 #[test]
 fn train_on_one_rank_matches_launch() {

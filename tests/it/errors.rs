@@ -47,7 +47,8 @@
 //! | `Rendezvous`                    | rendezvous.rs unit tests (reachable only through `launch_nccl`, feature `nccl`) |
 //! | `Json`                          | not reachable: serialising a checkpoint's own state cannot fail |
 //!
-//! Flags and their tests are tabled in tests/flags.rs.
+//! A file named alone is a module of this binary (`tests/it/`), except where the
+//! row says unit tests. Flags and their tests are tabled in tests/it/flags.rs.
 
 use crate::common;
 
