@@ -12,7 +12,7 @@
 //!   without bias, weights 0, true weights 1/√D, standard-normal inputs, targets
 //!   true·x + S·noise, loss ½(w·x − y)². With `--learning-rate 0` the weights stay
 //!   put and the mean estimate can be held against its analytic value
-//!   (D + 1) + S²·D (derived in tests/noise_scale.rs).
+//!   (D + 1) + S²·D (derived in tests/it/noise_scale.rs).
 //!
 //! ```text
 //! cargo run --release --example noise_scale -- --nproc-per-node 2 --num-train-epochs 10 \

@@ -2,6 +2,7 @@
 //! malloc alone with `--release-freed-memory`. One test in its own binary, because
 //! the setting is process-wide and is made once.
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use adabatch::memory::host::{host_heap, HostHeap};

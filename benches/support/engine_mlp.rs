@@ -1,6 +1,6 @@
 //! The engine-overhead MLP, its data and the engine-vs-hand-loop equivalence
 //! check, shared by `benches/engine_overhead.rs` (timed) and
-//! `tests/equivalence.rs` (run by `cargo test`). The including file defines the
+//! `tests/it/equivalence.rs` (run by `cargo test`). The including file defines the
 //! sizes: `FEATURES`, `HIDDEN`, `CLASSES`, `EXAMPLES`, `SEED`, `LEARNING_RATE`.
 #![allow(dead_code)]
 

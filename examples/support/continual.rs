@@ -1,5 +1,5 @@
 //! The continual-learning protocol of `examples/continual_replay.rs`, shared with
-//! its test (tests/continual.rs): a seeded 70/30 split of the digits; phase 1
+//! its test (tests/it/continual.rs): a seeded 70/30 split of the digits; phase 1
 //! trains on task A (digits 0–4); phase 2 trains on task B (5–9, source `new`)
 //! mixed with a replay memory of task A's training examples (source `replay`).
 

@@ -1,7 +1,7 @@
 //! `adabatch plot` on fixture logs (a real run with a resume mark, and its dry
 //! run) writes well-formed SVG and a decodable PNG; `--plot` on a run draws its own.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

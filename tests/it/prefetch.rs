@@ -3,7 +3,7 @@
 //! prefetch — while schedules, OOM recovery and memory-aware batching change the
 //! course of the run under it.
 
-mod common;
+use crate::common;
 
 use adabatch::prelude::*;
 use adabatch::train::launch::launch_with_faults;

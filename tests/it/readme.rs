@@ -3,9 +3,9 @@
 //! in CI), and tests/quickstart/src/main.rs (built by CI as a crate of its own with
 //! `adabatch` as its only dependency) is the same file again.
 
-const README: &str = include_str!("../README.md");
-const EXAMPLE: &str = include_str!("../examples/quickstart.rs");
-const STANDALONE: &str = include_str!("quickstart/src/main.rs");
+const README: &str = include_str!("../../README.md");
+const EXAMPLE: &str = include_str!("../../examples/quickstart.rs");
+const STANDALONE: &str = include_str!("../quickstart/src/main.rs");
 
 /// The text of the first ```` ```rust ```` block after the `## Quickstart` heading.
 fn quickstart_block(readme: &str) -> &str {

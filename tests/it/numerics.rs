@@ -3,7 +3,7 @@
 //! expected value is computed by hand (in f64) from the examples the log says each
 //! rank trained on.
 
-mod common;
+use crate::common;
 
 use std::sync::Mutex;
 

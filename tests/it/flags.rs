@@ -25,14 +25,14 @@
 //! | `--nproc-per-node`, `--seed`       | engine.rs, properties.rs                                |
 //! | `--oom`, `--inject-oom-at-steps`   | oom.rs                                                  |
 //! | `--save-steps`, `--output-dir`, `--resume-from-checkpoint` | checkpoint.rs                   |
-//! | `--device`                         | errors.rs (`Device`), gpu.rs                            |
+//! | `--device`                         | errors.rs (`Device`), tests/gpu.rs                      |
 //! | `--rampup-in-tokens`, `ramp(.., tokens = n, ..)` | token_ramp.rs                   |
 //! | `--mix-weights`, `Sources`, `#[mixer]` | mixing.rs                                     |
 //! | `--stopping-strategy`              | mixing.rs `the_stopping_strategy_flag`                 |
 //! | `--eval-steps`, `--per-device-eval-batch-size`, `launch_with_eval` | eval.rs          |
 //! | `--eval-strategy`, `--save-strategy`, `--load-best-model-at-end`, `--metric-for-best-model`, `--greater-is-better` | best_model.rs, train::best unit tests |
 //! | `--dataloader-num-workers`         | prefetch.rs                                             |
-//! | `--release-freed-memory`           | host_heap.rs                                            |
+//! | `--release-freed-memory`           | tests/host_heap.rs (a binary of its own)                |
 //! | `--gradient-accumulation-steps`    | `gradient_accumulation_steps_replaces_grad_accum`       |
 //! | `--bf16`, `--fp16`, `--fp16-initial-scale-power` | precision.rs                              |
 //! | `--log-jsonl`                      | every file reading logs; errors.rs (`Io`)               |
@@ -40,9 +40,10 @@
 //! | `--logging-first-step`             | `logging_first_step_logs_step_one_too`                  |
 //! | `--eval-on-start`                  | eval.rs `eval_on_start_evaluates_the_untrained_model`   |
 //!
-//! The error variants and their tests are tabled in tests/errors.rs.
+//! File names are modules of this binary (`tests/it/`) unless a path says otherwise.
+//! The error variants and their tests are tabled in tests/it/errors.rs.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};

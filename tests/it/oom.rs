@@ -1,7 +1,7 @@
 //! OOM policies under injected faults on 1–4 `Local` ranks, gradient accumulation
 //! and learning-rate scaling.
 
-mod common;
+use crate::common;
 
 use std::sync::Mutex;
 

@@ -2,7 +2,7 @@
 //! accounting over random configurations, and real multi-rank runs (`Local` ranks
 //! as threads) that record what every rank trained on.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

@@ -1,7 +1,7 @@
 //! Memory-aware batching: the online memory model, `schedule = memory(..)` and
 //! token-budget batching end to end on `Local` ranks.
 
-mod common;
+use crate::common;
 
 use adabatch::prelude::*;
 use adabatch::{

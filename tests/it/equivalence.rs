@@ -12,7 +12,7 @@ const SEED: u64 = 1234;
 const LEARNING_RATE: f64 = 1e-3;
 const BATCH_SIZES: [usize; 3] = [64, 8, 7];
 
-#[path = "../benches/support/engine_mlp.rs"]
+#[path = "../../benches/support/engine_mlp.rs"]
 mod engine_mlp;
 use engine_mlp::{check_equivalence, dataset};
 

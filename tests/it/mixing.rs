@@ -3,7 +3,7 @@
 //! weights within one example, the same global batches on any number of ranks,
 //! resume equal to the uninterrupted run, and the engine's per-source logs.
 
-mod common;
+use crate::common;
 
 use adabatch::adapt::schedule::BatchLimits;
 use adabatch::data::planner::{PlannerState, RunLength, StepPlanner};

@@ -3,7 +3,7 @@
 //! `--save-total-limit` keeps it, that the model ends with its weights on every
 //! rank, and that a resumed run goes on comparing against it.
 
-mod common;
+use crate::common;
 
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;

@@ -2,9 +2,7 @@
 //! with f32 master weights tracks the f32 run; f16's loss scaling skips and backs
 //! off on overflow, logs it, and resumes exactly.
 
-#[path = "../examples/support/digits.rs"]
-#[allow(dead_code)]
-mod digits;
+use crate::digits;
 
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;

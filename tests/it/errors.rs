@@ -47,9 +47,10 @@
 //! | `Rendezvous`                    | rendezvous.rs unit tests (reachable only through `launch_nccl`, feature `nccl`) |
 //! | `Json`                          | not reachable: serialising a checkpoint's own state cannot fail |
 //!
-//! Flags and their tests are tabled in tests/flags.rs.
+//! A file named alone is a module of this binary (`tests/it/`), except where the
+//! row says unit tests. Flags and their tests are tabled in tests/it/flags.rs.
 
-mod common;
+use crate::common;
 
 use adabatch::prelude::*;
 use adabatch::{BatchFeatures, Error, GradAccum, Growth, Reweight, ScheduleSpec, TrainerPolicy};

@@ -2,7 +2,7 @@
 //! the same number of CPU ranks, with adabatch's checkpointable AdamW and Sgd, a
 //! growing schedule, an OOM halve and gradient accumulation inside the span.
 
-mod common;
+use crate::common;
 
 use adabatch::optim::{AdamW, ParamsAdamW, Sgd};
 use adabatch::prelude::*;
@@ -250,7 +250,13 @@ fn a_killed_run_resumes_exactly() {
         let out = temp_log(&format!("kill-{trial}")).with_extension("");
         // Let the child start, train and checkpoint for a while, then kill it.
         let mut child = std::process::Command::new(&exe)
-            .args(["kill_test_child", "--exact", "--test-threads", "1", "-q"])
+            .args([
+                "resume::kill_test_child",
+                "--exact",
+                "--test-threads",
+                "1",
+                "-q",
+            ])
             .env("ADABATCH_KILL_TEST_DIR", &out)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())

@@ -3,7 +3,7 @@
 //! dry run's steps (indices, sizes, coverage, epoch, learning rate) equal the
 //! steps the run logs.
 
-mod common;
+use crate::common;
 
 use adabatch::prelude::*;
 use adabatch::{GradAccum, Growth, LrScaling, LrSchedulerType, ScheduleSpec, StepLog};

@@ -1,7 +1,7 @@
 //! Checkpoints: a resumed run continues mid-epoch with the same batches, and with a
 //! stateless optimizer the same updates, as the run it was saved from.
 
-mod common;
+use crate::common;
 
 use std::sync::Mutex;
 
@@ -118,7 +118,7 @@ fn resume_refuses_a_checkpoint_of_another_run() {
     a.save_steps = 3;
     a.output_dir = out.clone();
     run(&a).0.unwrap();
-    // Another number of ranks is fine (tests/resume.rs); another seed is not.
+    // Another number of ranks is fine (tests/it/resume.rs); another seed is not.
     let mut other = args(1, 1, 1);
     other.seed = Some(4);
     other.resume_from_checkpoint = Some(out.join("checkpoint-3"));

@@ -2,7 +2,7 @@
 //! `launch` and `train`, training nothing is refused, and conflicts are loud
 //! (a checkpoint of another policy is refused; a resumed log is continued, marked).
 
-mod common;
+use crate::common;
 
 use adabatch::optim::Sgd;
 use adabatch::prelude::*;

@@ -3,7 +3,7 @@
 //! both masked CRC32Cs, the first event's file version, and the scalars of every
 //! logged step under TensorBoard's tags.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! Megatron's staircase with tokens as its position, on any number of ranks, every
 //! example once per epoch, across a resume, and through the engine.
 
-mod common;
+use crate::common;
 
 use adabatch::adapt::schedule::BatchLimits;
 use adabatch::data::planner::{PlannerState, RunLength, StepPlanner};

@@ -2,7 +2,7 @@
 //! sees, and what it can ask — stop, save, evaluate — on one and several ranks,
 //! and `EarlyStopping` on a real run whose eval loss turns.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

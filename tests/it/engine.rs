@@ -1,7 +1,7 @@
 //! End-to-end tests of the engine: the design's reference trace, world-size
 //! invariance, reweighting against hand-computed updates.
 
-mod common;
+use crate::common;
 
 use adabatch::prelude::*;
 use std::sync::Mutex;
@@ -212,7 +212,7 @@ fn rank_mean_update_is_the_mean_of_rank_means() {
     assert_close(&one_sgd_step(2, 2, true), &sgd_update(&mean));
 }
 
-// Empty ranks, token weights and clipping against hand computations: tests/numerics.rs.
+// Empty ranks, token weights and clipping against hand computations: tests/it/numerics.rs.
 
 #[test]
 fn train_on_one_rank_matches_launch() {

@@ -3,7 +3,7 @@
 //! model, every eval example once across ranks, the same numbers on 1 and 3 ranks,
 //! the JSONL rows, and the typed errors.
 
-mod common;
+use crate::common;
 
 use adabatch::candle_nn::{Linear, Module, Optimizer, SGD};
 use adabatch::prelude::*;

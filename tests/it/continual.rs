@@ -5,14 +5,13 @@
 //! bars with margin: 5 seeds measure 0.003 ± 0.003 and 0.862 ± 0.016
 //! (BENCHMARKS.md).
 
-#[path = "../examples/support/continual.rs"]
-mod continual;
-#[path = "../examples/support/digits.rs"]
-#[allow(dead_code)]
-mod digits;
+// Not `continual` (this module's own name): the protocol shared with the example.
+#[path = "../../examples/support/continual.rs"]
+mod protocol;
 
+use crate::digits;
 use adabatch::TrainingArgs;
-use continual::{run, Mix, Protocol};
+use protocol::{run, Mix, Protocol};
 
 fn protocol(replay_memory: usize, ranks: usize) -> Protocol {
     Protocol {

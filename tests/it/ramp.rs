@@ -2,7 +2,7 @@
 //! `--global-batch-size`: Megatron-LM's staircase in global units, step for step,
 //! on any number of ranks, across a resume, and from the command line.
 
-mod common;
+use crate::common;
 
 use adabatch::adapt::schedule::BatchLimits;
 use adabatch::data::planner::{RunLength, StepPlanner};
