@@ -36,7 +36,7 @@ pub mod prelude {
     pub use adabatch_runtime::{
         launch, per_example_cross_entropy, per_example_token_cross_entropy_sum, train,
         AdaptiveTrainer, Batch, Collate, Dataset, MemoryModel, Parameters, RankContext, Result,
-        TrainModel, TrainSummary, Trained, TrainingArgs, WithLengths,
+        Run, TrainModel, TrainSummary, Trained, TrainingArgs, WithLengths,
     };
 }
 

@@ -57,7 +57,7 @@ pub use report::summary::{TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};
 #[cfg(feature = "nccl")]
 pub use train::launch::launch_nccl;
-pub use train::launch::{launch, launch_group, launch_with_eval, train};
+pub use train::launch::{launch, launch_group, launch_with_eval, train, RankFactory, Run};
 pub use user::callback::{Callback, EarlyStopping, TrainerControl, TrainerState};
 pub use user::data::{Collate, Dataset, WithLengths};
 pub use user::loss::{per_example_cross_entropy, per_example_token_cross_entropy_sum};

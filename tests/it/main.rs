@@ -53,3 +53,4 @@ mod resume;
 mod sampling;
 mod tensorboard;
 mod token_ramp;
+mod ui_pass;

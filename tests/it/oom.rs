@@ -6,8 +6,8 @@ use crate::common;
 use std::sync::Mutex;
 
 use adabatch::prelude::*;
-use adabatch::train::launch::launch_with_faults;
 use adabatch::train::oom::FaultInjector;
+use adabatch::Run;
 use adabatch::{Error, GradAccum, Growth, LrScaling, OomPolicy, ScheduleSpec, TrainerPolicy};
 use candle_nn::AdamW;
 use common::*;
@@ -53,16 +53,18 @@ fn run_injected<T: AdaptiveTrainer<Model = Regression> + Send>(
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
     let rank0 = Mutex::new(None);
-    let result = launch_with_faults(data, &collate, &a, faults, |ctx: &RankContext| {
-        let params = ctx.parameters();
-        let model = Regression::new(params.clone(), ctx.device())?;
-        if ctx.rank() == 0 {
-            *rank0.lock().unwrap() = Some(params.clone());
-        }
-        let opt = adamw(&model, 0.05)?;
-        Ok(wrap(model, opt))
-    })
-    .map(|trained| trained.summary);
+    let run = Run::new(data, &collate, &a).with_faults(faults);
+    let result = run
+        .launch(|ctx: &RankContext| {
+            let params = ctx.parameters();
+            let model = Regression::new(params.clone(), ctx.device())?;
+            if ctx.rank() == 0 {
+                *rank0.lock().unwrap() = Some(params.clone());
+            }
+            let opt = adamw(&model, 0.05)?;
+            Ok(wrap(model, opt))
+        })
+        .map(|trained| trained.summary);
     let weights = rank0
         .into_inner()
         .unwrap()

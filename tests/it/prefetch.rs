@@ -6,8 +6,8 @@
 use crate::common;
 
 use adabatch::prelude::*;
-use adabatch::train::launch::launch_with_faults;
 use adabatch::train::oom::FaultInjector;
+use adabatch::Run;
 use adabatch::{Growth, OomPolicy, ScheduleSpec, TrainerPolicy, WithLengths};
 use candle_core::Device;
 use candle_nn::AdamW;
@@ -81,7 +81,9 @@ where
             dataloader_num_workers: workers,
             ..a.clone()
         };
-        launch_with_faults(data, &collate, &a, faults.clone(), adamw_factory(wrap))
+        Run::new(data, &collate, &a)
+            .with_faults(faults.clone())
+            .launch(adamw_factory(wrap))
             .unwrap()
             .summary
     };

@@ -1,7 +1,9 @@
-//! The entry points: one rank ([`train`]), ranks as threads ([`launch`]), the ranks
-//! of a group that may span processes ([`launch_group`]), and NCCL ranks
-//! (`launch_nccl`, feature `nccl`). Each builds the run's settings once, then runs
-//! the rank loop of [`crate::train::engine`] on every rank.
+//! The entry point: a [`Run`] (its data, flags and, optionally, an eval set)
+//! trains one trainer on one rank ([`Run::train`]), ranks as threads or NCCL GPUs
+//! ([`Run::launch`]), or the ranks of a group that may span processes
+//! ([`Run::group`]). Each builds the run's settings once, then runs a
+//! [`RankRun`] on every rank. [`train`], [`launch`], [`launch_with_eval`],
+//! [`launch_group`] and `launch_nccl` are one-line shorthands for these.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -20,8 +22,154 @@ use crate::train::settings::RunSettings;
 use crate::user::data::Dataset;
 use crate::user::trainer::{AdaptiveTrainer, CollateFor, RankContext};
 
-/// Trains `trainer` on one rank (`args.nproc_per_node` must be 1; use [`launch`]
-/// to build one trainer per rank). The trainer keeps its trained weights.
+/// What builds each rank's trainer, on the rank's device: a closure
+/// `|ctx: &RankContext| -> adabatch::Result<MyTrainer>`, called on every rank's
+/// thread. Implemented for every such closure.
+pub trait RankFactory<T>: Fn(&RankContext) -> Result<T> + Sync {}
+
+impl<T, F: Fn(&RankContext) -> Result<T> + Sync> RankFactory<T> for F {}
+
+/// A run to start: the training set, the collate, the flags, and optionally an
+/// eval set (HF's `eval_dataset`: evaluated every `--eval-steps` steps and at the
+/// end, each eval example once across the ranks).
+///
+/// ```ignore
+/// let trained = Run::new(&train_set, &collate, &args).with_eval(&eval_set).launch(factory)?;
+/// ```
+pub struct Run<'a, D: ?Sized, C> {
+    data: RunData<'a, D, C>,
+    args: &'a TrainingArgs,
+    faults: FaultInjector,
+}
+
+impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
+    /// A run of `dataset`, collated by `collate`, as `args` say.
+    pub fn new(dataset: &'a D, collate: &'a C, args: &'a TrainingArgs) -> Self {
+        Self {
+            data: RunData {
+                train: dataset,
+                eval: None,
+                collate,
+            },
+            args,
+            faults: FaultInjector::none(),
+        }
+    }
+
+    /// Evaluates on `eval` (the same item type, collated alike): `eval_loss` and
+    /// the model's `TrainModel::eval_metrics` go to the logs and to
+    /// [`TrainSummary::evaluations`].
+    pub fn with_eval(mut self, eval: &'a D) -> Self {
+        self.data.eval = Some(eval);
+        self
+    }
+
+    /// Out-of-memory faults injected from code (a test hook; the command line has
+    /// `--inject-oom-at-steps`). Unstable.
+    #[doc(hidden)]
+    pub fn with_faults(mut self, faults: FaultInjector) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// The run's settings on `world_size` ranks, with the injected faults.
+    fn settings<T: AdaptiveTrainer>(&self, world_size: usize) -> Result<RunSettings> {
+        let mut settings = RunSettings::new(&T::POLICY, self.data.train, self.args, world_size)?;
+        settings.faults = self.faults.clone().and_steps(settings.faults.steps());
+        Ok(settings)
+    }
+
+    /// Trains `trainer` on one rank (`--nproc-per-node` must be 1; [`Run::launch`]
+    /// builds one trainer per rank). The trainer keeps its trained weights.
+    pub fn train<T>(self, trainer: &mut T) -> Result<TrainSummary>
+    where
+        T: AdaptiveTrainer,
+        C: CollateFor<T, D>,
+    {
+        if self.args.nproc_per_node != 1 {
+            return Err(Error::TrainNeedsOneRank {
+                nproc_per_node: self.args.nproc_per_node,
+            });
+        }
+        let settings = self.settings::<T>(1)?;
+        if self.args.dry_run {
+            return dry_run_trainer(trainer, self.data.train, self.args, &settings);
+        }
+        let device = settings.device.open(0)?;
+        let mut logger = settings.logger(self.args)?;
+        let logger = Some(&mut logger);
+        rank_run(trainer, &Single, self.data, &settings, &device, logger)
+    }
+
+    /// Trains on `--nproc-per-node` ranks (threads on CPU; with the `nccl` feature,
+    /// one thread per GPU); `factory` builds each rank's trainer on the rank's
+    /// device (weights are then made identical from rank 0). Returns rank 0's
+    /// trained trainer with the summary.
+    pub fn launch<T, F>(self, factory: F) -> Result<Trained<T>>
+    where
+        T: AdaptiveTrainer + Send,
+        C: CollateFor<T, D>,
+        F: RankFactory<T>,
+    {
+        let settings = self.settings::<T>(self.args.nproc_per_node)?;
+        if self.args.dry_run {
+            let device = settings.device.open(0)?;
+            return dry_run_launch(self.data.train, self.args, &settings, (0, device), factory);
+        }
+        // Several GPUs with NCCL: device-side all-reduce, one thread per GPU. Without
+        // the `nccl` feature, CUDA ranks use the host-staged `Local` communicator below.
+        #[cfg(feature = "nccl")]
+        if settings.device.is_cuda() && settings.world_size > 1 {
+            let ordinals = settings.device.cuda_ordinals(settings.world_size)?;
+            let members = crate::dist::nccl::Nccl::group_on(&ordinals)?;
+            return run_group(members, self.data, self.args, &settings, factory);
+        }
+        if settings.world_size == 1 {
+            let mut logger = settings.logger(self.args)?;
+            let device = settings.device.open(0)?;
+            let mut trainer = factory(&RankContext::new(0, 1, device.clone(), settings.seed))?;
+            let logger = Some(&mut logger);
+            let summary = rank_run(&mut trainer, &Single, self.data, &settings, &device, logger)?;
+            return Ok(Trained { trainer, summary });
+        }
+        let members = Local::group(settings.world_size)
+            .into_iter()
+            .enumerate()
+            .map(|(rank, comm)| Ok((comm, settings.device.open(rank)?)))
+            .collect::<Result<Vec<_>>>()?;
+        run_group(members, self.data, self.args, &settings, factory)
+    }
+
+    /// Trains on the ranks this process hosts, one thread per `(communicator,
+    /// device)`. The group may span processes and machines (e.g. NCCL across
+    /// nodes): each process calls this with its own members, and
+    /// `comm.world_size()` is the whole group. `--nproc-per-node` is ignored here.
+    /// Returns the trainer of the lowest rank this process hosts (rank 0's where
+    /// this process has it).
+    pub fn group<T, F, M>(self, members: Vec<(M, Device)>, factory: F) -> Result<Trained<T>>
+    where
+        T: AdaptiveTrainer + Send,
+        C: CollateFor<T, D>,
+        F: RankFactory<T>,
+        M: Communicator,
+    {
+        let Some((first, _)) = members.first() else {
+            return Err(Error::EmptyGroup);
+        };
+        let settings = self.settings::<T>(first.world_size())?;
+        if self.args.dry_run {
+            let (comm, device) = members
+                .iter()
+                .min_by_key(|(c, _)| c.rank())
+                .unwrap_or(&members[0]);
+            let rank_device = (comm.rank(), device.clone());
+            return dry_run_launch(self.data.train, self.args, &settings, rank_device, factory);
+        }
+        run_group(members, self.data, self.args, &settings, factory)
+    }
+}
+
+/// Trains `trainer` on one rank: `Run::new(dataset, collate, args).train(trainer)`.
 pub fn train<T, D, C>(
     trainer: &mut T,
     dataset: &D,
@@ -33,35 +181,10 @@ where
     D: Dataset + ?Sized,
     C: CollateFor<T, D>,
 {
-    if args.nproc_per_node != 1 {
-        return Err(Error::TrainNeedsOneRank {
-            nproc_per_node: args.nproc_per_node,
-        });
-    }
-    let settings = RunSettings::new(&T::POLICY, dataset, args, 1)?;
-    if args.dry_run {
-        return dry_run_trainer(trainer, dataset, args, &settings);
-    }
-    let device = settings.device.open(0)?;
-    let mut logger = settings.logger(args)?;
-    let data = RunData {
-        train: dataset,
-        eval: None,
-        collate,
-    };
-    rank_run(
-        trainer,
-        &Single,
-        data,
-        &settings,
-        &device,
-        Some(&mut logger),
-    )
+    Run::new(dataset, collate, args).train(trainer)
 }
 
-/// Trains on `args.nproc_per_node` ranks; `factory` builds each rank's trainer on
-/// the rank's device (weights are then made identical from rank 0). Returns rank
-/// 0's trained trainer with the summary.
+/// Trains on `--nproc-per-node` ranks: `Run::new(dataset, collate, args).launch(factory)`.
 pub fn launch<T, D, C, F>(
     dataset: &D,
     collate: &C,
@@ -72,15 +195,13 @@ where
     T: AdaptiveTrainer + Send,
     D: Dataset + ?Sized,
     C: CollateFor<T, D>,
-    F: Fn(&RankContext) -> Result<T> + Sync,
+    F: RankFactory<T>,
 {
-    launch_with_faults(dataset, collate, args, FaultInjector::none(), factory)
+    Run::new(dataset, collate, args).launch(factory)
 }
 
-/// [`launch`] with an eval dataset (HF's `eval_dataset`): the model is evaluated
-/// every `--eval-steps` steps and at the end, each eval example once across the
-/// ranks; `eval_loss` and the model's `TrainModel::eval_metrics` go to the logs
-/// and to [`TrainSummary::evaluations`].
+/// [`launch`] with an eval dataset:
+/// `Run::new(dataset, collate, args).with_eval(eval_dataset).launch(factory)`.
 pub fn launch_with_eval<T, D, C, F>(
     dataset: &D,
     eval_dataset: &D,
@@ -92,95 +213,15 @@ where
     T: AdaptiveTrainer + Send,
     D: Dataset + ?Sized,
     C: CollateFor<T, D>,
-    F: Fn(&RankContext) -> Result<T> + Sync,
+    F: RankFactory<T>,
 {
-    let data = RunData {
-        train: dataset,
-        eval: Some(eval_dataset),
-        collate,
-    };
-    launch_data(data, args, FaultInjector::none(), factory)
+    Run::new(dataset, collate, args)
+        .with_eval(eval_dataset)
+        .launch(factory)
 }
 
-/// [`launch`] with out-of-memory faults injected from code (a test hook; the CLI
-/// has `--inject-oom-at-steps`). Unstable.
-#[doc(hidden)]
-pub fn launch_with_faults<T, D, C, F>(
-    dataset: &D,
-    collate: &C,
-    args: &TrainingArgs,
-    faults: FaultInjector,
-    factory: F,
-) -> Result<Trained<T>>
-where
-    T: AdaptiveTrainer + Send,
-    D: Dataset + ?Sized,
-    C: CollateFor<T, D>,
-    F: Fn(&RankContext) -> Result<T> + Sync,
-{
-    let data = RunData {
-        train: dataset,
-        eval: None,
-        collate,
-    };
-    launch_data(data, args, faults, factory)
-}
-
-/// The ranks of [`launch`] (threads, or NCCL GPUs), on `data`.
-fn launch_data<T, D, C, F>(
-    data: RunData<'_, D, C>,
-    args: &TrainingArgs,
-    faults: FaultInjector,
-    factory: F,
-) -> Result<Trained<T>>
-where
-    T: AdaptiveTrainer + Send,
-    D: Dataset + ?Sized,
-    C: CollateFor<T, D>,
-    F: Fn(&RankContext) -> Result<T> + Sync,
-{
-    let dataset = data.train;
-    let mut settings = RunSettings::new(&T::POLICY, dataset, args, args.nproc_per_node)?;
-    settings.faults = faults.and_steps(settings.faults.steps());
-    if args.dry_run {
-        let device = settings.device.open(0)?;
-        return dry_run_launch(dataset, args, &settings, (0, device), factory);
-    }
-    // Several GPUs with NCCL: device-side all-reduce, one thread per GPU. Without
-    // the `nccl` feature, CUDA ranks use the host-staged `Local` communicator below.
-    #[cfg(feature = "nccl")]
-    if settings.device.is_cuda() && settings.world_size > 1 {
-        let ordinals = settings.device.cuda_ordinals(settings.world_size)?;
-        let members = crate::dist::nccl::Nccl::group_on(&ordinals)?;
-        return run_group(members, data, args, &settings, factory);
-    }
-    if settings.world_size == 1 {
-        let mut logger = settings.logger(args)?;
-        let device = settings.device.open(0)?;
-        let mut trainer = factory(&RankContext::new(0, 1, device.clone(), settings.seed))?;
-        let summary = rank_run(
-            &mut trainer,
-            &Single,
-            data,
-            &settings,
-            &device,
-            Some(&mut logger),
-        )?;
-        return Ok(Trained { trainer, summary });
-    }
-    let members = Local::group(settings.world_size)
-        .into_iter()
-        .enumerate()
-        .map(|(rank, comm)| Ok((comm, settings.device.open(rank)?)))
-        .collect::<Result<Vec<_>>>()?;
-    run_group(members, data, args, &settings, factory)
-}
-
-/// Trains on the ranks this process hosts, one thread per `(communicator, device)`.
-/// The group may span processes and machines (e.g. NCCL across nodes): each
-/// process calls this with its own members, and `comm.world_size()` is the whole
-/// group. `args.nproc_per_node` is ignored here. Returns the trainer of the lowest
-/// rank this process hosts (rank 0's where this process has it).
+/// Trains on the ranks this process hosts:
+/// `Run::new(dataset, collate, args).group(members, factory)`.
 pub fn launch_group<T, D, C, F, M>(
     members: Vec<(M, Device)>,
     dataset: &D,
@@ -192,32 +233,10 @@ where
     T: AdaptiveTrainer + Send,
     D: Dataset + ?Sized,
     C: CollateFor<T, D>,
-    F: Fn(&RankContext) -> Result<T> + Sync,
+    F: RankFactory<T>,
     M: Communicator,
 {
-    let Some((first, _)) = members.first() else {
-        return Err(Error::EmptyGroup);
-    };
-    let settings = RunSettings::new(&T::POLICY, dataset, args, first.world_size())?;
-    if args.dry_run {
-        let (comm, device) = members
-            .iter()
-            .min_by_key(|(c, _)| c.rank())
-            .unwrap_or(&members[0]);
-        return dry_run_launch(
-            dataset,
-            args,
-            &settings,
-            (comm.rank(), device.clone()),
-            factory,
-        );
-    }
-    let data = RunData {
-        train: dataset,
-        eval: None,
-        collate,
-    };
-    run_group(members, data, args, &settings, factory)
+    Run::new(dataset, collate, args).group(members, factory)
 }
 
 /// Trains on NCCL ranks: under torchrun (`WORLD_SIZE` set) one rank per process on
@@ -234,7 +253,7 @@ where
     T: AdaptiveTrainer + Send,
     D: Dataset + ?Sized,
     C: CollateFor<T, D>,
-    F: Fn(&RankContext) -> Result<T> + Sync,
+    F: RankFactory<T>,
 {
     use crate::dist::device::DeviceSpec;
     use crate::dist::nccl::Nccl;
@@ -244,7 +263,7 @@ where
         let ordinals = DeviceSpec::parse(&args.device)?.cuda_ordinals(args.nproc_per_node)?;
         Nccl::group_on(&ordinals)?
     };
-    launch_group(members, dataset, collate, args, factory)
+    Run::new(dataset, collate, args).group(members, factory)
 }
 
 /// One thread per `(communicator, device)` of this process; rank 0 (wherever it
@@ -260,7 +279,7 @@ where
     T: AdaptiveTrainer + Send,
     D: Dataset + ?Sized,
     C: CollateFor<T, D>,
-    F: Fn(&RankContext) -> Result<T> + Sync,
+    F: RankFactory<T>,
     M: Communicator,
 {
     let mut logger = if members.iter().any(|(c, _)| c.rank() == 0) {

@@ -23,7 +23,7 @@ fn main() -> adabatch::Result<()> {
             growth: Growth::Add(1)
         }
     );
-    assert!(!ReplayTrainer::POLICY.drop_last);
+    const { assert!(!ReplayTrainer::POLICY.drop_last) };
 
     let data = tiny::dataset();
     let trained =
