@@ -319,10 +319,10 @@ fn describe_batching(batching: LengthBatching, has_regressor: bool) -> String {
 /// What the plan does not simulate.
 fn plan_notes(settings: &RunSettings) -> Vec<String> {
     let mut notes = Vec::new();
-    if settings.faults.steps().next().is_some() {
+    if settings.step.faults.steps().next().is_some() {
         notes.push("injected out-of-memory faults are not simulated".into());
     }
-    if settings.resume.is_some() {
+    if settings.saves.resume.is_some() {
         notes.push("planned from the start: --resume-from-checkpoint is not applied".into());
     }
     if matches!(settings.schedule, ScheduleSpec::Custom(_)) {

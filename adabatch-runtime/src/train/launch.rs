@@ -75,7 +75,7 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
     /// The run's settings on `world_size` ranks, with the injected faults.
     fn settings<T: AdaptiveTrainer>(&self, world_size: usize) -> Result<RunSettings> {
         let mut settings = RunSettings::new(&T::POLICY, self.data.train, self.args, world_size)?;
-        settings.faults = self.faults.clone().and_steps(settings.faults.steps());
+        settings.step.faults = self.faults.clone().and_steps(settings.step.faults.steps());
         Ok(settings)
     }
 
@@ -299,37 +299,7 @@ where
                 let factory = &factory;
                 let rank = comm.rank();
                 let handle = scope.spawn(move || {
-                    let mut logger = logger;
-                    let outcome = catch_unwind(AssertUnwindSafe(|| {
-                        let built = factory(&RankContext::new(
-                            rank,
-                            settings.world_size,
-                            device.clone(),
-                            settings.seed,
-                        ));
-                        // Every rank learns whether every factory succeeded before training.
-                        match (comm.any(built.is_err())?, built) {
-                            (false, Ok(mut trainer)) => {
-                                let summary = rank_run(
-                                    &mut trainer,
-                                    comm,
-                                    data,
-                                    settings,
-                                    device,
-                                    logger.as_mut(),
-                                )?;
-                                Ok(Trained { trainer, summary })
-                            }
-                            (_, Err(e)) => Err(e),
-                            (true, Ok(_)) => Err(Error::PeerFailed { rank }),
-                        }
-                    }));
-                    let result = outcome.unwrap_or_else(|payload| {
-                        Err(Error::RankPanicked {
-                            rank,
-                            message: panic_message(&*payload),
-                        })
-                    });
+                    let result = rank_thread(comm, device, data, settings, factory, logger);
                     if result.is_err() {
                         comm.abort();
                     }
@@ -352,6 +322,45 @@ where
             .collect()
     });
     pick_result(results)
+}
+
+/// One rank's thread: its trainer built (every rank learns whether every factory
+/// succeeded before training), then its run; a panic becomes this rank's error.
+fn rank_thread<T, D, C, F, M>(
+    comm: &M,
+    device: &Device,
+    data: RunData<'_, D, C>,
+    settings: &RunSettings,
+    factory: &F,
+    mut logger: Option<Logger>,
+) -> Result<Trained<T>>
+where
+    T: AdaptiveTrainer + Send,
+    D: Dataset + ?Sized,
+    C: CollateFor<T, D>,
+    F: RankFactory<T>,
+    M: Communicator,
+{
+    let rank = comm.rank();
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let context = RankContext::new(rank, settings.world_size, device.clone(), settings.seed);
+        let built = factory(&context);
+        match (comm.any(built.is_err())?, built) {
+            (false, Ok(mut trainer)) => {
+                let logger = logger.as_mut();
+                let summary = rank_run(&mut trainer, comm, data, settings, device, logger)?;
+                Ok(Trained { trainer, summary })
+            }
+            (_, Err(e)) => Err(e),
+            (true, Ok(_)) => Err(Error::PeerFailed { rank }),
+        }
+    }));
+    outcome.unwrap_or_else(|payload| {
+        Err(Error::RankPanicked {
+            rank,
+            message: panic_message(&*payload),
+        })
+    })
 }
 
 /// The lowest rank's trainer if every rank succeeded; otherwise the root cause (the

@@ -114,7 +114,7 @@ where
         let has_callback = trainer.callback().is_some();
         settings.check_run(eval_len, has_mixer, comm.world_size(), logger.as_deref())?;
         let params = sorted_parameters(&*trainer.parts().0)?;
-        let resumed = match &settings.resume {
+        let resumed = match &settings.saves.resume {
             Some(dir) => Some(resume_checkpoint(
                 dir,
                 settings,
@@ -126,7 +126,7 @@ where
         };
         synchronise_parameters(comm, &params)?;
         if let (Some(state), Some(dir), Some(logger)) =
-            (&resumed, &settings.resume, logger.as_deref_mut())
+            (&resumed, &settings.saves.resume, logger.as_deref_mut())
         {
             logger.mark_resume(dir, state.planner.global_step)?;
         }
@@ -180,7 +180,7 @@ where
     /// then finishes: the last evaluation and checkpoint, the best model, the
     /// summary.
     pub(crate) fn run(mut self) -> Result<TrainSummary> {
-        if self.settings.eval_on_start {
+        if self.settings.eval.on_start {
             self.evaluate()?;
         }
         let prefetch = self.steps()?;
@@ -313,9 +313,9 @@ where
     fn log_due(&self, step: usize) -> bool {
         let settings = self.settings;
         (self.logger.is_some() || self.has_callback)
-            && (step % settings.logging_steps == 0
+            && (step % settings.logs.every == 0
                 || self.planner.is_last_step()
-                || (step == 1 && settings.logging_first_step))
+                || (step == 1 && settings.logs.first_step))
     }
 
     /// The controllers, in their fixed order, after a step (see [`Controllers`]).
@@ -350,8 +350,8 @@ where
         let (step, epoch_ended) = (self.planner.step(), self.planner.epoch_complete());
         let mut control = TrainerControl {
             should_training_stop: false,
-            should_save: self.settings.save_every.due(step, epoch_ended),
-            should_evaluate: self.settings.eval_every.due(step, epoch_ended),
+            should_save: self.settings.saves.every.due(step, epoch_ended),
+            should_evaluate: self.settings.eval.every.due(step, epoch_ended),
         };
         self.callbacks(record.as_ref(), &mut control)?;
         if control.should_evaluate && self.data.eval.is_some() {
@@ -412,9 +412,9 @@ where
             eval,
             collate: self.data.collate,
             device: self.device,
-            batch_size: self.settings.eval_batch_size,
-            reweight: self.settings.reweight,
-            precision: self.settings.precision,
+            batch_size: self.settings.eval.batch_size,
+            reweight: self.settings.step.reweight,
+            precision: self.settings.step.precision,
         };
         let (step, epoch) = (self.planner.step(), self.planner.sampler().epoch());
         let entry = evaluate(self.trainer, self.comm, &input, step, epoch)?;
@@ -441,7 +441,7 @@ where
     /// keeps the same best checkpoint); rank 0 writes it.
     fn save(&mut self) -> Result<()> {
         let step = self.planner.step();
-        if let Some(rule) = &self.settings.best_model {
+        if let Some(rule) = &self.settings.saves.best_model {
             self.best = rule.consider(self.best, step, &self.evaluations)?;
         }
         let controllers = self.controllers.save(self.comm, &mut *self.trainer)?;
@@ -474,10 +474,12 @@ where
         if self.last_evaluated != Some(step) {
             self.evaluate()?;
         }
-        if self.settings.save_every != Interval::Never && self.last_saved != Some(step) {
+        if self.settings.saves.every != Interval::Never && self.last_saved != Some(step) {
             self.save()?;
         }
-        let best = self.best.filter(|_| self.settings.best_model.is_some());
+        let best = self
+            .best
+            .filter(|_| self.settings.saves.best_model.is_some());
         if let Some(best) = best {
             let logger = self.logger.as_deref();
             load_best(
@@ -503,7 +505,12 @@ where
             prefetch,
             skipped_steps: self.controllers.skipped_steps(),
             oom_events: self.controllers.oom.events(),
-            best: best.map(|b| (checkpoint_dir(&self.settings.output_dir, b.step), b.metric)),
+            best: best.map(|b| {
+                (
+                    checkpoint_dir(&self.settings.saves.output_dir, b.step),
+                    b.metric,
+                )
+            }),
         };
         let summary = self.progress.summary(
             &self.planner,

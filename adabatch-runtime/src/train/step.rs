@@ -55,13 +55,13 @@ impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
             dataset,
             collate,
             device,
-            reweight: settings.reweight,
-            max_grad_norm: settings.max_grad_norm,
-            faults: settings.faults.clone(),
+            reweight: settings.step.reweight,
+            max_grad_norm: settings.step.max_grad_norm,
+            faults: settings.step.faults.clone(),
             verify_update: true,
-            noise_scale: settings.noise_scale_beta.is_some(),
+            noise_scale: settings.step.noise_scale_beta.is_some(),
             sources: settings.sources.clone(),
-            precision: settings.precision,
+            precision: settings.step.precision,
             loss_scale: 1.0,
         }
     }

@@ -37,7 +37,7 @@ impl PolicyRecord {
             min_batch: settings.limits.min,
             max_batch: settings.limits.max,
             drop_last: settings.drop_last,
-            reweight: format!("{:?}", settings.reweight),
+            reweight: format!("{:?}", settings.step.reweight),
             grad_accum: format!("{:?}", settings.grad_accum),
             lr_scaling: format!("{:?}", settings.lr.scaling),
             shuffle: settings.shuffle,
@@ -76,14 +76,14 @@ pub(crate) fn save_checkpoint(
 ) -> Result<()> {
     let optimizer_state = optimizer.export_state(params)?;
     let dir = save(
-        &settings.output_dir,
+        &settings.saves.output_dir,
         params,
         optimizer_state.as_ref(),
         state,
     )?;
-    if let Some(keep) = settings.save_total_limit {
-        let best = state.best.filter(|_| settings.best_model.is_some());
-        prune(&settings.output_dir, keep, best.map(|b| b.step))?;
+    if let Some(keep) = settings.saves.total_limit {
+        let best = state.best.filter(|_| settings.saves.best_model.is_some());
+        prune(&settings.saves.output_dir, keep, best.map(|b| b.step))?;
     }
     if let Some(logger) = logger {
         logger.event(&format!(
@@ -118,10 +118,11 @@ pub(crate) fn resume_checkpoint(
     if optimizer_file.is_file() {
         let saved = OptimizerState::load(&optimizer_file, device)?;
         match optimizer.import_state(params, &saved) {
-            Err(Error::OptimizerStateUnsupported { .. }) if settings.ignore_optimizer_state => {}
+            Err(Error::OptimizerStateUnsupported { .. })
+                if settings.saves.ignore_optimizer_state => {}
             other => other?,
         }
-    } else if !settings.ignore_optimizer_state {
+    } else if !settings.saves.ignore_optimizer_state {
         return Err(Error::OptimizerStateMissing {
             path: dir.to_path_buf(),
         });
@@ -243,12 +244,12 @@ pub(crate) fn load_best(
     device: &Device,
     logger: Option<&Logger>,
 ) -> Result<()> {
-    let dir = checkpoint_dir(&settings.output_dir, best.step);
+    let dir = checkpoint_dir(&settings.saves.output_dir, best.step);
     if comm.rank() == 0 {
         load_weights(&dir, params, device)?;
     }
     synchronise_parameters(comm, params)?;
-    if let (Some(logger), Some(rule)) = (logger, &settings.best_model) {
+    if let (Some(logger), Some(rule)) = (logger, &settings.saves.best_model) {
         logger.event(&format!(
             "loaded the best model: {} ({} = {})",
             dir.display(),

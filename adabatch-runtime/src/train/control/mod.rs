@@ -59,8 +59,8 @@ impl Controllers {
     /// The controllers the settings ask for, as a fresh run starts them.
     pub(crate) fn new(settings: &RunSettings) -> Result<Self> {
         Ok(Self {
-            oom: OomControl::new(settings.oom),
-            loss_scale: settings.loss_scaler.map(LossScaleControl::new),
+            oom: OomControl::new(settings.step.oom),
+            loss_scale: settings.step.loss_scaler.map(LossScaleControl::new),
             noise_scale: NoiseScaleControl::new(settings)?,
             mixing: MixingControl::new(settings),
             schedule: ScheduleControl,

@@ -24,7 +24,7 @@ pub(crate) struct NoiseScaleControl {
 impl NoiseScaleControl {
     /// When the run measures the noise scale.
     pub(crate) fn new(settings: &RunSettings) -> Result<Option<Self>> {
-        let Some(beta) = settings.noise_scale_beta else {
+        let Some(beta) = settings.step.noise_scale_beta else {
             return Ok(None);
         };
         Ok(Some(Self {

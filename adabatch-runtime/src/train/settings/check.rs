@@ -203,14 +203,14 @@ impl RunSettings {
                 examples,
             });
         }
-        if self.best_model.is_some() && eval_len.is_none() {
+        if self.saves.best_model.is_some() && eval_len.is_none() {
             return Err(Error::ConflictingSettings {
                 first: "--load-best-model-at-end",
                 second: "a run without an eval dataset",
                 reason: "the best checkpoint is the one whose evaluation scored best: train with an eval dataset (launch_with_eval)",
             });
         }
-        if self.eval_on_start && eval_len.is_none() {
+        if self.eval.on_start && eval_len.is_none() {
             return Err(Error::ConflictingSettings {
                 first: "--eval-on-start",
                 second: "a run without an eval dataset",
@@ -219,7 +219,7 @@ impl RunSettings {
             });
         }
         if let (Interval::Steps(_) | Interval::Epoch, None, Some(logger)) =
-            (self.eval_every, eval_len, logger)
+            (self.eval.every, eval_len, logger)
         {
             logger.event(
                 "warning: evaluations are asked for (--eval-steps / --eval-strategy) but the run has no eval dataset: nothing is evaluated (launch_with_eval adds one)",

@@ -47,33 +47,11 @@ pub(crate) struct RunSettings {
     pub(crate) limits: BatchLimits,
     pub(crate) initial_per_device: usize,
     pub(crate) length: RunLength,
-    pub(crate) reweight: Reweight,
-    pub(crate) oom: OomPolicy,
     pub(crate) grad_accum: GradAccum,
-    pub(crate) faults: FaultInjector,
     pub(crate) lr: LrSchedule,
-    pub(crate) max_grad_norm: f64,
-    pub(crate) logging_steps: usize,
-    /// `--logging-first-step`.
-    pub(crate) logging_first_step: bool,
-    /// `--eval-on-start`.
-    pub(crate) eval_on_start: bool,
-    /// When to evaluate (with an eval dataset; always at the end too).
-    pub(crate) eval_every: Interval,
-    pub(crate) eval_batch_size: usize,
     pub(crate) batching: Option<(LengthBatching, LengthOptions)>,
     pub(crate) memory_margin: f64,
-    pub(crate) output_dir: std::path::PathBuf,
-    /// When to save (a run that saves also saves at its end).
-    pub(crate) save_every: Interval,
-    /// `--load-best-model-at-end`.
-    pub(crate) best_model: Option<BestModel>,
-    pub(crate) resume: Option<std::path::PathBuf>,
-    pub(crate) save_total_limit: Option<usize>,
-    pub(crate) ignore_optimizer_state: bool,
     pub(crate) device: DeviceSpec,
-    /// The moving averages' factor of the gradient noise scale, when measured.
-    pub(crate) noise_scale_beta: Option<f64>,
     /// Said once at the start of the run (settings that another one overrides).
     pub(crate) warnings: Vec<String>,
     /// Every example's length, for a ramp over tokens.
@@ -87,10 +65,102 @@ pub(crate) struct RunSettings {
     pub(crate) prefetch_workers: usize,
     /// `--release-freed-memory`: leave the host allocator as it is.
     pub(crate) release_freed_memory: bool,
+    /// How a step trains: reweighting, OOM policy, clipping, precision.
+    pub(crate) step: StepRules,
+    /// When a step is logged.
+    pub(crate) logs: LogRules,
+    /// When and how the run evaluates.
+    pub(crate) eval: EvalRules,
+    /// Where and when the run saves, and what it resumes.
+    pub(crate) saves: SaveRules,
+}
+
+/// How each step trains, the same on every rank.
+#[derive(Debug, Clone)]
+pub(crate) struct StepRules {
+    pub(crate) reweight: Reweight,
+    pub(crate) oom: OomPolicy,
+    pub(crate) faults: FaultInjector,
+    /// `--max-grad-norm` (0: no clipping).
+    pub(crate) max_grad_norm: f64,
+    /// The moving averages' factor of the gradient noise scale, when measured.
+    pub(crate) noise_scale_beta: Option<f64>,
     /// `--bf16` / `--fp16`.
     pub(crate) precision: Precision,
     /// `--fp16`'s loss scaling, as it starts.
     pub(crate) loss_scaler: Option<LossScaler>,
+}
+
+/// When a step is logged: every `every` steps (and the last), the first too
+/// with `--logging-first-step`.
+#[derive(Debug, Clone)]
+pub(crate) struct LogRules {
+    pub(crate) every: usize,
+    pub(crate) first_step: bool,
+}
+
+/// When the run evaluates (with an eval dataset; always at the end too): at
+/// the start with `--eval-on-start`, every `every`, in chunks of `batch_size`.
+#[derive(Debug, Clone)]
+pub(crate) struct EvalRules {
+    pub(crate) on_start: bool,
+    pub(crate) every: Interval,
+    pub(crate) batch_size: usize,
+}
+
+/// Where checkpoints go and when (a run that saves also saves at its end), how
+/// many are kept, the best model's rule, and the checkpoint resumed.
+#[derive(Debug, Clone)]
+pub(crate) struct SaveRules {
+    pub(crate) output_dir: PathBuf,
+    pub(crate) every: Interval,
+    /// `--load-best-model-at-end`.
+    pub(crate) best_model: Option<BestModel>,
+    pub(crate) resume: Option<PathBuf>,
+    pub(crate) total_limit: Option<usize>,
+    pub(crate) ignore_optimizer_state: bool,
+}
+
+impl StepRules {
+    fn of(args: &TrainingArgs, policy: &TrainerPolicy, noise_measured: bool) -> Result<Self> {
+        Ok(Self {
+            reweight: policy.reweight,
+            oom: args.oom.unwrap_or(policy.oom),
+            faults: FaultInjector::at_steps(args.inject_oom_at_steps.iter().copied()),
+            max_grad_norm: args.max_grad_norm,
+            noise_scale_beta: noise_measured.then_some(NOISE_SCALE_BETA),
+            precision: precision(args)?,
+            loss_scaler: loss_scaler(args)?,
+        })
+    }
+}
+
+impl EvalRules {
+    fn of(args: &TrainingArgs) -> Result<Self> {
+        Ok(Self {
+            on_start: args.eval_on_start,
+            every: Interval::of_eval(args)?,
+            batch_size: args.per_device_eval_batch_size,
+        })
+    }
+}
+
+impl SaveRules {
+    fn of(
+        args: &TrainingArgs,
+        every: Interval,
+        best_model: Option<BestModel>,
+        resume: Option<PathBuf>,
+    ) -> Self {
+        Self {
+            output_dir: args.output_dir.clone(),
+            every,
+            best_model,
+            resume,
+            total_limit: args.save_total_limit,
+            ignore_optimizer_state: args.ignore_optimizer_state,
+        }
+    }
 }
 
 /// Smoothing of the gradient noise scale's moving averages.
@@ -105,9 +175,9 @@ impl RunSettings {
     ) -> Result<Self> {
         let num_examples = dataset.len();
         check_args(args, num_examples, world_size)?;
-        let eval_every = Interval::of_eval(args)?;
+        let eval = EvalRules::of(args)?;
         let save_every = Interval::of_save(args)?;
-        let best_model = BestModel::of(args, eval_every, save_every)?;
+        let best_model = BestModel::of(args, eval.every, save_every)?;
         let policy = &effective_policy(policy, args)?;
         let schedule = run_schedule(policy, args)?;
         validate_spec(&schedule)?;
@@ -150,6 +220,7 @@ impl RunSettings {
             args.log_gradient_noise_scale || noise_schedule,
             world_size,
         )?;
+        let noise_measured = args.log_gradient_noise_scale || noise_schedule;
         let mut settings = Self {
             num_examples,
             world_size,
@@ -161,37 +232,25 @@ impl RunSettings {
             limits,
             initial_per_device,
             length,
-            reweight: policy.reweight,
-            oom: args.oom.unwrap_or(policy.oom),
             grad_accum: policy.grad_accum,
-            faults: FaultInjector::at_steps(args.inject_oom_at_steps.iter().copied()),
             lr: lr_schedule(args, policy, num_examples, initial_global),
-            max_grad_norm: args.max_grad_norm,
-            logging_steps: args.logging_steps,
-            logging_first_step: args.logging_first_step,
-            eval_on_start: args.eval_on_start,
-            eval_every,
-            eval_batch_size: args.per_device_eval_batch_size,
             batching,
             memory_margin: args.memory_margin,
-            output_dir: args.output_dir.clone(),
-            save_every,
-            best_model,
-            resume,
-            save_total_limit: args.save_total_limit,
-            ignore_optimizer_state: args.ignore_optimizer_state,
             device: DeviceSpec::parse(&args.device)?,
-            noise_scale_beta: (args.log_gradient_noise_scale || noise_schedule)
-                .then_some(NOISE_SCALE_BETA),
             warnings,
             sources,
             builtin_mixer: BuiltinMixer::of(&policy.mix),
             prefetch_workers: args.dataloader_num_workers,
             release_freed_memory: args.release_freed_memory,
-            precision: precision(args)?,
-            loss_scaler: loss_scaler(args)?,
             token_lengths: matches!(schedule, ScheduleSpec::TokenRamp(_))
                 .then(|| (0..num_examples).map(|i| dataset.example_len(i)).collect()),
+            step: StepRules::of(args, policy, noise_measured)?,
+            logs: LogRules {
+                every: args.logging_steps,
+                first_step: args.logging_first_step,
+            },
+            eval,
+            saves: SaveRules::of(args, save_every, best_model, resume),
         };
         settings.set_lr_horizon(args)?;
         Ok(settings)
@@ -319,7 +378,7 @@ impl RunSettings {
             bar,
             !args.quiet,
             args.log_indices,
-            self.resume.is_some(),
+            self.saves.resume.is_some(),
         )?
         .with_outputs(args)?;
         for warning in &self.warnings {
