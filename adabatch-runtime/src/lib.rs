@@ -11,13 +11,13 @@
 //! |---|---|
 //! | [`user`] | what a user implements or builds: model, data, trainer, parameters |
 //! | [`config`] | settings: `TrainingArgs` (run time) and `TrainerPolicy` (the attribute) |
-//! | [`adapt`] | controllers: batch-size schedules, learning rate |
+//! | [`adapt`] | what decides sizes and weights: schedules and ramps, the noise-scale estimator, mixers, learning rate |
 //! | [`data`] | which examples go into which step: sampler, length-aware epochs, planner |
 //! | [`memory`] | predicting and measuring peak memory |
 //! | [`optim`] | checkpointable optimizers (`AdamW`, `Sgd`), their state, mixed precision |
 //! | [`dist`] | communicators between ranks, rendezvous, device parsing |
-//! | [`report`] | logs and the run summary |
-//! | [`train`] | entry points, the rank loop, one step, OOM recovery, checkpoints |
+//! | [`report`] | records (`StepLog`, `EvalLog`) apart from their sinks (console, JSONL, TensorBoard, plots), the summary |
+//! | [`train`](mod@train) | on top of everything: the run's settings and every check of them, one step, evaluation, checkpoints, the controllers that adapt the run after a step (one interface, one order), the rank run as an object, the entry point ([`Run`]) |
 //!
 //! Items reached only through these module paths (not re-exported at the root) are
 //! internals for tests, benchmarks and advanced use: they may change between

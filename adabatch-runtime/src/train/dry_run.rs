@@ -1,7 +1,7 @@
 //! Dry runs (`--dry-run`): the whole run planned without training.
 //!
 //! A dry run drives the same [`StepPlanner`] the engine drives, built from the
-//! same [`RunSettings`], and asks the same learning-rate schedule for each step,
+//! same `RunSettings`, and asks the same learning-rate schedule for each step,
 //! so its steps are the steps the real run takes: the same indices on every rank,
 //! sizes, coverage, epoch and learning rate. What it cannot know is left out: the
 //! loss (`null` in the JSONL log), gradient norms, throughput, and out-of-memory
@@ -14,7 +14,7 @@
 //! the dry run says so. Token-budget batches (`--max-tokens-per-batch`) do not
 //! depend on a model and are planned exactly.
 //!
-//! The entry points [`crate::train`], [`crate::launch`] and
+//! The entry points [`crate::train()`], [`crate::launch`] and
 //! [`crate::launch_group`] do a dry run instead of training when
 //! `args.dry_run` is set: they print the plan (unless `--quiet`), write the
 //! planned steps to `--log-jsonl`, TensorBoard and `--plot` as a run would, and

@@ -2,7 +2,7 @@
 //! trains one trainer on one rank ([`Run::train`]), ranks as threads or NCCL GPUs
 //! ([`Run::launch`]), or the ranks of a group that may span processes
 //! ([`Run::group`]). Each builds the run's settings once, then runs a
-//! [`RankRun`] on every rank. [`train`], [`launch`], [`launch_with_eval`],
+//! `RankRun` on every rank. [`train`], [`launch`], [`launch_with_eval`],
 //! [`launch_group`] and `launch_nccl` are one-line shorthands for these.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
