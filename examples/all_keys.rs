@@ -15,7 +15,7 @@ use adabatch::prelude::*;
 use adabatch::{OnlineMemoryModel, WithLengths};
 use candle_core::{DType, Device, Tensor, Var, D};
 // adabatch's AdamW: candle's update, checkpointable (resumes exactly).
-use adabatch::optim::{AdamW, ParamsAdamW};
+use adabatch::{AdamW, ParamsAdamW};
 use candle_nn::{Embedding, Linear, Module};
 use clap::{CommandFactory, FromArgMatches, Parser};
 use rand::{Rng, SeedableRng};

@@ -30,8 +30,8 @@ use std::path::PathBuf;
 
 use adabatch::candle_core::{self, DType, Device, Tensor, Var};
 use adabatch::clap::{self, Parser, ValueEnum};
-use adabatch::optim::{AdamW, ParamsAdamW, Sgd};
 use adabatch::prelude::*;
+use adabatch::{AdamW, ParamsAdamW, Sgd};
 use digits::{collate, read_digits, split, Digit, Mlp};
 use rand::{Rng, SeedableRng};
 

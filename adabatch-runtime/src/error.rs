@@ -60,7 +60,7 @@ pub enum Error {
         loss: f64,
     },
     /// `--bf16` / `--fp16` was given but the model never cast anything with
-    /// `adabatch::optim::precision::autocast`: it would train in f32 unknowingly.
+    /// `adabatch::autocast`: it would train in f32 unknowingly.
     #[error("{flag} was given, but the model's per_example_loss never called `adabatch::autocast` (or `autocast_linear`): it computes in f32. Cast its weights and inputs with them, or drop {flag}")]
     AutocastUnused {
         /// The flag given.
@@ -188,7 +188,7 @@ pub enum Error {
         path: PathBuf,
     },
     /// The optimizer cannot restore a saved state (it cannot export one either).
-    #[error("this optimizer cannot restore the checkpoint's `{kind}` state: use a checkpointable optimizer (adabatch::optim::AdamW or Sgd), or pass --ignore-optimizer-state to resume with fresh optimizer state")]
+    #[error("this optimizer cannot restore the checkpoint's `{kind}` state: use a checkpointable optimizer (adabatch::AdamW or Sgd), or pass --ignore-optimizer-state to resume with fresh optimizer state")]
     OptimizerStateUnsupported {
         /// Who wrote the state.
         kind: String,

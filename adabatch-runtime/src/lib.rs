@@ -4,36 +4,44 @@
 //! `#[adaptive_trainer]` attribute (crate `adabatch-macros`) only emits typed glue.
 //! See the `adabatch` crate for the user-facing documentation.
 //!
-//! The crate root holds what a program needs. The folders below it are the design,
-//! each concept in a file named after it, imports only running downward:
+//! The crate root is the stable surface: what a program needs. The folders below
+//! it are the design, each concept in a file named after it, imports only running
+//! downward; they are `#[doc(hidden)]` internals, reachable by their paths for
+//! tests, benchmarks and tools, and may change between releases:
 //!
 //! | module | what it holds |
 //! |---|---|
-//! | [`user`] | what a user implements or builds: model, data, trainer, parameters |
-//! | [`config`] | settings: `TrainingArgs` (run time) and `TrainerPolicy` (the attribute) |
-//! | [`adapt`] | what decides sizes and weights: schedules and ramps, the noise-scale estimator, mixers, learning rate |
-//! | [`data`] | which examples go into which step: sampler, length-aware epochs, planner |
-//! | [`memory`] | predicting and measuring peak memory |
-//! | [`optim`] | checkpointable optimizers (`AdamW`, `Sgd`), their state, mixed precision |
-//! | [`dist`] | communicators between ranks, rendezvous, device parsing |
-//! | [`report`] | records (`StepLog`, `EvalLog`) apart from their sinks (console, JSONL, TensorBoard, plots), the summary |
-//! | [`train`](mod@train) | on top of everything: the run's settings and every check of them, one step, evaluation, checkpoints, the controllers that adapt the run after a step (one interface, one order), the rank run as an object, the entry point ([`Run`]) |
-//!
-//! Items reached only through these module paths (not re-exported at the root) are
-//! internals for tests, benchmarks and advanced use: they may change between
-//! releases.
+//! | `user` | what a user implements or builds: model, data, trainer, parameters, callbacks, losses |
+//! | `config` | settings: `TrainingArgs` (run time) and `TrainerPolicy` (the attribute) |
+//! | `adapt` | what decides sizes and weights: schedules and ramps, the noise-scale estimator, mixers, learning rate |
+//! | `data` | which examples go into which step: sampler, sources, length-aware epochs, planner |
+//! | `memory` | predicting and measuring peak memory |
+//! | `optim` | checkpointable optimizers ([`AdamW`], [`Sgd`]), their state, mixed precision |
+//! | `dist` | communicators between ranks, rendezvous, device parsing |
+//! | `report` | records ([`StepLog`], [`EvalLog`]) apart from their sinks (console, JSONL, TensorBoard, plots), the summary |
+//! | `train` | on top of everything: the run's settings and every check of them, one step, evaluation, checkpoints, the controllers that adapt the run after a step (one interface, one order), the rank run as an object, the entry point ([`Run`]) |
 
 #![warn(missing_docs)]
 
+#[doc(hidden)]
 pub mod adapt;
+#[doc(hidden)]
 pub mod config;
+#[doc(hidden)]
 pub mod data;
+#[doc(hidden)]
 pub mod dist;
+#[doc(hidden)]
 pub mod error;
+#[doc(hidden)]
 pub mod memory;
+#[doc(hidden)]
 pub mod optim;
+#[doc(hidden)]
 pub mod report;
+#[doc(hidden)]
 pub mod train;
+#[doc(hidden)]
 pub mod user;
 
 pub use adapt::lr::{LrScaling, LrSchedulerType};
@@ -51,7 +59,7 @@ pub use dist::nccl::Nccl;
 pub use error::{exit_code, Error, Result};
 pub use memory::model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
 pub use optim::precision::{autocast, autocast_linear, Precision};
-pub use optim::TrainOptimizer;
+pub use optim::{AdamW, ParamsAdamW, Sgd, TrainOptimizer};
 pub use report::record::{EvalLog, StepLog};
 pub use report::summary::{TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};

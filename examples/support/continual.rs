@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use adabatch::candle_core::{Device, Tensor};
-use adabatch::optim::Sgd;
 use adabatch::prelude::*;
+use adabatch::Sgd;
 use adabatch::Sources;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;

@@ -5,7 +5,7 @@
 use adabatch::prelude::*;
 use candle_core::{DType, Device, Tensor, Var};
 // adabatch's AdamW: candle's update, checkpointable (resumes exactly).
-use adabatch::optim::{AdamW, ParamsAdamW};
+use adabatch::{AdamW, ParamsAdamW};
 use candle_nn::{Embedding, Linear};
 use rand::{Rng, SeedableRng};
 

@@ -25,7 +25,7 @@ use crate::error::Result;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an optimizer adabatch can train with",
     label = "the `#[optimizer]` field must implement `adabatch::TrainOptimizer`",
-    note = "use `adabatch::optim::AdamW` or `adabatch::optim::Sgd` (checkpointable), candle's `AdamW`/`SGD`, or implement `candle_nn::Optimizer` and `adabatch::TrainOptimizer` for your own"
+    note = "use `adabatch::AdamW` or `adabatch::Sgd` (checkpointable), candle's `AdamW`/`SGD`, or implement `candle_nn::Optimizer` and `adabatch::TrainOptimizer` for your own"
 )]
 pub trait TrainOptimizer: candle_nn::Optimizer {
     /// The state to checkpoint, keyed by the names of `params` (the model's named

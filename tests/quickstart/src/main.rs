@@ -10,8 +10,8 @@
 use adabatch::candle_core::{self, DType, Device, Tensor, Var, D};
 use adabatch::candle_nn::{linear, Linear, Module};
 use adabatch::clap::{CommandFactory, FromArgMatches};
-use adabatch::optim::{AdamW, ParamsAdamW}; // checkpointable: resumes exactly
 use adabatch::prelude::*;
+use adabatch::{AdamW, ParamsAdamW}; // checkpointable: resumes exactly
 
 const FEATURES: usize = 4;
 const HIDDEN: usize = 32;

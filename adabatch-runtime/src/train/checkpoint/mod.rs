@@ -93,7 +93,7 @@ pub(crate) fn save_checkpoint(
         ));
         if optimizer_state.is_none() {
             logger.event(
-                "warning: the optimizer cannot save its state (e.g. candle's AdamW): resuming this checkpoint restarts it and needs --ignore-optimizer-state; adabatch::optim::AdamW resumes exactly",
+                "warning: the optimizer cannot save its state (e.g. candle's AdamW): resuming this checkpoint restarts it and needs --ignore-optimizer-state; adabatch::AdamW resumes exactly",
             );
         }
     }
