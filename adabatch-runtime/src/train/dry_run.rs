@@ -35,6 +35,7 @@ use crate::memory::model::{MemoryModel, OnlineMemoryModel};
 use crate::report::logging::Logger;
 use crate::report::record::StepLog;
 use crate::report::summary::{TrainSummary, Trained};
+use crate::train::checkpoint::resume_point;
 use crate::train::settings::RunSettings;
 use crate::user::data::Dataset;
 use crate::user::trainer::{AdaptiveTrainer, RankContext};
@@ -197,7 +198,8 @@ where
     T: AdaptiveTrainer,
     D: Dataset + ?Sized,
 {
-    let settings = RunSettings::new(&T::POLICY, dataset, args, args.nproc_per_node)?;
+    let resume = resume_point(args, args.nproc_per_node)?;
+    let settings = RunSettings::new(&T::POLICY, dataset, args, args.nproc_per_node, resume)?;
     plan(&settings, dataset, None)
 }
 

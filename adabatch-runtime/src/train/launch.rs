@@ -14,6 +14,7 @@ use crate::dist::communicator::{Communicator, Local, Single};
 use crate::error::{Error, Result};
 use crate::report::logging::Logger;
 use crate::report::summary::{TrainSummary, Trained};
+use crate::train::checkpoint::resume_point;
 use crate::train::collate::panic_message;
 use crate::train::dry_run::{dry_run_launch, dry_run_trainer};
 use crate::train::oom::FaultInjector;
@@ -74,7 +75,9 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
 
     /// The run's settings on `world_size` ranks, with the injected faults.
     fn settings<T: AdaptiveTrainer>(&self, world_size: usize) -> Result<RunSettings> {
-        let mut settings = RunSettings::new(&T::POLICY, self.data.train, self.args, world_size)?;
+        let resume = resume_point(self.args, world_size)?;
+        let mut settings =
+            RunSettings::new(&T::POLICY, self.data.train, self.args, world_size, resume)?;
         settings.step.faults = self.faults.clone().and_steps(settings.step.faults.steps());
         Ok(settings)
     }

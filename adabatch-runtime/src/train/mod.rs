@@ -1,8 +1,9 @@
 //! The loop, on top of everything. Files from the bottom up (imports run only
-//! downward): the run's checked `settings`; OOM detection; collating a rank's
-//! examples; prefetching them; one optimisation step; evaluation; checkpoints;
-//! the controllers that adapt the run after a step (`control`); a rank's
-//! account; the rank run as an object (`run`); the dry run; the entry points.
+//! downward, between folders too): OOM detection; collating a rank's examples;
+//! the run's checked `settings`; prefetching; one optimisation step; evaluation;
+//! the controllers that adapt the run after a step (`control`); checkpoints; a
+//! rank's account; the rank run as an object (`run`); the dry run; the entry
+//! point.
 
 pub mod checkpoint;
 pub(crate) mod collate;

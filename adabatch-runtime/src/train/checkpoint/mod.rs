@@ -11,6 +11,7 @@ pub(crate) mod format;
 use candle_core::{Device, Var};
 
 use crate::adapt::schedule::{Schedule, ScheduleSpec};
+use crate::config::args::TrainingArgs;
 use crate::data::planner::StepPlanner;
 use crate::dist::communicator::Communicator;
 use crate::dist::parameters::synchronise_parameters;
@@ -18,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::optim::{OptimizerState, TrainOptimizer};
 use crate::report::logging::Logger;
 use crate::train::control::states::ControllerStates;
-use crate::train::settings::{BestCheckpoint, RunSettings};
+use crate::train::settings::{BestCheckpoint, ResumePoint, RunSettings};
 
 pub use format::{
     checkpoint_dir, complete_checkpoints, latest, load_state, load_weights, prune, save,
@@ -258,4 +259,19 @@ pub(crate) fn load_best(
         ));
     }
     Ok(())
+}
+
+/// Where `args` resume (`latest` resolved to the newest complete checkpoint of
+/// `--output-dir`), and the ranks the checkpoint's sizes count (this run's
+/// `world_size` when it starts fresh).
+pub(crate) fn resume_point(args: &TrainingArgs, world_size: usize) -> Result<ResumePoint> {
+    let dir = match &args.resume_from_checkpoint {
+        Some(dir) if dir.as_os_str() == "latest" => Some(latest(&args.output_dir)?),
+        other => other.clone(),
+    };
+    let units_world = match &dir {
+        Some(dir) => load_state(dir)?.world_size,
+        None => world_size,
+    };
+    Ok(ResumePoint { dir, units_world })
 }

@@ -20,7 +20,6 @@ use crate::dist::device::DeviceSpec;
 use crate::error::Result;
 use crate::optim::precision::{LossScaler, Precision};
 use crate::report::logging::Logger;
-use crate::train::checkpoint::format::{latest, load_state};
 use crate::train::oom::FaultInjector;
 use crate::user::data::Dataset;
 use check::{
@@ -163,6 +162,15 @@ impl SaveRules {
     }
 }
 
+/// The checkpoint a run resumes, if any, and the ranks its per-device sizes count:
+/// those of the run that wrote the checkpoint, so that a run resumed on another
+/// number of ranks keeps its global batches (see `checkpoint::resume_point`).
+#[derive(Debug, Clone)]
+pub(crate) struct ResumePoint {
+    pub(crate) dir: Option<PathBuf>,
+    pub(crate) units_world: usize,
+}
+
 /// Smoothing of the gradient noise scale's moving averages.
 pub(crate) const NOISE_SCALE_BETA: f64 = 0.95;
 
@@ -172,6 +180,7 @@ impl RunSettings {
         dataset: &D,
         args: &TrainingArgs,
         world_size: usize,
+        resume: ResumePoint,
     ) -> Result<Self> {
         let num_examples = dataset.len();
         check_args(args, num_examples, world_size)?;
@@ -189,7 +198,10 @@ impl RunSettings {
             _ => ramp.map(|r| r.global_batch(0)),
         };
         check_global_schedule(first_global, policy, args)?;
-        let (resume, units_world) = resume_point(args, world_size)?;
+        let ResumePoint {
+            dir: resume,
+            units_world,
+        } = resume;
         let limits = BatchLimits::new(policy.min_batch, policy.max_batch)?;
         let drop_last = args.dataloader_drop_last.unwrap_or(policy.drop_last);
         let initial_per_device = match first_global {
@@ -386,19 +398,4 @@ impl RunSettings {
         }
         Ok(logger)
     }
-}
-
-/// The checkpoint a run resumes (`latest` resolved), and the ranks its per-device
-/// sizes count: those of the run that wrote the checkpoint, so that a run resumed
-/// on another number of ranks keeps its global batches.
-fn resume_point(args: &TrainingArgs, world_size: usize) -> Result<(Option<PathBuf>, usize)> {
-    let resume = match &args.resume_from_checkpoint {
-        Some(dir) if dir.as_os_str() == "latest" => Some(latest(&args.output_dir)?),
-        other => other.clone(),
-    };
-    let units_world = match &resume {
-        Some(dir) => load_state(dir)?.world_size,
-        None => world_size,
-    };
-    Ok((resume, units_world))
 }
