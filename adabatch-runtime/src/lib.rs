@@ -35,6 +35,9 @@ pub mod dist;
 pub mod error;
 #[doc(hidden)]
 pub mod memory;
+/// Differentiable fused ops and layers (norms, softmax, ropes) for models from
+/// candle's world.
+pub mod nn;
 #[doc(hidden)]
 pub mod optim;
 #[doc(hidden)]
