@@ -8,7 +8,10 @@
 //!   loss per example;
 //! - [`per_example_token_cross_entropy_sum`]: language models, `[batch, len, vocab]`
 //!   logits and a padding mask, the *sum* of each example's token losses (what
-//!   `reweight = token_count` expects).
+//!   `reweight = token_count` expects);
+//! - [`per_example_token_cross_entropy`]: the same with Hugging Face's
+//!   `ignore_index` labels (`-100`), each example's sum or mean over its tokens;
+//!   [`count_target_tokens`] counts what carries loss, for `Batch::num_tokens`.
 
 use candle_core::{DType, Result, Tensor, D};
 
@@ -56,6 +59,64 @@ pub fn per_example_token_cross_entropy_sum(
     let nll = target_log_likelihood(logits, targets)?.neg()?;
     let mask = mask.to_dtype(nll.dtype())?;
     (nll * mask)?.sum(1)
+}
+
+/// How [`per_example_token_cross_entropy`] reduces an example's token losses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenReduction {
+    /// The sum over its target tokens (for `reweight = token_count`: every token
+    /// of the global batch then weighs the same).
+    Sum,
+    /// The mean over its target tokens (each example weighs the same; 0 for an
+    /// example without target tokens).
+    Mean,
+}
+
+/// Per-example token cross-entropy with an ignore index: `logits`
+/// `[batch, len, vocab]`, `targets` `[batch, len]` token ids (`u32` or `i64`);
+/// positions whose target is `ignore_index` (Hugging Face's `-100`) carry no loss.
+/// Returns `[batch]`, each example's sum or mean over its other tokens.
+pub fn per_example_token_cross_entropy(
+    logits: &Tensor,
+    targets: &Tensor,
+    ignore_index: Option<i64>,
+    reduction: TokenReduction,
+) -> Result<Tensor> {
+    let (batch, len, _vocab) = logits.dims3()?;
+    if targets.dims2()? != (batch, len) {
+        candle_core::bail!(
+            "per_example_token_cross_entropy: logits are [{batch}, {len}, _] but targets are {:?}",
+            targets.dims()
+        );
+    }
+    let targets = targets.to_dtype(DType::I64)?;
+    let mask = match ignore_index {
+        Some(ignore) => targets.ne(ignore)?,
+        None => targets.ones_like()?.to_dtype(DType::U8)?,
+    };
+    // Ignored positions gather class 0 and are then masked out.
+    let safe = mask.where_cond(&targets, &targets.zeros_like()?)?;
+    let nll = target_log_likelihood(logits, &safe)?.neg()?;
+    let weights = mask.to_dtype(nll.dtype())?;
+    let sums = (nll * &weights)?.sum(1)?;
+    match reduction {
+        TokenReduction::Sum => Ok(sums),
+        TokenReduction::Mean => sums.div(&weights.sum(1)?.maximum(1.0)?),
+    }
+}
+
+/// Target tokens that carry loss (those not equal to `ignore_index`), for
+/// `Batch::num_tokens` with `reweight = token_count`.
+pub fn count_target_tokens(targets: &Tensor, ignore_index: Option<i64>) -> Result<usize> {
+    let targets = targets.to_dtype(DType::I64)?;
+    match ignore_index {
+        Some(ignore) => Ok(targets
+            .ne(ignore)?
+            .to_dtype(DType::U32)?
+            .sum_all()?
+            .to_scalar::<u32>()? as usize),
+        None => Ok(targets.elem_count()),
+    }
 }
 
 /// `log softmax(logits)[.., target]` over the last dimension; `targets` has the
@@ -160,6 +221,58 @@ mod tests {
         let got =
             per_example_token_cross_entropy_sum(&logits, &targets, &mask.to_dtype(DType::F64)?)?;
         close(&got.to_vec1::<f32>()?, &want);
+        Ok(())
+    }
+
+    #[test]
+    fn ignore_index_sum_and_mean_match_hand_computation() -> Result<()> {
+        let z = [
+            [[2.0, 0.0, 1.0], [0.0, 1.0, 3.0]],
+            [[-1.0, 1.0, 0.0], [9.0, -9.0, 0.0]],
+        ];
+        let logits = Tensor::new(&z, &Device::Cpu)?.to_dtype(DType::F32)?;
+        // HF labels: -100 marks positions without loss; the second row has none.
+        let targets = Tensor::new(&[[0i64, 2], [-100, -100]], &Device::Cpu)?;
+        let sum =
+            per_example_token_cross_entropy(&logits, &targets, Some(-100), TokenReduction::Sum)?;
+        let first = nll(&z[0][0], 0) + nll(&z[0][1], 2);
+        close(&sum.to_vec1::<f32>()?, &[first, 0.0]);
+        let mean =
+            per_example_token_cross_entropy(&logits, &targets, Some(-100), TokenReduction::Mean)?;
+        close(&mean.to_vec1::<f32>()?, &[first / 2.0, 0.0]);
+        assert_eq!(count_target_tokens(&targets, Some(-100))?, 2);
+        // Without an ignore index, u32 targets: equals the masked sum with a full mask.
+        let targets = Tensor::new(&[[0u32, 2], [1, 0]], &Device::Cpu)?;
+        let ones = Tensor::ones((2, 2), DType::F32, &Device::Cpu)?;
+        let want = per_example_token_cross_entropy_sum(&logits, &targets, &ones)?;
+        let got = per_example_token_cross_entropy(&logits, &targets, None, TokenReduction::Sum)?;
+        close(
+            &got.to_vec1::<f32>()?,
+            &want.to_dtype(DType::F64)?.to_vec1::<f64>()?,
+        );
+        assert_eq!(count_target_tokens(&targets, None)?, 4);
+        Ok(())
+    }
+
+    #[test]
+    fn ignored_positions_get_no_gradient() -> Result<()> {
+        let logits = Var::new(&[[[1.0f32, 2.0], [3.0, 4.0]]], &Device::Cpu)?;
+        let targets = Tensor::new(&[[1i64, -100]], &Device::Cpu)?;
+        let loss = per_example_token_cross_entropy(
+            logits.as_tensor(),
+            &targets,
+            Some(-100),
+            TokenReduction::Mean,
+        )?;
+        let grad = loss
+            .sum_all()?
+            .backward()?
+            .get(logits.as_tensor())
+            .cloned()
+            .unwrap();
+        let rows = grad.squeeze(0)?.to_vec2::<f32>()?;
+        assert_eq!(rows[1], [0.0, 0.0]);
+        assert!(rows[0][0] > 0.0 && rows[0][1] < 0.0, "{rows:?}");
         Ok(())
     }
 
