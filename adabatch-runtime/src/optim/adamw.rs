@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Layout, Tensor, Var};
 
+use super::groups::{HeldParameters, ParamGroups};
 use super::{name_of, OptimizerState, TrainOptimizer};
 use crate::error::Result;
 
@@ -43,6 +44,28 @@ impl Default for ParamsAdamW {
 struct Slot {
     var: Var,
     moments: Moments,
+    /// Weight decay applies (not for biases and norms under [`ParamGroups`]).
+    decay: bool,
+}
+
+impl Slot {
+    fn new(var: Var, decay: bool) -> Result<Self> {
+        let host = var.device().is_cpu() && var.dtype() == DType::F32;
+        let moments = if host {
+            let n = var.elem_count();
+            Moments::Host(Mutex::new((vec![0.0; n], vec![0.0; n])))
+        } else {
+            Moments::Device {
+                m: Var::zeros(var.shape(), var.dtype(), var.device())?,
+                v: Var::zeros(var.shape(), var.dtype(), var.device())?,
+            }
+        };
+        Ok(Slot {
+            var,
+            moments,
+            decay,
+        })
+    }
 }
 
 /// f32 CPU parameters keep their moments as plain buffers, updated by the fused
@@ -59,6 +82,8 @@ pub struct AdamW {
     slots: Vec<Slot>,
     params: ParamsAdamW,
     step: u64,
+    /// Built with [`AdamW::with_groups`]: the groups, saved with the state.
+    groups: Option<ParamGroups>,
 }
 
 /// The constants of one update.
@@ -75,6 +100,27 @@ struct Update {
     eps: f32,
     scale_m: f32,
     scale_v: f32,
+}
+
+impl Update {
+    /// No decay (`keep` = 1, an exact no-op) for slots without weight decay.
+    fn for_slot(self, slot: &Slot) -> Self {
+        if slot.decay {
+            self
+        } else {
+            Self { keep: 1.0, ..self }
+        }
+    }
+}
+
+impl Slot {
+    fn weight_decay(&self, p: ParamsAdamW) -> f64 {
+        if self.decay {
+            p.weight_decay
+        } else {
+            0.0
+        }
+    }
 }
 
 /// The fused CPU kernel: `theta`, `m`, `v` updated in one pass from `g`.
@@ -124,29 +170,42 @@ impl candle_core::InplaceOp2 for FusedStep<'_> {
 }
 
 impl AdamW {
-    /// AdamW over `vars` (non-float variables are skipped, as candle does).
+    /// AdamW over `vars` (non-float variables are skipped, as candle does), all
+    /// with weight decay.
     pub fn new(vars: Vec<Var>, params: ParamsAdamW) -> Result<Self> {
         let slots = vars
             .into_iter()
             .filter(|var| var.dtype().is_float())
-            .map(|var| {
-                let host = var.device().is_cpu() && var.dtype() == DType::F32;
-                let moments = if host {
-                    let n = var.elem_count();
-                    Moments::Host(Mutex::new((vec![0.0; n], vec![0.0; n])))
-                } else {
-                    Moments::Device {
-                        m: Var::zeros(var.shape(), var.dtype(), var.device())?,
-                        v: Var::zeros(var.shape(), var.dtype(), var.device())?,
-                    }
-                };
-                Ok(Slot { var, moments })
-            })
+            .map(|var| Slot::new(var, true))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             slots,
             params,
             step: 0,
+            groups: None,
+        })
+    }
+
+    /// AdamW over the trainable parameters of `named` (the model's), without
+    /// weight decay where `groups` says so (by default biases and norms, as in
+    /// Hugging Face's Trainer). The groups are saved with the state and restored
+    /// on resume.
+    pub fn with_groups(
+        named: &[(String, Var)],
+        groups: &ParamGroups,
+        params: ParamsAdamW,
+    ) -> Result<Self> {
+        let slots = groups
+            .trainable(named)
+            .into_iter()
+            .filter(|(_, var, _)| var.dtype().is_float())
+            .map(|(_, var, decay)| Slot::new(var, decay))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            slots,
+            params,
+            step: 0,
+            groups: Some(groups.clone()),
         })
     }
 
@@ -179,6 +238,40 @@ impl AdamW {
     }
 }
 
+impl AdamW {
+    /// The groups of a checkpoint: its frozen parameters must be this run's (the
+    /// optimizer holds other variables otherwise); its no-decay set is restored,
+    /// as PyTorch's `load_state_dict` restores each group's weight decay.
+    fn restore_groups(
+        &mut self,
+        params: &[(String, Var)],
+        saved: Option<&ParamGroups>,
+    ) -> Result<()> {
+        let Some(saved) = saved else {
+            return Ok(());
+        };
+        let frozen = |g: Option<&ParamGroups>| -> Vec<String> {
+            g.map(|g| g.frozen().map(String::from).collect())
+                .unwrap_or_default()
+        };
+        let (was, now) = (frozen(Some(saved)), frozen(self.groups.as_ref()));
+        if was != now {
+            return Err(crate::error::Error::OptimizerStateMismatch {
+                detail: format!(
+                    "the checkpoint's optimizer froze {was:?}, this run's freezes {now:?}"
+                ),
+            });
+        }
+        for slot in &mut self.slots {
+            if let Some(name) = name_of(params, &slot.var) {
+                slot.decay = !saved.is_no_decay(name);
+            }
+        }
+        self.groups = Some(saved.clone());
+        Ok(())
+    }
+}
+
 impl candle_nn::Optimizer for AdamW {
     type Config = ParamsAdamW;
 
@@ -197,9 +290,13 @@ impl candle_nn::Optimizer for AdamW {
             match &slot.moments {
                 Moments::Host(moments) => {
                     let grad = grad.contiguous()?;
-                    slot.var
-                        .as_tensor()
-                        .inplace_op2(&grad, &FusedStep { update, moments })?;
+                    slot.var.as_tensor().inplace_op2(
+                        &grad,
+                        &FusedStep {
+                            update: update.for_slot(slot),
+                            moments,
+                        },
+                    )?;
                 }
                 // The fewest tensor ops of the same update (candle's).
                 Moments::Device { m, v } => {
@@ -209,7 +306,7 @@ impl candle_nn::Optimizer for AdamW {
                         ((&next_m * scale_m)? / ((&next_v * scale_v)?.sqrt()? + p.eps)?)?;
                     let theta = slot.var.as_tensor();
                     let next_theta =
-                        ((theta * (1.0 - p.lr * p.weight_decay))? - (adjusted * p.lr)?)?;
+                        ((theta * (1.0 - p.lr * slot.weight_decay(p)))? - (adjusted * p.lr)?)?;
                     m.set(&next_m)?;
                     v.set(&next_v)?;
                     slot.var.set(&next_theta)?;
@@ -229,8 +326,18 @@ impl candle_nn::Optimizer for AdamW {
 }
 
 impl TrainOptimizer for AdamW {
+    fn held_parameters(&self) -> Option<HeldParameters> {
+        Some(HeldParameters {
+            vars: self.slots.iter().map(|s| s.var.clone()).collect(),
+            frozen: (self.groups.iter())
+                .flat_map(|g| g.frozen().map(String::from))
+                .collect(),
+        })
+    }
+
     fn export_state(&self, params: &[(String, Var)]) -> Result<Option<OptimizerState>> {
         let mut state = OptimizerState::new(KIND, self.step);
+        state.groups = self.groups.clone();
         let p = self.params;
         for (key, value) in [
             ("lr", p.lr),
@@ -266,6 +373,7 @@ impl TrainOptimizer for AdamW {
 
     fn import_state(&mut self, params: &[(String, Var)], state: &OptimizerState) -> Result<()> {
         state.expect_kind(KIND)?;
+        self.restore_groups(params, state.groups.as_ref())?;
         self.params = ParamsAdamW {
             lr: state.hyper("lr")?,
             beta1: state.hyper("beta1")?,

@@ -4,11 +4,13 @@
 //! restores any optimizer's state.
 
 mod adamw;
+pub mod groups;
 pub mod precision;
 mod sgd;
 pub mod state;
 
 pub use adamw::{AdamW, ParamsAdamW};
+pub use groups::{HeldParameters, ParamGroups};
 pub use sgd::Sgd;
 pub use state::OptimizerState;
 
@@ -28,6 +30,14 @@ use crate::error::Result;
     note = "use `adabatch::AdamW` or `adabatch::Sgd` (checkpointable), candle's `AdamW`/`SGD`, or implement `candle_nn::Optimizer` and `adabatch::TrainOptimizer` for your own"
 )]
 pub trait TrainOptimizer: candle_nn::Optimizer {
+    /// The variables this optimizer updates and the parameters declared frozen,
+    /// or `None` when it cannot tell (candle's optimizers). With an answer the
+    /// engine checks, before the first step, that it holds only parameters the
+    /// model names and every one that is not frozen.
+    fn held_parameters(&self) -> Option<HeldParameters> {
+        None
+    }
+
     /// The state to checkpoint, keyed by the names of `params` (the model's named
     /// parameters), or `None` when this optimizer cannot export it.
     fn export_state(&self, params: &[(String, Var)]) -> Result<Option<OptimizerState>> {

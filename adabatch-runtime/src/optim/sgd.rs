@@ -3,6 +3,7 @@
 use candle_core::backprop::GradStore;
 use candle_core::Var;
 
+use super::groups::{HeldParameters, ParamGroups};
 use super::{OptimizerState, TrainOptimizer};
 use crate::error::Result;
 
@@ -13,6 +14,8 @@ const KIND: &str = "adabatch::Sgd";
 pub struct Sgd {
     vars: Vec<Var>,
     lr: f64,
+    /// Names declared frozen ([`Sgd::with_groups`]).
+    frozen: Vec<String>,
 }
 
 impl Sgd {
@@ -21,6 +24,17 @@ impl Sgd {
         Self {
             vars: vars.into_iter().filter(|v| v.dtype().is_float()).collect(),
             lr,
+            frozen: Vec::new(),
+        }
+    }
+
+    /// SGD over the trainable parameters of `named` (SGD has no weight decay:
+    /// only `groups`' frozen set matters).
+    pub fn with_groups(named: &[(String, Var)], groups: &ParamGroups, lr: f64) -> Self {
+        let vars = groups.trainable(named).into_iter().map(|t| t.1).collect();
+        Self {
+            frozen: groups.frozen().map(String::from).collect(),
+            ..Self::new(vars, lr)
         }
     }
 }
@@ -51,6 +65,13 @@ impl candle_nn::Optimizer for Sgd {
 }
 
 impl TrainOptimizer for Sgd {
+    fn held_parameters(&self) -> Option<HeldParameters> {
+        Some(HeldParameters {
+            vars: self.vars.clone(),
+            frozen: self.frozen.clone(),
+        })
+    }
+
     fn export_state(&self, _params: &[(String, Var)]) -> Result<Option<OptimizerState>> {
         let mut state = OptimizerState::new(KIND, 0);
         state.hyper.insert("lr".into(), self.lr);

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use candle_core::{Device, Tensor};
 
+use super::groups::ParamGroups;
 use crate::error::{Error, Result};
 
 /// Version of the file layout; a checkpoint of another version is refused.
@@ -23,6 +24,9 @@ pub struct OptimizerState {
     pub hyper: BTreeMap<String, f64>,
     /// State tensors, keyed `<parameter name>.<slot>` (e.g. `linear.weight.m`).
     pub tensors: HashMap<String, Tensor>,
+    /// The parameter groups the optimizer was built with, if any (absent in
+    /// checkpoints written before groups existed).
+    pub groups: Option<ParamGroups>,
 }
 
 impl OptimizerState {
@@ -33,6 +37,7 @@ impl OptimizerState {
             step,
             hyper: BTreeMap::new(),
             tensors: HashMap::new(),
+            groups: None,
         }
     }
 
@@ -79,6 +84,13 @@ impl OptimizerState {
                 source,
             })?,
         );
+        if let Some(groups) = &self.groups {
+            let json = serde_json::to_string(groups).map_err(|source| Error::Json {
+                path: path.into(),
+                source,
+            })?;
+            metadata.insert("groups".to_string(), json);
+        }
         let mut names: Vec<&String> = self.tensors.keys().collect();
         names.sort();
         let views: Vec<(&str, &Tensor)> = names
@@ -120,6 +132,13 @@ impl OptimizerState {
             .map_err(|e| corrupt(format!("step: {e}")))?;
         let hyper = serde_json::from_str(&field("hyper")?)
             .map_err(|e| corrupt(format!("hyper-parameters: {e}")))?;
+        let groups = match metadata.get("groups") {
+            Some(json) => Some(
+                serde_json::from_str(json)
+                    .map_err(|e| corrupt(format!("parameter groups: {e}")))?,
+            ),
+            None => None,
+        };
         let tensors = candle_core::safetensors::load_buffer(&bytes, device)
             .map_err(|e| corrupt(e.to_string()))?;
         Ok(Self {
@@ -127,6 +146,7 @@ impl OptimizerState {
             step,
             hyper,
             tensors,
+            groups,
         })
     }
 }
