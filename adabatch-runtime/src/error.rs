@@ -267,6 +267,60 @@ pub enum Error {
         /// Their names.
         names: Vec<String>,
     },
+    /// After the first step (or the first after a resume), parameters the model
+    /// names received no gradient on any rank: their gradient path is cut (a
+    /// candle-nn fused op without a backward, a detached tensor, an unused layer).
+    #[error("{} of the model's parameters received no gradient on any rank in the first step: {}. Their gradient path is cut: candle-nn's fused `ops::rms_norm`, `ops::layer_norm`, `ops::softmax_last_dim` and `rotary_emb::rope*` (and the `RmsNorm`/`LayerNorm` modules built on them) have no backward; use `adabatch::nn`'s versions (docs/porting.md). Parameters frozen on purpose are declared with `ParamGroups::freeze`", names.len(), names.join(", "))]
+    ParametersWithoutGradient {
+        /// Their names.
+        names: Vec<String>,
+    },
+    /// The optimizer holds variables the model does not name.
+    #[error("the optimizer holds {count} variable(s) the model's `named_parameters` does not name (shapes {shapes:?}): add them to `named_parameters`, or build the optimizer from the model's parameters only")]
+    OptimizerParameterNotNamed {
+        /// How many.
+        count: usize,
+        /// Their shapes.
+        shapes: Vec<Vec<usize>>,
+    },
+    /// The model names parameters the optimizer neither holds nor was told are
+    /// frozen.
+    #[error("the optimizer does not hold these parameters of the model and they are not declared frozen: {}; build the optimizer from all of them, or freeze them with `ParamGroups::freeze`", names.join(", "))]
+    ParametersNotInOptimizer {
+        /// Their names.
+        names: Vec<String>,
+    },
+    /// A parameter-group pattern is not a valid regular expression, or matches
+    /// no parameter.
+    #[error("parameter pattern `{pattern}` ({what}): {detail}")]
+    ParameterPattern {
+        /// The pattern.
+        pattern: String,
+        /// What it was for (`freeze`, `no_decay`, ...).
+        what: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A weights file could not be read or written.
+    #[error("weights {}: {detail}", path.display())]
+    WeightsFile {
+        /// The file or directory.
+        path: PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
+    /// A strict load of weights found names that do not fit the model.
+    #[error("weights {} do not fit the model: {}", path.display(), mismatch_text(missing, unexpected, shapes))]
+    WeightsMismatch {
+        /// The file.
+        path: PathBuf,
+        /// Parameters of the model the file lacks.
+        missing: Vec<String>,
+        /// Tensors of the file the model does not have.
+        unexpected: Vec<String>,
+        /// `(name, file shape, model shape)` of the tensors whose shapes differ.
+        shapes: Vec<(String, Vec<usize>, Vec<usize>)>,
+    },
     /// The eval dataset cannot give every rank an example.
     #[error("the eval dataset has {examples} examples for {world_size} ranks: every rank evaluates at least one example")]
     EvalSetTooSmall {
@@ -363,6 +417,28 @@ pub fn exit_code(result: Result<()>) -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// What a strict load found wrong, one clause per kind.
+fn mismatch_text(
+    missing: &[String],
+    unexpected: &[String],
+    shapes: &[(String, Vec<usize>, Vec<usize>)],
+) -> String {
+    let mut parts = Vec::new();
+    if !missing.is_empty() {
+        parts.push(format!("missing {}", missing.join(", ")));
+    }
+    if !unexpected.is_empty() {
+        parts.push(format!("unexpected {}", unexpected.join(", ")));
+    }
+    for (name, file, model) in shapes {
+        parts.push(format!(
+            "`{name}` is {file:?} in the file, {model:?} in the model"
+        ));
+    }
+    parts.push("(load non-strictly to skip what does not fit)".into());
+    parts.join("; ")
 }
 
 impl Error {

@@ -62,7 +62,7 @@ pub use dist::nccl::Nccl;
 pub use error::{exit_code, Error, Result};
 pub use memory::model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
 pub use optim::precision::{autocast, autocast_linear, Precision};
-pub use optim::{AdamW, ParamsAdamW, Sgd, TrainOptimizer};
+pub use optim::{AdamW, HeldParameters, ParamGroups, ParamsAdamW, Sgd, TrainOptimizer};
 pub use report::record::{EvalLog, StepLog};
 pub use report::summary::{TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};
@@ -71,8 +71,12 @@ pub use train::launch::launch_nccl;
 pub use train::launch::{launch, launch_group, launch_with_eval, train, RankFactory, Run};
 pub use user::callback::{Callback, EarlyStopping, TrainerControl, TrainerState};
 pub use user::data::{Collate, Dataset, WithLengths};
-pub use user::loss::{per_example_cross_entropy, per_example_token_cross_entropy_sum};
+pub use user::loss::{
+    count_target_tokens, per_example_cross_entropy, per_example_token_cross_entropy,
+    per_example_token_cross_entropy_sum, TokenReduction,
+};
 pub use user::model::{Batch, TrainModel};
 pub use user::params::Parameters;
 pub use user::sources::Sources;
 pub use user::trainer::{AdaptiveTrainer, RankContext};
+pub use user::weights::{load_weights, save_pretrained, LoadReport};

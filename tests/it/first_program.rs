@@ -89,11 +89,23 @@ fn the_trained_model_comes_back() {
     assert_ne!(values(&trainer.model.named_parameters()), before);
 }
 
-/// An optimizer holding none of the model's variables is refused at the first
-/// update, and one holding only some of them names the others.
+hand_trainer!(CandleSgdTrainer, candle_nn::SGD, TrainerPolicy::DEFAULT);
+
+/// An optimizer holding a variable the model does not name, or only some of the
+/// model's parameters, is refused before the first step when it says what it
+/// holds (adabatch's); one that cannot say (candle's) is caught at the first
+/// update.
 #[test]
 fn training_nothing_is_refused() {
     let data = dataset(12, 1);
+    let weight_only = |model: &Regression| -> Vec<Var> {
+        model
+            .named_parameters()
+            .into_iter()
+            .filter(|(name, _)| name.ends_with("weight"))
+            .map(|(_, v)| v)
+            .collect()
+    };
     let err = adabatch::launch(&data, &collate, &args(2, 2, 1), |ctx: &RankContext| {
         let model = Regression::new(ctx.parameters(), ctx.device())?;
         let stranger = Var::zeros(3, DType::F32, ctx.device())?;
@@ -104,21 +116,34 @@ fn training_nothing_is_refused() {
     })
     .unwrap_err();
     assert!(
+        matches!(err, Error::OptimizerParameterNotNamed { count: 1, .. }),
+        "{err}"
+    );
+    let err = adabatch::launch(&data, &collate, &args(1, 2, 1), |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = Sgd::new(weight_only(&model), 0.1);
+        Ok(SgdTrainer { model, opt })
+    })
+    .unwrap_err();
+    match err {
+        Error::ParametersNotInOptimizer { names } => assert_eq!(names, vec!["linear.bias"]),
+        other => panic!("expected ParametersNotInOptimizer, got {other}"),
+    }
+    let err = adabatch::launch(&data, &collate, &args(2, 2, 1), |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let stranger = Var::zeros(3, DType::F32, ctx.device())?;
+        let opt = <candle_nn::SGD as candle_nn::Optimizer>::new(vec![stranger], 0.1)?;
+        Ok(CandleSgdTrainer { model, opt })
+    })
+    .unwrap_err();
+    assert!(
         matches!(err, Error::OptimizerUpdatesNothing { parameters: 2 }),
         "{err}"
     );
     let err = adabatch::launch(&data, &collate, &args(1, 2, 1), |ctx: &RankContext| {
         let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let weight_only: Vec<Var> = model
-            .named_parameters()
-            .into_iter()
-            .filter(|(name, _)| name.ends_with("weight"))
-            .map(|(_, v)| v)
-            .collect();
-        Ok(SgdTrainer {
-            model,
-            opt: Sgd::new(weight_only, 0.1),
-        })
+        let opt = <candle_nn::SGD as candle_nn::Optimizer>::new(weight_only(&model), 0.1)?;
+        Ok(CandleSgdTrainer { model, opt })
     })
     .unwrap_err();
     match err {

@@ -160,6 +160,17 @@ pub struct TrainingArgs {
     /// the data), or `latest`: the newest complete checkpoint in `--output-dir`.
     #[arg(long)]
     pub resume_from_checkpoint: Option<PathBuf>,
+    /// Start from these weights: a safetensors file, or a directory with
+    /// `model.safetensors` (a saved model, a checkpoint, or a sharded save with its
+    /// index), loaded by parameter name before the first step. The optimizer and
+    /// the schedule start afresh; `--resume-from-checkpoint` restores everything
+    /// and takes precedence.
+    #[arg(long)]
+    pub init_from: Option<PathBuf>,
+    /// With `--init-from`: names or shapes that do not fit the model are an error
+    /// (`true`), or are skipped and listed (`false`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub init_from_strict: bool,
     /// Keep only the newest N checkpoints in `--output-dir`.
     #[arg(long)]
     pub save_total_limit: Option<usize>,

@@ -16,11 +16,12 @@ use crate::dist::parameters::synchronise_parameters;
 use crate::error::{Error, Result};
 use crate::memory::device::PeakSampler;
 use crate::memory::host::keep_freed_memory;
+use crate::optim::TrainOptimizer;
 use crate::report::logging::Logger;
 use crate::report::record::{EvalLog, SourceLog, StepLog};
 use crate::report::summary::TrainSummary;
 use crate::train::checkpoint::{
-    checkpoint_dir, load_best, resume_checkpoint, save_checkpoint, CheckpointState,
+    checkpoint_dir, init_weights, load_best, resume_checkpoint, save_checkpoint, CheckpointState,
 };
 use crate::train::control::{Controllers, Steer, StepReport};
 use crate::train::eval::{evaluate, EvalInput};
@@ -32,6 +33,7 @@ use crate::user::callback::{TrainerControl, TrainerState};
 use crate::user::data::Dataset;
 use crate::user::model::TrainModel;
 use crate::user::trainer::{AdaptiveTrainer, BatchOf, CollateFor};
+use crate::user::weights::save_pretrained;
 
 /// What the ranks train and evaluate on: the training set, the eval set (the same
 /// item type, collated alike) if any, and the collate.
@@ -69,8 +71,11 @@ pub(crate) struct RankRun<'a, T, D: ?Sized, C, M> {
     settings: &'a RunSettings,
     device: &'a Device,
     logger: Option<&'a mut Logger>,
-    /// The model's parameters, sorted by name (the same order on every rank).
+    /// The model's parameters, sorted by name (the same order on every rank):
+    /// what checkpoints hold.
     params: Vec<(String, Var)>,
+    /// Those that train (frozen ones aside): what steps all-reduce and update.
+    trainable: Vec<(String, Var)>,
     planner: StepPlanner<ScheduleSpec>,
     controllers: Controllers,
     input: StepInput<'a, D, C>,
@@ -114,6 +119,7 @@ where
         let has_callback = trainer.callback().is_some();
         settings.check_run(eval_len, has_mixer, comm.world_size(), logger.as_deref())?;
         let params = sorted_parameters(&*trainer.parts().0)?;
+        let trainable = trainable_parameters(&*trainer.parts().1, &params)?;
         let resumed = match &settings.saves.resume {
             Some(dir) => Some(resume_checkpoint(
                 dir,
@@ -124,6 +130,7 @@ where
             )?),
             None => None,
         };
+        init_weights(settings, &params, resumed.is_some(), logger.as_deref())?;
         synchronise_parameters(comm, &params)?;
         if let (Some(state), Some(dir), Some(logger)) =
             (&resumed, &settings.saves.resume, logger.as_deref_mut())
@@ -158,6 +165,7 @@ where
             device,
             logger,
             params,
+            trainable,
             planner,
             controllers,
             length_index,
@@ -260,7 +268,8 @@ where
             want_norm: log_now,
             ready,
         };
-        let outcome = train_step(self.trainer, self.comm, &mut self.input, &self.params, plan)?;
+        let (input, trainable) = (&mut self.input, &self.trainable);
+        let outcome = train_step(self.trainer, self.comm, input, trainable, plan)?;
         let device_peak = peak.and_then(|p| p.finish().pool_peak);
         let StepOutcome::Trained {
             loss,
@@ -450,14 +459,32 @@ where
             return Ok(());
         }
         let state = CheckpointState::of(self.settings, &self.planner, controllers, self.best);
-        let optimizer = &*self.trainer.parts().1;
+        let (model, optimizer) = self.trainer.parts();
+        let config = model.pretrained_config();
         save_checkpoint(
             self.settings,
             &state,
             &self.params,
-            optimizer,
+            config.as_deref(),
+            &*optimizer,
             self.logger.as_deref(),
         )
+    }
+
+    /// A run that saves checkpoints ends by saving its model, as Hugging Face's
+    /// `trainer.save_model()`: `model.safetensors` and `config.json` in
+    /// `--output-dir` (the best model's weights with `--load-best-model-at-end`).
+    fn save_model(&mut self) -> Result<()> {
+        if self.settings.saves.every == Interval::Never || self.comm.rank() != 0 {
+            return Ok(());
+        }
+        let dir = &self.settings.saves.output_dir;
+        let config = self.trainer.parts().0.pretrained_config();
+        save_pretrained(&self.params, config.as_deref(), dir)?;
+        if let Some(logger) = self.logger.as_deref() {
+            logger.event(&format!("saved the model to {}", dir.display()));
+        }
+        Ok(())
     }
 
     /// The end of the run: the last evaluation and checkpoint (unless the last
@@ -491,6 +518,7 @@ where
                 logger,
             )?;
         }
+        self.save_model()?;
         if self.trainer.callback().is_some() {
             let state = self.trainer_state();
             if let Some(callback) = self.trainer.callback() {
@@ -531,6 +559,18 @@ fn agree(comm: &impl Communicator, control: TrainerControl) -> Result<TrainerCon
     let mut flags = control.as_flags();
     comm.all_reduce_sum(&mut [], &mut flags)?;
     Ok(TrainerControl::from_flags(flags))
+}
+
+/// The parameters that train: those the optimizer holds (checked against the
+/// model's), or all of them when it cannot say.
+fn trainable_parameters(
+    optimizer: &impl TrainOptimizer,
+    params: &[(String, Var)],
+) -> Result<Vec<(String, Var)>> {
+    match optimizer.held_parameters() {
+        Some(held) => held.trainable(params),
+        None => Ok(params.to_vec()),
+    }
 }
 
 /// The model's parameters sorted by name, checked for duplicates.

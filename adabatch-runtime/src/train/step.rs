@@ -31,6 +31,9 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
     /// Check at the next update that the optimizer changes every parameter that
     /// has a gradient.
     pub verify_update: bool,
+    /// Check at the next trained step that every parameter got a gradient on
+    /// some rank (the first step, and the first after a resume).
+    pub check_coverage: bool,
     /// Measure the gradient noise scale: each small batch's (rank share of a
     /// micro-batch) squared gradient norm, summed into the step's all-reduce.
     pub noise_scale: bool,
@@ -59,6 +62,7 @@ impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
             max_grad_norm: settings.step.max_grad_norm,
             faults: settings.step.faults.clone(),
             verify_update: true,
+            check_coverage: true,
             noise_scale: settings.step.noise_scale_beta.is_some(),
             sources: settings.sources.clone(),
             precision: settings.step.precision,
@@ -107,6 +111,9 @@ struct LocalGrads {
     small: SmallBatchSums,
     /// Per source: loss sums, then example counts (empty with one source).
     source_sums: Vec<f64>,
+    /// When coverage is checked: whether each parameter got a gradient (after
+    /// the all-reduce: on some rank).
+    covered: Option<Vec<bool>>,
 }
 
 /// How the losses of a step are weighted: `known_weight` (the global example
@@ -146,6 +153,7 @@ where
         tokens: 0.0,
         small: SmallBatchSums::default(),
         source_sums: vec![0.0; 2 * input.sources.as_ref().map_or(0, |s| s.names.len())],
+        covered: None,
     };
     let known_weight = known_weight(input.reweight, batches);
     let active_ranks = batches.local_sizes().iter().filter(|&&n| n > 0).count();
@@ -287,8 +295,7 @@ where
     let local = guarded(rank, || {
         accumulate_local(&*model, input, params, &mut plan, rank)
     });
-    let source_slots = 2 * input.sources.as_ref().map_or(0, |s| s.names.len());
-    let mut summed = match gather(comm, params, local, source_slots)? {
+    let mut summed = match gather_checked(comm, params, local, input)? {
         Ok(summed) => summed,
         Err(detail) => return Ok(StepOutcome::OutOfMemory { detail }),
     };
@@ -427,16 +434,38 @@ fn apply_update(
     Ok(())
 }
 
+/// [`gather`], and on the step that checks coverage (the first), an error
+/// unless every parameter got a gradient on some rank.
+fn gather_checked<D: ?Sized, C>(
+    comm: &impl Communicator,
+    params: &[(String, Var)],
+    local: Result<LocalGrads>,
+    input: &mut StepInput<'_, D, C>,
+) -> Result<std::result::Result<LocalGrads, String>> {
+    let source_slots = 2 * input.sources.as_ref().map_or(0, |s| s.names.len());
+    let check = input.check_coverage;
+    let local = local.map(|mut l| {
+        l.covered = check.then(|| l.grads.iter().map(Option::is_some).collect());
+        l
+    });
+    let mut summed = gather(comm, params, local, (source_slots, check))?;
+    if let Ok(Some(covered)) = summed.as_mut().map(|s| s.covered.take()) {
+        input.check_coverage = false;
+        check_coverage(params, &covered)?;
+    }
+    Ok(summed)
+}
+
 /// Every rank's gradients, loss, tokens and sums, summed (on one rank: its own);
 /// `Err(detail)` when some rank ran out of memory.
 fn gather(
     comm: &impl Communicator,
     params: &[(String, Var)],
     local: Result<LocalGrads>,
-    source_slots: usize,
+    slots: (usize, bool),
 ) -> Result<std::result::Result<LocalGrads, String>> {
     if comm.world_size() > 1 {
-        return reduce(comm, params, local, source_slots);
+        return reduce(comm, params, local, slots);
     }
     match local {
         Ok(local) => Ok(Ok(local)),
@@ -446,15 +475,16 @@ fn gather(
 }
 
 /// All-reduces gradients (zeros where a rank has none), loss, tokens and the
-/// failure / OOM flags in one collective.
+/// failure / OOM flags in one collective; `slots`: the number of per-source sums,
+/// and whether gradient coverage (a flag per parameter) rides along.
 fn reduce(
     comm: &impl Communicator,
     params: &[(String, Var)],
     local: Result<LocalGrads>,
-    source_slots: usize,
+    (source_slots, coverage): (usize, bool),
 ) -> Result<std::result::Result<LocalGrads, String>> {
     let zeros = |var: &Var| var.as_tensor().zeros_like();
-    let (mut tensors, loss, tokens, small, source_sums) = match &local {
+    let (mut tensors, loss, tokens, small, source_sums, covered) = match &local {
         Ok(l) => {
             let tensors = l
                 .grads
@@ -462,7 +492,17 @@ fn reduce(
                 .zip(params)
                 .map(|(g, (_, var))| g.as_ref().map_or_else(|| zeros(var), |g| Ok(g.clone())))
                 .collect::<candle_core::Result<Vec<_>>>()?;
-            (tensors, l.loss, l.tokens, l.small, l.source_sums.clone())
+            let covered: Vec<f64> = (l.covered.iter().flatten())
+                .map(|&got| f64::from(u8::from(got)))
+                .collect();
+            (
+                tensors,
+                l.loss,
+                l.tokens,
+                l.small,
+                l.source_sums.clone(),
+                covered,
+            )
         }
         Err(_) => (
             params
@@ -473,6 +513,7 @@ fn reduce(
             0.0,
             SmallBatchSums::default(),
             vec![0.0; source_slots],
+            vec![0.0; if coverage { params.len() } else { 0 }],
         ),
     };
     let oom = matches!(&local, Err(e) if is_out_of_memory(e));
@@ -486,7 +527,10 @@ fn reduce(
         small.norm,
     ];
     scalars.extend(source_sums);
+    // Every rank asks for coverage on the same step (a failed rank included).
+    scalars.extend(covered);
     comm.all_reduce_sum(&mut tensors, &mut scalars)?;
+    let covered = scalars.split_off(6 + source_slots);
     let source_sums = scalars.split_off(6);
     let [loss, tokens, failed, oom, trace, norm] = scalars[..] else {
         unreachable!("six scalars")
@@ -502,6 +546,7 @@ fn reduce(
             tokens,
             small: SmallBatchSums { trace, norm },
             source_sums,
+            covered: coverage.then(|| covered.iter().map(|&c| c > 0.0).collect()),
         })),
     }
 }
@@ -537,6 +582,21 @@ fn gradient_carrying_values(
         }
     }
     Ok(values)
+}
+
+/// An error naming the parameters no rank computed a gradient for.
+fn check_coverage(params: &[(String, Var)], covered: &[bool]) -> Result<()> {
+    let names: Vec<String> = params
+        .iter()
+        .zip(covered)
+        .filter(|(_, &got)| !got)
+        .map(|((name, _), _)| name.clone())
+        .collect();
+    if names.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::ParametersWithoutGradient { names })
+    }
 }
 
 /// An error when the update left parameters with a gradient unchanged.

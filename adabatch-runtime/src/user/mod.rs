@@ -8,3 +8,4 @@ pub mod model;
 pub mod params;
 pub mod sources;
 pub mod trainer;
+pub mod weights;

@@ -23,6 +23,14 @@ pub trait TrainModel {
     /// every rank (the engine sorts them by name for the all-reduce).
     fn named_parameters(&self) -> Vec<(String, Var)>;
 
+    /// The model's Hugging Face `config.json` text, written beside
+    /// `model.safetensors` in every checkpoint and in the saved model, so that
+    /// transformers' `from_pretrained` and candle-transformers load them. None by
+    /// default (the weights alone are saved).
+    fn pretrained_config(&self) -> Option<String> {
+        None
+    }
+
     /// Per-example metrics reported beside the eval loss, by name: e.g.
     /// `("accuracy", correct)` with `correct[i]` 1.0 when example `i` is predicted
     /// right. The engine averages each over the whole eval set and logs it as

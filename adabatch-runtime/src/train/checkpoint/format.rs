@@ -2,16 +2,16 @@
 //! optimizer's state and the trainer state; writing it crash-safe, finding,
 //! pruning and reading checkpoints.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use candle_core::{Device, Tensor, Var};
+use candle_core::{Device, Var};
 
 use crate::data::planner::PlannerState;
 use crate::error::{Error, Result};
 use crate::optim::OptimizerState;
 use crate::train::control::states::ControllerStates;
 use crate::train::settings::strategy::BestCheckpoint;
+use crate::user::weights::save_pretrained;
 
 /// Where the run stood when the checkpoint was written.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -122,12 +122,14 @@ pub fn checkpoint_dir(output_dir: &Path, step: usize) -> PathBuf {
 }
 
 /// Writes `output_dir/checkpoint-{step}/`: weights, the optimizer's state when it
-/// has one, and the trainer state; returns its path. Crash-safe: everything goes to
+/// has one, the model's `config.json` when it gives one, and the trainer state;
+/// returns its path. Crash-safe: everything goes to
 /// a hidden temporary directory, is synced to disk, and only then renamed into
 /// place, so a kill at any moment leaves the previous checkpoints usable.
 pub fn save(
     output_dir: &Path,
     params: &[(String, Var)],
+    config: Option<&str>,
     optimizer: Option<&OptimizerState>,
     state: &CheckpointState,
 ) -> Result<PathBuf> {
@@ -138,13 +140,9 @@ pub fn save(
         std::fs::remove_dir_all(&partial).map_err(io(&partial))?;
     }
     std::fs::create_dir_all(&partial).map_err(io(&partial))?;
-    let tensors: HashMap<String, Tensor> = params
-        .iter()
-        .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
-        .collect();
-    let weights = partial.join(WEIGHTS);
-    candle_core::safetensors::save(&tensors, &weights)?;
-    sync(&weights)?;
+    // The weights and config.json as a saved model: transformers and
+    // candle-transformers load a checkpoint directory directly.
+    save_pretrained(params, config, &partial)?;
     if let Some(optimizer) = optimizer {
         let path = partial.join(OPTIMIZER);
         optimizer.save(&path)?;

@@ -20,6 +20,7 @@ use crate::optim::{OptimizerState, TrainOptimizer};
 use crate::report::logging::Logger;
 use crate::train::control::states::ControllerStates;
 use crate::train::settings::{BestCheckpoint, ResumePoint, RunSettings};
+use crate::user::weights;
 
 pub use format::{
     checkpoint_dir, complete_checkpoints, latest, load_state, load_weights, prune, save,
@@ -72,6 +73,7 @@ pub(crate) fn save_checkpoint(
     settings: &RunSettings,
     state: &CheckpointState,
     params: &[(String, Var)],
+    config: Option<&str>,
     optimizer: &impl TrainOptimizer,
     logger: Option<&Logger>,
 ) -> Result<()> {
@@ -79,6 +81,7 @@ pub(crate) fn save_checkpoint(
     let dir = save(
         &settings.saves.output_dir,
         params,
+        config,
         optimizer_state.as_ref(),
         state,
     )?;
@@ -97,6 +100,31 @@ pub(crate) fn save_checkpoint(
                 "warning: the optimizer cannot save its state (e.g. candle's AdamW): resuming this checkpoint restarts it and needs --ignore-optimizer-state; adabatch::AdamW resumes exactly",
             );
         }
+    }
+    Ok(())
+}
+
+/// `--init-from`: loads the weights a fresh run starts from (rank 0 reports what a
+/// non-strict load skipped). A resumed run restores its checkpoint's weights
+/// instead.
+pub(crate) fn init_weights(
+    settings: &RunSettings,
+    params: &[(String, Var)],
+    resuming: bool,
+    logger: Option<&Logger>,
+) -> Result<()> {
+    let Some((path, strict)) = &settings.saves.init_from else {
+        return Ok(());
+    };
+    if resuming {
+        if let Some(logger) = logger {
+            logger.event("--init-from is not used: resuming restores the checkpoint's weights");
+        }
+        return Ok(());
+    }
+    let report = weights::load_weights(params, path, *strict)?;
+    if let Some(logger) = logger {
+        logger.event(&format!("--init-from {}: {report}", path.display()));
     }
     Ok(())
 }

@@ -118,6 +118,8 @@ pub(crate) struct SaveRules {
     pub(crate) resume: Option<PathBuf>,
     pub(crate) total_limit: Option<usize>,
     pub(crate) ignore_optimizer_state: bool,
+    /// `--init-from`: weights to start a fresh run from, and whether strictly.
+    pub(crate) init_from: Option<(PathBuf, bool)>,
 }
 
 impl StepRules {
@@ -158,6 +160,7 @@ impl SaveRules {
             resume,
             total_limit: args.save_total_limit,
             ignore_optimizer_state: args.ignore_optimizer_state,
+            init_from: (args.init_from.clone()).map(|path| (path, args.init_from_strict)),
         }
     }
 }
