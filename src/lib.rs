@@ -24,7 +24,25 @@ pub use candle_core;
 /// candle's layers and optimizers (`Linear`, `VarBuilder`, `AdamW`, `Optimizer`).
 pub use candle_nn;
 /// The command-line parser of [`TrainingArgs`]: `#[command(flatten)]` it into your
-/// own `#[derive(clap::Parser)]` through `adabatch::clap`.
+/// own `#[derive(clap::Parser)]` through `adabatch::clap`. The derive's generated
+/// code names the crate `clap`, so bring the crate itself into scope beside the
+/// derive, with no `clap` dependency of your own:
+///
+/// ```
+/// use adabatch::clap::{self, Parser};
+///
+/// #[derive(Parser)]
+/// struct Cli {
+///     #[command(flatten)]
+///     train: adabatch::TrainingArgs,
+///     /// An option of your own.
+///     #[arg(long, default_value_t = 2)]
+///     layers: usize,
+/// }
+///
+/// let cli = Cli::parse_from(["prog", "--layers", "3", "--learning-rate", "0.1"]);
+/// assert_eq!((cli.layers, cli.train.learning_rate), (3, 0.1));
+/// ```
 pub use clap;
 
 #[doc = include_str!("../docs/adaptive_trainer.md")]
@@ -34,9 +52,10 @@ pub use adabatch_macros::adaptive_trainer;
 pub mod prelude {
     pub use crate::adaptive_trainer;
     pub use adabatch_runtime::{
-        launch, per_example_cross_entropy, per_example_token_cross_entropy_sum, train,
-        AdaptiveTrainer, Batch, Collate, Dataset, MemoryModel, Parameters, RankContext, Result,
-        Run, TrainModel, TrainSummary, Trained, TrainingArgs, WithLengths,
+        launch, per_example_cross_entropy, per_example_token_cross_entropy,
+        per_example_token_cross_entropy_sum, train, AdaptiveTrainer, Batch, Collate, Dataset,
+        MemoryModel, ParamGroups, Parameters, RankContext, Result, Run, TokenReduction, TrainModel,
+        TrainSummary, Trained, TrainingArgs, WithLengths,
     };
 }
 

@@ -4,6 +4,22 @@ use candle_core::{Tensor, Var};
 
 /// A model the engine can train: per-example losses on a collated batch, and its
 /// trainable parameters by name (like PyTorch's `named_parameters()`).
+///
+/// Every parameter named here must receive a gradient in the first step (on some
+/// rank), or the run stops naming those that did not: a gradient path cut by a
+/// candle-nn fused op without a backward would otherwise train nothing before
+/// it, silently. Use [`adabatch::nn`](crate::nn)'s ops (docs/porting.md), and
+/// declare parameters frozen on purpose with [`ParamGroups`](crate::ParamGroups).
+///
+/// **Models with per-call state.** `per_example_loss` takes `&self`: the same
+/// model serves the step and the evaluation, on worker threads too. A model whose
+/// forward wants `&mut` state (candle-transformers' llama takes `&mut Cache`)
+/// builds that state inside the call — training needs no key-value cache, so a
+/// fresh `Cache::new(false, ..)` per batch is free — or keeps it behind a
+/// `Mutex` (a `RefCell` is not `Sync`). Rope tables and masks are plain tensors
+/// computed by the model, never requested through the `VarBuilder`: a
+/// [`Parameters`](crate::Parameters) store creates whatever it is asked for, as a
+/// trainable parameter.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be trained by adabatch: it does not implement `adabatch::TrainModel`",
     label = "the `#[model]` field must implement `adabatch::TrainModel`",
