@@ -301,6 +301,14 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// Another run holds the output directory.
+    #[error("another run is using the output directory {} ({holder}): two runs in one directory replace each other's checkpoints; give this run its own --output-dir, or wait for the other to end", path.display())]
+    OutputDirBusy {
+        /// The directory.
+        path: PathBuf,
+        /// What the lock file says of its holder.
+        holder: String,
+    },
     /// A weights file could not be read or written.
     #[error("weights {}: {detail}", path.display())]
     WeightsFile {

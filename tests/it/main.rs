@@ -43,6 +43,7 @@ mod mixing;
 mod noise_scale;
 mod numerics;
 mod oom;
+mod output_dir;
 mod parameters;
 mod plot;
 mod precision;

@@ -28,7 +28,7 @@ use candle_core::Device;
 
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::args::TrainingArgs;
-use crate::data::length::{LengthBatching, LengthIndex};
+use crate::data::length::LengthBatching;
 use crate::data::planner::{StepBatches, StepPlanner};
 use crate::error::Result;
 use crate::memory::model::{MemoryModel, OnlineMemoryModel};
@@ -212,13 +212,7 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
 ) -> Result<DryRun> {
     // The planner exactly as the engine builds it.
     let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
-    let length_index = settings.batching.map(|_| {
-        LengthIndex::new(
-            &(0..settings.num_examples)
-                .map(|i| dataset.example_len(i))
-                .collect::<Vec<_>>(),
-        )
-    });
+    let length_index = settings.length_index(dataset);
     // Before any measurement every rank's online model is this one, so the most
     // conservative of them is too.
     let prior = OnlineMemoryModel::new(settings.memory_margin);

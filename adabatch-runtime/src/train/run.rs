@@ -22,6 +22,7 @@ use crate::report::record::{EvalLog, SourceLog, StepLog};
 use crate::report::summary::TrainSummary;
 use crate::train::checkpoint::{
     checkpoint_dir, init_weights, load_best, resume_checkpoint, save_checkpoint, CheckpointState,
+    OutputLock,
 };
 use crate::train::control::{Controllers, Steer, StepReport};
 use crate::train::eval::{evaluate, EvalInput};
@@ -71,6 +72,8 @@ pub(crate) struct RankRun<'a, T, D: ?Sized, C, M> {
     settings: &'a RunSettings,
     device: &'a Device,
     logger: Option<&'a mut Logger>,
+    /// Rank 0 of a run that saves holds its output directory.
+    _output_lock: Option<OutputLock>,
     /// The model's parameters, sorted by name (the same order on every rank):
     /// what checkpoints hold.
     params: Vec<(String, Var)>,
@@ -118,6 +121,7 @@ where
         let has_mixer = trainer.mixer().is_some();
         let has_callback = trainer.callback().is_some();
         settings.check_run(eval_len, has_mixer, comm.world_size(), logger.as_deref())?;
+        let output_lock = hold_output_dir(settings, comm.rank())?;
         let params = sorted_parameters(&*trainer.parts().0)?;
         let trainable = trainable_parameters(&*trainer.parts().1, &params)?;
         let resumed = match &settings.saves.resume {
@@ -150,12 +154,7 @@ where
                 logger: logger.as_deref(),
             })?,
         }
-        let length_index = settings.batching.map(|_| {
-            let lengths: Vec<usize> = (0..settings.num_examples)
-                .map(|i| data.train.example_len(i))
-                .collect();
-            LengthIndex::new(&lengths)
-        });
+        let length_index = settings.length_index(data.train);
         Ok(Self {
             input: StepInput::new(data.train, data.collate, device, settings),
             trainer,
@@ -164,6 +163,7 @@ where
             settings,
             device,
             logger,
+            _output_lock: output_lock,
             params,
             trainable,
             planner,
@@ -178,7 +178,9 @@ where
                 learning_rate: 0.0,
             },
             last_evaluated: None,
-            last_saved: None,
+            // A resumed run has its checkpoint: one that trains nothing more does
+            // not write it again.
+            last_saved: resumed.as_ref().map(|s| s.planner.global_step),
             resumed_at: resumed.map(|s| s.planner),
             has_callback,
         })
@@ -559,6 +561,15 @@ fn agree(comm: &impl Communicator, control: TrainerControl) -> Result<TrainerCon
     let mut flags = control.as_flags();
     comm.all_reduce_sum(&mut [], &mut flags)?;
     Ok(TrainerControl::from_flags(flags))
+}
+
+/// Rank 0 of a run that saves or resumes locks its output directory.
+fn hold_output_dir(settings: &RunSettings, rank: usize) -> Result<Option<OutputLock>> {
+    let saves = &settings.saves;
+    let writes = saves.every != Interval::Never || saves.resume.is_some();
+    (rank == 0 && writes)
+        .then(|| OutputLock::acquire(&saves.output_dir))
+        .transpose()
 }
 
 /// The parameters that train: those the optimizer holds (checked against the

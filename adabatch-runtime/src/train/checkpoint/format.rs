@@ -158,11 +158,64 @@ pub fn save(
     sync(&state_path)?;
     sync(&partial)?;
     if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
+        // Re-saving `checkpoint-N` (a resume from an older checkpoint): the new
+        // directory takes the old one's place in one step, and the old one, now
+        // hidden under the partial name, is removed after. A kill at any moment
+        // leaves a complete `checkpoint-N`; the lock's holder removes stale
+        // partial directories at its start.
+        exchange(&partial, &dir).map_err(io(&dir))?;
+        sync(output_dir)?;
+        std::fs::remove_dir_all(&partial).map_err(io(&partial))?;
+    } else {
+        std::fs::rename(&partial, &dir).map_err(io(&dir))?;
     }
-    std::fs::rename(&partial, &dir).map_err(io(&dir))?;
     sync(output_dir)?;
     Ok(dir)
+}
+
+/// Swaps two directories atomically (Linux `renameat2(RENAME_EXCHANGE)`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
+    let (ca, cb) = (c(a)?, c(b)?);
+    // SAFETY: two valid NUL-terminated paths, relative to the working directory.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            ca.as_ptr(),
+            libc::AT_FDCWD,
+            cb.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let error = std::io::Error::last_os_error();
+    match error.raw_os_error() {
+        // A file system without the exchange: the three renames below.
+        Some(libc::EINVAL) | Some(libc::ENOSYS) => exchange_by_renames(a, b),
+        _ => Err(error),
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    exchange_by_renames(a, b)
+}
+
+/// `b` aside, `a` into its place, the old `b` to `a`'s name. Not atomic: a kill
+/// between the first two renames leaves `b` only under the aside name, which
+/// [`latest`] then does not see (the previous checkpoints still do).
+fn exchange_by_renames(a: &Path, b: &Path) -> std::io::Result<()> {
+    let mut aside = b.as_os_str().to_owned();
+    aside.push(".old");
+    let aside = PathBuf::from(aside);
+    std::fs::rename(b, &aside)?;
+    std::fs::rename(a, b)?;
+    std::fs::rename(&aside, a)
 }
 
 /// The complete checkpoints (`checkpoint-N` with a trainer state) in `output_dir`,

@@ -7,6 +7,7 @@
 //! moments, so its checkpoints warn and resuming them needs `--ignore-optimizer-state`.
 
 pub(crate) mod format;
+mod lock;
 
 use candle_core::{Device, Var};
 
@@ -27,6 +28,7 @@ pub use format::{
     CheckpointState, PolicyRecord,
 };
 use format::{OPTIMIZER, STATE};
+pub(crate) use lock::OutputLock;
 
 impl PolicyRecord {
     pub(crate) fn of(settings: &RunSettings) -> Self {

@@ -12,7 +12,7 @@ use crate::adapt::lr::{LrSchedule, LrSchedulerType};
 use crate::adapt::schedule::{validate_spec, BatchLimits, Schedule, ScheduleSpec};
 use crate::config::args::TrainingArgs;
 use crate::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
-use crate::data::length::{LengthBatching, LengthOptions};
+use crate::data::length::{LengthBatching, LengthIndex, LengthOptions};
 use crate::data::planner::{RunLength, StepPlanner};
 use crate::data::sampler::GlobalBatchSampler;
 use crate::data::sources::SourceSpec;
@@ -329,6 +329,17 @@ impl RunSettings {
             (_, warm) => warm.unwrap_or(total).min(total) as f64,
         };
         Ok(())
+    }
+
+    /// The examples' lengths, sorted for length-aware batching (`None` without
+    /// it): the one place the engine and the dry run build the index.
+    pub(crate) fn length_index<D: Dataset + ?Sized>(&self, dataset: &D) -> Option<LengthIndex> {
+        self.batching.map(|_| {
+            let lengths: Vec<usize> = (0..self.num_examples)
+                .map(|i| dataset.example_len(i))
+                .collect();
+            LengthIndex::new(&lengths)
+        })
     }
 
     /// The step planner of this run (its sampler seeded with `seed`, shuffled or
