@@ -154,6 +154,12 @@ pub enum Error {
         /// The epoch being planned.
         epoch: usize,
     },
+    /// `--resume-from-checkpoint` names a directory that does not exist.
+    #[error("no checkpoint at {}: the directory does not exist (`--resume-from-checkpoint latest` takes the newest in --output-dir)", path.display())]
+    NoSuchCheckpoint {
+        /// The path given.
+        path: PathBuf,
+    },
     /// A checkpoint cannot be read (missing or unparsable files).
     #[error("checkpoint {path}: {detail}")]
     CorruptCheckpoint {

@@ -130,7 +130,7 @@ fn resume_refuses_a_checkpoint_of_another_run() {
     other.resume_from_checkpoint = Some(out.join("checkpoint-99"));
     assert!(matches!(
         run(&other).0.unwrap_err(),
-        Error::CorruptCheckpoint { .. }
+        Error::NoSuchCheckpoint { .. }
     ));
 }
 
@@ -189,6 +189,19 @@ fn length_aware_runs_resume_mid_epoch() {
         .unwrap()
         .pop();
     std::fs::write(&path, json.to_string()).unwrap();
+    // The manifest sees the edit first, and names the file.
+    let (err, _, _) = run_on(&data, &resumed);
+    let err = err.unwrap_err();
+    assert!(
+        matches!(&err, Error::CorruptCheckpoint { path: p, .. } if *p == path),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("changed after it was saved"),
+        "{err}"
+    );
+    // An edit made on purpose (the manifest rewritten) meets the plan's own check.
+    adabatch::train::checkpoint::write_manifest(&out.join("checkpoint-3")).unwrap();
     let (err, _, _) = run_on(&data, &resumed);
     let err = err.unwrap_err();
     assert!(matches!(err, Error::CorruptCheckpoint { .. }), "{err}");

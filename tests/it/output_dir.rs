@@ -122,3 +122,113 @@ fn resaves_replace_a_checkpoint_whole_and_a_finished_run_is_not_rewritten() {
         .collect();
     assert!(hidden.is_empty(), "stale partial saves left: {hidden:?}");
 }
+
+/// Resumes `checkpoint` after `edit` changed its trainer state (and its manifest
+/// was rewritten, as a deliberate edit would): the error.
+fn resume_edited(
+    out: &std::path::Path,
+    a: &TrainingArgs,
+    edit: impl Fn(&mut serde_json::Value),
+) -> Error {
+    let dir = out.join("checkpoint-4");
+    let path = dir.join("trainer_state.json");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(&original).unwrap();
+    edit(&mut json);
+    std::fs::write(&path, json.to_string()).unwrap();
+    adabatch::train::checkpoint::write_manifest(&dir).unwrap();
+    let mut resume = a.clone();
+    resume.resume_from_checkpoint = Some(dir.clone());
+    let result = train(&resume);
+    std::fs::write(&path, original).unwrap();
+    adabatch::train::checkpoint::write_manifest(&dir).unwrap();
+    result.expect_err("the edited state resumed")
+}
+
+#[test]
+fn a_checkpoint_is_verified_before_anything_trains() {
+    let out = temp_log("verified").with_extension("");
+    let mut a = args(1, 2, 3);
+    a.save_steps = 4;
+    a.output_dir = out.clone();
+    train(&a).unwrap();
+    let edits: [(&str, fn(&mut serde_json::Value), &str); 8] = [
+        (
+            "per_device",
+            |j| j["per_device"] = 0.into(),
+            "`per_device` is 0",
+        ),
+        (
+            "world_size",
+            |j| j["world_size"] = 0.into(),
+            "`world_size` is 0",
+        ),
+        (
+            "epoch_index",
+            |j| j["epoch_index"] = 99.into(),
+            "`examples_seen` 8 does not fit `epoch_index` 99",
+        ),
+        (
+            "position",
+            |j| j["position"] = 5000.into(),
+            "`position` 5000 is beyond the 20 examples",
+        ),
+        (
+            "global_step",
+            |j| j["global_step"] = 50.into(),
+            "`global_step` 50 does not fit",
+        ),
+        (
+            "min_batch",
+            |j| j["min_batch"] = 5.into(),
+            "`min_batch` 5 exceeds the policy's min_batch 1",
+        ),
+        (
+            "policy",
+            |j| {
+                j.as_object_mut().unwrap().remove("policy");
+            },
+            "the `policy` key is missing",
+        ),
+        (
+            "epochs",
+            |j| {
+                j["epoch_index"] = 3.into();
+                j["examples_seen"] = 68.into();
+            },
+            "`epoch_index` 3 (position 8) is past the run's 3 epochs",
+        ),
+    ];
+    for (field, edit, want) in edits {
+        let err = resume_edited(&out, &a, edit);
+        assert!(
+            matches!(err, Error::CorruptCheckpoint { .. }),
+            "{field}: {err}"
+        );
+        assert!(err.to_string().contains(want), "{field}: {err}");
+        assert!(
+            err.to_string().contains("trainer_state.json"),
+            "{field}: {err}"
+        );
+    }
+    // One flipped bit in a weight: the manifest names the file.
+    let weights = out.join("checkpoint-4").join("model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&weights, &bytes).unwrap();
+    let mut resume = a.clone();
+    resume.resume_from_checkpoint = Some(out.join("checkpoint-4"));
+    let err = train(&resume).unwrap_err();
+    assert!(
+        matches!(&err, Error::CorruptCheckpoint { path, .. } if *path == weights),
+        "{err}"
+    );
+    // A missing manifest in a checkpoint of this format.
+    std::fs::remove_file(out.join("checkpoint-4").join("manifest.json")).unwrap();
+    let err = train(&resume).unwrap_err();
+    assert!(
+        err.to_string().contains("cannot read the manifest"),
+        "{err}"
+    );
+}

@@ -37,6 +37,9 @@ pub struct CheckpointState {
     /// The trainer's policy the run was written with (absent in older checkpoints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyRecord>,
+    /// The checkpoint layout (absent: 1, before manifests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format_version: Option<u32>,
 }
 
 /// The policy keys a resumed run must share with the checkpoint, as text.
@@ -156,6 +159,8 @@ pub fn save(
     })?;
     std::fs::write(&state_path, json).map_err(io(&state_path))?;
     sync(&state_path)?;
+    // The manifest last: it covers every other file.
+    super::manifest::write(&partial)?;
     sync(&partial)?;
     if dir.exists() {
         // Re-saving `checkpoint-N` (a resume from an older checkpoint): the new

@@ -8,6 +8,8 @@
 
 pub(crate) mod format;
 mod lock;
+mod manifest;
+mod validate;
 
 use candle_core::{Device, Var};
 
@@ -64,6 +66,7 @@ impl CheckpointState {
             world_size: settings.units_world,
             num_examples: settings.num_examples,
             policy: Some(PolicyRecord::of(settings)),
+            format_version: Some(manifest::FORMAT_VERSION),
             controllers,
             best,
         }
@@ -106,6 +109,19 @@ pub(crate) fn save_checkpoint(
     Ok(())
 }
 
+/// Rewrites a checkpoint's manifest over the files it now holds: for a tool that
+/// edits a checkpoint on purpose (a resume then trusts the edit).
+pub fn write_manifest(dir: &std::path::Path) -> Result<()> {
+    manifest::write(dir)
+}
+
+/// Every file of the checkpoint against its manifest (required from the format
+/// that writes one).
+fn verify_files(dir: &std::path::Path, state: &CheckpointState) -> Result<()> {
+    let required = state.format_version.unwrap_or(1) >= manifest::FORMAT_VERSION;
+    manifest::verify(dir, required)
+}
+
 /// `--init-from`: loads the weights a fresh run starts from (rank 0 reports what a
 /// non-strict load skipped). A resumed run restores its checkpoint's weights
 /// instead.
@@ -141,6 +157,8 @@ pub(crate) fn resume_checkpoint(
     device: &Device,
 ) -> Result<CheckpointState> {
     let state = load_state(dir)?;
+    verify_files(dir, &state)?;
+    validate::check_state(dir, &state, settings)?;
     check_belongs(dir, &state, settings)?;
     check_sources(dir, &state, settings)?;
     check_planned_epoch(dir, &state, settings)?;
@@ -277,6 +295,7 @@ pub(crate) fn load_best(
 ) -> Result<()> {
     let dir = checkpoint_dir(&settings.saves.output_dir, best.step);
     if comm.rank() == 0 {
+        verify_files(&dir, &load_state(&dir)?)?;
         load_weights(&dir, params, device)?;
     }
     synchronise_parameters(comm, params)?;
@@ -300,7 +319,15 @@ pub(crate) fn resume_point(args: &TrainingArgs, world_size: usize) -> Result<Res
         other => other.clone(),
     };
     let units_world = match &dir {
-        Some(dir) => load_state(dir)?.world_size,
+        Some(dir) => {
+            if !dir.is_dir() {
+                return Err(Error::NoSuchCheckpoint { path: dir.clone() });
+            }
+            let state = load_state(dir)?;
+            verify_files(dir, &state)?;
+            validate::check_world(dir, &state)?;
+            state.world_size
+        }
         None => world_size,
     };
     Ok(ResumePoint { dir, units_world })
