@@ -232,3 +232,31 @@ fn a_checkpoint_is_verified_before_anything_trains() {
         "{err}"
     );
 }
+
+#[test]
+fn a_torn_log_line_is_cut_before_the_resume_mark() {
+    let out = temp_log("torn").with_extension("");
+    let log = out.with_extension("jsonl");
+    let mut a = args(1, 2, 1);
+    a.save_steps = 5;
+    a.max_steps = Some(5);
+    a.output_dir = out.clone();
+    a.log_jsonl = Some(log.clone());
+    train(&a).unwrap();
+    // A kill in the middle of a record.
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str(r#"{"step":6,"epoch":0.6,"los"#);
+    std::fs::write(&log, &text).unwrap();
+    let mut resume = a.clone();
+    resume.max_steps = Some(8);
+    resume.resume_from_checkpoint = Some("latest".into());
+    train(&resume).unwrap();
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(lines[5]["event"], "resume");
+    let steps: Vec<u64> = lines.iter().filter_map(|l| l["step"].as_u64()).collect();
+    assert_eq!(steps, [1, 2, 3, 4, 5, 5, 6, 7, 8]);
+}

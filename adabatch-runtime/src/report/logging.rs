@@ -3,7 +3,7 @@
 //! the TensorBoard and plot outputs.
 
 use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -14,9 +14,54 @@ use crate::report::plot::{label_of, plot_runs, RunLog};
 use crate::report::record::{EvalLog, StepLog};
 use crate::report::tensorboard::EventWriter;
 
+/// Cuts a log's last line when it has no newline: a record a kill or a full
+/// disk left half written. The resumed run then appends whole lines after whole
+/// lines.
+fn cut_torn_line(path: &Path) -> Result<()> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(e)),
+    };
+    let len = file.metadata().map_err(io)?.len();
+    let mut end = len;
+    let mut block = vec![0u8; 64 * 1024];
+    // Back from the end to the last newline, a block at a time.
+    while end > 0 {
+        let start = end.saturating_sub(block.len() as u64);
+        let chunk = &mut block[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start)).map_err(io)?;
+        file.read_exact(chunk).map_err(io)?;
+        if let Some(at) = chunk.iter().rposition(|&b| b == b'\n') {
+            end = start + at as u64 + 1;
+            break;
+        }
+        end = start;
+    }
+    if end < len {
+        file.set_len(end).map_err(io)?;
+        eprintln!(
+            "warning: {}: removed a torn last line ({} bytes) left by an interrupted run",
+            path.display(),
+            len - end
+        );
+    }
+    Ok(())
+}
+
 /// Where rank 0 writes its logs.
 pub struct Logger {
-    jsonl: Option<(PathBuf, BufWriter<File>)>,
+    /// The JSONL log: each record goes out in one `write` of the whole line, so a
+    /// kill or a full disk never leaves half a record followed by the next.
+    jsonl: Option<(PathBuf, File)>,
     /// The JSONL file was opened for appending and already had content.
     appended_to_lines: bool,
     progress: ProgressBar,
@@ -45,6 +90,9 @@ impl Logger {
                         source,
                     })?;
                 }
+                if append {
+                    cut_torn_line(path)?;
+                }
                 appended_to_lines = append && std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
                 // A resumed run continues its log instead of truncating it.
                 let file = std::fs::OpenOptions::new()
@@ -57,7 +105,7 @@ impl Logger {
                         path: path.into(),
                         source,
                     })?;
-                Some((path.to_path_buf(), BufWriter::new(file)))
+                Some((path.to_path_buf(), file))
             }
             None => None,
         };
@@ -119,18 +167,7 @@ impl Logger {
             }
             self.progress.suspend(|| println!("{}", entry.hf_dict()));
         }
-        if let Some((path, writer)) = &mut self.jsonl {
-            let io = |source| Error::Io {
-                path: path.clone(),
-                source,
-            };
-            serde_json::to_writer(&mut *writer, entry).map_err(|source| Error::Json {
-                path: path.clone(),
-                source,
-            })?;
-            writer.write_all(b"\n").map_err(io)?;
-            writer.flush().map_err(io)?;
-        }
+        self.write_record(entry)?;
         if let Some(tensorboard) = &mut self.tensorboard {
             tensorboard.write_step(entry)?;
         }
@@ -146,19 +183,7 @@ impl Logger {
         if self.print_steps {
             self.progress.suspend(|| println!("{}", entry.hf_dict()));
         }
-        if let Some((path, writer)) = &mut self.jsonl {
-            serde_json::to_writer(&mut *writer, entry).map_err(|source| Error::Json {
-                path: path.clone(),
-                source,
-            })?;
-            writer
-                .write_all(b"\n")
-                .and_then(|()| writer.flush())
-                .map_err(|source| Error::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-        }
+        self.write_record(entry)?;
         if let Some(tensorboard) = &mut self.tensorboard {
             let tags: Vec<(String, f64)> =
                 std::iter::once(("eval/loss".to_string(), entry.eval_loss))
@@ -180,6 +205,22 @@ impl Logger {
         }
     }
 
+    /// One JSONL record: the line and its newline in a single write.
+    fn write_record(&mut self, record: &impl serde::Serialize) -> Result<()> {
+        let Some((path, file)) = &mut self.jsonl else {
+            return Ok(());
+        };
+        let mut line = serde_json::to_vec(record).map_err(|source| Error::Json {
+            path: path.clone(),
+            source,
+        })?;
+        line.push(b'\n');
+        file.write_all(&line).map_err(|source| Error::Io {
+            path: path.clone(),
+            source,
+        })
+    }
+
     /// Marks in the JSONL log that the run resumed here: one line
     /// `{"event": "resume", "checkpoint": ..., "step": N}`; step lines have no
     /// `event` key.
@@ -190,18 +231,12 @@ impl Logger {
         ));
         // Only a log that already holds lines needs the mark between two runs.
         let continued = self.appended_to_lines;
-        if let (true, Some((path, writer))) = (continued, &mut self.jsonl) {
-            let line = serde_json::json!({
+        if continued {
+            self.write_record(&serde_json::json!({
                 "event": "resume",
                 "checkpoint": checkpoint.display().to_string(),
                 "step": step,
-            });
-            writeln!(writer, "{line}")
-                .and_then(|()| writer.flush())
-                .map_err(|source| Error::Io {
-                    path: path.clone(),
-                    source,
-                })?;
+            }))?;
         }
         Ok(())
     }
