@@ -51,13 +51,25 @@ pub enum Error {
         /// The step after which the schedule chose this size (None: the initial size).
         after_step: Option<usize>,
     },
-    /// The loss became NaN or infinite.
-    #[error("the loss is not finite ({loss}) at step {step}")]
+    /// The loss became NaN or infinite: the run diverged.
+    #[error("the loss is not finite ({loss}) at step {step}: the run diverged (a lower --learning-rate, --max-grad-norm or a warm-up may help){}", last_finite(last_checkpoint))]
     NonFiniteLoss {
         /// The step (1-based).
         step: usize,
         /// The loss value.
         loss: f64,
+        /// The newest checkpoint of this run, all of whose weights are finite.
+        last_checkpoint: Option<PathBuf>,
+    },
+    /// Weights became NaN or infinite: no checkpoint holds them.
+    #[error("{} parameter(s) are not finite after step {step} ({}): the run diverged and this checkpoint is not written{}", names.len(), names.join(", "), last_finite(last_checkpoint))]
+    NonFiniteWeights {
+        /// The step.
+        step: usize,
+        /// The parameters with a NaN or infinite value.
+        names: Vec<String>,
+        /// The newest checkpoint of this run, all of whose weights are finite.
+        last_checkpoint: Option<PathBuf>,
     },
     /// `--bf16` / `--fp16` was given but the model never cast anything with
     /// `adabatch::autocast`: it would train in f32 unknowingly.
@@ -430,6 +442,17 @@ pub fn exit_code(result: Result<()>) -> std::process::ExitCode {
             eprintln!("{}", error.report());
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// Where a diverged run can resume from.
+fn last_finite(checkpoint: &Option<PathBuf>) -> String {
+    match checkpoint {
+        Some(dir) => format!(
+            "; the last checkpoint with finite weights is {}",
+            dir.display()
+        ),
+        None => String::new(),
     }
 }
 

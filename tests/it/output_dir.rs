@@ -260,3 +260,49 @@ fn a_torn_log_line_is_cut_before_the_resume_mark() {
     let steps: Vec<u64> = lines.iter().filter_map(|l| l["step"].as_u64()).collect();
     assert_eq!(steps, [1, 2, 3, 4, 5, 5, 6, 7, 8]);
 }
+
+#[test]
+fn a_diverging_run_is_logged_and_names_its_last_finite_checkpoint() {
+    let out = temp_log("diverge").with_extension("");
+    let log = out.with_extension("jsonl");
+    let mut a = args(1, 2, 5);
+    a.save_steps = 2;
+    a.learning_rate = 1e6;
+    a.output_dir = out.clone();
+    a.log_jsonl = Some(log.clone());
+    let err = adabatch::launch(&dataset(20, 4), &collate, &a, |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = <candle_nn::SGD as candle_nn::Optimizer>::new(model.params.all_vars(), 1e6)?;
+        Ok(SgdTrainer { model, opt })
+    })
+    .map(|t| t.summary)
+    .unwrap_err();
+    let last = match &err {
+        Error::NonFiniteLoss {
+            last_checkpoint, ..
+        }
+        | Error::NonFiniteWeights {
+            last_checkpoint, ..
+        } => last_checkpoint
+            .clone()
+            .expect("a checkpoint was written before"),
+        other => panic!("expected a divergence, got {other:?}"),
+    };
+    assert!(
+        err.to_string()
+            .contains("the last checkpoint with finite weights is"),
+        "{err}"
+    );
+    // It is `latest`, and every weight in it is finite.
+    assert_eq!(adabatch::train::checkpoint::latest(&out).unwrap(), last);
+    let weights =
+        candle_core::safetensors::load(last.join("model.safetensors"), &candle_core::Device::Cpu)
+            .unwrap();
+    for (name, t) in weights {
+        let v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(v.iter().all(|x| x.is_finite()), "{name}: {v:?}");
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lastline: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(lastline["event"], "diverged", "{text}");
+}

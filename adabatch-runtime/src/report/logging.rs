@@ -221,6 +221,16 @@ impl Logger {
         })
     }
 
+    /// Records in the JSONL log that the run diverged at `step`: one line
+    /// `{"event": "diverged", "step": N, "error": ...}`.
+    pub fn log_divergence(&mut self, step: usize, error: &str) -> Result<()> {
+        self.write_record(&serde_json::json!({
+            "event": "diverged",
+            "step": step,
+            "error": error,
+        }))
+    }
+
     /// Marks in the JSONL log that the run resumed here: one line
     /// `{"event": "resume", "checkpoint": ..., "step": N}`; step lines have no
     /// `event` key.

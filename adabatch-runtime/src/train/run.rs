@@ -271,7 +271,8 @@ where
             ready,
         };
         let (input, trainable) = (&mut self.input, &self.trainable);
-        let outcome = train_step(self.trainer, self.comm, input, trainable, plan)?;
+        let outcome = train_step(self.trainer, self.comm, input, trainable, plan)
+            .map_err(|e| self.diverged(e))?;
         let device_peak = peak.and_then(|p| p.finish().pool_peak);
         let StepOutcome::Trained {
             loss,
@@ -455,6 +456,15 @@ where
         if let Some(rule) = &self.settings.saves.best_model {
             self.best = rule.consider(self.best, step, &self.evaluations)?;
         }
+        // Every rank holds the same weights: all refuse together.
+        let not_finite = non_finite(&self.params)?;
+        if !not_finite.is_empty() {
+            return Err(self.diverged(Error::NonFiniteWeights {
+                step,
+                names: not_finite,
+                last_checkpoint: None,
+            }));
+        }
         let controllers = self.controllers.save(self.comm, &mut *self.trainer)?;
         self.last_saved = Some(step);
         if self.comm.rank() != 0 {
@@ -471,6 +481,40 @@ where
             &*optimizer,
             self.logger.as_deref(),
         )
+    }
+
+    /// A divergence error with the last checkpoint of this run (its weights were
+    /// checked finite when it was written), logged and summed up on rank 0
+    /// before the run stops; other errors as they are.
+    fn diverged(&mut self, error: Error) -> Error {
+        let last = (self.last_saved).map(|s| checkpoint_dir(&self.settings.saves.output_dir, s));
+        let error = match error {
+            Error::NonFiniteLoss { step, loss, .. } => Error::NonFiniteLoss {
+                step,
+                loss,
+                last_checkpoint: last,
+            },
+            Error::NonFiniteWeights { step, names, .. } => Error::NonFiniteWeights {
+                step,
+                names,
+                last_checkpoint: last,
+            },
+            other => return other,
+        };
+        if let Some(logger) = self.logger.as_deref_mut() {
+            let (Error::NonFiniteLoss { step, .. } | Error::NonFiniteWeights { step, .. }) = error
+            else {
+                unreachable!("a divergence error")
+            };
+            let _ = logger.log_divergence(step, &error.to_string());
+            logger.event(&format!(
+                "stopped: diverged at step {step}, after {} examples (epoch {:.2}); last logged loss {}",
+                self.planner.sampler().examples_seen(),
+                self.planner.sampler().epoch(),
+                self.last.loss
+            ));
+        }
+        error
     }
 
     /// A run that saves checkpoints ends by saving its model, as Hugging Face's
@@ -561,6 +605,24 @@ fn agree(comm: &impl Communicator, control: TrainerControl) -> Result<TrainerCon
     let mut flags = control.as_flags();
     comm.all_reduce_sum(&mut [], &mut flags)?;
     Ok(TrainerControl::from_flags(flags))
+}
+
+/// The names of parameters with a NaN or infinite value.
+fn non_finite(params: &[(String, Var)]) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for (name, var) in params {
+        let largest = var
+            .as_tensor()
+            .abs()?
+            .max_all()?
+            .to_dtype(candle_core::DType::F64)?
+            .to_scalar::<f64>()?;
+        // NaN compares false: `is_finite` catches it and infinities.
+        if !largest.is_finite() {
+            names.push(name.clone());
+        }
+    }
+    Ok(names)
 }
 
 /// Rank 0 of a run that saves or resumes locks its output directory.

@@ -321,6 +321,7 @@ where
         return Err(Error::NonFiniteLoss {
             step: plan.step,
             loss: update.loss,
+            last_checkpoint: None,
         });
     }
     let clipping = input.max_grad_norm > 0.0;
