@@ -32,6 +32,7 @@ mod callbacks;
 mod checkpoint;
 mod continual;
 mod dry_run;
+mod early_checks;
 mod engine;
 mod equivalence;
 mod errors;

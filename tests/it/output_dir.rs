@@ -145,6 +145,9 @@ fn resume_edited(
     result.expect_err("the edited state resumed")
 }
 
+/// A change to a trainer state's JSON.
+type Edit = fn(&mut serde_json::Value);
+
 #[test]
 fn a_checkpoint_is_verified_before_anything_trains() {
     let out = temp_log("verified").with_extension("");
@@ -152,7 +155,7 @@ fn a_checkpoint_is_verified_before_anything_trains() {
     a.save_steps = 4;
     a.output_dir = out.clone();
     train(&a).unwrap();
-    let edits: [(&str, fn(&mut serde_json::Value), &str); 8] = [
+    let edits: [(&str, Edit, &str); 8] = [
         (
             "per_device",
             |j| j["per_device"] = 0.into(),

@@ -84,17 +84,20 @@ fn adamw_params() -> ParamsAdamW {
     }
 }
 
+/// A run's result, and rank 0's weights by name before and after.
+type Trial = (
+    adabatch::Result<TrainSummary>,
+    Vec<(String, Vec<f32>)>,
+    Vec<(String, Vec<f32>)>,
+);
+
 /// Trains `Normed` with the optimizer `build` makes; returns the result and rank
 /// 0's weights before and after.
 fn train_normed(
     kind: Norm,
     args: &TrainingArgs,
     build: impl Fn(&Normed) -> adabatch::Result<AdamW> + Sync,
-) -> (
-    adabatch::Result<TrainSummary>,
-    Vec<(String, Vec<f32>)>,
-    Vec<(String, Vec<f32>)>,
-) {
+) -> Trial {
     let values = |params: &Parameters| -> Vec<(String, Vec<f32>)> {
         params
             .named_parameters()

@@ -49,13 +49,13 @@ pub struct TrainingArgs {
     #[arg(long)]
     pub global_batch_size: Option<usize>,
     /// Peak learning rate.
-    #[arg(long, default_value_t = 5e-5)]
+    #[arg(long, default_value_t = 5e-5, allow_negative_numbers = true)]
     pub learning_rate: f64,
     /// Learning-rate schedule over examples consumed.
     #[arg(long, value_enum, default_value_t = LrSchedulerType::Constant)]
     pub lr_scheduler_type: LrSchedulerType,
     /// Fraction of the run's examples spent warming the learning rate up from 0.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub warmup_ratio: f64,
     /// Warm the learning rate up over the run's first N steps (HF: overrides
     /// `--warmup-ratio` when above 0). The warm-up still runs on examples
@@ -203,10 +203,10 @@ pub struct TrainingArgs {
     pub keep_first_batches: usize,
     /// Length-aware batching: largest growth between consecutive batches, as a
     /// fraction of the first batch's size.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub max_batch_growth: Option<f64>,
     /// Safety margin of the online memory model (0.05 = 5 %).
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     pub memory_margin: f64,
     /// Override the policy's OOM handling.
     #[arg(long, value_enum)]
@@ -217,7 +217,7 @@ pub struct TrainingArgs {
     #[arg(long, value_delimiter = ',')]
     pub inject_oom_at_steps: Vec<usize>,
     /// Clip the global gradient norm to this value (0 = off).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub max_grad_norm: f64,
     /// Plan the whole run without training: print a summary (steps, examples per
     /// epoch, global batch range, learning rate, size changes) and, with

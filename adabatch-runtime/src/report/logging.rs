@@ -138,6 +138,16 @@ impl Logger {
         if args.reports_to_tensorboard() {
             self.tensorboard = Some(EventWriter::create(&args.tensorboard_dir())?);
         }
+        if let Some(parent) = (args.plot.as_deref())
+            .and_then(Path::parent)
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            // Made now: a plot drawn after training must not find its folder missing.
+            std::fs::create_dir_all(parent).map_err(|source| Error::Io {
+                path: parent.into(),
+                source,
+            })?;
+        }
         self.plot = args.plot.clone().map(|path| (path, Vec::new()));
         Ok(self)
     }

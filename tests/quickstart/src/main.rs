@@ -119,7 +119,12 @@ struct Quickstart {
     opt: AdamW,
 }
 
-fn main() -> adabatch::Result<()> {
+// Errors print as messages (`error: ...`) with a failing exit code.
+fn main() -> std::process::ExitCode {
+    adabatch::exit_code(run())
+}
+
+fn run() -> adabatch::Result<()> {
     // Every `TrainingArgs` flag (`--help`), with defaults for a quick run.
     let command = TrainingArgs::command()
         .mut_arg("num_train_epochs", |a| a.default_value("30"))
@@ -132,7 +137,7 @@ fn main() -> adabatch::Result<()> {
 
     // Two `Result`s meet here. Tensor code returns candle's `candle_core::Result`:
     // the collate below and `per_example_loss` above. The factory (run once per rank,
-    // on the rank's device), `launch` and `main` return `adabatch::Result`, and `?`
+    // on the rank's device), `launch` and `run` return `adabatch::Result`, and `?`
     // turns a candle error into an adabatch one (`adabatch::Error::Candle`).
     let collate = |items: &[Row], device: &Device| -> candle_core::Result<Rows> {
         let features: Vec<f32> = items.iter().flat_map(|r| r.features).collect();

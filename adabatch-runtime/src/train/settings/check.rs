@@ -13,6 +13,46 @@ use super::resolve::require;
 use super::strategy::Interval;
 use super::RunSettings;
 
+/// Paths and steps that would otherwise fail only late: `--plot`'s format (it is
+/// drawn after training), fault injection at steps that never run.
+fn check_outputs(args: &TrainingArgs) -> Result<()> {
+    if let Some(plot) = &args.plot {
+        let extension = plot.extension().and_then(|e| e.to_str());
+        require(
+            matches!(extension, Some("svg" | "png")),
+            "plot",
+            plot.display(),
+            "a path ending in .svg or .png",
+        )?;
+    }
+    for &step in &args.inject_oom_at_steps {
+        require(
+            step > 0,
+            "inject_oom_at_steps",
+            step,
+            "steps counted from 1",
+        )?;
+        require(
+            args.max_steps.is_none_or(|max| step <= max),
+            "inject_oom_at_steps",
+            step,
+            "steps the run takes (at most --max-steps)",
+        )?;
+    }
+    let mut names: Vec<&str> = (args.mix_weights.iter())
+        .filter_map(|pair| pair.split_once('=').map(|(name, _)| name.trim()))
+        .collect();
+    names.sort_unstable();
+    if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(Error::InvalidSetting {
+            name: "mix_weights",
+            value: format!("{} given twice", twice[0]),
+            expected: "each source named once",
+        });
+    }
+    Ok(())
+}
+
 /// The flags' values, and the dataset against the ranks: before anything is built.
 pub(super) fn check_args(
     args: &TrainingArgs,
@@ -51,6 +91,7 @@ pub(super) fn check_args(
         0,
         "at least 1 (or unset to keep every checkpoint)",
     )?;
+    check_outputs(args)?;
     let finite_non_negative = |x: f64| x.is_finite() && x >= 0.0;
     require(
         finite_non_negative(args.learning_rate),
