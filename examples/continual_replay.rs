@@ -10,7 +10,10 @@
 //! `--epochs-per-task` passes over each task's training examples (phase 2: over
 //! `new`; the replay memory cycles). Phase 2's JSONL rows (`--log-jsonl`) carry the
 //! per-source fields: `source_counts`, `source_indices`, `source_coverage`,
-//! `source_epoch`, `mix_weights`.
+//! `source_epoch`, `mix_weights`. The mixing flags (`--mix-weights`,
+//! `--stopping-strategy`) apply to phase 2; each phase saves into its own folder of
+//! `--output-dir` (`phase-1/`, `phase-2/`), and `--resume-from-checkpoint latest`
+//! resumes whichever phase has checkpoints.
 //!
 //! ```text
 //! cargo run --release --example continual_replay -- --replay-memory 0

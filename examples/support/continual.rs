@@ -24,6 +24,7 @@ pub enum Mix {
 }
 
 /// What a run of the protocol does.
+#[derive(Clone)]
 pub struct Protocol {
     /// Training examples of task A kept for replay (0 = no replay).
     pub replay_memory: usize,
@@ -95,6 +96,26 @@ fn weights(model: &Mlp) -> HashMap<String, Tensor> {
 }
 
 /// Runs both phases on `digits`.
+/// A phase's args: its own folder of `--output-dir` (the phases' checkpoints must
+/// not replace each other), and with `--resume-from-checkpoint` the phase's own
+/// checkpoint: the path given when it lies in the phase's folder, else the
+/// phase's newest, if it has one (a finished phase 1 then trains nothing).
+fn phase_args(args: &TrainingArgs, phase: &str) -> TrainingArgs {
+    let output_dir = args.output_dir.join(phase);
+    let resume = args.resume_from_checkpoint.as_ref().and_then(|asked| {
+        if asked.starts_with(&output_dir) {
+            return Some(asked.clone());
+        }
+        let saved = adabatch::train::checkpoint::complete_checkpoints(&output_dir);
+        saved.is_ok_and(|s| !s.is_empty()).then(|| "latest".into())
+    });
+    TrainingArgs {
+        output_dir,
+        resume_from_checkpoint: resume,
+        ..args.clone()
+    }
+}
+
 pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome> {
     if let Mix::Fixed(f) = protocol.mix {
         if !(0.0..1.0).contains(&f) {
@@ -132,11 +153,14 @@ pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome>
         adabatch::Result::Ok(Learner::new(model, opt))
     };
 
-    // Phase 1: task A alone (the JSONL log is phase 2's).
+    // Phase 1: task A alone (the JSONL log and the mixing flags are phase 2's).
     let phase_1 = TrainingArgs {
         log_jsonl: None,
-        ..args.clone()
+        mix_weights: Vec::new(),
+        stopping_strategy: None,
+        ..phase_args(args, "phase-1")
     };
+    let args = &phase_args(args, "phase-2");
     let first = Learner::launch(&train_a, &collate, &phase_1, |ctx: &RankContext| {
         build(ctx, None)
     })?;

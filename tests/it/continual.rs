@@ -67,3 +67,30 @@ fn the_online_mixer_keeps_task_a() {
     assert!(outcome.task_b >= 0.85, "online B = {}", outcome.task_b);
     assert!(outcome.replay_examples_used() > 0);
 }
+
+/// `--mix-weights` reaches phase 2 only, each phase saves into its own folder, and
+/// `--resume-from-checkpoint latest` resumes whichever phase has checkpoints (a
+/// finished phase 1 trains nothing again).
+#[test]
+fn each_phase_has_its_folder_and_resumes() {
+    let data = digits::read_digits(&digits::default_path()).unwrap();
+    let out = crate::common::temp_log("continual").with_extension("");
+    let mut saving = protocol(50, 1);
+    saving.args.num_train_epochs = 2;
+    saving.args.save_steps = 20;
+    saving.args.output_dir = out.clone();
+    saving.args.mix_weights = vec!["new=0.5".into(), "replay=0.5".into()];
+    let first = run(data.clone(), &saving).unwrap();
+    for phase in ["phase-1", "phase-2"] {
+        let saved = adabatch::train::checkpoint::complete_checkpoints(&out.join(phase)).unwrap();
+        assert!(!saved.is_empty(), "{phase} saved nothing");
+    }
+    // Half of phase 2's examples came from the memory, as the flag asked.
+    let share = first.replay_examples_used() as f64 / first.phase_2.examples_seen as f64;
+    assert!((share - 0.5).abs() < 0.02, "replay share {share}");
+    let mut resumed = saving.clone();
+    resumed.args.resume_from_checkpoint = Some("latest".into());
+    let again = run(data, &resumed).unwrap();
+    assert_eq!(again.phase_2.global_step, first.phase_2.global_step);
+    assert_eq!(again.task_a.to_bits(), first.task_a.to_bits());
+}
