@@ -309,3 +309,31 @@ fn a_diverging_run_is_logged_and_names_its_last_finite_checkpoint() {
     let lastline: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
     assert_eq!(lastline["event"], "diverged", "{text}");
 }
+
+#[test]
+fn the_first_log_after_a_resume_averages_the_same_steps() {
+    let out = temp_log("window").with_extension("");
+    let mut a = args(1, 2, 2);
+    a.logging_steps = 3;
+    a.output_dir = out.clone();
+    let log = |name: &str| temp_log(name);
+    let mut straight = a.clone();
+    straight.log_jsonl = Some(log("window-straight"));
+    straight.output_dir = out.with_extension("straight");
+    train(&straight).unwrap();
+    let mut saving = a.clone();
+    saving.save_steps = 4;
+    saving.max_steps = Some(8);
+    saving.log_jsonl = Some(log("window-saving"));
+    train(&saving).unwrap();
+    let mut resumed = a.clone();
+    resumed.resume_from_checkpoint = Some(out.join("checkpoint-4"));
+    resumed.log_jsonl = Some(log("window-resumed"));
+    train(&resumed).unwrap();
+    let want = read_log(straight.log_jsonl.as_ref().unwrap());
+    let got = read_log(resumed.log_jsonl.as_ref().unwrap());
+    // Step 6 averages steps 4, 5 and 6 in both, though step 4 ran before the resume.
+    assert_eq!(got[0].step, 6);
+    let same = want.iter().find(|s| s.step == 6).unwrap();
+    assert_eq!(got[0].loss.to_bits(), same.loss.to_bits());
+}

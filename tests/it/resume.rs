@@ -293,7 +293,7 @@ fn resumes_on_another_number_of_ranks() {
     let out = temp_log("resume-ranks").with_extension("");
     let mut a = args(2, 2, 10);
     a.max_steps = Some(14);
-    let (_, straight_logs, _) = run(&a, build).unwrap();
+    let (straight, straight_logs, _) = run(&a, build).unwrap();
     let mut first = a.clone();
     first.max_steps = Some(5);
     first.save_steps = 5;
@@ -307,6 +307,14 @@ fn resumes_on_another_number_of_ranks() {
         resumed.resume_from_checkpoint = Some(out.join("checkpoint-5"));
         let (summary, logs, _) = run(&resumed, build).unwrap();
         assert_eq!(summary.global_step, 14, "{world} ranks");
+        // The summary's per-device size is this run's: the same global batch
+        // split over its own ranks.
+        let global = straight.final_per_device_batch_size * 2;
+        assert_eq!(
+            summary.final_per_device_batch_size,
+            global.div_ceil(world),
+            "{world} ranks"
+        );
         assert_eq!(logs.len(), 9);
         for (r, s) in logs.iter().zip(&straight_logs[5..]) {
             assert_eq!(r.step, s.step);

@@ -70,6 +70,8 @@ pub struct Logger {
     tensorboard: Option<EventWriter>,
     /// `--plot`: where the picture goes, and the steps logged by this run.
     plot: Option<(PathBuf, Vec<StepLog>)>,
+    /// `--plot` without a JSONL log: the evaluations of this run.
+    plot_evals: Vec<(usize, f64)>,
 }
 
 impl Logger {
@@ -128,6 +130,7 @@ impl Logger {
             print_indices,
             tensorboard: None,
             plot: None,
+            plot_evals: Vec::new(),
         })
     }
 
@@ -194,6 +197,9 @@ impl Logger {
             self.progress.suspend(|| println!("{}", entry.hf_dict()));
         }
         self.write_record(entry)?;
+        if self.plot.is_some() {
+            self.plot_evals.push((entry.step, entry.eval_loss));
+        }
         if let Some(tensorboard) = &mut self.tensorboard {
             let tags: Vec<(String, f64)> =
                 std::iter::once(("eval/loss".to_string(), entry.eval_loss))
@@ -283,6 +289,7 @@ impl Logger {
             None => RunLog {
                 label: label_of(None),
                 steps: steps.clone(),
+                evals: self.plot_evals.clone(),
             },
         };
         plot_runs(&[run], out)?;

@@ -22,6 +22,8 @@ pub struct RunLog {
     pub label: String,
     /// The logged steps.
     pub steps: Vec<StepLog>,
+    /// Evaluations: the step after which each ran, and its `eval_loss`.
+    pub evals: Vec<(usize, f64)>,
 }
 
 impl RunLog {
@@ -31,10 +33,24 @@ impl RunLog {
             || path.display().to_string(),
             |s| s.to_string_lossy().into(),
         );
+        let (steps, evals) = read_log(path)?;
         Ok(Self {
             label,
-            steps: read_step_log(path)?,
+            steps,
+            evals,
         })
+    }
+
+    /// x of each evaluation on `axis` (the x of the step it followed); evaluations
+    /// after a step the log does not show are left out.
+    fn eval_points(&self, xs: &[f64]) -> Vec<(f64, f64)> {
+        self.evals
+            .iter()
+            .filter_map(|&(step, loss)| {
+                let at = self.steps.iter().position(|s| s.step == step)?;
+                loss.is_finite().then(|| (xs[at], loss))
+            })
+            .collect()
     }
 
     /// Examples seen after each logged step, and whether they are exact examples
@@ -44,6 +60,13 @@ impl RunLog {
     /// is recovered from `epoch = seen / N` (the smallest `N` at least the largest
     /// global batch that makes every `epoch·N` and `train_coverage·N` whole).
     pub fn examples_seen(&self) -> (Vec<f64>, bool) {
+        // The run's own count, when the log has it: exact at any interval.
+        let counted: Option<Vec<f64>> = (self.steps.iter())
+            .map(|s| s.examples_seen.map(|n| n as f64))
+            .collect();
+        if let Some(xs) = counted.filter(|xs| !xs.is_empty()) {
+            return (xs, true);
+        }
         let dense = self.steps.iter().enumerate().all(|(i, s)| s.step == i + 1);
         if dense {
             let mut seen = 0.0;
@@ -80,23 +103,57 @@ impl RunLog {
 /// The steps of a JSONL log. Lines without a `step`, or with an `event` (e.g. the
 /// `{"event": "resume", ...}` mark of a resumed run), and blank lines are skipped.
 pub fn read_step_log(path: &Path) -> Result<Vec<StepLog>> {
+    read_log(path).map(|(steps, _)| steps)
+}
+
+/// An evaluation in a log: the step after which it ran, and its loss.
+type Evaluation = (usize, f64);
+
+/// The steps and the evaluations (`"event": "eval"` lines) of a JSONL log. A line
+/// that is not a record (a torn last line, a hand edit) is reported with its line
+/// number and skipped: the rest is drawn.
+fn read_log(path: &Path) -> Result<(Vec<StepLog>, Vec<Evaluation>)> {
     let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
         path: path.into(),
         source,
     })?;
-    let json = |source| Error::Json {
-        path: path.into(),
-        source,
-    };
-    let mut steps = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let value: serde_json::Value = serde_json::from_str(line).map_err(json)?;
-        if value.get("step").is_none() || value.get("event").is_some() {
+    let (mut steps, mut evals) = (Vec::new(), Vec::new());
+    for (number, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
             continue;
         }
-        steps.push(serde_json::from_value(value).map_err(json)?);
+        let value: serde_json::Value = match serde_json::from_str(line) {
+            Ok(value) => value,
+            Err(e) => {
+                eprintln!(
+                    "warning: {}:{}: skipped, not a JSON record: {e}",
+                    path.display(),
+                    number + 1
+                );
+                continue;
+            }
+        };
+        let event = value.get("event").and_then(|e| e.as_str());
+        match (event, value.get("step").and_then(|s| s.as_u64())) {
+            (Some("eval"), Some(step)) => {
+                let loss = value
+                    .get("eval_loss")
+                    .and_then(|l| l.as_f64())
+                    .unwrap_or(f64::NAN);
+                evals.push((step as usize, loss));
+            }
+            (None, Some(_)) => match serde_json::from_value(value) {
+                Ok(step) => steps.push(step),
+                Err(e) => eprintln!(
+                    "warning: {}:{}: skipped, not a step record: {e}",
+                    path.display(),
+                    number + 1
+                ),
+            },
+            _ => {}
+        }
     }
-    Ok(steps)
+    Ok((steps, evals))
 }
 
 /// Draws `runs` to `out`: SVG for `.svg`, PNG for `.png` (other extensions are an
@@ -131,6 +188,7 @@ pub fn plot_steps(label: &str, steps: &[StepLog], out: &Path) -> Result<()> {
         &[RunLog {
             label: label.into(),
             steps: steps.to_vec(),
+            evals: Vec::new(),
         }],
         out,
     )
@@ -243,34 +301,37 @@ where
     let panels = body.split_evenly((4, 2));
     for (column, axis) in [by_step, by_examples].iter().enumerate() {
         let panel = |row: usize| &panels[row * 2 + column];
+        let batch = ("Global batch size", "global batch (examples)");
         line_panel(
             panel(0),
             runs,
             axis,
-            "Global batch size",
-            "global batch (examples)",
+            batch,
             |s| s.global_batch as f64,
             true,
+            &[],
         )?;
         coverage_panel(panel(1), runs, axis)?;
+        let evals: Vec<Vec<(f64, f64)>> = (runs.iter().zip(&axis.xs))
+            .map(|(run, xs)| run.eval_points(xs))
+            .collect();
+        let has_evals = evals.iter().any(|e| !e.is_empty());
+        let (caption, y_label) = if has_evals {
+            ("Loss (line: training, triangles: eval)", "loss")
+        } else {
+            ("Training loss", "loss (mean since last log)")
+        };
         line_panel(
             panel(2),
             runs,
             axis,
-            "Training loss",
-            "loss (mean since last log)",
+            (caption, y_label),
             |s| s.loss,
             false,
+            &evals,
         )?;
-        line_panel(
-            panel(3),
-            runs,
-            axis,
-            "Learning rate",
-            "learning rate",
-            |s| s.learning_rate,
-            true,
-        )?;
+        let lr = ("Learning rate", "learning rate");
+        line_panel(panel(3), runs, axis, lr, |s| s.learning_rate, true, &[])?;
     }
     root.present()?;
     Ok(())
@@ -284,10 +345,10 @@ fn line_panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, Shift>,
     runs: &[RunLog],
     axis: &Axis,
-    caption: &str,
-    y_label: &str,
+    (caption, y_label): (&str, &str),
     y: impl Fn(&StepLog) -> f64,
     from_zero: bool,
+    marks: &[Vec<(f64, f64)>],
 ) -> Draw
 where
     DB::ErrorType: 'static,
@@ -297,7 +358,8 @@ where
         .zip(&axis.xs)
         .map(|(run, xs)| points(xs, &run.steps, &y))
         .collect();
-    let y_range = range(series.iter().flatten().map(|p| p.1), from_zero);
+    let values = series.iter().chain(marks).flatten().map(|p| p.1);
+    let y_range = range(values, from_zero);
     let scientific = y_range.end.abs() < 1e-2 && y_range.end != 0.0;
     let mut chart = ChartBuilder::on(area)
         .margin(12)
@@ -340,6 +402,13 @@ where
         if markers {
             chart.draw_series(pts.iter().map(|&p| Circle::new(p, 2, c.filled())))?;
         }
+    }
+    for (i, pts) in marks.iter().enumerate() {
+        let c = colour(i);
+        chart.draw_series(
+            pts.iter()
+                .map(|&p| TriangleMarker::new(p, 6, c.stroke_width(2))),
+        )?;
     }
     Ok(())
 }
@@ -467,6 +536,7 @@ mod tests {
     fn entry(step: usize, global_batch: usize, epoch: f64, coverage: f64) -> StepLog {
         StepLog {
             step,
+            examples_seen: None,
             epoch,
             train_coverage: coverage,
             local_batch_sizes: vec![global_batch],
@@ -492,14 +562,43 @@ mod tests {
         let dense = RunLog {
             label: "a".into(),
             steps: vec![entry(1, 4, 0.4, 0.4), entry(2, 4, 0.8, 0.8)],
+            evals: Vec::new(),
         };
         assert_eq!(dense.examples_seen(), (vec![4.0, 8.0], true));
         // N = 10, logged every 2 steps: seen 7 then 13 (epoch 1.3, coverage 0.3).
         let sparse = RunLog {
             label: "b".into(),
             steps: vec![entry(2, 4, 0.7, 0.7), entry(4, 3, 1.3, 0.3)],
+            evals: Vec::new(),
         };
         assert_eq!(sparse.examples_seen(), (vec![7.0, 13.0], true));
+        // N = 7,328 logged every 10 steps of even batches: every count is even, so
+        // a smaller N fits every epoch and the recovered counts are wrong; the run's
+        // own count is exact.
+        let mut even = vec![
+            entry(10, 8, 80.0 / 7328.0, 80.0 / 7328.0),
+            entry(20, 16, 200.0 / 7328.0, 200.0 / 7328.0),
+        ];
+        assert_ne!(
+            RunLog {
+                label: "c".into(),
+                steps: even.clone(),
+                evals: Vec::new()
+            }
+            .examples_seen()
+            .0,
+            vec![80.0, 200.0]
+        );
+        even[0].examples_seen = Some(80);
+        even[1].examples_seen = Some(200);
+        let counted = RunLog {
+            label: "c".into(),
+            steps: even,
+            evals: vec![(20, 1.5), (30, 1.0)],
+        };
+        assert_eq!(counted.examples_seen(), (vec![80.0, 200.0], true));
+        // The evaluation after step 20 sits at its x; one after an unlogged step is left out.
+        assert_eq!(counted.eval_points(&[80.0, 200.0]), vec![(200.0, 1.5)]);
     }
 
     #[test]

@@ -13,6 +13,9 @@ pub struct StepLog {
     pub step: usize,
     /// Examples seen in total / N.
     pub epoch: f64,
+    /// Examples seen in total (the run's own count; absent in older logs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub examples_seen: Option<usize>,
     /// Examples seen in the current epoch / N.
     pub train_coverage: f64,
     /// Each rank's batch size at this step.

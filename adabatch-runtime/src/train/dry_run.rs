@@ -276,6 +276,7 @@ fn planned_step(
     StepLog {
         step: planner.step(),
         epoch: sampler.epoch(),
+        examples_seen: Some(sampler.examples_seen()),
         train_coverage: sampler.train_coverage(),
         local_batch_sizes: batches.local_sizes(),
         global_batch: batches.global_size(),

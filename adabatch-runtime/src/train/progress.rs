@@ -51,6 +51,26 @@ impl Progress {
         self.examples_since_log += examples;
     }
 
+    /// Leaves `spent` (an evaluation, a save) out of the throughput of the next
+    /// log.
+    pub(crate) fn pause(&mut self, spent: std::time::Duration) {
+        self.last_log += spent;
+    }
+
+    /// The losses of the steps since the last log (a checkpoint keeps them, so
+    /// that the first log after a resume averages the same steps).
+    pub(crate) fn unlogged_losses(&self) -> &[f64] {
+        &self.losses_since_log
+    }
+
+    /// From now; a resumed run continues its checkpoint's logging window.
+    pub(crate) fn resumed(unlogged_losses: Option<&[f64]>) -> Self {
+        Self {
+            losses_since_log: unlogged_losses.unwrap_or_default().to_vec(),
+            ..Self::new()
+        }
+    }
+
     /// The log record of a logged step: the loss is the mean since the last
     /// logged step, the throughput over the same span.
     pub(crate) fn step_log(
@@ -66,6 +86,7 @@ impl Progress {
         let entry = StepLog {
             step,
             epoch: sampler.epoch(),
+            examples_seen: Some(sampler.examples_seen()),
             train_coverage: sampler.train_coverage(),
             local_batch_sizes: batches.local_sizes(),
             global_batch: batches.global_size(),
@@ -119,7 +140,10 @@ impl Progress {
             train_loss,
             step_losses: self.step_losses,
             oom_events,
-            final_per_device_batch_size: planner.per_device(),
+            // The planner counts per-device sizes on the checkpoint's ranks; the
+            // summary on this run's (a 1-rank checkpoint of 32 resumed on 2: 16).
+            final_per_device_batch_size: (planner.per_device() * settings.units_world)
+                .div_ceil(settings.world_size.max(1)),
             world_size: settings.world_size,
             train_runtime: runtime,
             train_samples_per_second: trained_here as f64 / runtime.max(f64::MIN_POSITIVE),

@@ -169,7 +169,7 @@ where
             planner,
             controllers,
             length_index,
-            progress: Progress::new(),
+            progress: Progress::resumed(resumed.as_ref().map(|s| &s.unlogged_losses[..])),
             evaluations: Vec::new(),
             best: resumed.as_ref().and_then(|s| s.best),
             last: LastStep {
@@ -177,9 +177,9 @@ where
                 loss: f64::NAN,
                 learning_rate: 0.0,
             },
-            last_evaluated: None,
-            // A resumed run has its checkpoint: one that trains nothing more does
-            // not write it again.
+            // A resumed run starts from its checkpoint: one that trains nothing
+            // more neither evaluates again nor writes the checkpoint again.
+            last_evaluated: resumed.as_ref().map(|s| s.planner.global_step),
             last_saved: resumed.as_ref().map(|s| s.planner.global_step),
             resumed_at: resumed.map(|s| s.planner),
             has_callback,
@@ -366,6 +366,9 @@ where
             should_evaluate: self.settings.eval.every.due(step, epoch_ended),
         };
         self.callbacks(record.as_ref(), &mut control)?;
+        // Evaluation and saving time is not training time: the next logged
+        // `examples_per_s` leaves it out (HF logs `eval_runtime` apart).
+        let paused = std::time::Instant::now();
         if control.should_evaluate && self.data.eval.is_some() {
             let asked = self.evaluate()?;
             control.should_training_stop |= asked.should_training_stop;
@@ -374,6 +377,7 @@ where
         if control.should_save {
             self.save()?;
         }
+        self.progress.pause(paused.elapsed());
         Ok(control)
     }
 
@@ -470,7 +474,9 @@ where
         if self.comm.rank() != 0 {
             return Ok(());
         }
-        let state = CheckpointState::of(self.settings, &self.planner, controllers, self.best);
+        let losses = self.progress.unlogged_losses();
+        let state =
+            CheckpointState::of(self.settings, &self.planner, controllers, self.best, losses);
         let (model, optimizer) = self.trainer.parts();
         let config = model.pretrained_config();
         save_checkpoint(

@@ -37,6 +37,10 @@ pub struct CheckpointState {
     /// The trainer's policy the run was written with (absent in older checkpoints).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyRecord>,
+    /// The losses of the steps since the last logged step: the first log after
+    /// a resume averages the same steps as the uninterrupted run's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unlogged_losses: Vec<f64>,
     /// The checkpoint layout (absent: 1, before manifests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format_version: Option<u32>,

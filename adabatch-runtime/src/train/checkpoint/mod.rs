@@ -59,6 +59,7 @@ impl CheckpointState {
         planner: &StepPlanner<S>,
         controllers: ControllerStates,
         best: Option<BestCheckpoint>,
+        unlogged_losses: &[f64],
     ) -> Self {
         Self {
             planner: planner.state(),
@@ -67,6 +68,7 @@ impl CheckpointState {
             num_examples: settings.num_examples,
             policy: Some(PolicyRecord::of(settings)),
             format_version: Some(manifest::FORMAT_VERSION),
+            unlogged_losses: unlogged_losses.to_vec(),
             controllers,
             best,
         }
