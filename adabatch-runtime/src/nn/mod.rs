@@ -6,9 +6,12 @@
 //! gradient-coverage guard stops such a run after its first step). The functions
 //! here have the same signatures and the same forward values, and a backward.
 
+mod cpu;
 mod norm;
 mod rope;
 mod softmax;
+#[cfg(test)]
+mod testing;
 
 pub use norm::{layer_norm, rms_norm, LayerNorm, RmsNorm};
 pub use rope::{rope, rope_i, rope_thd};
