@@ -5,6 +5,16 @@
 //! model built on them trains only the parameters that lie past them (the engine's
 //! gradient-coverage guard stops such a run after its first step). The functions
 //! here have the same signatures and the same forward values, and a backward.
+//!
+//! On CPU each is a fused candle custom op whose forward follows candle-nn's kernel
+//! step for step (the same values, bit for bit, in bf16, f16 and f32; f64 too) and
+//! whose backward is a second fused op, run on candle's CPU thread pool. On other
+//! devices (CUDA, Metal) each falls back to a composite of candle ops, which candle
+//! differentiates: correct, but without fused kernels. Gradients are first-order:
+//! the backward ops have no backward of their own.
+//!
+//! To make a candle-transformers model file trainable with these, see
+//! `docs/porting.md` in the repository.
 
 mod cpu;
 mod norm;
