@@ -13,8 +13,10 @@
 //! differentiates: correct, but without fused kernels. Gradients are first-order:
 //! the backward ops have no backward of their own.
 //!
-//! To make a candle-transformers model file trainable with these, see
-//! `docs/porting.md` in the repository.
+//! The porting guide, `docs/porting.md` at the root of the adabatch repository,
+//! says how to make a candle-transformers model file trainable with these: which
+//! calls to swap, why rope tables and masks must be plain tensors, how to write
+//! attention without `sdpa`, and where a KV cache goes.
 
 mod cpu;
 mod norm;
