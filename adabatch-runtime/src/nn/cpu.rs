@@ -170,16 +170,10 @@ pub(super) fn reduce_rows<T: Send, S: Send>(
         f(0..n_rows, dst, &mut acc);
         return vec![acc];
     }
-    let row_len = dst.len() / n_rows;
-    let per_block = n_rows.div_ceil(blocks);
-    let mut cells = Vec::with_capacity(blocks);
-    let (mut rest, mut start) = (dst, 0);
-    while start < n_rows {
-        let end = (start + per_block).min(n_rows);
-        let (head, tail) = rest.split_at_mut((end - start) * row_len);
-        cells.push(Mutex::new((start..end, head, init())));
-        (rest, start) = (tail, end);
-    }
+    let cells: Vec<_> = split_rows(dst, n_rows, blocks)
+        .into_iter()
+        .map(|(rows, dst)| Mutex::new((rows, dst, init())))
+        .collect();
     // Each block is taken by exactly one thread, so its lock is never contended;
     // the pool's own chunking is what makes a slow thread's share go to others.
     pool.execute_chunked(cells.len(), |range| {
@@ -195,6 +189,22 @@ pub(super) fn reduce_rows<T: Send, S: Send>(
         .collect()
 }
 
+/// `dst` (an equal share per row of `n_rows`, possibly empty) cut into at most
+/// `blocks` runs of whole rows, each with its row range.
+fn split_rows<T>(dst: &mut [T], n_rows: usize, blocks: usize) -> Vec<(Range<usize>, &mut [T])> {
+    let row_len = dst.len().checked_div(n_rows).unwrap_or(0);
+    let per_block = n_rows.div_ceil(blocks.max(1)).max(1);
+    let mut parts = Vec::with_capacity(blocks);
+    let (mut rest, mut start) = (dst, 0);
+    while start < n_rows {
+        let end = (start + per_block).min(n_rows);
+        let (head, tail) = rest.split_at_mut((end - start) * row_len);
+        parts.push((start..end, head));
+        (rest, start) = (tail, end);
+    }
+    parts
+}
+
 /// [`reduce_rows`] without accumulators.
 pub(super) fn for_rows<T: Send>(
     dst: &mut [T],
@@ -203,6 +213,38 @@ pub(super) fn for_rows<T: Send>(
     f: impl Fn(Range<usize>, &mut [T]) + Sync,
 ) {
     reduce_rows(dst, n_rows, work, || (), |rows, dst, _| f(rows, dst));
+}
+
+/// `Σ term(a[i], b[i], c[i])` in eight interleaved partial sums, which the compiler
+/// vectorises; one running sum (candle-nn's order, which the forward kernels keep
+/// so that their values are candle-nn's) cannot be. For the backward kernels; pass
+/// a slice twice where a term needs fewer than three.
+#[inline(always)]
+pub(super) fn sum8<T: WithDType, A: Acc>(
+    a: &[T],
+    b: &[T],
+    c: &[T],
+    term: impl Fn(T, T, T) -> A,
+) -> A {
+    let n = a.len().min(b.len()).min(c.len());
+    let (a, b, c) = (&a[..n], &b[..n], &c[..n]);
+    let mut lanes = [A::ZERO; 8];
+    let chunks = a
+        .chunks_exact(8)
+        .zip(b.chunks_exact(8))
+        .zip(c.chunks_exact(8));
+    for ((a, b), c) in chunks {
+        for (lane, ((&a, &b), &c)) in lanes.iter_mut().zip(a.iter().zip(b).zip(c)) {
+            *lane += term(a, b, c);
+        }
+    }
+    let body = n - n % 8;
+    let mut tail = A::ZERO;
+    for ((&a, &b), &c) in a[body..].iter().zip(&b[body..]).zip(&c[body..]) {
+        tail += term(a, b, c);
+    }
+    let [l0, l1, l2, l3, l4, l5, l6, l7] = lanes;
+    ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) + tail
 }
 
 /// The element-wise sum of `accs` (each `len` long), rounded to `T`.
@@ -234,6 +276,43 @@ mod tests {
             Storage::Cpu(CpuStorage::F16(s)) => conv(s, values),
             _ => unreachable!("a bf16 or f16 tensor"),
         }
+    }
+
+    #[test]
+    fn rows_split_into_whole_blocks() {
+        let mut dst: Vec<u32> = (0..20).collect();
+        let parts = split_rows(&mut dst, 10, 3);
+        let ranges: Vec<_> = parts.iter().map(|(r, _)| r.clone()).collect();
+        assert_eq!(ranges, [0..4, 4..8, 8..10]);
+        assert_eq!(parts[2].1, &[16, 17, 18, 19]);
+        let parts = split_rows(&mut [] as &mut [u32], 5, 2);
+        let ranges: Vec<_> = parts.iter().map(|(r, d)| (r.clone(), d.len())).collect();
+        assert_eq!(ranges, [(0..3, 0), (3..5, 0)]);
+        assert!(split_rows(&mut dst, 0, 2).is_empty());
+        assert_eq!(split_rows(&mut dst, 2, 7).len(), 2);
+    }
+
+    /// A reduction split over blocks sums what one block would.
+    #[test]
+    fn reduce_rows_covers_every_row_once() {
+        let n_rows = 40_000;
+        let mut dst = vec![0u64; n_rows];
+        let accs = reduce_rows(
+            &mut dst,
+            n_rows,
+            PAR_MIN_ELEMS,
+            Vec::new,
+            |rows, dst, seen| {
+                for (row, d) in rows.zip(dst) {
+                    *d = row as u64;
+                    seen.push(row);
+                }
+            },
+        );
+        assert!(dst.iter().enumerate().all(|(i, d)| *d == i as u64));
+        let mut seen: Vec<usize> = accs.into_iter().flatten().collect();
+        seen.sort_unstable();
+        assert!(seen.into_iter().eq(0..n_rows));
     }
 
     /// `Acc::to` must round as candle (`from_f32`) does, including the near-ties

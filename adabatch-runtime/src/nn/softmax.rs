@@ -87,10 +87,7 @@ impl Kernel for SoftmaxBwd {
         cpu::for_rows(&mut dx, g.len() / n, 2 * g.len(), |rows, dx| {
             for (row, dx) in rows.zip(dx.chunks_exact_mut(n)) {
                 let (g, y) = (&g[row * n..][..n], &y[row * n..][..n]);
-                let mut dot = A::ZERO;
-                for (&g, &y) in g.iter().zip(y) {
-                    dot += A::of(g) * A::of(y);
-                }
+                let dot = cpu::sum8(g, y, y, |g, y, _| A::of(g) * A::of(y));
                 for ((dx, &g), &y) in dx.iter_mut().zip(g).zip(y) {
                     *dx = (A::of(y) * (A::of(g) - dot)).to();
                 }
