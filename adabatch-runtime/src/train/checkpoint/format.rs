@@ -279,8 +279,31 @@ pub fn prune(output_dir: &Path, keep: usize, protect: Option<usize>) -> Result<(
         _ => keep,
     };
     let excess = others.len().saturating_sub(keep_others);
-    for (_, path) in &others[..excess] {
-        std::fs::remove_dir_all(path).map_err(io(path))?;
+    for (step, path) in &others[..excess] {
+        // Hidden first, in one rename, then removed: a kill during the removal
+        // leaves a hidden partial directory, never a half-deleted checkpoint.
+        let hidden = output_dir.join(format!(".checkpoint-{step}.partial"));
+        std::fs::rename(path, &hidden).map_err(io(path))?;
+        std::fs::remove_dir_all(&hidden).map_err(io(&hidden))?;
+    }
+    remove_partial_saves(output_dir)
+}
+
+/// Removes the hidden directories of saves (and removals) that never completed.
+/// Only the holder of the output directory's lock calls it: nobody else can be
+/// writing one.
+pub(crate) fn remove_partial_saves(output_dir: &Path) -> Result<()> {
+    let entries = std::fs::read_dir(output_dir).map_err(io(output_dir))?;
+    let stale: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            name.starts_with(".checkpoint-") && name.ends_with(".partial") && p.is_dir()
+        })
+        .collect();
+    for dir in stale {
+        std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
     }
     Ok(())
 }

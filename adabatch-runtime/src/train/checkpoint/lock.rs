@@ -10,10 +10,11 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use fs4::fs_std::FileExt;
 
+use super::format::remove_partial_saves;
 use crate::error::{Error, Result};
 
 const LOCK_FILE: &str = ".adabatch.lock";
@@ -64,26 +65,6 @@ impl Drop for OutputLock {
     fn drop(&mut self) {
         let _ = FileExt::unlock(&self.file);
     }
-}
-
-/// The hidden directories of saves that never completed.
-fn remove_partial_saves(output_dir: &Path) -> Result<()> {
-    let entries = std::fs::read_dir(output_dir).map_err(|source| Error::Io {
-        path: output_dir.to_path_buf(),
-        source,
-    })?;
-    let stale: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            name.starts_with(".checkpoint-") && name.ends_with(".partial") && p.is_dir()
-        })
-        .collect();
-    for dir in stale {
-        std::fs::remove_dir_all(&dir).map_err(|source| Error::Io { path: dir, source })?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
