@@ -56,6 +56,7 @@ pub use config::args::{IntervalStrategy, ReportTo, TrainingArgs};
 pub use config::policy::{
     GradAccum, MixSpec, OomPolicy, Reweight, StoppingStrategy, TrainerPolicy,
 };
+pub use data::tokens::{TokenDocuments, TokenFile, TokenWidth, TokenWindows};
 pub use dist::communicator::{Communicator, Local, Single};
 #[cfg(feature = "nccl")]
 pub use dist::nccl::Nccl;
