@@ -79,5 +79,8 @@ pub use user::loss::{
 pub use user::model::{Batch, TrainModel};
 pub use user::params::Parameters;
 pub use user::sources::Sources;
+pub use user::tokens::{
+    Document, PackedBatch, PackedCollate, PackedRows, WindowBatch, WindowCollate, IGNORE_INDEX,
+};
 pub use user::trainer::{AdaptiveTrainer, RankContext};
 pub use user::weights::{load_weights, save_pretrained, LoadReport};
