@@ -430,6 +430,41 @@ pub enum Error {
     /// A collective operation failed.
     #[error("communicator: {0}")]
     Comm(String),
+    /// A token file's size is not a whole number of tokens of its width.
+    #[error("{path}: {bytes} bytes is not a whole number of {width}-byte tokens (is the token width right?)")]
+    TokenFileSize {
+        /// The file.
+        path: PathBuf,
+        /// Its size in bytes.
+        bytes: u64,
+        /// Bytes per token (2 for u16, 4 for u32).
+        width: usize,
+    },
+    /// A token file holds too few tokens for one example.
+    #[error("{path}: {tokens} tokens, not enough for {need}")]
+    TokenFileTooShort {
+        /// The file.
+        path: PathBuf,
+        /// Tokens in the file.
+        tokens: u64,
+        /// What one example needs.
+        need: String,
+    },
+    /// A token id at or above the vocabulary size.
+    #[error("{path}: token {position} is id {token}, outside the vocabulary of {vocab_size} ids")]
+    TokenOutOfVocab {
+        /// The file.
+        path: PathBuf,
+        /// Its position in the file, in tokens.
+        position: u64,
+        /// The id found.
+        token: u32,
+        /// The vocabulary size given.
+        vocab_size: u32,
+    },
+    /// A token dataset's or collate's setting cannot work.
+    #[error("token data: {0}")]
+    TokenSetting(String),
 }
 
 /// The end of a `main`: `Ok` exits 0; an error prints as `error: <message>` and

@@ -56,6 +56,7 @@ pub use config::args::{IntervalStrategy, ReportTo, TrainingArgs};
 pub use config::policy::{
     GradAccum, MixSpec, OomPolicy, Reweight, StoppingStrategy, TrainerPolicy,
 };
+pub use data::tokens::{TokenDocuments, TokenFile, TokenWidth, TokenWindows};
 pub use dist::communicator::{Communicator, Local, Single};
 #[cfg(feature = "nccl")]
 pub use dist::nccl::Nccl;
@@ -78,5 +79,8 @@ pub use user::loss::{
 pub use user::model::{Batch, TrainModel};
 pub use user::params::Parameters;
 pub use user::sources::Sources;
+pub use user::tokens::{
+    Document, PackedBatch, PackedCollate, PackedRows, WindowBatch, WindowCollate, IGNORE_INDEX,
+};
 pub use user::trainer::{AdaptiveTrainer, RankContext};
 pub use user::weights::{load_weights, save_pretrained, LoadReport};

@@ -56,4 +56,5 @@ mod resume;
 mod sampling;
 mod tensorboard;
 mod token_ramp;
+mod tokens;
 mod ui_pass;

@@ -1,6 +1,7 @@
 //! Which examples go into which step: the global-batch sampler, its seeded
 //! constant-memory permutations, length-aware epochs and the step planner that
-//! drives both with the schedule; several sources mixed per step.
+//! drives both with the schedule; several sources mixed per step; token files read
+//! as windows or documents.
 
 pub mod length;
 pub mod mixture;
@@ -8,3 +9,4 @@ pub mod permutation;
 pub mod planner;
 pub mod sampler;
 pub mod sources;
+pub mod tokens;

@@ -1,5 +1,5 @@
 //! What a user implements or builds: the model, the data, the trainer and its
-//! seeded parameters, callbacks.
+//! seeded parameters, callbacks; token files as datasets and their collates.
 
 pub mod callback;
 pub mod data;
@@ -7,5 +7,6 @@ pub mod loss;
 pub mod model;
 pub mod params;
 pub mod sources;
+pub mod tokens;
 pub mod trainer;
 pub mod weights;

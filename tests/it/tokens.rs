@@ -1,0 +1,161 @@
+//! Language-model data through the engine: a token file of documents, packed per
+//! rank and micro-batch, trains a small real model on 1, 2 and 3 ranks; every
+//! document is used exactly once per epoch, and with `reweight = token_count` the
+//! steps are the same whatever the number of ranks.
+
+use crate::common::{args, read_log, temp_log};
+
+use adabatch::optim::{AdamW, ParamsAdamW};
+use adabatch::prelude::*;
+use adabatch::{PackedBatch, PackedCollate, TokenDocuments, TokenFile, TokenWidth};
+use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::{Embedding, Linear, Module};
+
+const VOCAB: u32 = 24;
+const EOS: u32 = 0;
+const SEQ_LEN: usize = 8;
+
+/// Documents counting up from a start id (wrapping inside the vocabulary), of
+/// lengths 1 to 19, so that some are cut into pieces; a bigram model can learn them.
+fn token_file() -> (std::path::PathBuf, Vec<usize>) {
+    let mut tokens: Vec<u16> = vec![EOS as u16];
+    let mut lengths = Vec::new();
+    for d in 0..37u32 {
+        let len = 1 + (d * 7) % 19;
+        tokens.extend((0..len).map(|k| (1 + (d + k) % (VOCAB - 1)) as u16));
+        tokens.push(EOS as u16);
+        // Every other document is followed by an empty one (a second EOS).
+        if d % 2 == 0 {
+            tokens.push(EOS as u16);
+        }
+        lengths.push(len as usize + 1);
+    }
+    let path = temp_log("tokens").with_extension("bin");
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+    std::fs::write(&path, bytes).unwrap();
+    (path, lengths)
+}
+
+/// Next-token logits from the current token alone: an embedding and a head.
+struct Bigram {
+    embedding: Embedding,
+    head: Linear,
+    params: Parameters,
+}
+
+impl Bigram {
+    fn new(params: Parameters, device: &Device) -> candle_core::Result<Self> {
+        let vb = params.var_builder(DType::F32, device);
+        Ok(Self {
+            embedding: candle_nn::embedding(VOCAB as usize, 16, vb.pp("embed"))?,
+            head: candle_nn::linear(16, VOCAB as usize, vb.pp("head"))?,
+            params,
+        })
+    }
+}
+
+impl TrainModel for Bigram {
+    type Batch = PackedBatch;
+    /// Each document's summed token loss: the engine divides by the global count of
+    /// target tokens (`reweight = token_count`).
+    fn per_example_loss(&self, batch: &PackedBatch) -> candle_core::Result<Tensor> {
+        let hidden = self.embedding.forward(&batch.input_ids)?;
+        let logits = self.head.forward(&hidden)?;
+        batch.per_document_cross_entropy(&logits)
+    }
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        self.params.named_parameters()
+    }
+}
+
+#[adaptive_trainer(reweight = token_count)]
+struct PackedTrainer {
+    #[model]
+    model: Bigram,
+    #[optimizer]
+    opt: AdamW,
+}
+
+fn train(data: &TokenDocuments, world: usize) -> Vec<adabatch::StepLog> {
+    let log = temp_log("tokens-run");
+    let mut a = args(world, 2, 3);
+    a.max_tokens_per_batch = Some(60);
+    a.log_indices = true;
+    a.log_jsonl = Some(log.clone());
+    let collate = PackedCollate::new(SEQ_LEN, EOS);
+    PackedTrainer::launch(data, &collate, &a, |ctx: &RankContext| {
+        let model = Bigram::new(ctx.parameters(), ctx.device())?;
+        let opt = AdamW::new(
+            model.params.all_vars(),
+            ParamsAdamW {
+                lr: 0.05,
+                ..Default::default()
+            },
+        )?;
+        Ok(PackedTrainer::new(model, opt))
+    })
+    .unwrap();
+    read_log(&log)
+}
+
+#[test]
+fn packed_documents_train_once_per_epoch_on_any_number_of_ranks() {
+    let (path, lengths) = token_file();
+    let data =
+        TokenDocuments::new(TokenFile::open(&path, TokenWidth::U16, VOCAB).unwrap(), EOS).unwrap();
+    // The empty documents are skipped; each document keeps its EOS.
+    assert_eq!(data.len(), lengths.len());
+    let got: Vec<usize> = (0..data.len()).map(|i| data.example_len(i)).collect();
+    assert_eq!(got, lengths);
+
+    let one = train(&data, 1);
+    for world in [1, 2, 3] {
+        let logs = if world == 1 {
+            one.clone()
+        } else {
+            train(&data, world)
+        };
+        let all: Vec<usize> = logs.iter().flat_map(|l| l.indices.concat()).collect();
+        assert_eq!(all.len(), 3 * data.len(), "{world} ranks: three epochs");
+        for (epoch, seen) in all.chunks(data.len()).enumerate() {
+            let mut seen = seen.to_vec();
+            seen.sort_unstable();
+            assert_eq!(
+                seen,
+                (0..data.len()).collect::<Vec<_>>(),
+                "{world} ranks, epoch {epoch}"
+            );
+        }
+        for l in &logs {
+            assert_eq!(l.indices.len(), world);
+            assert!(
+                l.indices.iter().all(|rank| !rank.is_empty()),
+                "{world} ranks: {:?}",
+                l.indices
+            );
+        }
+        // The same global batches and, the loss being a mean over the global batch's
+        // target tokens, the same losses.
+        assert_eq!(logs.len(), one.len(), "{world} ranks");
+        for (l, o) in logs.iter().zip(&one) {
+            let sorted = |l: &adabatch::StepLog| {
+                let mut v = l.indices.concat();
+                v.sort_unstable();
+                v
+            };
+            assert_eq!(sorted(l), sorted(o), "{world} ranks, step {}", l.step);
+            assert!(
+                (l.loss - o.loss).abs() < 1e-4 * o.loss.abs().max(1.0),
+                "{world} ranks, step {}: {} vs {}",
+                l.step,
+                l.loss,
+                o.loss
+            );
+        }
+    }
+    let (first, last) = (one[0].loss, one[one.len() - 1].loss);
+    assert!(
+        first.is_finite() && last < 0.7 * first,
+        "the bigram learns: {first} -> {last}"
+    );
+}
