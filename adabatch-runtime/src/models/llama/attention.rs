@@ -1,0 +1,127 @@
+//! Grouped-query self-attention with rotary positions, written out (matmul,
+//! additive mask, softmax, matmul) as transformers' eager attention.
+
+use candle_core::{Module, Result, Tensor};
+use candle_nn::{Linear, VarBuilder};
+
+use super::config::LlamaConfig;
+use super::linear::{linear, push_linear};
+use super::rotary::rotate;
+use crate::nn::softmax_last_dim;
+
+/// What every layer's attention needs of a forward's tokens, computed once.
+#[derive(Debug)]
+pub(crate) struct Frame {
+    /// `[b·t, head_dim / 2]`: the rotary tables of every token of the batch.
+    pub(crate) cos: Tensor,
+    /// `[b·t, head_dim / 2]`.
+    pub(crate) sin: Tensor,
+    /// The additive bias `[b or 1, t, t]` of each sliding window in use (`None`:
+    /// full causal attention).
+    pub(crate) biases: Vec<(Option<usize>, Tensor)>,
+}
+
+impl Frame {
+    fn bias(&self, window: Option<usize>) -> Result<&Tensor> {
+        match self.biases.iter().find(|(w, _)| *w == window) {
+            Some((_, bias)) => Ok(bias),
+            None => candle_core::bail!("no attention mask was built for window {window:?}"),
+        }
+    }
+}
+
+/// `q_proj`, `k_proj`, `v_proj`, `o_proj` and the head layout of one layer.
+#[derive(Clone, Debug)]
+pub(crate) struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    /// This layer's sliding window, if any.
+    window: Option<usize>,
+}
+
+impl Attention {
+    /// Layer `layer`'s projections under `vb` (its `self_attn`).
+    pub(crate) fn new(cfg: &LlamaConfig, layer: usize, vb: VarBuilder) -> Result<Self> {
+        let (hidden, d, std) = (cfg.hidden_size, cfg.head_dim, cfg.initializer_range);
+        let (q, kv) = (cfg.num_attention_heads * d, cfg.num_key_value_heads * d);
+        let qkv_bias = cfg.qkv_bias();
+        Ok(Self {
+            q_proj: linear(hidden, q, qkv_bias, std, vb.pp("q_proj"))?,
+            k_proj: linear(hidden, kv, qkv_bias, std, vb.pp("k_proj"))?,
+            v_proj: linear(hidden, kv, qkv_bias, std, vb.pp("v_proj"))?,
+            o_proj: linear(q, hidden, cfg.o_bias(), std, vb.pp("o_proj"))?,
+            heads: cfg.num_attention_heads,
+            kv_heads: cfg.num_key_value_heads,
+            head_dim: d,
+            window: cfg.sliding_window_of_layer(layer),
+        })
+    }
+
+    /// This layer's sliding window (`None`: full causal attention).
+    pub(crate) fn window(&self) -> Option<usize> {
+        self.window
+    }
+
+    /// Appends the projections' tensors under `prefix` (e.g.
+    /// `model.layers.0.self_attn`).
+    pub(crate) fn push_named(&self, out: &mut Vec<(String, Tensor)>, prefix: &str) {
+        for (name, layer) in [
+            ("q_proj", &self.q_proj),
+            ("k_proj", &self.k_proj),
+            ("v_proj", &self.v_proj),
+            ("o_proj", &self.o_proj),
+        ] {
+            push_linear(out, &format!("{prefix}.{name}"), layer);
+        }
+    }
+
+    /// `x` `[b, t, hidden]` → `[b, t, hidden]`.
+    ///
+    /// Heads are laid out `[heads, b, t, head_dim]` (transformers uses `[b, heads,
+    /// t, head_dim]`): the same products, and `rope` then takes one table row per
+    /// token of the batch (see [`rotate`]).
+    pub(crate) fn forward(&self, x: &Tensor, frame: &Frame) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        let q = self.heads_first(&self.q_proj.forward(x)?, self.heads)?;
+        let k = self.heads_first(&self.k_proj.forward(x)?, self.kv_heads)?;
+        let v = self.heads_first(&self.v_proj.forward(x)?, self.kv_heads)?;
+        let q = rotate(&q, &frame.cos, &frame.sin)?;
+        let k = self.repeat_kv(&rotate(&k, &frame.cos, &frame.sin)?)?;
+        let v = self.repeat_kv(&v)?;
+        let scale = (self.head_dim as f64).powf(-0.5);
+        let scores = (q.matmul(&k.t()?)? * scale)?;
+        let scores = scores.broadcast_add(&frame.bias(self.window)?.unsqueeze(0)?)?;
+        let y = softmax_last_dim(&scores)?.matmul(&v)?;
+        let y = y
+            .permute((1, 2, 0, 3))?
+            .reshape((b, t, self.heads * self.head_dim))?;
+        self.o_proj.forward(&y)
+    }
+
+    /// `[b, t, n·head_dim]` → `[n, b, t, head_dim]`, contiguous.
+    fn heads_first(&self, x: &Tensor, n: usize) -> Result<Tensor> {
+        let (b, t, _) = x.dims3()?;
+        x.reshape((b, t, n, self.head_dim))?
+            .permute((2, 0, 1, 3))?
+            .contiguous()
+    }
+
+    /// Key/value heads `[kv_heads, b, t, d]` repeated for the query heads that
+    /// share them: query head `i` reads key/value head `i / groups`, as
+    /// transformers' `repeat_kv`.
+    fn repeat_kv(&self, x: &Tensor) -> Result<Tensor> {
+        let groups = self.heads / self.kv_heads;
+        if groups == 1 {
+            return Ok(x.clone());
+        }
+        let (kv, b, t, d) = x.dims4()?;
+        x.unsqueeze(1)?
+            .broadcast_as((kv, groups, b, t, d))?
+            .reshape((kv * groups, b, t, d))
+    }
+}
