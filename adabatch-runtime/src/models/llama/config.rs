@@ -114,8 +114,8 @@ fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
 /// is read as well as `rope_theta`), write one with [`LlamaConfig::save`]. Keys
 /// this model does not use are kept in [`LlamaConfig::extra`] and written back.
 /// [`LlamaConfig::validate`] checks the shape; `Llama::new` calls it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(try_from = "RawConfig")]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(remote = "Self")]
 pub struct LlamaConfig {
     /// The family: `llama`, `mistral` or `qwen2`.
     pub model_type: ModelType,
@@ -159,6 +159,8 @@ pub struct LlamaConfig {
     /// The dtype the weights were saved in, e.g. `"float32"` (informative).
     pub torch_dtype: Option<String>,
     /// Mistral: the window of every layer. Qwen2: the window of its sliding layers.
+    /// `None` is written as `null` for both (a missing key means 4096 to
+    /// transformers), and left out for Llama.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sliding_window: Option<usize>,
     /// Qwen2: whether layers from `max_window_layers` on use the sliding window.
@@ -173,6 +175,27 @@ pub struct LlamaConfig {
     /// Every other key of the file, written back unchanged.
     #[serde(flatten)]
     pub extra: BTreeMap<String, Value>,
+}
+
+impl Serialize for LlamaConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut value = LlamaConfig::serialize(self, serde_json::value::Serializer)
+            .map_err(serde::ser::Error::custom)?;
+        if self.model_type != ModelType::Llama && self.sliding_window.is_none() {
+            if let Some(map) = value.as_object_mut() {
+                map.insert("sliding_window".to_string(), Value::Null);
+            }
+        }
+        value.serialize(s)
+    }
+}
+
+/// Through [`RawConfig`]: Hugging Face's defaults, then [`LlamaConfig::validate`].
+impl<'de> Deserialize<'de> for LlamaConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = RawConfig::deserialize(d)?;
+        LlamaConfig::try_from(raw).map_err(serde::de::Error::custom)
+    }
 }
 
 impl LlamaConfig {

@@ -223,10 +223,15 @@ fn config_json_round_trips() -> std::result::Result<(), ConfigError> {
     mistral
         .extra
         .insert("use_cache".to_string(), serde_json::json!(true));
+    let windowless = LlamaConfig {
+        sliding_window: None,
+        ..tiny(ModelType::Mistral, 1)
+    };
     for config in [
         tiny(ModelType::Llama, 4),
         tiny(ModelType::Qwen2, 2),
         mistral,
+        windowless,
     ] {
         let text = config.to_json_string()?;
         assert_eq!(LlamaConfig::from_json_str(&text)?, config, "{text}");
