@@ -12,10 +12,17 @@ use crate::nn::softmax_last_dim;
 /// What every layer's attention needs of a forward's tokens, computed once.
 #[derive(Debug)]
 pub(crate) struct Frame {
-    /// `[b·t, head_dim / 2]`: the rotary tables of every token of the batch.
+    /// `[b·t, head_dim / 2]`: the rotary tables of every token of the batch, for
+    /// the keys.
     pub(crate) cos: Tensor,
     /// `[b·t, head_dim / 2]`.
     pub(crate) sin: Tensor,
+    /// The tables for the queries, times `1/√head_dim`: rotating a query then
+    /// scales it too, and the scores, `t/head_dim` times larger than the queries,
+    /// need no pass of their own (forward and backward).
+    pub(crate) q_cos: Tensor,
+    /// `sin · 1/√head_dim`.
+    pub(crate) q_sin: Tensor,
     /// The additive bias `[b or 1, t, t]` of each sliding window in use (`None`:
     /// full causal attention).
     pub(crate) biases: Vec<(Option<usize>, Tensor)>,
@@ -90,11 +97,10 @@ impl Attention {
         let q = self.heads_first(&self.q_proj.forward(x)?, self.heads)?;
         let k = self.heads_first(&self.k_proj.forward(x)?, self.kv_heads)?;
         let v = self.heads_first(&self.v_proj.forward(x)?, self.kv_heads)?;
-        let q = rotate(&q, &frame.cos, &frame.sin)?;
+        let q = rotate(&q, &frame.q_cos, &frame.q_sin)?;
         let k = self.repeat_kv(&rotate(&k, &frame.cos, &frame.sin)?)?;
         let v = self.repeat_kv(&v)?;
-        let scale = (self.head_dim as f64).powf(-0.5);
-        let scores = (q.matmul(&k.t()?)? * scale)?;
+        let scores = q.matmul(&k.t()?)?;
         let scores = scores.broadcast_add(&frame.bias(self.window)?.unsqueeze(0)?)?;
         let y = softmax_last_dim(&scores)?.matmul(&v)?;
         let y = y

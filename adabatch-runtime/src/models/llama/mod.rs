@@ -3,21 +3,24 @@
 //! positions (`rope_theta`, transformers' half-split layout), a SwiGLU MLP, RMS
 //! norms, tied or untied embeddings, optional biases.
 //!
-//! ```no_run
-//! use adabatch::candle_core::{DType, Device, Tensor};
+//! ```
+//! # use adabatch_runtime as adabatch;
 //! use adabatch::models::llama::{Llama, LlamaConfig, ModelType};
 //! use adabatch::Parameters;
+//! use candle_core::{DType, Device, Tensor};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // vocabulary 256, hidden 64, MLP 128, 2 layers, 4 heads sharing 2 key/value heads
 //! let config = LlamaConfig::new(ModelType::Llama, 256, 64, 128, 2, 4, 2);
 //! let params = Parameters::new(42); // seeded weights, initialised as transformers does
 //! let model = Llama::new(&config, params.var_builder(DType::F32, &Device::Cpu))?;
 //! let ids = Tensor::new(&[[1u32, 2, 3, 4]], &Device::Cpu)?;
-//! let logits = model.forward(&ids)?; // [1, 4, 256]
+//! assert_eq!(model.forward(&ids)?.dims(), [1, 4, 256]);
 //! // Two documents packed in one row: positions restart, attention stays inside each.
 //! let documents = Tensor::new(&[[0u32, 0, 1, 1]], &Device::Cpu)?;
 //! let packed = model.forward_packed(&ids, None, Some(&documents))?;
-//! config.save("my-model")?; // config.json, for transformers and candle-transformers
+//! // config.json, for transformers and candle-transformers
+//! config.save(std::env::temp_dir().join("adabatch-llama-doc"))?;
 //! # Ok(()) }
 //! ```
 //!

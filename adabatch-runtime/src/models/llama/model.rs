@@ -136,6 +136,8 @@ impl Llama {
         };
         let dtype = self.embed_tokens.embeddings().dtype();
         let (cos, sin) = self.rotary.cos_sin(&positions.flatten_all()?, dtype)?;
+        let scale = (self.config.head_dim as f64).powf(-0.5);
+        let (q_cos, q_sin) = ((&cos * scale)?, (&sin * scale)?);
         let mut biases: Vec<(Option<usize>, Tensor)> = Vec::new();
         for layer in &self.layers {
             let window = layer.self_attn.window();
@@ -144,7 +146,13 @@ impl Llama {
                 biases.push((window, bias));
             }
         }
-        Ok(Frame { cos, sin, biases })
+        Ok(Frame {
+            cos,
+            sin,
+            q_cos,
+            q_sin,
+            biases,
+        })
     }
 
     /// Every weight under its Hugging Face name, in the model's order
