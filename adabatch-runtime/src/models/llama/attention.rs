@@ -10,6 +10,10 @@ use super::rotary::rotate;
 use crate::nn::softmax_last_dim;
 
 /// What every layer's attention needs of a forward's tokens, computed once.
+///
+/// The query heads that share a key/value head are stacked along the time axis
+/// (see [`Attention::forward`]), so the queries' tables and the masks repeat per
+/// group: `g` below is `num_attention_heads / num_key_value_heads`.
 #[derive(Debug)]
 pub(crate) struct Frame {
     /// `[b·t, head_dim / 2]`: the rotary tables of every token of the batch, for
@@ -17,14 +21,14 @@ pub(crate) struct Frame {
     pub(crate) cos: Tensor,
     /// `[b·t, head_dim / 2]`.
     pub(crate) sin: Tensor,
-    /// The tables for the queries, times `1/√head_dim`: rotating a query then
-    /// scales it too, and the scores, `t/head_dim` times larger than the queries,
-    /// need no pass of their own (forward and backward).
+    /// `[b·g·t, head_dim / 2]`: the tables for the queries, times `1/√head_dim`:
+    /// rotating a query then scales it too, and the scores, `t/head_dim` times
+    /// larger than the queries, need no pass of their own (forward and backward).
     pub(crate) q_cos: Tensor,
-    /// `sin · 1/√head_dim`.
+    /// `sin · 1/√head_dim`, `[b·g·t, head_dim / 2]`.
     pub(crate) q_sin: Tensor,
-    /// The additive bias `[b or 1, t, t]` of each sliding window in use (`None`:
-    /// full causal attention).
+    /// The additive bias `[1, b or 1, g·t, t]` of each sliding window in use
+    /// (`None`: full causal attention).
     pub(crate) biases: Vec<(Option<usize>, Tensor)>,
 }
 
@@ -89,45 +93,43 @@ impl Attention {
 
     /// `x` `[b, t, hidden]` → `[b, t, hidden]`.
     ///
-    /// Heads are laid out `[heads, b, t, head_dim]` (transformers uses `[b, heads,
-    /// t, head_dim]`): the same products, and `rope` then takes one table row per
-    /// token of the batch (see [`rotate`]).
+    /// Heads lead (transformers uses `[b, heads, t, head_dim]`), and the `g` query
+    /// heads that share a key/value head are stacked along the time axis: queries
+    /// `[kv_heads, b, g·t, head_dim]` against keys and values `[kv_heads, b, t,
+    /// head_dim]`. The scores are the same products as transformers' with
+    /// `repeat_kv`, without copying keys and values `g` times (nor summing their
+    /// gradients back), in `kv_heads·b` products of `g·t` rows instead of
+    /// `heads·b` of `t`. `rope` takes one table row per query row (see [`rotate`]).
     pub(crate) fn forward(&self, x: &Tensor, frame: &Frame) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        let q = self.heads_first(&self.q_proj.forward(x)?, self.heads)?;
-        let k = self.heads_first(&self.k_proj.forward(x)?, self.kv_heads)?;
-        let v = self.heads_first(&self.v_proj.forward(x)?, self.kv_heads)?;
+        let (kv, d) = (self.kv_heads, self.head_dim);
+        let g = self.heads / kv;
+        let q = self
+            .q_proj
+            .forward(x)?
+            .reshape((b, t, kv, g, d))?
+            .permute((2, 0, 3, 1, 4))?
+            .contiguous()?
+            .reshape((kv, b, g * t, d))?;
+        let k = self.heads_first(&self.k_proj.forward(x)?)?;
+        let v = self.heads_first(&self.v_proj.forward(x)?)?;
         let q = rotate(&q, &frame.q_cos, &frame.q_sin)?;
-        let k = self.repeat_kv(&rotate(&k, &frame.cos, &frame.sin)?)?;
-        let v = self.repeat_kv(&v)?;
-        let scores = q.matmul(&k.t()?)?;
-        let scores = scores.broadcast_add(&frame.bias(self.window)?.unsqueeze(0)?)?;
+        let k = rotate(&k, &frame.cos, &frame.sin)?;
+        let scores = q.matmul(&k.t()?)?.broadcast_add(frame.bias(self.window)?)?;
         let y = softmax_last_dim(&scores)?.matmul(&v)?;
         let y = y
-            .permute((1, 2, 0, 3))?
-            .reshape((b, t, self.heads * self.head_dim))?;
+            .reshape((kv, b, g, t, d))?
+            .permute((1, 3, 0, 2, 4))?
+            .reshape((b, t, self.heads * d))?;
         self.o_proj.forward(&y)
     }
 
-    /// `[b, t, n·head_dim]` → `[n, b, t, head_dim]`, contiguous.
-    fn heads_first(&self, x: &Tensor, n: usize) -> Result<Tensor> {
+    /// Keys or values `[b, t, kv_heads·head_dim]` → `[kv_heads, b, t, head_dim]`,
+    /// contiguous.
+    fn heads_first(&self, x: &Tensor) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
-        x.reshape((b, t, n, self.head_dim))?
+        x.reshape((b, t, self.kv_heads, self.head_dim))?
             .permute((2, 0, 1, 3))?
             .contiguous()
-    }
-
-    /// Key/value heads `[kv_heads, b, t, d]` repeated for the query heads that
-    /// share them: query head `i` reads key/value head `i / groups`, as
-    /// transformers' `repeat_kv`.
-    fn repeat_kv(&self, x: &Tensor) -> Result<Tensor> {
-        let groups = self.heads / self.kv_heads;
-        if groups == 1 {
-            return Ok(x.clone());
-        }
-        let (kv, b, t, d) = x.dims4()?;
-        x.unsqueeze(1)?
-            .broadcast_as((kv, groups, b, t, d))?
-            .reshape((kv * groups, b, t, d))
     }
 }

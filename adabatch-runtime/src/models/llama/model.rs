@@ -136,13 +136,28 @@ impl Llama {
         };
         let dtype = self.embed_tokens.embeddings().dtype();
         let (cos, sin) = self.rotary.cos_sin(&positions.flatten_all()?, dtype)?;
+        let g = self.config.kv_groups();
         let scale = (self.config.head_dim as f64).powf(-0.5);
-        let (q_cos, q_sin) = ((&cos * scale)?, (&sin * scale)?);
+        let per_group = |table: &Tensor| -> Result<Tensor> {
+            let half = table.dim(1)?;
+            let tiled = table
+                .reshape((b, 1, t, half))?
+                .broadcast_as((b, g, t, half))?;
+            tiled.reshape((b * g * t, half))? * scale
+        };
+        let (q_cos, q_sin) = (per_group(&cos)?, per_group(&sin)?);
         let mut biases: Vec<(Option<usize>, Tensor)> = Vec::new();
         for layer in &self.layers {
             let window = layer.self_attn.window();
             if biases.iter().all(|(w, _)| *w != window) {
                 let bias = attention_bias(t, document_ids, window, dtype, device)?;
+                let rows = bias.dim(0)?;
+                let bias = bias.unsqueeze(1)?.broadcast_as((rows, g, t, t))?.reshape((
+                    1,
+                    rows,
+                    g * t,
+                    t,
+                ))?;
                 biases.push((window, bias));
             }
         }
