@@ -1,12 +1,13 @@
 //! Grouped-query self-attention with rotary positions, written out (matmul,
 //! additive mask, softmax, matmul) as transformers' eager attention.
 
-use candle_core::{Module, Result, Tensor};
+use candle_core::{DType, Module, Result, Tensor};
 use candle_nn::{Linear, VarBuilder};
 
 use super::config::LlamaConfig;
 use super::linear::{linear, push_linear};
-use super::rotary::rotate;
+use super::mask::attention_bias;
+use super::rotary::{rotate, Rotary};
 use crate::nn::softmax_last_dim;
 
 /// What every layer's attention needs of a forward's tokens, computed once.
@@ -33,6 +34,45 @@ pub(crate) struct Frame {
 }
 
 impl Frame {
+    /// The tables and masks of a forward: `positions` `[b, t]`, `document_ids`
+    /// `[b, t]` if the rows are packed, weights of `dtype`.
+    pub(crate) fn new(
+        cfg: &LlamaConfig,
+        rotary: &Rotary,
+        positions: &Tensor,
+        document_ids: Option<&Tensor>,
+        dtype: DType,
+    ) -> Result<Self> {
+        let (b, t) = positions.dims2()?;
+        let g = cfg.kv_groups();
+        let (cos, sin) = rotary.cos_sin(&positions.flatten_all()?, dtype)?;
+        let scale = (cfg.head_dim as f64).powf(-0.5);
+        let per_group = |table: &Tensor| -> Result<Tensor> {
+            let half = table.dim(1)?;
+            let tiled = table
+                .reshape((b, 1, t, half))?
+                .broadcast_as((b, g, t, half))?;
+            tiled.reshape((b * g * t, half))? * scale
+        };
+        let (q_cos, q_sin) = (per_group(&cos)?, per_group(&sin)?);
+        let mut biases: Vec<(Option<usize>, Tensor)> = Vec::new();
+        for window in (0..cfg.num_hidden_layers).map(|i| cfg.sliding_window_of_layer(i)) {
+            if biases.iter().all(|(w, _)| *w != window) {
+                let bias = attention_bias(t, document_ids, window, dtype, positions.device())?;
+                let rows = bias.dim(0)?;
+                let tiled = bias.unsqueeze(1)?.broadcast_as((rows, g, t, t))?;
+                biases.push((window, tiled.reshape((1, rows, g * t, t))?));
+            }
+        }
+        Ok(Self {
+            cos,
+            sin,
+            q_cos,
+            q_sin,
+            biases,
+        })
+    }
+
     fn bias(&self, window: Option<usize>) -> Result<&Tensor> {
         match self.biases.iter().find(|(w, _)| *w == window) {
             Some((_, bias)) => Ok(bias),
@@ -71,11 +111,6 @@ impl Attention {
             head_dim: d,
             window: cfg.sliding_window_of_layer(layer),
         })
-    }
-
-    /// This layer's sliding window (`None`: full causal attention).
-    pub(crate) fn window(&self) -> Option<usize> {
-        self.window
     }
 
     /// Appends the projections' tensors under `prefix` (e.g.

@@ -7,7 +7,7 @@ use super::attention::Frame;
 use super::config::LlamaConfig;
 use super::layer::DecoderLayer;
 use super::linear::{embedding, linear, push_linear};
-use super::mask::{attention_bias, positions_in_documents};
+use super::mask::positions_in_documents;
 use super::norm::Norm;
 use super::rotary::Rotary;
 
@@ -105,7 +105,8 @@ impl Llama {
         self.lm_head.forward(&x)?.to_dtype(DType::F32)
     }
 
-    /// The rotary tables and masks every layer shares.
+    /// The rotary tables and masks every layer shares, after checking the shapes
+    /// of the position and document ids.
     fn frame(
         &self,
         input_ids: &Tensor,
@@ -135,39 +136,7 @@ impl Llama {
                 .broadcast_as((b, t))?,
         };
         let dtype = self.embed_tokens.embeddings().dtype();
-        let (cos, sin) = self.rotary.cos_sin(&positions.flatten_all()?, dtype)?;
-        let g = self.config.kv_groups();
-        let scale = (self.config.head_dim as f64).powf(-0.5);
-        let per_group = |table: &Tensor| -> Result<Tensor> {
-            let half = table.dim(1)?;
-            let tiled = table
-                .reshape((b, 1, t, half))?
-                .broadcast_as((b, g, t, half))?;
-            tiled.reshape((b * g * t, half))? * scale
-        };
-        let (q_cos, q_sin) = (per_group(&cos)?, per_group(&sin)?);
-        let mut biases: Vec<(Option<usize>, Tensor)> = Vec::new();
-        for layer in &self.layers {
-            let window = layer.self_attn.window();
-            if biases.iter().all(|(w, _)| *w != window) {
-                let bias = attention_bias(t, document_ids, window, dtype, device)?;
-                let rows = bias.dim(0)?;
-                let bias = bias.unsqueeze(1)?.broadcast_as((rows, g, t, t))?.reshape((
-                    1,
-                    rows,
-                    g * t,
-                    t,
-                ))?;
-                biases.push((window, bias));
-            }
-        }
-        Ok(Frame {
-            cos,
-            sin,
-            q_cos,
-            q_sin,
-            biases,
-        })
+        Frame::new(&self.config, &self.rotary, &positions, document_ids, dtype)
     }
 
     /// Every weight under its Hugging Face name, in the model's order
