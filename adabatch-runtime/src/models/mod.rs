@@ -2,7 +2,7 @@
 //! that every weight gets a gradient, under the weight names Hugging Face and
 //! candle-transformers use.
 //!
-//! - [`llama`]: a Llama-family decoder (Llama, Mistral, Qwen2 shapes) for causal
-//!   language modelling, with packed documents.
+//! - [`llama`](crate::models::llama): a Llama-family decoder (Llama, Mistral,
+//!   Qwen2 shapes) for causal language modelling, with packed documents.
 
 pub mod llama;

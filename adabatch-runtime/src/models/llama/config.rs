@@ -190,7 +190,7 @@ impl Serialize for LlamaConfig {
     }
 }
 
-/// Through [`RawConfig`]: Hugging Face's defaults, then [`LlamaConfig::validate`].
+/// Through `RawConfig`: Hugging Face's defaults, then [`LlamaConfig::validate`].
 impl<'de> Deserialize<'de> for LlamaConfig {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = RawConfig::deserialize(d)?;
