@@ -19,18 +19,18 @@ use crate::nn::softmax_last_dim;
 pub(crate) struct Frame {
     /// `[b·t, head_dim / 2]`: the rotary tables of every token of the batch, for
     /// the keys.
-    pub(crate) cos: Tensor,
+    cos: Tensor,
     /// `[b·t, head_dim / 2]`.
-    pub(crate) sin: Tensor,
+    sin: Tensor,
     /// `[b·g·t, head_dim / 2]`: the tables for the queries, times `1/√head_dim`:
     /// rotating a query then scales it too, and the scores, `t/head_dim` times
     /// larger than the queries, need no pass of their own (forward and backward).
-    pub(crate) q_cos: Tensor,
+    q_cos: Tensor,
     /// `sin · 1/√head_dim`, `[b·g·t, head_dim / 2]`.
-    pub(crate) q_sin: Tensor,
+    q_sin: Tensor,
     /// The additive bias `[1, b or 1, g·t, t]` of each sliding window in use
     /// (`None`: full causal attention).
-    pub(crate) biases: Vec<(Option<usize>, Tensor)>,
+    biases: Vec<(Option<usize>, Tensor)>,
 }
 
 impl Frame {
