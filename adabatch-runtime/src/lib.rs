@@ -35,6 +35,9 @@ pub mod dist;
 pub mod error;
 #[doc(hidden)]
 pub mod memory;
+/// Models built on the differentiable ops, under Hugging Face's weight names: a
+/// Llama-family decoder ([`models::llama`]).
+pub mod models;
 /// Differentiable fused ops and layers (norms, softmax, ropes) for models from
 /// candle's world.
 pub mod nn;

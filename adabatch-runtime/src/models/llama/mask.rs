@@ -1,0 +1,58 @@
+//! Which tokens a token may attend to: earlier tokens (within a sliding window, if
+//! any) of its own document, and the positions that restart at every document of a
+//! packed row.
+
+use candle_core::{DType, Device, Result, Tensor};
+
+/// Positions `[b, t]` (u32) that count from 0 in every document of each row:
+/// a document is a run of equal ids in `document_ids` `[b, t]` (any integer dtype).
+/// `[[7, 7, 7, 2, 2]]` gives `[[0, 1, 2, 0, 1]]`, what running each document alone
+/// would give.
+pub fn positions_in_documents(document_ids: &Tensor) -> Result<Tensor> {
+    let (b, t) = document_ids.dims2()?;
+    let rows = document_ids.to_dtype(DType::I64)?.to_vec2::<i64>()?;
+    let mut positions = Vec::with_capacity(b * t);
+    for row in &rows {
+        let mut position = 0u32;
+        for (i, id) in row.iter().enumerate() {
+            position = if i > 0 && row[i - 1] == *id {
+                position + 1
+            } else {
+                0
+            };
+            positions.push(position);
+        }
+    }
+    Tensor::from_vec(positions, (b, t), document_ids.device())
+}
+
+/// The additive attention bias of a forward, `[b, t, t]` with `document_ids`
+/// `[b, t]`, else `[1, t, t]`: 0 where query `i` may attend key `j`, −∞ elsewhere.
+/// Allowed: `j ≤ i`, `i − j < window` (Hugging Face's sliding window), and with
+/// `document_ids`, `j` in `i`'s document (equal ids, as transformers' packed
+/// sequences). The diagonal is always allowed, so no row is all −∞.
+pub(crate) fn attention_bias(
+    t: usize,
+    document_ids: Option<&Tensor>,
+    window: Option<usize>,
+    dtype: DType,
+    device: &Device,
+) -> Result<Tensor> {
+    let window = window.unwrap_or(usize::MAX);
+    let allowed: Vec<u8> = (0..t)
+        .flat_map(|i| (0..t).map(move |j| u8::from(j <= i && i - j < window)))
+        .collect();
+    let allowed = Tensor::from_vec(allowed, (1, t, t), device)?;
+    let allowed = match document_ids {
+        None => allowed,
+        Some(ids) => {
+            let same = ids.unsqueeze(2)?.broadcast_eq(&ids.unsqueeze(1)?)?;
+            same.broadcast_mul(&allowed)?
+        }
+    };
+    let zero = Tensor::zeros((), dtype, device)?.broadcast_as(allowed.shape())?;
+    let blocked = Tensor::new(f32::NEG_INFINITY, device)?
+        .to_dtype(dtype)?
+        .broadcast_as(allowed.shape())?;
+    allowed.where_cond(&zero, &blocked)
+}
