@@ -337,3 +337,39 @@ fn the_first_log_after_a_resume_averages_the_same_steps() {
     let same = want.iter().find(|s| s.step == 6).unwrap();
     assert_eq!(got[0].loss.to_bits(), same.loss.to_bits());
 }
+
+#[test]
+fn a_resave_interrupted_at_each_point_leaves_a_resumable_latest() {
+    let out = temp_log("interrupted").with_extension("");
+    let mut a = args(1, 2, 1);
+    a.save_steps = 5;
+    a.output_dir = out.clone();
+    train(&a).unwrap();
+    let copy = |from: &std::path::Path, to: &std::path::Path| {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap().flatten() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    };
+    let last = out.join("checkpoint-10");
+    let partial = out.join(".checkpoint-10.partial");
+    // Killed while the new copy was being written: a half-written partial beside
+    // the complete checkpoint.
+    std::fs::create_dir_all(&partial).unwrap();
+    std::fs::write(partial.join("model.safetensors"), b"half").unwrap();
+    let mut resume = a.clone();
+    resume.resume_from_checkpoint = Some("latest".into());
+    assert_eq!(train(&resume).unwrap().global_step, 10);
+    assert!(!partial.exists());
+    // Killed after the exchange, before the old copy was removed: the old copy
+    // under the partial name, the new one in place.
+    copy(&last, &partial);
+    assert_eq!(adabatch::train::checkpoint::latest(&out).unwrap(), last);
+    assert_eq!(train(&resume).unwrap().global_step, 10);
+    assert!(!partial.exists());
+    // Killed while pruning removed a checkpoint: it was hidden first, so `latest`
+    // never sees a half-deleted one.
+    std::fs::create_dir_all(out.join(".checkpoint-5.partial")).unwrap();
+    std::fs::remove_dir_all(out.join("checkpoint-5")).unwrap();
+    assert_eq!(adabatch::train::checkpoint::latest(&out).unwrap(), last);
+}
