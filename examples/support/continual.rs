@@ -116,6 +116,16 @@ fn phase_args(args: &TrainingArgs, phase: &str) -> TrainingArgs {
     }
 }
 
+/// Phase 1 trains task A alone: the JSONL log and the mixing flags are phase 2's.
+fn phase_one_args(args: &TrainingArgs) -> TrainingArgs {
+    TrainingArgs {
+        log_jsonl: None,
+        mix_weights: Vec::new(),
+        stopping_strategy: None,
+        ..phase_args(args, "phase-1")
+    }
+}
+
 pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome> {
     if let Mix::Fixed(f) = protocol.mix {
         if !(0.0..1.0).contains(&f) {
@@ -153,14 +163,7 @@ pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome>
         adabatch::Result::Ok(Learner::new(model, opt))
     };
 
-    // Phase 1: task A alone (the JSONL log and the mixing flags are phase 2's).
-    let phase_1 = TrainingArgs {
-        log_jsonl: None,
-        mix_weights: Vec::new(),
-        stopping_strategy: None,
-        ..phase_args(args, "phase-1")
-    };
-    let args = &phase_args(args, "phase-2");
+    let (phase_1, args) = (phase_one_args(args), &phase_args(args, "phase-2"));
     let first = Learner::launch(&train_a, &collate, &phase_1, |ctx: &RankContext| {
         build(ctx, None)
     })?;

@@ -153,3 +153,45 @@ fn a_run_draws_its_own_plot() {
         }
     }
 }
+
+/// A run logged every 10 steps, whose examples-seen counts are all even (2 ranks,
+/// 40 examples): the plot's examples axis reaches the run's own count (120), and
+/// the loss panel carries the evaluations.
+#[test]
+fn a_sparse_log_has_the_right_examples_axis_and_its_evaluations() {
+    let log = temp_log("sparse");
+    let out = log.with_extension("svg");
+    let args = TrainingArgs {
+        log_jsonl: Some(log),
+        plot: Some(out.clone()),
+        logging_steps: 10,
+        eval_steps: Some(10),
+        ..common::args(2, 1, 3)
+    };
+    let summary = adabatch::launch_with_eval(
+        &dataset(40, 2),
+        &dataset(8, 3),
+        &common::collate,
+        &args,
+        adamw_factory(|model, opt| IntervalTrainer { model, opt }),
+    )
+    .unwrap()
+    .summary;
+    assert_eq!(summary.examples_seen, 120);
+    assert!(summary.global_step < 40, "the step axis stays below 40");
+    let texts = svg_texts(&out);
+    let largest = texts
+        .iter()
+        .filter_map(|t| t.parse::<f64>().ok())
+        .fold(0.0, f64::max);
+    assert!(
+        largest >= 100.0,
+        "the examples axis ends at {largest}, not near 120"
+    );
+    assert!(
+        texts
+            .iter()
+            .any(|t| t == "Loss (line: training, triangles: eval)"),
+        "{texts:?}"
+    );
+}
