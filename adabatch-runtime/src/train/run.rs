@@ -631,10 +631,11 @@ fn non_finite(params: &[(String, Var)]) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Rank 0 of a run that saves or resumes locks its output directory.
+/// Rank 0 of a run that saves locks its output directory (a run that only
+/// resumes reads it, and creates nothing there).
 fn hold_output_dir(settings: &RunSettings, rank: usize) -> Result<Option<OutputLock>> {
     let saves = &settings.saves;
-    let writes = saves.every != Interval::Never || saves.resume.is_some();
+    let writes = saves.every != Interval::Never;
     (rank == 0 && writes)
         .then(|| OutputLock::acquire(&saves.output_dir))
         .transpose()
