@@ -29,6 +29,8 @@ use adabatch::{AdaptiveTrainer, TrainerPolicy};
 use candle_core::{Device, Tensor};
 use criterion::{BatchSize, Criterion, SamplingMode};
 
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
 #[path = "support/engine_mlp.rs"]
 mod engine_mlp;
 use engine_mlp::*;
@@ -82,31 +84,9 @@ fn median(values: &mut [f64]) -> f64 {
     }
 }
 
-/// CPU time of the calling thread: unlike wall time it does not count the time the
-/// scheduler gives to other processes, which dominates on a shared 2-core machine.
-#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+/// CPU time of the calling thread.
 fn thread_cpu_time() -> Option<f64> {
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
-    }
-    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-    let mut ts = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable `struct timespec` for 64-bit Linux.
-    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    (rc == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
-}
-
-#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
-fn thread_cpu_time() -> Option<f64> {
-    None
+    cpu_time::cpu_time(cpu_time::THREAD)
 }
 
 /// Wall and thread-CPU seconds of `f`.

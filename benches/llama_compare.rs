@@ -31,6 +31,9 @@
 //! `LLAMA_COMPARE_EXPORT` is required (run.sh sets it); `LLAMA_COMPARE_TIMED`
 //! sets how many timed steps follow the `STEPS` (default 30).
 
+#[path = "support/cpu_time.rs"]
+mod cpu_time;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -212,32 +215,9 @@ fn hand_step(trainer: &mut LmTrainer, ids: &Tensor) -> Result<f32> {
     loss.to_scalar::<f32>()
 }
 
-/// CPU seconds of this process (every thread): unlike wall time, it leaves out
-/// the time other processes take on a shared machine.
-#[cfg(all(target_os = "linux", target_pointer_width = "64"))]
+/// CPU seconds of this process (every thread); NaN where the clock cannot be read.
 fn process_cpu_time() -> f64 {
-    #[repr(C)]
-    struct Timespec {
-        tv_sec: i64,
-        tv_nsec: i64,
-    }
-    extern "C" {
-        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
-    }
-    const CLOCK_PROCESS_CPUTIME_ID: i32 = 2;
-    let mut ts = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable `struct timespec` for 64-bit Linux.
-    let rc = unsafe { clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime");
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
-#[cfg(not(all(target_os = "linux", target_pointer_width = "64")))]
-fn process_cpu_time() -> f64 {
-    f64::NAN
+    cpu_time::cpu_time(cpu_time::PROCESS).unwrap_or(f64::NAN)
 }
 
 /// The engine's steps replayed by hand (checked against its losses), then
