@@ -493,7 +493,10 @@ where
     /// checked finite when it was written), logged and summed up on rank 0
     /// before the run stops; other errors as they are.
     fn diverged(&mut self, error: Error) -> Error {
-        let last = (self.last_saved).map(|s| checkpoint_dir(&self.settings.saves.output_dir, s));
+        // A run resumed from a checkpoint elsewhere has none of its own yet.
+        let last = (self.last_saved)
+            .map(|s| checkpoint_dir(&self.settings.saves.output_dir, s))
+            .filter(|dir| dir.is_dir());
         let error = match error {
             Error::NonFiniteLoss { step, loss, .. } => Error::NonFiniteLoss {
                 step,

@@ -160,7 +160,7 @@ pub(crate) fn resume_checkpoint(
 ) -> Result<CheckpointState> {
     let state = load_state(dir)?;
     verify_files(dir, &state)?;
-    validate::check_state(dir, &state, settings)?;
+    validate::check_state(dir, &state)?;
     check_belongs(dir, &state, settings)?;
     check_sources(dir, &state, settings)?;
     check_planned_epoch(dir, &state, settings)?;

@@ -1,4 +1,4 @@
-//! A trainer state checked against itself and the run before anything trains.
+//! A trainer state checked against itself before anything trains.
 //!
 //! `per_device: 0`, `epoch_index: 99` or `position: 5000` of 1,000 examples would
 //! otherwise end a resumed run early as "nothing left to train", with exit code 0.
@@ -8,9 +8,7 @@
 
 use std::path::Path;
 
-use crate::data::planner::RunLength;
 use crate::error::{Error, Result};
-use crate::train::settings::RunSettings;
 
 use super::format::{CheckpointState, STATE};
 use super::manifest::FORMAT_VERSION;
@@ -23,15 +21,12 @@ fn invalid(dir: &Path, detail: String) -> Error {
     }
 }
 
-/// Checks `state` (read from `dir`) for this run.
-pub(crate) fn check_state(
-    dir: &Path,
-    state: &CheckpointState,
-    settings: &RunSettings,
-) -> Result<()> {
+/// Checks `state` (read from `dir`). A state past this run's end (resumed with
+/// fewer epochs or steps) is not corrupt: the run then has nothing left to train.
+pub(crate) fn check_state(dir: &Path, state: &CheckpointState) -> Result<()> {
     let p = &state.planner;
     let n = state.num_examples;
-    let checks: [(bool, String); 9] = [
+    let checks: [(bool, String); 8] = [
         (p.per_device >= 1, format!("`per_device` is {}, at least 1", p.per_device)),
         (state.world_size >= 1, format!("`world_size` is {}, at least 1", state.world_size)),
         (p.min_batch >= 1, format!("`min_batch` is {}, at least 1", p.min_batch)),
@@ -57,7 +52,6 @@ pub(crate) fn check_state(
                 p.global_step, p.examples_seen
             ),
         ),
-        epochs_check(state, settings),
         (
             state.policy.is_some() || state.format_version.unwrap_or(1) < FORMAT_VERSION,
             "the `policy` key is missing".to_string(),
@@ -76,21 +70,6 @@ pub(crate) fn check_world(dir: &Path, state: &CheckpointState) -> Result<()> {
         return Err(invalid(dir, "`world_size` is 0, at least 1".to_string()));
     }
     Ok(())
-}
-
-/// A run of E epochs ends at `epoch_index` E, position 0.
-fn epochs_check(state: &CheckpointState, settings: &RunSettings) -> (bool, String) {
-    let p = &state.planner;
-    match settings.length {
-        RunLength::Epochs(epochs) => (
-            p.epoch_index < epochs || (p.epoch_index == epochs && p.position == 0),
-            format!(
-                "`epoch_index` {} (position {}) is past the run's {epochs} epochs",
-                p.epoch_index, p.position
-            ),
-        ),
-        RunLength::Steps(_) => (true, String::new()),
-    }
 }
 
 /// The clamps in force may only be tighter than the stored policy's (an OOM
