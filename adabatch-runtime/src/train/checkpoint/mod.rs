@@ -158,9 +158,8 @@ pub(crate) fn resume_checkpoint(
     optimizer: &mut impl TrainOptimizer,
     device: &Device,
 ) -> Result<CheckpointState> {
+    // Its files and state were verified once for the process, by `resume_point`.
     let state = load_state(dir)?;
-    verify_files(dir, &state)?;
-    validate::check_state(dir, &state)?;
     check_belongs(dir, &state, settings)?;
     check_sources(dir, &state, settings)?;
     check_planned_epoch(dir, &state, settings)?;
@@ -313,8 +312,8 @@ pub(crate) fn load_best(
 }
 
 /// Where `args` resume (`latest` resolved to the newest complete checkpoint of
-/// `--output-dir`), and the ranks the checkpoint's sizes count (this run's
-/// `world_size` when it starts fresh).
+/// `--output-dir`, its files and trainer state verified), and the ranks the
+/// checkpoint's sizes count (this run's `world_size` when it starts fresh).
 pub(crate) fn resume_point(args: &TrainingArgs, world_size: usize) -> Result<ResumePoint> {
     let dir = match &args.resume_from_checkpoint {
         Some(dir) if dir.as_os_str() == "latest" => Some(latest(&args.output_dir)?),
@@ -325,9 +324,11 @@ pub(crate) fn resume_point(args: &TrainingArgs, world_size: usize) -> Result<Res
             if !dir.is_dir() {
                 return Err(Error::NoSuchCheckpoint { path: dir.clone() });
             }
+            // Once per process, before any rank starts: the checksums read every
+            // byte of the weights.
             let state = load_state(dir)?;
             verify_files(dir, &state)?;
-            validate::check_world(dir, &state)?;
+            validate::check_state(dir, &state)?;
             state.world_size
         }
         None => world_size,

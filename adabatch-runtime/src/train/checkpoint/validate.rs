@@ -63,15 +63,6 @@ pub(crate) fn check_state(dir: &Path, state: &CheckpointState) -> Result<()> {
     check_clamps(dir, state)
 }
 
-/// The checkpoint's ranks, read before the run's settings are made (they count
-/// its per-device sizes): at least 1.
-pub(crate) fn check_world(dir: &Path, state: &CheckpointState) -> Result<()> {
-    if state.world_size == 0 {
-        return Err(invalid(dir, "`world_size` is 0, at least 1".to_string()));
-    }
-    Ok(())
-}
-
 /// The clamps in force may only be tighter than the stored policy's (an OOM
 /// `halve` lowers them), never looser.
 fn check_clamps(dir: &Path, state: &CheckpointState) -> Result<()> {
