@@ -465,6 +465,14 @@ pub enum Error {
     /// A token dataset's or collate's setting cannot work.
     #[error("token data: {0}")]
     TokenSetting(String),
+    /// A tokenizer or corpus file could not be read, or text could not be encoded.
+    #[error("{path}: {detail}")]
+    Tokenizer {
+        /// The tokenizer, corpus or token-data file.
+        path: PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
 }
 
 /// The end of a `main`: `Ok` exits 0; an error prints as `error: <message>` and

@@ -59,6 +59,8 @@ pub use config::args::{IntervalStrategy, ReportTo, TrainingArgs};
 pub use config::policy::{
     GradAccum, MixSpec, OomPolicy, Reweight, StoppingStrategy, TrainerPolicy,
 };
+#[cfg(feature = "tokenizers")]
+pub use data::tokenize;
 pub use data::tokens::{TokenDocuments, TokenFile, TokenWidth, TokenWindows};
 pub use dist::communicator::{Communicator, Local, Single};
 #[cfg(feature = "nccl")]

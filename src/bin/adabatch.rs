@@ -7,6 +7,13 @@
 //! draws the global batch size, coverage and epoch, loss and learning rate of each
 //! run's JSONL log (`--log-jsonl`) against steps and against examples seen, runs
 //! overlaid with a legend.
+//!
+//! ```text
+//! adabatch tokenize CORPUS.txt|CORPUS.jsonl [...] -o DIR [--vocab-size N | --tokenizer tokenizer.json]
+//! ```
+//!
+//! writes token files for the language-model datasets (`adabatch::tokenize`):
+//! `DIR/train.bin`, `DIR/validation.bin`, `DIR/tokenizer.json`, `DIR/tokens.json`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,6 +43,30 @@ enum Command {
         #[arg(short, long)]
         label: Vec<String>,
     },
+    /// Tokenize a corpus (one document per line, or JSON lines with a "text" field)
+    /// into token files: DIR/train.bin, DIR/validation.bin (each document followed by
+    /// the EOS id), DIR/tokenizer.json and DIR/tokens.json.
+    #[cfg(feature = "tokenizers")]
+    Tokenize {
+        /// Corpus files: `.txt` (a document per line) or `.jsonl`.
+        #[arg(required = true)]
+        corpus: Vec<PathBuf>,
+        /// Output directory.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Train a byte-level BPE of this many ids on the training documents.
+        #[arg(long, default_value_t = 4096, conflicts_with = "tokenizer")]
+        vocab_size: usize,
+        /// Use this `tokenizer.json` instead of training one.
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        /// The token that ends every document.
+        #[arg(long, default_value = "<|endoftext|>")]
+        eos_token: String,
+        /// Share of the documents held out for validation (evenly spread).
+        #[arg(long, default_value_t = 0.05)]
+        validation_fraction: f64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -50,6 +81,37 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> adabatch::Result<()> {
     match cli.command {
+        #[cfg(feature = "tokenizers")]
+        Command::Tokenize {
+            corpus,
+            output,
+            vocab_size,
+            tokenizer,
+            eos_token,
+            validation_fraction,
+        } => {
+            use adabatch::tokenize::{prepare_corpus, PrepareOptions, TokenizerSource};
+            let options = PrepareOptions {
+                tokenizer: match tokenizer {
+                    Some(path) => TokenizerSource::File(path),
+                    None => TokenizerSource::TrainBpe { vocab_size },
+                },
+                eos_token,
+                validation_fraction,
+            };
+            let info = prepare_corpus(&corpus, &output, &options)?;
+            println!(
+                "wrote {}: {} training documents ({} tokens), {} validation documents ({} tokens), vocabulary {}, EOS id {}",
+                output.display(),
+                info.train_documents,
+                info.train_tokens,
+                info.validation_documents,
+                info.validation_tokens,
+                info.vocab_size,
+                info.eos_id
+            );
+            Ok(())
+        }
         Command::Plot {
             logs,
             output,

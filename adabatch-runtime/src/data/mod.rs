@@ -1,7 +1,7 @@
 //! Which examples go into which step: the global-batch sampler, its seeded
 //! constant-memory permutations, length-aware epochs and the step planner that
 //! drives both with the schedule; several sources mixed per step; token files read
-//! as windows or documents.
+//! as windows or documents, and written from text (`tokenizers` feature).
 
 pub mod length;
 pub mod mixture;
@@ -9,4 +9,6 @@ pub mod permutation;
 pub mod planner;
 pub mod sampler;
 pub mod sources;
+#[cfg(feature = "tokenizers")]
+pub mod tokenize;
 pub mod tokens;

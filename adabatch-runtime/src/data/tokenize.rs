@@ -1,0 +1,370 @@
+//! Text to token files, with Hugging Face's `tokenizers`: a byte-level BPE trained on
+//! the corpus (GPT-2's scheme: any text encodes, nothing is unknown) or a
+//! `tokenizer.json` loaded as is. [`prepare_corpus`] writes a directory the
+//! [`TokenDocuments`](super::tokens::TokenDocuments) views read:
+//!
+//! ```text
+//! DIR/tokenizer.json    the tokenizer (transformers' PreTrainedTokenizerFast loads it)
+//! DIR/train.bin         training documents, each followed by the EOS id
+//! DIR/validation.bin    held-out documents, the same way
+//! DIR/tokens.json       width, vocabulary size, EOS id and counts (CorpusInfo)
+//! ```
+//!
+//! A corpus is text with one document per line, or JSON lines with a `"text"` field
+//! (a `.jsonl` file), either gzipped (`.gz`) or not; blank lines are skipped. The held-out documents are spread
+//! evenly through the corpus (document `i` is held out when `⌊(i+1)·f⌋ > ⌊i·f⌋` for
+//! the fraction `f`), and a trained tokenizer sees only the training documents.
+
+use std::io::{BufRead, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use tokenizers::models::bpe::{BpeTrainerBuilder, BPE};
+use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+/// Hugging Face's tokenizer (to decode sampled ids, or encode prompts).
+pub use tokenizers::Tokenizer;
+use tokenizers::{AddedToken, TokenizerBuilder};
+
+use super::tokens::TokenWidth;
+use crate::error::{Error, Result};
+
+/// Where the tokenizer comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TokenizerSource {
+    /// Train a byte-level BPE of this many ids (the EOS token included) on the
+    /// training documents.
+    TrainBpe {
+        /// Vocabulary size, at least 257 (the 256 bytes and the EOS token).
+        vocab_size: usize,
+    },
+    /// A `tokenizer.json` (of a Hugging Face model, or written before).
+    File(PathBuf),
+}
+
+/// How to cut and tokenize a corpus.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrepareOptions {
+    /// The tokenizer.
+    pub tokenizer: TokenizerSource,
+    /// The end-of-document token; added to a trained tokenizer as its id 0, and
+    /// looked up in a loaded one.
+    pub eos_token: String,
+    /// Share of documents held out for validation, in `[0, 1)`.
+    pub validation_fraction: f64,
+}
+
+impl Default for PrepareOptions {
+    fn default() -> Self {
+        Self {
+            tokenizer: TokenizerSource::TrainBpe { vocab_size: 4096 },
+            eos_token: "<|endoftext|>".into(),
+            validation_fraction: 0.05,
+        }
+    }
+}
+
+/// What [`prepare_corpus`] wrote: `tokens.json`, read back by [`CorpusInfo::read`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CorpusInfo {
+    /// Bytes per token id in the `.bin` files: 2 (`u16`) or 4 (`u32`).
+    pub width_bytes: usize,
+    /// The tokenizer's vocabulary size (added tokens included).
+    pub vocab_size: u32,
+    /// The end-of-document id that closes every document.
+    pub eos_id: u32,
+    /// The end-of-document token.
+    pub eos_token: String,
+    /// Documents and tokens (EOS included) in `train.bin`.
+    pub train_documents: usize,
+    /// Tokens in `train.bin`.
+    pub train_tokens: u64,
+    /// Documents in `validation.bin`.
+    pub validation_documents: usize,
+    /// Tokens in `validation.bin`.
+    pub validation_tokens: u64,
+}
+
+impl CorpusInfo {
+    /// The `tokens.json` of a prepared directory.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join("tokens.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+        serde_json::from_str(&text).map_err(|e| tokenizer_error(&path, e))
+    }
+
+    /// How the `.bin` files store ids.
+    pub fn width(&self) -> Result<TokenWidth> {
+        match self.width_bytes {
+            2 => Ok(TokenWidth::U16),
+            4 => Ok(TokenWidth::U32),
+            n => Err(Error::TokenSetting(format!(
+                "tokens.json: width_bytes is {n}; it must be 2 (u16) or 4 (u32)"
+            ))),
+        }
+    }
+}
+
+fn tokenizer_error(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::Tokenizer {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    }
+}
+
+/// The documents of a corpus file: one per line, or the `"text"` of each JSON line
+/// of a `.jsonl` file; blank lines and empty texts skipped.
+pub fn read_documents(path: &Path) -> Result<Vec<String>> {
+    let io = |e| Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let gzipped = path.extension().is_some_and(|e| e == "gz");
+    let reader: Box<dyn std::io::Read> = if gzipped {
+        Box::new(flate2::read::GzDecoder::new(file))
+    } else {
+        Box::new(file)
+    };
+    let stem = if gzipped {
+        path.with_extension("")
+    } else {
+        path.to_path_buf()
+    };
+    let jsonl = stem.extension().is_some_and(|e| e == "jsonl");
+    let mut documents = Vec::new();
+    for (number, line) in std::io::BufReader::new(reader).lines().enumerate() {
+        let line = line.map_err(io)?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let text = if jsonl {
+            json_text(&line)
+                .map_err(|detail| tokenizer_error(path, format!("line {}: {detail}", number + 1)))?
+        } else {
+            line
+        };
+        if !text.trim().is_empty() {
+            documents.push(text);
+        }
+    }
+    if documents.is_empty() {
+        return Err(tokenizer_error(path, "the corpus holds no document"));
+    }
+    Ok(documents)
+}
+
+fn json_text(line: &str) -> std::result::Result<String, String> {
+    let value: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    match value.get("text") {
+        Some(serde_json::Value::String(s)) => Ok(s.clone()),
+        _ => Err("no string field \"text\"".into()),
+    }
+}
+
+/// Whether document `index` is held out, for a fraction `f`: evenly spread, exactly
+/// `⌊n·f⌋` of the first `n`.
+pub fn is_held_out(index: usize, fraction: f64) -> bool {
+    ((index + 1) as f64 * fraction).floor() > (index as f64 * fraction).floor()
+}
+
+/// A byte-level BPE of `vocab_size` ids trained on `documents`, `eos_token` its id 0.
+pub fn train_byte_level_bpe(
+    documents: &[&str],
+    vocab_size: usize,
+    eos_token: &str,
+) -> Result<Tokenizer> {
+    let alphabet = ByteLevel::alphabet();
+    if vocab_size < alphabet.len() + 1 {
+        return Err(Error::TokenSetting(format!(
+            "a byte-level BPE needs a vocabulary of at least {} ids (256 bytes and the EOS token); {vocab_size} given",
+            alphabet.len() + 1
+        )));
+    }
+    let mut trainer = BpeTrainerBuilder::new()
+        .show_progress(false)
+        .vocab_size(vocab_size)
+        .min_frequency(2)
+        .special_tokens(vec![AddedToken::from(eos_token.to_string(), true)])
+        .initial_alphabet(alphabet.into_iter().collect())
+        .build();
+    // No prefix space: a document's first word encodes as it does after a line start.
+    let byte_level = ByteLevel::new(false, true, true);
+    // GPT-2's layout: byte-level pre-tokenizer, post-processor and decoder, no normalizer.
+    let mut tokenizer =
+        TokenizerBuilder::<BPE, NormalizerWrapper, ByteLevel, ByteLevel, ByteLevel>::new()
+            .with_model(BPE::default())
+            .with_pre_tokenizer(Some(byte_level))
+            .with_post_processor(Some(byte_level))
+            .with_decoder(Some(byte_level))
+            .build()
+            .map_err(|e| Error::TokenSetting(e.to_string()))?;
+    tokenizer
+        .train(&mut trainer, documents.iter())
+        .map_err(|e| Error::TokenSetting(format!("training the BPE: {e}")))?;
+    Ok(Tokenizer::from(tokenizer))
+}
+
+/// The tokenizer of `options`: trained on `documents`, or loaded.
+pub fn build_tokenizer(options: &PrepareOptions, documents: &[&str]) -> Result<Tokenizer> {
+    match &options.tokenizer {
+        TokenizerSource::TrainBpe { vocab_size } => {
+            train_byte_level_bpe(documents, *vocab_size, &options.eos_token)
+        }
+        TokenizerSource::File(path) => {
+            Tokenizer::from_file(path).map_err(|e| tokenizer_error(path, e))
+        }
+    }
+}
+
+/// Encodes `documents` and writes their ids, each document followed by `eos_id`, as
+/// little-endian `width` integers to `path`; returns the tokens written.
+pub fn write_token_file(
+    tokenizer: &Tokenizer,
+    documents: &[&str],
+    eos_id: u32,
+    width: TokenWidth,
+    path: &Path,
+) -> Result<u64> {
+    let io = |e| Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let mut out = BufWriter::new(std::fs::File::create(path).map_err(io)?);
+    let mut written = 0u64;
+    // In chunks: the encodings of a large corpus need not all be in memory at once.
+    for chunk in documents.chunks(4096) {
+        let encodings = tokenizer
+            .encode_batch(chunk.to_vec(), false)
+            .map_err(|e| tokenizer_error(path, format!("encoding: {e}")))?;
+        for encoding in encodings {
+            for &id in encoding.get_ids().iter().chain([&eos_id]) {
+                match width {
+                    TokenWidth::U16 => out.write_all(&(id as u16).to_le_bytes()),
+                    TokenWidth::U32 => out.write_all(&id.to_le_bytes()),
+                }
+                .map_err(io)?;
+            }
+            written += encoding.len() as u64 + 1;
+        }
+    }
+    out.into_inner()
+        .map_err(|e| io(e.into_error()))?
+        .sync_all()
+        .map_err(io)?;
+    Ok(written)
+}
+
+/// Tokenizes `corpus` files into `dir` (see the module's layout) and returns what it
+/// wrote. The output files are written whole or not at all: `tokens.json` last.
+pub fn prepare_corpus(
+    corpus: &[PathBuf],
+    dir: &Path,
+    options: &PrepareOptions,
+) -> Result<CorpusInfo> {
+    if !(0.0..1.0).contains(&options.validation_fraction) {
+        return Err(Error::TokenSetting(format!(
+            "validation fraction {} is not in [0, 1)",
+            options.validation_fraction
+        )));
+    }
+    if corpus.is_empty() {
+        return Err(Error::TokenSetting("no corpus file given".into()));
+    }
+    let mut documents = Vec::new();
+    for path in corpus {
+        documents.extend(read_documents(path)?);
+    }
+    let (mut train, mut validation) = (Vec::new(), Vec::new());
+    for (i, doc) in documents.iter().enumerate() {
+        if is_held_out(i, options.validation_fraction) {
+            validation.push(doc.as_str());
+        } else {
+            train.push(doc.as_str());
+        }
+    }
+    let tokenizer = build_tokenizer(options, &train)?;
+    let eos_id = tokenizer.token_to_id(&options.eos_token).ok_or_else(|| {
+        Error::TokenSetting(format!(
+            "the tokenizer has no token {:?} to end documents with (--eos-token)",
+            options.eos_token
+        ))
+    })?;
+    let vocab_size = tokenizer.get_vocab_size(true) as u32;
+    let width = if vocab_size <= 1 << 16 {
+        TokenWidth::U16
+    } else {
+        TokenWidth::U32
+    };
+    std::fs::create_dir_all(dir).map_err(|e| Error::Io {
+        path: dir.to_path_buf(),
+        source: e,
+    })?;
+    let tokenizer_path = dir.join("tokenizer.json");
+    tokenizer
+        .save(&tokenizer_path, false)
+        .map_err(|e| tokenizer_error(&tokenizer_path, e))?;
+    let info = CorpusInfo {
+        width_bytes: width.bytes(),
+        vocab_size,
+        eos_id,
+        eos_token: options.eos_token.clone(),
+        train_documents: train.len(),
+        train_tokens: write_token_file(&tokenizer, &train, eos_id, width, &dir.join("train.bin"))?,
+        validation_documents: validation.len(),
+        validation_tokens: write_token_file(
+            &tokenizer,
+            &validation,
+            eos_id,
+            width,
+            &dir.join("validation.bin"),
+        )?,
+    };
+    let info_path = dir.join("tokens.json");
+    let text = serde_json::to_string_pretty(&info).expect("plain data serialises");
+    std::fs::write(&info_path, text).map_err(|e| Error::Io {
+        path: info_path,
+        source: e,
+    })?;
+    Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_out_documents_are_spread_and_counted_exactly() {
+        let held: Vec<usize> = (0..100).filter(|&i| is_held_out(i, 0.05)).collect();
+        assert_eq!(held, vec![19, 39, 59, 79, 99]);
+        assert_eq!((0..1000).filter(|&i| is_held_out(i, 0.0)).count(), 0);
+        assert_eq!((0..1000).filter(|&i| is_held_out(i, 0.3)).count(), 300);
+    }
+
+    #[test]
+    fn a_trained_bpe_round_trips_any_text() {
+        let docs = [
+            "the cat sat on the mat",
+            "the dog sat on the log",
+            "a cat and a dog",
+        ];
+        let tok = train_byte_level_bpe(&docs, 300, "<|endoftext|>").unwrap();
+        assert_eq!(tok.token_to_id("<|endoftext|>"), Some(0));
+        // Text the corpus never had (bytes beyond ASCII included) encodes and decodes back.
+        for text in ["the cat sat", "zebra ñandú 🦓"] {
+            let ids = tok.encode(text, false).unwrap().get_ids().to_vec();
+            assert_eq!(tok.decode(&ids, false).unwrap(), text);
+        }
+        // Merges were learnt: "the" is fewer ids than its three bytes.
+        assert!(tok.encode("the", false).unwrap().len() < 3);
+    }
+
+    #[test]
+    fn too_small_a_vocabulary_is_a_typed_error() {
+        let err = train_byte_level_bpe(&["abc"], 100, "<eos>").unwrap_err();
+        assert!(err.to_string().contains("at least 257"), "{err}");
+    }
+}
