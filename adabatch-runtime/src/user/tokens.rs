@@ -76,6 +76,11 @@ impl Dataset for TokenWindows {
 /// (padding is one more segment), for a block-diagonal causal mask. With it, a row
 /// is one sequence, as nanoGPT trains: positions run `0..seq_len` and the ids are
 /// all 0; targets still stop at document ends.
+///
+/// **Without packing** ([`PackedCollate::with_packing`]`(false)`, the baseline that
+/// packing is measured against) every piece has a row of its own, padded to the
+/// micro-batch's longest piece (as transformers' `DataCollatorWithPadding` pads to
+/// the longest sequence); the rows keep the same layout and losses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PackedCollate {
     /// Positions per row.
@@ -84,6 +89,8 @@ pub struct PackedCollate {
     pub pad_id: u32,
     /// Whether a token may attend to earlier documents of its row.
     pub cross_document_attention: bool,
+    /// Whether pieces share rows (`true`, the default) or each has its own.
+    pub packing: bool,
 }
 
 /// A packed micro-batch on the host: what [`PackedBatch`] holds, as row-major
@@ -127,7 +134,14 @@ impl PackedCollate {
             seq_len,
             pad_id,
             cross_document_attention: false,
+            packing: true,
         }
+    }
+
+    /// The same, packing pieces into shared rows or giving each a row of its own
+    /// padded to the longest piece of the micro-batch.
+    pub fn with_packing(self, packing: bool) -> Self {
+        Self { packing, ..self }
     }
 
     /// The same, with tokens attending across documents of a row or not.
@@ -147,14 +161,21 @@ impl PackedCollate {
             candle_core::bail!("PackedCollate: {} documents", documents.len());
         }
         let rows = self.place(documents);
+        let width = if self.packing {
+            self.seq_len
+        } else {
+            let longest = rows.iter().flatten().map(|piece| piece.len).max();
+            longest.unwrap_or(1)
+        };
+        let cells = rows.len() * width;
         let mut out = PackedRows {
             rows: rows.len(),
-            seq_len: self.seq_len,
-            input_ids: Vec::with_capacity(rows.len() * self.seq_len),
-            targets: Vec::with_capacity(rows.len() * self.seq_len),
-            position_ids: Vec::with_capacity(rows.len() * self.seq_len),
-            document_ids: Vec::with_capacity(rows.len() * self.seq_len),
-            token_document_index: Vec::with_capacity(rows.len() * self.seq_len),
+            seq_len: width,
+            input_ids: Vec::with_capacity(cells),
+            targets: Vec::with_capacity(cells),
+            position_ids: Vec::with_capacity(cells),
+            document_ids: Vec::with_capacity(cells),
+            token_document_index: Vec::with_capacity(cells),
             num_documents: documents.len(),
             num_targets: 0,
         };
@@ -177,7 +198,8 @@ impl PackedCollate {
                     offset,
                     len,
                 };
-                match fill.iter().position(|&f| f + len <= self.seq_len) {
+                let room = |&f: &usize| self.packing && f + len <= self.seq_len;
+                match fill.iter().position(room) {
                     Some(r) => {
                         rows[r].push(piece);
                         fill[r] += len;
@@ -218,7 +240,7 @@ impl PackedCollate {
             }
         }
         let padding_segment = if cross { 0 } else { row.len() as u32 };
-        for _ in column as usize..self.seq_len {
+        for _ in column as usize..out.seq_len {
             out.input_ids.push(self.pad_id);
             out.targets.push(IGNORE_INDEX);
             out.position_ids.push(if cross { column } else { 0 });
@@ -606,9 +628,10 @@ mod tests {
             .collect()
     }
 
-    fn check_packing(docs: &[Document], seq_len: usize, cross: bool) {
+    fn check_packing(docs: &[Document], seq_len: usize, cross: bool, packing: bool) {
         let p = PackedCollate::new(seq_len, PAD)
             .with_cross_document_attention(cross)
+            .with_packing(packing)
             .pack(docs)
             .unwrap();
         for v in [
@@ -617,7 +640,16 @@ mod tests {
             &p.document_ids,
             &p.token_document_index,
         ] {
-            assert_eq!(v.len(), p.rows * seq_len);
+            assert_eq!(v.len(), p.rows * p.seq_len);
+        }
+        let pieces: usize = docs.iter().map(|d| d.len().div_ceil(seq_len)).sum();
+        if packing {
+            assert_eq!(p.seq_len, seq_len);
+            assert!(p.rows <= pieces.max(1));
+        } else {
+            // A row per piece, as wide as the longest.
+            let longest = docs.iter().map(|d| d.len().min(seq_len)).max().unwrap_or(0);
+            assert_eq!((p.rows, p.seq_len), (pieces.max(1), longest.max(1)));
         }
         let segs = segments(&p);
         let mut rebuilt = vec![Vec::new(); docs.len()];
@@ -643,7 +675,7 @@ mod tests {
         if !cross {
             for row in 0..p.rows {
                 let segments = segs.iter().filter(|s| s.0 == row).count();
-                let last = p.document_ids[(row + 1) * seq_len - 1] as usize;
+                let last = p.document_ids[(row + 1) * p.seq_len - 1] as usize;
                 assert!(last == segments || last + 1 == segments);
             }
         }
@@ -655,8 +687,9 @@ mod tests {
             docs in prop::collection::vec(prop::collection::vec(0u32..50, 0..20), 1..12),
             seq_len in 1usize..10,
             cross in any::<bool>(),
+            packing in any::<bool>(),
         ) {
-            check_packing(&docs, seq_len, cross);
+            check_packing(&docs, seq_len, cross, packing);
         }
     }
 }
