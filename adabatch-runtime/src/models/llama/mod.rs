@@ -35,10 +35,12 @@
 //! Files, from the bottom up: `config` (the configuration and its checks),
 //! `linear` (layers initialised as transformers does), `norm`, `rotary`
 //! (angles from positions), `mask` (causal, sliding-window and document masks),
-//! `mlp`, `attention`, `layer` (one decoder layer), `model` ([`Llama`]).
+//! `mlp`, `attention`, `layer` (one decoder layer), `model` ([`Llama`]), `generate`
+//! (greedy and temperature sampling).
 
 mod attention;
 mod config;
+mod generate;
 mod layer;
 mod linear;
 mod mask;
@@ -50,5 +52,6 @@ mod rotary;
 mod tests;
 
 pub use config::{ConfigError, LlamaConfig, ModelType, TokenIds};
+pub use generate::{generate, Sampling};
 pub use mask::positions_in_documents;
 pub use model::Llama;
