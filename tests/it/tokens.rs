@@ -3,9 +3,12 @@
 //! document is used exactly once per epoch, and with `reweight = token_count` the
 //! steps are the same whatever the number of ranks.
 
-use crate::common::{args, read_log, temp_log};
+use crate::common::{args, flat64, read_log, temp_log};
+use proptest::prelude::*;
 
-use adabatch::optim::{AdamW, ParamsAdamW};
+use std::sync::Mutex;
+
+use adabatch::optim::{AdamW, ParamsAdamW, Sgd};
 use adabatch::prelude::*;
 use adabatch::{PackedBatch, PackedCollate, TokenDocuments, TokenFile, TokenWidth};
 use candle_core::{DType, Device, Tensor, Var};
@@ -45,7 +48,11 @@ struct Bigram {
 
 impl Bigram {
     fn new(params: Parameters, device: &Device) -> candle_core::Result<Self> {
-        let vb = params.var_builder(DType::F32, device);
+        Self::with_dtype(params, device, DType::F32)
+    }
+
+    fn with_dtype(params: Parameters, device: &Device, dtype: DType) -> candle_core::Result<Self> {
+        let vb = params.var_builder(dtype, device);
         Ok(Self {
             embedding: candle_nn::embedding(VOCAB as usize, 16, vb.pp("embed"))?,
             head: candle_nn::linear(16, VOCAB as usize, vb.pp("head"))?,
@@ -158,4 +165,144 @@ fn packed_documents_train_once_per_epoch_on_any_number_of_ranks() {
         first.is_finite() && last < 0.7 * first,
         "the bigram learns: {first} -> {last}"
     );
+}
+
+#[adaptive_trainer(reweight = token_count, drop_last = false)]
+struct ExactTrainer {
+    #[model]
+    model: Bigram,
+    #[optimizer]
+    opt: Sgd,
+}
+
+/// Documents of random ids (1..VOCAB) and lengths (the EOS included, so at least
+/// 2), each closed by its EOS.
+fn documents_file(lengths: &[usize], seed: u64) -> std::path::PathBuf {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut tokens: Vec<u16> = Vec::new();
+    for &len in lengths {
+        tokens.extend((1..len).map(|_| rng.random_range(1..VOCAB) as u16));
+        tokens.push(EOS as u16);
+    }
+    let path = temp_log("exact-tokens").with_extension("bin");
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[derive(Debug, Clone)]
+struct ExactCase {
+    lengths: Vec<usize>,
+    seq_len: usize,
+    /// `START INCR TOKENS GLOBAL`: a global batch growing with the tokens consumed.
+    ramp: (usize, usize, usize, usize),
+    world: usize,
+    micro_batches: usize,
+    seed: u64,
+}
+
+fn exact_cases() -> impl Strategy<Value = ExactCase> {
+    (
+        prop::collection::vec(2usize..30, 8..40),
+        2usize..12,
+        (1usize..4, 1usize..4, 1usize..400, 0usize..8),
+        1usize..=4,
+        1usize..=3,
+        any::<u64>(),
+    )
+        .prop_map(
+            |(lengths, seq_len, (start, incr, tokens, extra), world, micro_batches, seed)| {
+                // The ramp's end is START plus a whole number of increments, and at
+                // least one document for each rank's micro-batches.
+                let start = start.max(world * micro_batches);
+                let global = start + incr * extra;
+                ExactCase {
+                    lengths,
+                    seq_len,
+                    ramp: (start, incr, tokens, global),
+                    world,
+                    micro_batches,
+                    seed,
+                }
+            },
+        )
+}
+
+/// Two epochs of SGD on an f64 bigram over packed documents on `world` ranks of
+/// `micro_batches` micro-batches each: the step logs and rank 0's final weights.
+fn exact_run(
+    data: &TokenDocuments,
+    case: &ExactCase,
+    world: usize,
+    micro_batches: usize,
+) -> (Vec<adabatch::StepLog>, Vec<f64>) {
+    let log = temp_log("exact-run");
+    let mut a = args(world, 1, 2);
+    let (start, incr, tokens, global) = case.ramp;
+    a.rampup_batch_size = Some(vec![start, incr, tokens]);
+    a.rampup_in_tokens = true;
+    a.global_batch_size = Some(global);
+    a.gradient_accumulation_steps = Some(micro_batches);
+    a.learning_rate = 0.5;
+    a.seed = Some(case.seed);
+    a.log_indices = true;
+    a.log_jsonl = Some(log.clone());
+    let collate = PackedCollate::new(case.seq_len, EOS);
+    let rank0 = Mutex::new(None);
+    ExactTrainer::launch(data, &collate, &a, |ctx: &RankContext| {
+        let model = Bigram::with_dtype(ctx.parameters(), ctx.device(), DType::F64)?;
+        if ctx.rank() == 0 {
+            *rank0.lock().unwrap() = Some(model.params.clone());
+        }
+        let opt = Sgd::new(model.params.all_vars(), 0.5);
+        Ok(ExactTrainer::new(model, opt))
+    })
+    .unwrap();
+    let params = rank0.into_inner().unwrap().unwrap();
+    (read_log(&log), flat64(params.all_vars()))
+}
+
+fn relative(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs().max(1e-12)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Packed documents under a token ramp, on W ranks of M micro-batches: every
+    /// document once per epoch, the same global batches, and — the loss being the
+    /// mean over the global batch's target tokens — the same losses and weights as
+    /// one rank with one micro-batch, within 1e-6 relative (f64 model).
+    #[test]
+    fn token_normalised_updates_do_not_depend_on_ranks_or_micro_batches(case in exact_cases()) {
+        let path = documents_file(&case.lengths, case.seed);
+        let file = TokenFile::open(&path, TokenWidth::U16, VOCAB).unwrap();
+        let data = TokenDocuments::new(file, EOS).unwrap();
+        prop_assert_eq!(data.len(), case.lengths.len());
+        let (one, one_weights) = exact_run(&data, &case, 1, 1);
+        let (many, many_weights) = exact_run(&data, &case, case.world, case.micro_batches);
+        let all: Vec<usize> = many.iter().flat_map(|l| l.indices.concat()).collect();
+        prop_assert_eq!(all.len(), 2 * data.len());
+        for seen in all.chunks(data.len()) {
+            let mut seen = seen.to_vec();
+            seen.sort_unstable();
+            prop_assert_eq!(seen, (0..data.len()).collect::<Vec<_>>());
+        }
+        prop_assert_eq!(many.len(), one.len());
+        for (m, o) in many.iter().zip(&one) {
+            let sorted = |l: &adabatch::StepLog| {
+                let mut v = l.indices.concat();
+                v.sort_unstable();
+                v
+            };
+            prop_assert_eq!(sorted(m), sorted(o), "step {}", m.step);
+            prop_assert!(relative(m.loss, o.loss) < 1e-6, "step {}: {} vs {}", m.step, m.loss, o.loss);
+        }
+        let scale = one_weights.iter().fold(0f64, |s, w| s.max(w.abs()));
+        for (m, o) in many_weights.iter().zip(&one_weights) {
+            prop_assert!((m - o).abs() <= 1e-6 * scale, "weights {m} vs {o}");
+        }
+        std::fs::remove_file(&path).ok();
+    }
 }

@@ -224,6 +224,19 @@ pub fn flat(vars: impl IntoIterator<Item = Var>) -> Vec<f32> {
         .collect()
 }
 
+/// Every value of f64 `vars`, flattened in order.
+pub fn flat64(vars: impl IntoIterator<Item = Var>) -> Vec<f64> {
+    vars.into_iter()
+        .flat_map(|v| {
+            v.as_tensor()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f64>()
+                .unwrap()
+        })
+        .collect()
+}
+
 /// A fresh JSONL path in the temp dir.
 pub fn temp_log(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("adabatch-tests-{}", std::process::id()));

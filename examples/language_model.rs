@@ -1,0 +1,246 @@
+//! Pretrain a small Llama decoder on the English corpus in `data/`: tokenized by a
+//! byte-level BPE trained on first run, documents packed into rows without padding
+//! (positions restart per document, attention stays inside it), the batch ramped
+//! over the tokens consumed, validation perplexity every `--eval-steps`, TensorBoard
+//! events and a plot, and a few lines of sampled text at the end.
+//!
+//! ```text
+//! cargo run --release --example language_model -- --nproc-per-node 2
+//! ```
+//!
+//! Defaults: 4,096 BPE ids, rows of 128 positions, a 4-layer decoder (hidden 128,
+//! 4 heads sharing 2 key/value heads, tied embeddings), one epoch, AdamW at 3e-3,
+//! the global batch ramped from 8 to 64 documents by 8 over the first 200,000
+//! tokens (`--rampup-batch-size 8 8 200000 --rampup-in-tokens --global-batch-size
+//! 64`), the loss the mean over every target token of a step (`reweight =
+//! token_count`). `--output-dir` (default `adabatch_output/language_model`) gets
+//! `log.jsonl`, `loss.svg`, TensorBoard events under `runs/`, checkpoints, and at
+//! the end `model.safetensors`, `config.json` and `tokenizer.json`, which
+//! transformers' `LlamaForCausalLM.from_pretrained` and `AutoTokenizer` load.
+//! `--init-from DIR` continues from such a directory or a checkpoint.
+
+use std::path::PathBuf;
+
+use adabatch::prelude::*;
+use adabatch::{PackedCollate, TokenDocuments};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+
+#[path = "support/decoder.rs"]
+mod decoder;
+
+use decoder::{Decoder, ModelArgs, NoiseScaleTrainer, RampTrainer};
+
+#[derive(Parser)]
+#[command(
+    about = "Pretrain a small Llama decoder on packed documents with a batch ramped in tokens"
+)]
+struct Cli {
+    #[command(flatten)]
+    train: TrainingArgs,
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Corpus: one document per line (`.txt`, `.jsonl` with "text", gzipped or not).
+    #[arg(long, default_value = "data/en_sentences_15k.txt.gz")]
+    corpus: PathBuf,
+    /// Where the token files go (reused when they exist for this vocabulary).
+    #[arg(long, default_value = "adabatch_output/lm-tokens")]
+    tokens_dir: PathBuf,
+    /// BPE vocabulary size, the end-of-document token included.
+    #[arg(long, default_value_t = 4096)]
+    vocab_size: usize,
+    /// Give every document (or piece) a padded row of its own instead of packing.
+    #[arg(long)]
+    no_packing: bool,
+    /// Let packed documents attend to the earlier documents of their row.
+    #[arg(long)]
+    cross_document_attention: bool,
+    /// How the batch size changes: the flags' schedule (by default the token
+    /// ramp), or the gradient noise scale.
+    #[arg(long, value_enum, default_value_t = Schedule::Flags)]
+    schedule: Schedule,
+    /// Sampled lines printed at the end (0: none).
+    #[arg(long, default_value_t = 3)]
+    samples: usize,
+    /// Tokens per sampled line, at most.
+    #[arg(long, default_value_t = 40)]
+    sample_tokens: usize,
+    /// Temperature of the sampled lines (beside the greedy ones).
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f64,
+    /// Write the run's figures (evaluations, steps, tokens/s) here as JSON.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Schedule {
+    /// `--rampup-batch-size` / `--global-batch-size` (the token ramp by default).
+    Flags,
+    /// `noise_scale(fraction = 0.5, min = 8, max = 256)`, two micro-batches per rank.
+    NoiseScale,
+}
+
+fn parse_cli() -> Cli {
+    let command = Cli::command()
+        .mut_arg("learning_rate", |a| a.default_value("3e-3"))
+        .mut_arg("num_train_epochs", |a| a.default_value("1"))
+        .mut_arg("warmup_ratio", |a| a.default_value("0.02"))
+        .mut_arg("lr_scheduler_type", |a| a.default_value("cosine"))
+        .mut_arg("logging_steps", |a| a.default_value("20"))
+        .mut_arg("eval_steps", |a| a.default_value("100"))
+        .mut_arg("per_device_eval_batch_size", |a| a.default_value("64"))
+        .mut_arg("save_steps", |a| a.default_value("500"))
+        .mut_arg("save_total_limit", |a| a.default_value("2"))
+        .mut_arg("output_dir", |a| {
+            a.default_value("adabatch_output/language_model")
+        });
+    let matches = command.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// The example's defaults that depend on other flags: the token ramp unless a batch
+/// schedule was given, and the logs under the output directory.
+fn complete_args(cli: &Cli) -> TrainingArgs {
+    let mut args = cli.train.clone();
+    let batch_given = args.rampup_batch_size.is_some()
+        || args.global_batch_size.is_some()
+        || args.max_tokens_per_batch.is_some();
+    if cli.schedule == Schedule::Flags && !batch_given {
+        args.rampup_batch_size = Some(vec![8, 8, 200_000]);
+        args.rampup_in_tokens = true;
+        args.global_batch_size = Some(64);
+    }
+    let out = args.output_dir.clone();
+    args.log_jsonl.get_or_insert_with(|| out.join("log.jsonl"));
+    args.plot.get_or_insert_with(|| out.join("loss.svg"));
+    if args.report_to.is_empty() {
+        args.report_to = vec![adabatch::ReportTo::Tensorboard];
+    }
+    args
+}
+
+fn main() -> std::process::ExitCode {
+    adabatch::exit_code(run())
+}
+
+fn run() -> adabatch::Result<()> {
+    let cli = parse_cli();
+    let args = complete_args(&cli);
+    let corpus = decoder::in_repository(cli.corpus.clone());
+    let (info, train, validation) = decoder::corpus(&corpus, &cli.tokens_dir, cli.vocab_size)?;
+    let config = decoder::llama_config(&cli.model, &info);
+    config
+        .validate()
+        .map_err(|e| adabatch::Error::Message(format!("the model's shape: {e}")))?;
+    let collate = PackedCollate::new(cli.model.seq_len, info.eos_id)
+        .with_cross_document_attention(cli.cross_document_attention)
+        .with_packing(!cli.no_packing);
+    let lr = args.learning_rate;
+    let (summary, llama) = match cli.schedule {
+        Schedule::Flags => {
+            let factory = |ctx: &RankContext| -> adabatch::Result<RampTrainer> {
+                let model = Decoder::new(&config, ctx)?;
+                let opt = decoder::optimizer(&model, lr)?;
+                Ok(RampTrainer::new(model, opt))
+            };
+            let trained =
+                RampTrainer::launch_with_eval(&train, &validation, &collate, &args, factory)?;
+            (trained.summary, trained.trainer.model.llama)
+        }
+        Schedule::NoiseScale => {
+            let factory = |ctx: &RankContext| -> adabatch::Result<NoiseScaleTrainer> {
+                let model = Decoder::new(&config, ctx)?;
+                let opt = decoder::optimizer(&model, lr)?;
+                Ok(NoiseScaleTrainer::new(model, opt))
+            };
+            let trained =
+                NoiseScaleTrainer::launch_with_eval(&train, &validation, &collate, &args, factory)?;
+            (trained.summary, trained.trainer.model.llama)
+        }
+    };
+    report(&cli, &args, &info, (&train, &validation), &summary, &llama)
+}
+
+/// Perplexities against the unigram baseline, sampled text, the tokenizer beside the
+/// saved model, and `--summary-json`.
+fn report(
+    cli: &Cli,
+    args: &TrainingArgs,
+    info: &adabatch::tokenize::CorpusInfo,
+    (train, validation): (&TokenDocuments, &TokenDocuments),
+    summary: &adabatch::TrainSummary,
+    llama: &adabatch::models::llama::Llama,
+) -> adabatch::Result<()> {
+    println!("{summary}");
+    let unigram = decoder::unigram_loss(train, validation, info.vocab_size as usize);
+    for eval in &summary.evaluations {
+        println!(
+            "step {:>5}  epoch {:.2}  validation loss {:.4}  perplexity {:.1}",
+            eval.step,
+            eval.epoch,
+            eval.eval_loss,
+            eval.eval_loss.exp()
+        );
+    }
+    if let Some(last) = summary.final_eval() {
+        println!(
+            "validation perplexity {:.1}; the unigram baseline's is {:.1}",
+            last.eval_loss.exp(),
+            unigram.exp()
+        );
+    }
+    let tokenizer_json = cli.tokens_dir.join("tokenizer.json");
+    if cli.samples > 0 {
+        let tokenizer = adabatch::tokenize::Tokenizer::from_file(&tokenizer_json).map_err(|e| {
+            adabatch::Error::Tokenizer {
+                path: tokenizer_json.clone(),
+                detail: e.to_string(),
+            }
+        })?;
+        let prompts: Vec<Vec<u32>> = (0..cli.samples.min(validation.len()))
+            .map(|i| validation.document(i).into_iter().take(3).collect())
+            .collect();
+        let settings = (cli.sample_tokens, cli.temperature, info.eos_id);
+        decoder::print_samples(llama, &tokenizer, &prompts, settings)?;
+    }
+    if args.save_steps > 0 && args.output_dir.join("model.safetensors").exists() {
+        let to = args.output_dir.join("tokenizer.json");
+        std::fs::copy(&tokenizer_json, &to).map_err(|e| adabatch::Error::Io {
+            path: to,
+            source: e,
+        })?;
+    }
+    if let Some(path) = &cli.summary_json {
+        write_summary(path, info, summary, unigram)?;
+    }
+    Ok(())
+}
+
+/// The figures the adaptation table reads.
+fn write_summary(
+    path: &std::path::Path,
+    info: &adabatch::tokenize::CorpusInfo,
+    summary: &adabatch::TrainSummary,
+    unigram: f64,
+) -> adabatch::Result<()> {
+    let tokens_per_epoch = info.train_tokens as f64;
+    let evals: Vec<_> = summary
+        .evaluations
+        .iter()
+        .map(|e| serde_json::json!({"step": e.step, "epoch": e.epoch, "tokens": e.epoch * tokens_per_epoch, "eval_loss": e.eval_loss}))
+        .collect();
+    let value = serde_json::json!({
+        "steps": summary.global_step,
+        "epoch": summary.epoch,
+        "train_runtime": summary.train_runtime,
+        "tokens_per_second": summary.epoch * tokens_per_epoch / summary.train_runtime,
+        "final_eval_loss": summary.final_eval().map(|e| e.eval_loss),
+        "unigram_loss": unigram,
+        "evaluations": evals,
+    });
+    let text = serde_json::to_string_pretty(&value).expect("plain JSON") + "\n";
+    std::fs::write(path, text).map_err(|e| adabatch::Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })
+}

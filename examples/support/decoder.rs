@@ -1,0 +1,228 @@
+//! The language-model example's parts: the corpus as token files, the Llama decoder
+//! as a `TrainModel` on packed documents, its two trainers, and text from it.
+
+use std::path::{Path, PathBuf};
+
+use adabatch::models::llama::{generate, Llama, LlamaConfig, ModelType, Sampling, TokenIds};
+use adabatch::optim::{AdamW, ParamsAdamW};
+use adabatch::prelude::*;
+use adabatch::tokenize::{prepare_corpus, CorpusInfo, PrepareOptions, Tokenizer, TokenizerSource};
+use adabatch::{PackedBatch, TokenDocuments, TokenFile};
+use candle_core::{DType, Tensor, Var};
+
+/// The model's shape (the vocabulary comes from the tokenizer).
+#[derive(clap::Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// Positions per packed row (and the model's context).
+    #[arg(long, default_value_t = 128)]
+    pub seq_len: usize,
+    /// Hidden size.
+    #[arg(long, default_value_t = 128)]
+    pub hidden_size: usize,
+    /// SwiGLU MLP size.
+    #[arg(long, default_value_t = 384)]
+    pub intermediate_size: usize,
+    /// Decoder layers.
+    #[arg(long, default_value_t = 4)]
+    pub num_hidden_layers: usize,
+    /// Attention heads.
+    #[arg(long, default_value_t = 4)]
+    pub num_attention_heads: usize,
+    /// Key/value heads (grouped-query attention when fewer than the heads).
+    #[arg(long, default_value_t = 2)]
+    pub num_key_value_heads: usize,
+}
+
+/// The corpus tokenized into `dir` (reused when `dir/tokens.json` exists with this
+/// vocabulary size), and its training and validation documents.
+pub fn corpus(
+    corpus: &Path,
+    dir: &Path,
+    vocab_size: usize,
+) -> adabatch::Result<(CorpusInfo, TokenDocuments, TokenDocuments)> {
+    let existing = CorpusInfo::read(dir).ok();
+    let info = match existing {
+        Some(info) if info.vocab_size as usize == vocab_size => info,
+        _ => {
+            let options = PrepareOptions {
+                tokenizer: TokenizerSource::TrainBpe { vocab_size },
+                ..PrepareOptions::default()
+            };
+            let info = prepare_corpus(&[corpus.to_path_buf()], dir, &options)?;
+            println!(
+                "tokenized {}: a byte-level BPE of {} ids, {} training documents ({} tokens), {} validation documents ({} tokens) in {}",
+                corpus.display(),
+                info.vocab_size,
+                info.train_documents,
+                info.train_tokens,
+                info.validation_documents,
+                info.validation_tokens,
+                dir.display()
+            );
+            info
+        }
+    };
+    let open = |name: &str| -> adabatch::Result<TokenDocuments> {
+        let file = TokenFile::open(dir.join(name), info.width()?, info.vocab_size)?;
+        TokenDocuments::new(file, info.eos_id)
+    };
+    let (train, validation) = (open("train.bin")?, open("validation.bin")?);
+    Ok((info, train, validation))
+}
+
+/// The Hugging Face Llama configuration of `args` (tied embeddings).
+pub fn llama_config(args: &ModelArgs, info: &CorpusInfo) -> LlamaConfig {
+    let mut config = LlamaConfig::new(
+        ModelType::Llama,
+        info.vocab_size as usize,
+        args.hidden_size,
+        args.intermediate_size,
+        args.num_hidden_layers,
+        args.num_attention_heads,
+        args.num_key_value_heads,
+    );
+    config.tie_word_embeddings = true;
+    config.max_position_embeddings = args.seq_len;
+    config.bos_token_id = Some(info.eos_id);
+    config.eos_token_id = Some(TokenIds::One(info.eos_id));
+    config
+}
+
+/// The Llama decoder on packed documents.
+pub struct Decoder {
+    pub llama: Llama,
+    pub params: Parameters,
+}
+
+impl Decoder {
+    pub fn new(config: &LlamaConfig, ctx: &RankContext) -> adabatch::Result<Self> {
+        let params = ctx.parameters();
+        let llama = Llama::new(config, params.var_builder(DType::F32, ctx.device()))?;
+        Ok(Self { llama, params })
+    }
+}
+
+impl TrainModel for Decoder {
+    type Batch = PackedBatch;
+
+    /// Each document's summed next-token loss (its pieces added up); with
+    /// `reweight = token_count` the engine divides by the global batch's targets.
+    fn per_example_loss(&self, batch: &PackedBatch) -> candle_core::Result<Tensor> {
+        let logits = self.llama.forward_packed(
+            &batch.input_ids,
+            Some(&batch.position_ids),
+            Some(&batch.document_ids),
+        )?;
+        batch.per_document_cross_entropy(&logits)
+    }
+
+    fn named_parameters(&self) -> Vec<(String, Var)> {
+        self.params.named_parameters()
+    }
+
+    fn pretrained_config(&self) -> Option<String> {
+        self.llama.config().to_json_string().ok()
+    }
+}
+
+/// The batch grows with the tokens consumed: `--rampup-batch-size` with
+/// `--rampup-in-tokens` (the example's default), or any flag-given schedule.
+#[adaptive_trainer(reweight = token_count, drop_last = false, seed = 1234)]
+pub struct RampTrainer {
+    #[model]
+    pub model: Decoder,
+    #[optimizer]
+    pub opt: AdamW,
+}
+
+/// The batch follows the gradient noise scale (half of B_simple, 8 to 256
+/// documents), measured from two micro-batches per rank.
+#[adaptive_trainer(
+    schedule = noise_scale(fraction = 0.5, min = 8, max = 256),
+    grad_accum = fixed(2),
+    reweight = token_count,
+    drop_last = false,
+    seed = 1234
+)]
+pub struct NoiseScaleTrainer {
+    #[model]
+    pub model: Decoder,
+    #[optimizer]
+    pub opt: AdamW,
+}
+
+/// AdamW at `lr` (weight decay 0.1 on matrices, none on norms) over the decoder.
+pub fn optimizer(model: &Decoder, lr: f64) -> adabatch::Result<AdamW> {
+    let hyper = ParamsAdamW {
+        lr,
+        weight_decay: 0.1,
+        ..Default::default()
+    };
+    let named = model.params.named_parameters();
+    let groups = adabatch::ParamGroups::new(&named);
+    Ok(AdamW::with_groups(&named, &groups, hyper)?)
+}
+
+/// Cross-entropy per token (nats) of the validation targets under the training
+/// tokens' unigram distribution (add-one smoothed): the baseline a model must beat.
+pub fn unigram_loss(train: &TokenDocuments, validation: &TokenDocuments, vocab: usize) -> f64 {
+    let mut counts = vec![1.0f64; vocab];
+    let mut total = vocab as f64;
+    for i in 0..train.len() {
+        for t in train.document(i) {
+            counts[t as usize] += 1.0;
+        }
+        total += train.document_len(i) as f64;
+    }
+    let (mut nats, mut n) = (0.0, 0usize);
+    for i in 0..validation.len() {
+        // A document's targets: every token after its first.
+        for t in validation.document(i).into_iter().skip(1) {
+            nats -= (counts[t as usize] / total).ln();
+            n += 1;
+        }
+    }
+    nats / n.max(1) as f64
+}
+
+/// A few lines from the model: each prompt (the first words of a validation
+/// document) continued greedily and by sampling at `temperature`.
+pub fn print_samples(
+    llama: &Llama,
+    tokenizer: &Tokenizer,
+    prompts: &[Vec<u32>],
+    (max_new_tokens, temperature, eos): (usize, f64, u32),
+) -> adabatch::Result<()> {
+    let decode = |ids: &[u32]| {
+        tokenizer
+            .decode(ids, true)
+            .unwrap_or_else(|e| format!("<cannot decode: {e}>"))
+    };
+    for (i, prompt) in prompts.iter().enumerate() {
+        let greedy = generate(llama, prompt, max_new_tokens, Sampling::Greedy, Some(eos))?;
+        let sampling = Sampling::Temperature {
+            temperature,
+            seed: i as u64,
+        };
+        let sampled = generate(llama, prompt, max_new_tokens, sampling, Some(eos))?;
+        println!("prompt:        {}", decode(prompt));
+        println!("  greedy:      {}{}", decode(prompt), decode(&greedy));
+        println!(
+            "  temperature {temperature}: {}{}",
+            decode(prompt),
+            decode(&sampled)
+        );
+    }
+    Ok(())
+}
+
+/// `path` relative to the repository when run from elsewhere by `cargo run`.
+pub fn in_repository(path: PathBuf) -> PathBuf {
+    if path.is_relative() && !path.exists() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join(&path);
+        if repo.exists() {
+            return repo;
+        }
+    }
+    path
+}
