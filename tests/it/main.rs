@@ -39,6 +39,7 @@ mod errors;
 mod eval;
 mod first_program;
 mod flags;
+mod language_model;
 mod memory;
 mod mixing;
 mod noise_scale;

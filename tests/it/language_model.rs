@@ -1,0 +1,176 @@
+//! The language-model path end to end, small: a corpus tokenized by a BPE trained
+//! with `adabatch::tokenize`, packed documents, the example's Llama decoder
+//! trained on 2 ranks with the batch ramped over tokens, the saved directory, and
+//! text sampled from it; and the preparation step's errors.
+
+use adabatch::models::llama::{generate, Sampling};
+use adabatch::prelude::*;
+use adabatch::tokenize::{prepare_corpus, CorpusInfo, PrepareOptions, TokenizerSource};
+use adabatch::{Error, PackedCollate};
+
+use crate::common::{read_log, temp_log};
+
+#[allow(dead_code)]
+#[path = "../../examples/support/decoder.rs"]
+mod decoder;
+
+/// Sentences from a few templates: enough structure for a small model to learn.
+fn write_corpus(dir: &std::path::Path, lines: usize) -> std::path::PathBuf {
+    let subjects = ["the cat", "a dog", "the bird", "my friend", "the teacher"];
+    let verbs = ["sees", "likes", "finds", "follows"];
+    let objects = ["the ball", "a red house", "the old tree", "some water"];
+    let text: String = (0..lines)
+        .map(|i| {
+            let s = subjects[i % subjects.len()];
+            let v = verbs[(i / 5) % verbs.len()];
+            let o = objects[(i / 3) % objects.len()];
+            format!("{s} {v} {o}.\n")
+        })
+        .collect();
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join("corpus.txt");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn small_model() -> decoder::ModelArgs {
+    decoder::ModelArgs {
+        seq_len: 16,
+        hidden_size: 32,
+        intermediate_size: 64,
+        num_hidden_layers: 1,
+        num_attention_heads: 2,
+        num_key_value_heads: 1,
+    }
+}
+
+#[test]
+fn a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model() {
+    let dir = temp_log("lm").with_extension("");
+    let corpus = write_corpus(&dir, 400);
+    let tokens = dir.join("tokens");
+    let (info, train, validation) = decoder::corpus(&corpus, &tokens, 300).unwrap();
+    assert_eq!(CorpusInfo::read(&tokens).unwrap(), info);
+    assert_eq!((info.train_documents, info.validation_documents), (380, 20));
+    assert_eq!((train.len(), validation.len()), (380, 20));
+    // A second call reuses the files.
+    let again = decoder::corpus(&corpus, &tokens, 300).unwrap().0;
+    assert_eq!(again, info);
+
+    let config = decoder::llama_config(&small_model(), &info);
+    let log = temp_log("lm-run");
+    let out = dir.join("out");
+    let args = TrainingArgs {
+        nproc_per_node: 2,
+        rampup_batch_size: Some(vec![4, 4, 600]),
+        rampup_in_tokens: true,
+        global_batch_size: Some(16),
+        learning_rate: 1e-2,
+        num_train_epochs: 2,
+        eval_steps: Some(20),
+        save_steps: 1000,
+        output_dir: out.clone(),
+        log_jsonl: Some(log.clone()),
+        log_indices: true,
+        quiet: true,
+        ..TrainingArgs::default()
+    };
+    let collate = PackedCollate::new(16, info.eos_id);
+    let trained = decoder::RampTrainer::launch_with_eval(
+        &train,
+        &validation,
+        &collate,
+        &args,
+        |ctx: &RankContext| {
+            let model = decoder::Decoder::new(&config, ctx)?;
+            let opt = decoder::optimizer(&model, 1e-2)?;
+            Ok(decoder::RampTrainer::new(model, opt))
+        },
+    )
+    .unwrap();
+    let logs = read_log(&log);
+    // The batch grew with the tokens; every document once per epoch.
+    assert_eq!(logs[0].global_batch, 4);
+    assert_eq!(logs.iter().map(|l| l.global_batch).max(), Some(16));
+    let seen: Vec<usize> = logs.iter().flat_map(|l| l.indices.concat()).collect();
+    for epoch in seen.chunks(train.len()) {
+        let mut epoch = epoch.to_vec();
+        epoch.sort_unstable();
+        assert_eq!(epoch, (0..train.len()).collect::<Vec<_>>());
+    }
+    // Well below the unigram baseline on held-out sentences.
+    let unigram = decoder::unigram_loss(&train, &validation, info.vocab_size as usize);
+    let last = trained.summary.final_eval().unwrap().eval_loss;
+    assert!(
+        last < 0.5 * unigram,
+        "validation loss {last} vs unigram {unigram}"
+    );
+    // The saved directory loads back into the same model.
+    for file in ["model.safetensors", "config.json"] {
+        assert!(out.join(file).exists(), "{file}");
+    }
+    let loaded_config =
+        adabatch::models::llama::LlamaConfig::from_file(out.join("config.json")).unwrap();
+    assert_eq!(loaded_config.vocab_size, info.vocab_size as usize);
+    // Greedy text from the first words of a sentence ends with the EOS.
+    let llama = &trained.trainer.model.llama;
+    let prompt: Vec<u32> = validation.document(0).into_iter().take(2).collect();
+    let text = generate(llama, &prompt, 20, Sampling::Greedy, Some(info.eos_id)).unwrap();
+    assert_eq!(text.last(), Some(&info.eos_id), "{text:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn preparation_errors_are_typed() {
+    let dir = temp_log("lm-errors").with_extension("");
+    std::fs::create_dir_all(&dir).unwrap();
+    let options = PrepareOptions {
+        tokenizer: TokenizerSource::TrainBpe { vocab_size: 300 },
+        ..PrepareOptions::default()
+    };
+    let blank = dir.join("blank.txt");
+    std::fs::write(&blank, "\n  \n").unwrap();
+    let err = prepare_corpus(&[blank], &dir.join("a"), &options).unwrap_err();
+    assert!(
+        matches!(err, Error::Tokenizer { .. }) && err.to_string().contains("no document"),
+        "{err}"
+    );
+
+    let jsonl = dir.join("bad.jsonl");
+    std::fs::write(&jsonl, "{\"text\": \"fine\"}\n{\"title\": \"no text\"}\n").unwrap();
+    let err = prepare_corpus(&[jsonl], &dir.join("b"), &options).unwrap_err();
+    assert!(err.to_string().contains("line 2"), "{err}");
+
+    let corpus = write_corpus(&dir, 50);
+    let missing = dir.join("missing.json");
+    let from_file = PrepareOptions {
+        tokenizer: TokenizerSource::File(missing.clone()),
+        ..options.clone()
+    };
+    let err =
+        prepare_corpus(std::slice::from_ref(&corpus), &dir.join("c"), &from_file).unwrap_err();
+    assert!(
+        matches!(&err, Error::Tokenizer { path, .. } if *path == missing),
+        "{err}"
+    );
+
+    // A loaded tokenizer without the EOS token.
+    let prepared = prepare_corpus(std::slice::from_ref(&corpus), &dir.join("d"), &options).unwrap();
+    assert_eq!(prepared.eos_id, 0);
+    let other_eos = PrepareOptions {
+        tokenizer: TokenizerSource::File(dir.join("d/tokenizer.json")),
+        eos_token: "</s>".into(),
+        ..options.clone()
+    };
+    let err =
+        prepare_corpus(std::slice::from_ref(&corpus), &dir.join("e"), &other_eos).unwrap_err();
+    assert!(err.to_string().contains("</s>"), "{err}");
+
+    let bad_fraction = PrepareOptions {
+        validation_fraction: 1.0,
+        ..options
+    };
+    let err = prepare_corpus(&[corpus], &dir.join("f"), &bad_fraction).unwrap_err();
+    assert!(err.to_string().contains("[0, 1)"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
