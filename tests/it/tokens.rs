@@ -306,3 +306,43 @@ proptest! {
         std::fs::remove_file(&path).ok();
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Packed rows through the Llama decoder: every segment (a document, or a piece
+    /// of one) gets the logits it gets alone, so no token sees another document and
+    /// positions restart at each.
+    #[test]
+    fn packed_documents_compute_what_they_compute_alone(
+        docs in prop::collection::vec(prop::collection::vec(1u32..VOCAB, 1..10), 1..7),
+        seq_len in 3usize..12,
+        seed in 0u64..1000,
+    ) {
+        use adabatch::models::llama::{Llama, LlamaConfig, ModelType};
+        let config = LlamaConfig::new(ModelType::Llama, VOCAB as usize, 16, 24, 2, 4, 2);
+        let params = Parameters::new(seed);
+        let model = Llama::new(&config, params.var_builder(DType::F32, &Device::Cpu)).unwrap();
+        let rows = PackedCollate::new(seq_len, EOS).pack(&docs).unwrap();
+        let batch = PackedBatch::from_rows(&rows, &Device::Cpu).unwrap();
+        let logits = model
+            .forward_packed(&batch.input_ids, Some(&batch.position_ids), Some(&batch.document_ids))
+            .unwrap();
+        let padding = rows.num_documents as u32;
+        for r in 0..rows.rows {
+            let cell = |c: usize| r * rows.seq_len + c;
+            let mut c = 0;
+            while c < rows.seq_len && rows.token_document_index[cell(c)] != padding {
+                let start = c;
+                while c < rows.seq_len && rows.document_ids[cell(c)] == rows.document_ids[cell(start)] {
+                    c += 1;
+                }
+                let tokens = &rows.input_ids[cell(start)..cell(c)];
+                let alone = model.forward(&Tensor::new(tokens, &Device::Cpu).unwrap().unsqueeze(0).unwrap()).unwrap();
+                let packed = logits.get(r).unwrap().narrow(0, start, c - start).unwrap();
+                let diff = (packed - alone.get(0).unwrap()).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+                prop_assert!(diff < 1e-5, "row {r}, columns {start}..{c}: {diff}");
+            }
+        }
+    }
+}

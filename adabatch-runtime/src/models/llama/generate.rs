@@ -55,7 +55,9 @@ pub fn generate(
         let start = context.len().saturating_sub(window);
         let ids = Tensor::new(&context[start..], &device)?.unsqueeze(0)?;
         let logits = model.forward(&ids)?;
-        let last = logits.i((0, context.len() - start - 1))?.to_dtype(DType::F64)?;
+        let last = logits
+            .i((0, context.len() - start - 1))?
+            .to_dtype(DType::F64)?;
         let next = match (sampling, rng.as_mut()) {
             (Sampling::Temperature { temperature, .. }, Some(rng)) => {
                 draw(&(last / temperature)?, rng)?
@@ -95,7 +97,11 @@ mod tests {
 
     fn model() -> Llama {
         let config = LlamaConfig::new(ModelType::Llama, 32, 16, 32, 1, 2, 2);
-        Llama::new(&config, Parameters::new(3).var_builder(DType::F32, &Device::Cpu)).unwrap()
+        Llama::new(
+            &config,
+            Parameters::new(3).var_builder(DType::F32, &Device::Cpu),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -107,8 +113,15 @@ mod tests {
         // Each token is the argmax of the logits of the context before it.
         let mut context = prompt.to_vec();
         for &token in &out {
-            let ids = Tensor::new(context.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-            let logits = model.forward(&ids).unwrap().i((0, context.len() - 1)).unwrap();
+            let ids = Tensor::new(context.as_slice(), &Device::Cpu)
+                .unwrap()
+                .unsqueeze(0)
+                .unwrap();
+            let logits = model
+                .forward(&ids)
+                .unwrap()
+                .i((0, context.len() - 1))
+                .unwrap();
             assert_eq!(logits.argmax(0).unwrap().to_scalar::<u32>().unwrap(), token);
             context.push(token);
         }
