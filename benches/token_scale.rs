@@ -11,6 +11,7 @@
 //!
 //! ```text
 //! cargo bench --bench token_scale          # TOKEN_SCALE_DIR=... to place the file
+//! TOKEN_SCALE_TOKENS=100000000 cargo bench --bench token_scale   # another size
 //! ```
 
 use std::io::{Seek, SeekFrom, Write};
@@ -22,7 +23,6 @@ use adabatch::optim::Sgd;
 use adabatch::prelude::*;
 use adabatch::{TokenFile, TokenWidth, TokenWindows, WindowBatch, WindowCollate};
 
-const TOKENS: u64 = 1_000_000_000;
 const VOCAB: u32 = 64;
 const SEQ_LEN: usize = 1024;
 
@@ -44,15 +44,15 @@ fn memory() -> String {
     )
 }
 
-/// The sparse file: 2·10^9 bytes, 64 KiB of cycling ids every 64 MiB.
-fn write_file(path: &std::path::Path) -> std::io::Result<()> {
+/// The sparse file of `tokens` u16 ids: 64 KiB of cycling ids every 64 MiB.
+fn write_file(path: &std::path::Path, tokens: u64) -> std::io::Result<()> {
     let mut file = std::fs::File::create(path)?;
-    file.set_len(TOKENS * 2)?;
+    file.set_len(tokens * 2)?;
     let block: Vec<u8> = (0..32_768u32)
         .flat_map(|i| ((i % VOCAB) as u16).to_le_bytes())
         .collect();
     let mut at = 0u64;
-    while at + block.len() as u64 <= TOKENS * 2 {
+    while at + block.len() as u64 <= tokens * 2 {
         file.seek(SeekFrom::Start(at))?;
         file.write_all(&block)?;
         at += 64 << 20;
@@ -96,8 +96,12 @@ struct ScaleTrainer {
 
 fn main() -> adabatch::Result<()> {
     let dir = std::env::var_os("TOKEN_SCALE_DIR").map_or_else(std::env::temp_dir, Into::into);
-    let path = dir.join(format!("adabatch-1e9-{}.bin", std::process::id()));
-    write_file(&path).map_err(|e| adabatch::Error::Io {
+    let tokens: u64 = std::env::var("TOKEN_SCALE_TOKENS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000_000);
+    let path = dir.join(format!("adabatch-tokens-{}.bin", std::process::id()));
+    write_file(&path, tokens).map_err(|e| adabatch::Error::Io {
         path: path.clone(),
         source: e,
     })?;
@@ -105,7 +109,7 @@ fn main() -> adabatch::Result<()> {
     let start = Instant::now();
     let windows = TokenWindows::new(TokenFile::open(&path, TokenWidth::U16, VOCAB)?, SEQ_LEN)?;
     println!(
-        "opened and scanned {TOKENS} tokens in {:.2} s: {} windows of {SEQ_LEN} + 1; {}",
+        "opened and scanned {tokens} tokens in {:.2} s: {} windows of {SEQ_LEN} + 1; {}",
         start.elapsed().as_secs_f64(),
         windows.len(),
         memory()
