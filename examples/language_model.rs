@@ -11,9 +11,10 @@
 //! Defaults: 4,096 BPE ids, rows of 128 positions, a 4-layer decoder (hidden 128,
 //! 4 heads sharing 2 key/value heads, tied embeddings), one epoch, AdamW at 3e-3,
 //! the global batch ramped from 8 to 64 documents by 8 over the first 200,000
-//! tokens (`--rampup-batch-size 8 8 200000 --rampup-in-tokens --global-batch-size
-//! 64`), the loss the mean over every target token of a step (`reweight =
-//! token_count`). `--output-dir` (default `adabatch_output/language_model`) gets
+//! tokens (`schedule = ramp(start = 8, increment = 8, tokens = 200_000, global =
+//! 64)`, as `--rampup-batch-size 8 8 200000 --rampup-in-tokens --global-batch-size
+//! 64` would set), the loss the mean over every target token of a step
+//! (`reweight = token_count`). `--output-dir` (default `adabatch_output/language_model`) gets
 //! `log.jsonl`, `loss.svg`, TensorBoard events under `runs/`, checkpoints, and at
 //! the end `model.safetensors`, `config.json` and `tokenizer.json`, which
 //! transformers' `LlamaForCausalLM.from_pretrained` and `AutoTokenizer` load.
@@ -54,9 +55,9 @@ struct Cli {
     /// Let packed documents attend to the earlier documents of their row.
     #[arg(long)]
     cross_document_attention: bool,
-    /// How the batch size changes: the flags' schedule (by default the token
-    /// ramp), or the gradient noise scale.
-    #[arg(long, value_enum, default_value_t = Schedule::Flags)]
+    /// How the batch size changes: the token ramp (or the schedule that
+    /// `--global-batch-size` / `--rampup-batch-size` give), or the gradient noise scale.
+    #[arg(long, value_enum, default_value_t = Schedule::Ramp)]
     schedule: Schedule,
     /// Sampled lines printed at the end (0: none).
     #[arg(long, default_value_t = 3)]
@@ -74,13 +75,14 @@ struct Cli {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Schedule {
-    /// `--rampup-batch-size` / `--global-batch-size` (the token ramp by default).
-    Flags,
+    /// `ramp(start = 8, increment = 8, tokens = 200_000, global = 64)`, or the
+    /// flags' schedule.
+    Ramp,
     /// `noise_scale(fraction = 0.5, min = 8, max = 256)`, two micro-batches per rank.
     NoiseScale,
 }
 
-fn parse_cli() -> Cli {
+fn parse_cli() -> (Cli, clap::ArgMatches) {
     let command = Cli::command()
         .mut_arg("learning_rate", |a| a.default_value("3e-3"))
         .mut_arg("num_train_epochs", |a| a.default_value("1"))
@@ -95,20 +97,22 @@ fn parse_cli() -> Cli {
             a.default_value("adabatch_output/language_model")
         });
     let matches = command.get_matches();
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    (cli, matches)
 }
 
-/// The example's defaults that depend on other flags: the token ramp unless a batch
-/// schedule was given, and the logs under the output directory.
-fn complete_args(cli: &Cli) -> TrainingArgs {
+/// The example's defaults that depend on other flags: the logs under the output
+/// directory, and the per-device size of the ramp's first step when none was given
+/// (so that the run does not warn about a flag nobody set).
+fn complete_args(cli: &Cli, matches: &clap::ArgMatches) -> TrainingArgs {
     let mut args = cli.train.clone();
-    let batch_given = args.rampup_batch_size.is_some()
-        || args.global_batch_size.is_some()
-        || args.max_tokens_per_batch.is_some();
-    if cli.schedule == Schedule::Flags && !batch_given {
-        args.rampup_batch_size = Some(vec![8, 8, 200_000]);
-        args.rampup_in_tokens = true;
-        args.global_batch_size = Some(64);
+    let given = matches.value_source("per_device_train_batch_size")
+        == Some(clap::parser::ValueSource::CommandLine);
+    if !given {
+        args.per_device_train_batch_size = match cli.schedule {
+            Schedule::Ramp => 8usize.div_ceil(args.nproc_per_node.max(1)),
+            Schedule::NoiseScale => 8,
+        };
     }
     let out = args.output_dir.clone();
     args.log_jsonl.get_or_insert_with(|| out.join("log.jsonl"));
@@ -124,8 +128,8 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> adabatch::Result<()> {
-    let cli = parse_cli();
-    let args = complete_args(&cli);
+    let (cli, matches) = parse_cli();
+    let args = complete_args(&cli, &matches);
     let corpus = decoder::in_repository(cli.corpus.clone());
     let (info, train, validation) = decoder::corpus(&corpus, &cli.tokens_dir, cli.vocab_size)?;
     let config = decoder::llama_config(&cli.model, &info);
@@ -137,7 +141,7 @@ fn run() -> adabatch::Result<()> {
         .with_packing(!cli.no_packing);
     let lr = args.learning_rate;
     let (summary, llama) = match cli.schedule {
-        Schedule::Flags => {
+        Schedule::Ramp => {
             let factory = |ctx: &RankContext| -> adabatch::Result<RampTrainer> {
                 let model = Decoder::new(&config, ctx)?;
                 let opt = decoder::optimizer(&model, lr)?;

@@ -125,9 +125,14 @@ impl TrainModel for Decoder {
     }
 }
 
-/// The batch grows with the tokens consumed: `--rampup-batch-size` with
-/// `--rampup-in-tokens` (the example's default), or any flag-given schedule.
-#[adaptive_trainer(reweight = token_count, drop_last = false, seed = 1234)]
+/// The batch grows with the tokens consumed: from 8 to 64 documents by 8 over the
+/// first 200,000 tokens (`--global-batch-size` / `--rampup-batch-size` override it).
+#[adaptive_trainer(
+    schedule = ramp(start = 8, increment = 8, tokens = 200_000, global = 64),
+    reweight = token_count,
+    drop_last = false,
+    seed = 1234
+)]
 pub struct RampTrainer {
     #[model]
     pub model: Decoder,

@@ -7,6 +7,7 @@
 //! | `--logging-steps` > 1              | `logging_steps_logs_every_kth_step_and_the_last`,      |
 //! |                                    | `logging_steps_logs_the_last_step_of_an_epoch_run` (ignored: bug) |
 //! | `--max-tokens-per-batch`           | `token_budget_sizes_follow_the_budget` (+ memory.rs)    |
+//! | `--packed-token-budget`            | tokens.rs `a_packed_token_budget_trains_every_...`, `cli_parses_every_flag` |
 //! | `--friendly-batch-sizes`           | `friendly_batch_sizes_round_down_to_2n_or_3x2n`         |
 //! | `--even-batch-sizes`               | `even_batch_sizes_round_down_to_even`                   |
 //! | `--max-batch-growth`               | `max_batch_growth_caps_growth_between_batches`          |
@@ -101,6 +102,7 @@ fn cli_parses_every_flag() {
         "--disable-tqdm",
         "--max-tokens-per-batch",
         "512",
+        "--packed-token-budget",
         "--friendly-batch-sizes",
         "--even-batch-sizes",
         "--keep-first-batches",
@@ -183,6 +185,7 @@ fn cli_parses_every_flag() {
     assert_eq!(a.metric_for_best_model.as_deref(), Some("accuracy"));
     assert_eq!(a.greater_is_better, Some(true));
     assert!(a.logging_first_step && a.eval_on_start);
+    assert!(a.packed_token_budget);
     assert!(a.fp16 && !a.bf16);
     assert_eq!(a.fp16_initial_scale_power, -3);
     assert_eq!(

@@ -83,10 +83,44 @@ struct PackedTrainer {
     opt: AdamW,
 }
 
-fn train(data: &TokenDocuments, world: usize) -> Vec<adabatch::StepLog> {
+#[test]
+fn a_packed_token_budget_needs_a_budget() {
+    let (path, _) = token_file();
+    let data =
+        TokenDocuments::new(TokenFile::open(&path, TokenWidth::U16, VOCAB).unwrap(), EOS).unwrap();
+    let mut a = args(1, 2, 1);
+    a.packed_token_budget = true;
+    let err = PackedTrainer::launch(
+        &data,
+        &PackedCollate::new(SEQ_LEN, EOS),
+        &a,
+        |ctx: &RankContext| {
+            let model = Bigram::new(ctx.parameters(), ctx.device())?;
+            let opt = AdamW::new(model.params.all_vars(), ParamsAdamW::default())?;
+            Ok(PackedTrainer::new(model, opt))
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            adabatch::Error::InvalidSetting {
+                name: "packed_token_budget",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("--max-tokens-per-batch"), "{err}");
+}
+
+/// Three epochs under a token budget of 60: padded positions of documents sorted by
+/// length, or (`packed`) tokens summed over documents in a random order.
+fn train(data: &TokenDocuments, world: usize, packed: bool) -> Vec<adabatch::StepLog> {
     let log = temp_log("tokens-run");
     let mut a = args(world, 2, 3);
     a.max_tokens_per_batch = Some(60);
+    a.packed_token_budget = packed;
     a.log_indices = true;
     a.log_jsonl = Some(log.clone());
     let collate = PackedCollate::new(SEQ_LEN, EOS);
@@ -107,6 +141,15 @@ fn train(data: &TokenDocuments, world: usize) -> Vec<adabatch::StepLog> {
 
 #[test]
 fn packed_documents_train_once_per_epoch_on_any_number_of_ranks() {
+    check_budget_runs(false);
+}
+
+#[test]
+fn a_packed_token_budget_trains_every_document_once_on_any_number_of_ranks() {
+    check_budget_runs(true);
+}
+
+fn check_budget_runs(packed: bool) {
     let (path, lengths) = token_file();
     let data =
         TokenDocuments::new(TokenFile::open(&path, TokenWidth::U16, VOCAB).unwrap(), EOS).unwrap();
@@ -115,12 +158,12 @@ fn packed_documents_train_once_per_epoch_on_any_number_of_ranks() {
     let got: Vec<usize> = (0..data.len()).map(|i| data.example_len(i)).collect();
     assert_eq!(got, lengths);
 
-    let one = train(&data, 1);
+    let one = train(&data, 1, packed);
     for world in [1, 2, 3] {
         let logs = if world == 1 {
             one.clone()
         } else {
-            train(&data, world)
+            train(&data, world, packed)
         };
         let all: Vec<usize> = logs.iter().flat_map(|l| l.indices.concat()).collect();
         assert_eq!(all.len(), 3 * data.len(), "{world} ranks: three epochs");
@@ -134,9 +177,21 @@ fn packed_documents_train_once_per_epoch_on_any_number_of_ranks() {
             );
         }
         for l in &logs {
+            if packed {
+                // Within the budget (no document is longer than it).
+                let documents = l.indices.concat();
+                let tokens: usize = documents.iter().map(|&i| data.example_len(i)).sum();
+                assert!(
+                    tokens <= 60,
+                    "{world} ranks, step {}: {tokens} tokens",
+                    l.step
+                );
+            }
             assert_eq!(l.indices.len(), world);
+            // Every rank has a document whenever the step has one for each.
+            let documents = l.indices.iter().map(Vec::len).sum::<usize>();
             assert!(
-                l.indices.iter().all(|rank| !rank.is_empty()),
+                documents < world || l.indices.iter().all(|rank| !rank.is_empty()),
                 "{world} ranks: {:?}",
                 l.indices
             );

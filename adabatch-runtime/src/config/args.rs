@@ -191,6 +191,11 @@ pub struct TrainingArgs {
     /// length, as many as fit in this many padded tokens (replaces the schedule).
     #[arg(long)]
     pub max_tokens_per_batch: Option<usize>,
+    /// With `--max-tokens-per-batch`: count the budget in tokens summed, as packed
+    /// rows hold them, and draw documents in a random order each epoch (not sorted
+    /// by length): global batches of about N tokens for packed language-model data.
+    #[arg(long)]
+    pub packed_token_budget: bool,
     /// Length-aware batching: round batch sizes down to 2^n or 3·2^n.
     #[arg(long)]
     pub friendly_batch_sizes: bool,

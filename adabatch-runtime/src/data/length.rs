@@ -31,6 +31,17 @@ pub enum LengthBatching {
         /// Padded tokens per global batch.
         max_tokens: usize,
     },
+    /// Packed documents: the examples in a random order every epoch (not sorted by
+    /// length), each global batch as many consecutive examples as fit in
+    /// `max_tokens` tokens *summed* (packed rows carry no padding between
+    /// documents); an example longer than the budget is a batch of its own. The
+    /// plan does not depend on the number of ranks (so that W ranks train what one
+    /// does): a batch of fewer documents than ranks leaves some ranks without one
+    /// for that step, so a budget should hold many documents.
+    PackedTokens {
+        /// Tokens (summed example lengths) per global batch.
+        max_tokens: usize,
+    },
 }
 
 /// Rounding and ordering options of length-aware batching.
@@ -79,6 +90,8 @@ pub struct LengthIndex {
     sorted: Vec<usize>,
     lengths: Vec<usize>,
     prefix: Vec<usize>,
+    /// Lengths by example index (for the unsorted, packed-token epochs).
+    by_index: Vec<usize>,
 }
 
 impl LengthIndex {
@@ -98,6 +111,7 @@ impl LengthIndex {
             sorted,
             lengths: sorted_lengths,
             prefix,
+            by_index: lengths.to_vec(),
         }
     }
 
@@ -137,7 +151,8 @@ impl LengthIndex {
         let mut start = 0;
         let first = match batching {
             LengthBatching::Memory { baseline_size, .. } => baseline_size.max(1),
-            LengthBatching::TokenBudget { max_tokens } => {
+            LengthBatching::TokenBudget { max_tokens }
+            | LengthBatching::PackedTokens { max_tokens } => {
                 (max_tokens / self.lengths.first().copied().unwrap_or(1).max(1)).max(1)
             }
         };
@@ -165,6 +180,9 @@ impl LengthIndex {
                 }
                 LengthBatching::TokenBudget { max_tokens } => {
                     (max_tokens / self.lengths[start].max(1)).max(1)
+                }
+                LengthBatching::PackedTokens { max_tokens } => {
+                    self.largest_fitting(start, 1, n, |f| f.token_sum <= max_tokens)
                 }
             };
             if let (Some(cap), Some(&prev)) = (growth_cap, sizes.last()) {
@@ -217,6 +235,9 @@ impl LengthIndex {
         seed: u64,
         epoch: usize,
     ) -> LengthAwareEpoch {
+        if let LengthBatching::PackedTokens { max_tokens } = batching {
+            return self.packed_token_epoch(max_tokens, options.shuffle, seed, epoch);
+        }
         let (sizes, predicted) = self.batch_sizes(batching, options, model);
         let mut batches: Vec<(Vec<usize>, f64)> = Vec::with_capacity(sizes.len());
         let mut start = 0;
@@ -244,6 +265,45 @@ impl LengthIndex {
                 batches.iter().map(|(_, p)| *p).collect()
             },
             order: batches.into_iter().flat_map(|(b, _)| b).collect(),
+        }
+    }
+}
+
+impl LengthIndex {
+    /// [`LengthBatching::PackedTokens`]' epoch: the examples shuffled with
+    /// `(seed, epoch)` (in index order without shuffling), cut where the next
+    /// example would take the batch's token sum over `max_tokens`.
+    fn packed_token_epoch(
+        &self,
+        max_tokens: usize,
+        shuffle: bool,
+        seed: u64,
+        epoch: usize,
+    ) -> LengthAwareEpoch {
+        let mut order: Vec<usize> = (0..self.by_index.len()).collect();
+        if shuffle {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7061_636b_6564);
+            rng.set_stream(epoch as u64);
+            order.shuffle(&mut rng);
+        }
+        let mut sizes = Vec::new();
+        let (mut size, mut tokens) = (0usize, 0usize);
+        for &i in &order {
+            let len = self.by_index[i];
+            if size > 0 && tokens + len > max_tokens {
+                sizes.push(size);
+                (size, tokens) = (0, 0);
+            }
+            size += 1;
+            tokens += len;
+        }
+        if size > 0 {
+            sizes.push(size);
+        }
+        LengthAwareEpoch {
+            order,
+            sizes,
+            predicted: Vec::new(),
         }
     }
 }
@@ -363,5 +423,48 @@ mod tests {
                 .collect::<std::collections::BTreeSet<_>>(),
             other.order[..8].iter().collect()
         );
+    }
+
+    #[test]
+    fn packed_token_epochs_cover_everything_in_a_new_order_within_the_budget() {
+        let lengths: Vec<usize> = (0..200).map(|i| 1 + (i * 37) % 50).collect();
+        let index = LengthIndex::new(&lengths);
+        let batching = LengthBatching::PackedTokens { max_tokens: 120 };
+        let options = LengthOptions::default();
+        let plan = |epoch| index.plan_epoch(batching, &options, &PaddedTokens, 5, epoch);
+        let (a, b) = (plan(0), plan(1));
+        for e in [&a, &b] {
+            let mut seen = e.order.clone();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..200).collect::<Vec<_>>());
+            assert_eq!(e.sizes.iter().sum::<usize>(), 200);
+            let mut at = 0;
+            for (k, &size) in e.sizes.iter().enumerate() {
+                let tokens: usize = e.order[at..at + size].iter().map(|&i| lengths[i]).sum();
+                assert!(tokens <= 120, "batch {k}: {tokens} tokens");
+                // Full: the next example would not have fitted.
+                if let Some(&next) = e.order.get(at + size) {
+                    assert!(tokens + lengths[next] > 120);
+                }
+                at += size;
+            }
+        }
+        assert_ne!(a.order, b.order, "a new order every epoch");
+        assert_eq!(a, plan(0), "deterministic");
+        // Not sorted by length.
+        assert!(a.order.windows(2).any(|w| lengths[w[0]] < lengths[w[1]]));
+        // An example over the budget is a batch of its own.
+        let big = LengthIndex::new(&[5, 300, 5]);
+        let e = big.plan_epoch(
+            batching,
+            &LengthOptions {
+                shuffle: false,
+                ..options
+            },
+            &PaddedTokens,
+            0,
+            0,
+        );
+        assert_eq!((e.order, e.sizes), (vec![0, 1, 2], vec![1, 1, 1]));
     }
 }

@@ -310,6 +310,9 @@ fn describe_batching(batching: LengthBatching, has_regressor: bool) -> String {
         LengthBatching::TokenBudget { max_tokens } => {
             format!("token-budget batches of at most {max_tokens} padded tokens, sorted by length")
         }
+        LengthBatching::PackedTokens { max_tokens, .. } => {
+            format!("packed token-budget batches of at most {max_tokens} tokens summed, in a random order")
+        }
     }
 }
 

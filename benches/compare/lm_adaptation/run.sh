@@ -25,7 +25,7 @@ bin=target/release/examples/language_model
 declare -A flags=(
     [small]="--global-batch-size 16 --eval-steps 90"
     [large]="--global-batch-size 64 --eval-steps 22"
-    [ramp]="--eval-steps 40"
+    [ramp]="--schedule ramp --eval-steps 40"
     [noise]="--schedule noise-scale --eval-steps 30"
 )
 for seed in "${seeds[@]}"; do

@@ -152,6 +152,13 @@ pub(super) fn length_batching(
     world_size: usize,
 ) -> Result<Option<(LengthBatching, LengthOptions)>> {
     let baseline_size = initial_per_device * world_size;
+    if args.packed_token_budget && args.max_tokens_per_batch.is_none() {
+        return Err(Error::InvalidSetting {
+            name: "packed_token_budget",
+            value: "true".into(),
+            expected: "together with --max-tokens-per-batch N",
+        });
+    }
     let batching = match (*schedule, args.max_tokens_per_batch) {
         (ScheduleSpec::Memory { .. }, Some(_)) => {
             return Err(Error::ConflictingSettings {
@@ -179,6 +186,9 @@ pub(super) fn length_batching(
             return Err(Error::ZeroBatchSize {
                 what: "max_tokens_per_batch",
             })
+        }
+        (_, Some(max_tokens)) if args.packed_token_budget => {
+            LengthBatching::PackedTokens { max_tokens }
         }
         (_, Some(max_tokens)) => LengthBatching::TokenBudget { max_tokens },
         (_, None) => return Ok(None),
