@@ -46,6 +46,10 @@ impl Batch for XY {
     fn num_examples(&self) -> usize {
         self.y.dims()[0]
     }
+    /// Three "tokens" per example, for the `token_count` trainers.
+    fn num_tokens(&self) -> usize {
+        3 * self.num_examples()
+    }
 }
 
 fn collate(items: &[Example], device: &Device) -> candle_core::Result<XY> {
@@ -407,4 +411,78 @@ fn noise_scale_epochs_use_every_example_once() {
         sorted.sort_unstable();
         assert_eq!(sorted, (0..n).collect::<Vec<_>>());
     }
+}
+
+/// `reweight = token_count` (three tokens per example), two micro-batches.
+struct PerToken {
+    model: Linear,
+    opt: candle_nn::SGD,
+}
+
+impl AdaptiveTrainer for PerToken {
+    type Model = Linear;
+    type Optimizer = candle_nn::SGD;
+    const POLICY: TrainerPolicy = TrainerPolicy {
+        grad_accum: GradAccum::Fixed(2),
+        reweight: adabatch::Reweight::TokenCount,
+        ..TrainerPolicy::DEFAULT
+    };
+    fn parts(&mut self) -> (&mut Linear, &mut candle_nn::SGD) {
+        (&mut self.model, &mut self.opt)
+    }
+}
+
+/// With `token_count` the small batches are sized in target tokens and tr Σ is
+/// turned back into examples: with L tokens to every example the per-token mean
+/// gradients are the per-example ones over L, tr Σ per token is 1/L of that per
+/// example, and B_simple in examples is the same as `sample_count`'s, step by step.
+#[test]
+fn token_count_measures_the_same_noise_scale_in_examples() {
+    let data = data(4_000);
+    for ranks in [1, 2] {
+        let a = args(ranks, 8, 60);
+        let examples = run(&a, &data).unwrap();
+        let tokens = run_with(&a, &data, |model, opt| PerToken { model, opt }).unwrap();
+        assert_eq!(examples.len(), tokens.len());
+        for (e, t) in examples.iter().zip(&tokens) {
+            let (e, t) = (
+                e.gradient_noise_scale.unwrap(),
+                t.gradient_noise_scale.unwrap(),
+            );
+            assert!(
+                (e - t).abs() <= 1e-4 * e.abs(),
+                "{ranks} ranks: {e} per example, {t} from tokens"
+            );
+        }
+    }
+}
+
+/// `reweight = none` (the mean of per-rank means) has no measurable small batch.
+#[test]
+fn a_rank_mean_cannot_measure_the_noise_scale() {
+    struct RankMean {
+        model: Linear,
+        opt: candle_nn::SGD,
+    }
+    impl AdaptiveTrainer for RankMean {
+        type Model = Linear;
+        type Optimizer = candle_nn::SGD;
+        const POLICY: TrainerPolicy = TrainerPolicy {
+            reweight: adabatch::Reweight::RankMean,
+            ..TrainerPolicy::DEFAULT
+        };
+        fn parts(&mut self) -> (&mut Linear, &mut candle_nn::SGD) {
+            (&mut self.model, &mut self.opt)
+        }
+    }
+    let err = run_with(&args(2, 4, 3), &data(64), |model, opt| RankMean {
+        model,
+        opt,
+    })
+    .unwrap_err();
+    assert!(
+        matches!(err, adabatch::Error::ConflictingSettings { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("reweight = none"), "{err}");
 }

@@ -35,7 +35,8 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
     /// some rank (the first step, and the first after a resume).
     pub check_coverage: bool,
     /// Measure the gradient noise scale: each small batch's (rank share of a
-    /// micro-batch) squared gradient norm, summed into the step's all-reduce.
+    /// micro-batch) size and squared mean-gradient norm ride in the step's
+    /// all-reduce (sizes in examples, or in target tokens with `token_count`).
     pub noise_scale: bool,
     /// Several sources: per-source loss sums and counts ride in the step's
     /// all-reduce.
@@ -108,7 +109,9 @@ struct LocalGrads {
     grads: Vec<Option<Tensor>>,
     loss: f64,
     tokens: f64,
-    small: SmallBatchSums,
+    /// With the noise scale: one slot per (micro-batch, rank), the sizes, then the
+    /// squared norms of the mean gradients (see [`small_batch_slots`]).
+    small: Vec<f64>,
     /// Per source: loss sums, then example counts (empty with one source).
     source_sums: Vec<f64>,
     /// When coverage is checked: whether each parameter got a gradient (after
@@ -151,17 +154,19 @@ where
         grads: vec![None; params.len()],
         loss: 0.0,
         tokens: 0.0,
-        small: SmallBatchSums::default(),
+        small: vec![0.0; small_batch_slots(input.noise_scale, batches)],
         source_sums: vec![0.0; 2 * input.sources.as_ref().map_or(0, |s| s.names.len())],
         covered: None,
     };
     let known_weight = known_weight(input.reweight, batches);
     let active_ranks = batches.local_sizes().iter().filter(|&&n| n > 0).count();
-    for micro in &batches.micro {
+    let world = batches.local_sizes().len();
+    for (m, micro) in batches.micro.iter().enumerate() {
         let indices = micro.local(rank);
         if indices.is_empty() {
             continue;
         }
+        let tokens_before = local.tokens;
         let chunk_len = indices.len().div_ceil(plan.chunks);
         // With the noise scale, this micro-batch's share is summed apart first.
         let mut micro_grads = input.noise_scale.then(|| vec![None; params.len()]);
@@ -186,12 +191,20 @@ where
             }
         }
         if let Some(micro_grads) = micro_grads {
-            // The share is (sum of losses) / B: its mean gradient is B / b times it.
-            let scale = known_weight / indices.len() as f64 / input.loss_scale;
-            let norm = global_norm(&micro_grads)? * scale;
-            local
-                .small
-                .add(indices.len(), batches.global_size(), norm * norm);
+            // The share is (sum of losses) / B: its mean gradient is B / b times
+            // it; with token counts it is the sum of the losses of t tokens.
+            let (size, mean) = match input.reweight {
+                Reweight::TokenCount => {
+                    let t = local.tokens - tokens_before;
+                    (t, 1.0 / t.max(1.0))
+                }
+                _ => (indices.len() as f64, known_weight / indices.len() as f64),
+            };
+            let norm = global_norm(&micro_grads)? * mean / input.loss_scale;
+            let slot = m * world + rank;
+            let half = local.small.len() / 2;
+            local.small[slot] = size;
+            local.small[half + slot] = norm * norm;
             for (slot, g) in local.grads.iter_mut().zip(micro_grads) {
                 if let Some(g) = g {
                     add_into(slot, &g)?;
@@ -295,10 +308,15 @@ where
     let local = guarded(rank, || {
         accumulate_local(&*model, input, params, &mut plan, rank)
     });
-    let mut summed = match gather_checked(comm, params, local, input)? {
+    let small_slots = small_batch_slots(input.noise_scale, plan.batches);
+    let mut summed = match gather_checked(comm, params, local, input, small_slots)? {
         Ok(summed) => summed,
         Err(detail) => return Ok(StepOutcome::OutOfMemory { detail }),
     };
+    // A noise scale measured in tokens is turned into examples (tr Σ per example is
+    // L times that per token, for L tokens per example).
+    let examples_per_token = (input.reweight == Reweight::TokenCount)
+        .then(|| plan.batches.global_size() as f64 / summed.tokens);
     if input.reweight == Reweight::TokenCount {
         if summed.tokens <= 0.0 {
             return Err(Error::NoTokens { step: plan.step });
@@ -334,7 +352,7 @@ where
     };
     let noise = grad_norm
         .filter(|_| input.noise_scale)
-        .and_then(|norm| noise_estimates(plan.batches, update.small, norm));
+        .and_then(|norm| noise_estimates(&update.small, norm, examples_per_token));
     if let (true, Some(norm)) = (clipping, grad_norm) {
         if norm > input.max_grad_norm {
             update.grads = scale_grads(update.grads, input.max_grad_norm / (norm + 1e-6))?;
@@ -356,10 +374,34 @@ where
     })
 }
 
-/// This step's (|G|², tr Σ) estimate from its small batches, when it has two.
-fn noise_estimates(batches: &StepBatches, small: SmallBatchSums, norm: f64) -> Option<(f64, f64)> {
-    let sizes: Vec<usize> = batches.micro.iter().flat_map(|m| m.local_sizes()).collect();
-    NoiseScaleEstimator::step_estimates(&sizes, batches.global_size(), small, norm * norm).ok()
+/// Slots of the small batches' sizes and squared norms: two per (micro-batch, rank)
+/// when the noise scale is measured.
+fn small_batch_slots(noise_scale: bool, batches: &StepBatches) -> usize {
+    if noise_scale {
+        2 * batches.micro.len() * batches.local_sizes().len()
+    } else {
+        0
+    }
+}
+
+/// This step's (|G|², tr Σ) estimate from its small batches, when it has two: the
+/// big batch is all of them (its size the sum of theirs), `norm` its mean
+/// gradient's norm; tr Σ per example with `examples_per_token`.
+fn noise_estimates(
+    small: &[f64],
+    norm: f64,
+    examples_per_token: Option<f64>,
+) -> Option<(f64, f64)> {
+    let (sizes, squared_norms) = small.split_at(small.len() / 2);
+    // Sizes are whole numbers of examples or tokens.
+    let sizes: Vec<usize> = sizes.iter().map(|&b| b.round() as usize).collect();
+    let big: usize = sizes.iter().sum();
+    let mut sums = SmallBatchSums::default();
+    for (&b, &squared_norm) in sizes.iter().zip(squared_norms) {
+        sums.add(b, big, squared_norm);
+    }
+    let (g2, trace) = NoiseScaleEstimator::step_estimates(&sizes, big, sums, norm * norm).ok()?;
+    Some((g2, trace * examples_per_token.unwrap_or(1.0)))
 }
 
 /// Each source's mean per-example loss in this step (NaN for a source without
@@ -379,7 +421,7 @@ fn source_means(source_sums: &[f64]) -> Option<Vec<f64>> {
 struct Update {
     grads: Vec<Option<Tensor>>,
     loss: f64,
-    small: SmallBatchSums,
+    small: Vec<f64>,
     norm: Option<f64>,
 }
 
@@ -442,6 +484,7 @@ fn gather_checked<D: ?Sized, C>(
     params: &[(String, Var)],
     local: Result<LocalGrads>,
     input: &mut StepInput<'_, D, C>,
+    small_slots: usize,
 ) -> Result<std::result::Result<LocalGrads, String>> {
     let source_slots = 2 * input.sources.as_ref().map_or(0, |s| s.names.len());
     let check = input.check_coverage;
@@ -449,7 +492,7 @@ fn gather_checked<D: ?Sized, C>(
         l.covered = check.then(|| l.grads.iter().map(Option::is_some).collect());
         l
     });
-    let mut summed = gather(comm, params, local, (source_slots, check))?;
+    let mut summed = gather(comm, params, local, (source_slots, small_slots, check))?;
     if let Ok(Some(covered)) = summed.as_mut().map(|s| s.covered.take()) {
         input.check_coverage = false;
         check_coverage(params, &covered)?;
@@ -463,7 +506,7 @@ fn gather(
     comm: &impl Communicator,
     params: &[(String, Var)],
     local: Result<LocalGrads>,
-    slots: (usize, bool),
+    slots: (usize, usize, bool),
 ) -> Result<std::result::Result<LocalGrads, String>> {
     if comm.world_size() > 1 {
         return reduce(comm, params, local, slots);
@@ -476,13 +519,14 @@ fn gather(
 }
 
 /// All-reduces gradients (zeros where a rank has none), loss, tokens and the
-/// failure / OOM flags in one collective; `slots`: the number of per-source sums,
-/// and whether gradient coverage (a flag per parameter) rides along.
+/// failure / OOM flags in one collective; `slots`: the number of per-source sums
+/// and of small-batch slots, and whether gradient coverage (a flag per parameter)
+/// rides along.
 fn reduce(
     comm: &impl Communicator,
     params: &[(String, Var)],
     local: Result<LocalGrads>,
-    (source_slots, coverage): (usize, bool),
+    (source_slots, small_slots, coverage): (usize, usize, bool),
 ) -> Result<std::result::Result<LocalGrads, String>> {
     let zeros = |var: &Var| var.as_tensor().zeros_like();
     let (mut tensors, loss, tokens, small, source_sums, covered) = match &local {
@@ -500,7 +544,7 @@ fn reduce(
                 tensors,
                 l.loss,
                 l.tokens,
-                l.small,
+                l.small.clone(),
                 l.source_sums.clone(),
                 covered,
             )
@@ -512,7 +556,7 @@ fn reduce(
                 .collect::<candle_core::Result<Vec<_>>>()?,
             0.0,
             0.0,
-            SmallBatchSums::default(),
+            vec![0.0; small_slots],
             vec![0.0; source_slots],
             vec![0.0; if coverage { params.len() } else { 0 }],
         ),
@@ -524,17 +568,17 @@ fn reduce(
         tokens,
         f64::from(u8::from(failed)),
         f64::from(u8::from(oom)),
-        small.trace,
-        small.norm,
     ];
+    scalars.extend(small);
     scalars.extend(source_sums);
     // Every rank asks for coverage on the same step (a failed rank included).
     scalars.extend(covered);
     comm.all_reduce_sum(&mut tensors, &mut scalars)?;
-    let covered = scalars.split_off(6 + source_slots);
-    let source_sums = scalars.split_off(6);
-    let [loss, tokens, failed, oom, trace, norm] = scalars[..] else {
-        unreachable!("six scalars")
+    let covered = scalars.split_off(4 + small_slots + source_slots);
+    let source_sums = scalars.split_off(4 + small_slots);
+    let small = scalars.split_off(4);
+    let [loss, tokens, failed, oom] = scalars[..] else {
+        unreachable!("four scalars")
     };
     match local {
         Err(e) if !is_out_of_memory(&e) => Err(e),
@@ -545,7 +589,7 @@ fn reduce(
             grads: tensors.into_iter().map(Some).collect(),
             loss,
             tokens,
-            small: SmallBatchSums { trace, norm },
+            small,
             source_sums,
             covered: coverage.then(|| covered.iter().map(|&c| c > 0.0).collect()),
         })),

@@ -205,7 +205,8 @@ pub(super) fn check_batching(
 }
 
 /// The gradient noise scale (logged or scheduling) needs each small batch's mean
-/// gradient, and at least two small batches per step.
+/// gradient (over examples, or over tokens with `token_count`), and at least two
+/// small batches per step.
 pub(super) fn check_noise_scale(
     policy: &TrainerPolicy,
     measured: bool,
@@ -214,11 +215,12 @@ pub(super) fn check_noise_scale(
     if !measured {
         return Ok(());
     }
-    if policy.reweight != Reweight::SampleCount {
+    // A mean of per-rank means has no small batch of a known size.
+    if policy.reweight == Reweight::RankMean {
         return Err(Error::ConflictingSettings {
             first: "--log-gradient-noise-scale",
-            second: "reweight other than sample_count",
-            reason: "the estimator needs each small batch's mean gradient",
+            second: "reweight = none",
+            reason: "the estimator needs each small batch's mean gradient over examples or tokens",
         });
     }
     if world_size == 1 && policy.grad_accum == GradAccum::Fixed(1) {
