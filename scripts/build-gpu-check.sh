@@ -9,6 +9,7 @@
 #   target/gpu/release/examples/gpu_check    the binary
 #   target/gpu/gpu_check.xz                  the same without debug info, xz -9 (copy this)
 #   target/gpu/gpu-tests.xz                  the tests/gpu.rs binary, likewise
+#   target/gpu/language_model.xz             examples/language_model.rs, likewise
 #
 # Environment: ADABATCH_CUDA_HOME (toolchain folder), CUDA_COMPUTE_CAP (default 90:
 # H100/H200), CUDAFORGE_THREADS (default 2), ADABATCH_SKIP_TESTS=1 (skip the test
@@ -74,6 +75,14 @@ step_start=$SECONDS
 pack "$bin" "$CARGO_TARGET_DIR/gpu_check.xz"
 say "compressed in $(took): $CARGO_TARGET_DIR/gpu_check.xz ($(du -h "$CARGO_TARGET_DIR/gpu_check.xz" | cut -f1))"
 
+# The language-model example on CUDA (`--device cuda`), for its GPU runs beside
+# transformers (docs/GPU.md); the same features, so only the example is built.
+step_start=$SECONDS
+say "cargo build --release --features nccl --example language_model"
+cargo build --release --features nccl --example language_model
+pack "$CARGO_TARGET_DIR/release/examples/language_model" "$CARGO_TARGET_DIR/language_model.xz"
+say "language_model in $(took): $CARGO_TARGET_DIR/language_model.xz ($(du -h "$CARGO_TARGET_DIR/language_model.xz" | cut -f1))"
+
 if [[ "${ADABATCH_SKIP_TESTS:-0}" != 1 ]]; then
     step_start=$SECONDS
     say "cargo test --release --features nccl --test gpu --no-run"
@@ -100,9 +109,9 @@ fi
 
 if [[ "${ADABATCH_SKIP_CLIPPY:-0}" != 1 ]]; then
     step_start=$SECONDS
-    say "cargo clippy --release --features nccl --lib --example gpu_check --test gpu -- -D warnings"
+    say "cargo clippy --release --features nccl --lib --example gpu_check --example language_model --test gpu -- -D warnings"
     cargo clippy --release --features nccl -p adabatch -p adabatch-runtime --lib \
-        --example gpu_check --test gpu -- -D warnings
+        --example gpu_check --example language_model --test gpu -- -D warnings
     say "clippy clean in $(took)"
 fi
 
