@@ -1,7 +1,7 @@
 //! Grouped-query self-attention with rotary positions, written out (matmul,
 //! additive mask, softmax, matmul) as transformers' eager attention.
 
-use candle_core::{DType, Module, Result, Tensor};
+use candle_core::{DType, Result, Tensor};
 use candle_nn::{Linear, VarBuilder};
 
 use super::config::LlamaConfig;
@@ -9,6 +9,7 @@ use super::linear::{linear, push_linear};
 use super::mask::attention_bias;
 use super::rotary::{rotate, Rotary};
 use crate::nn::softmax_last_dim;
+use crate::optim::precision::{autocast, autocast_linear};
 
 /// What every layer's attention needs of a forward's tokens, computed once.
 ///
@@ -135,28 +136,36 @@ impl Attention {
     /// `repeat_kv`, without copying keys and values `g` times (nor summing their
     /// gradients back), in `kv_heads·b` products of `g·t` rows instead of
     /// `heads·b` of `t`. `rope` takes one table row per query row (see [`rotate`]).
+    ///
+    /// Under `--bf16` / `--fp16` ([`autocast`]) the projections, ropes and the two
+    /// attention products compute in half precision, the mask and softmax in f32
+    /// (as transformers' eager attention under torch's autocast), and the output
+    /// returns in `x`'s dtype for the residual stream.
     pub(crate) fn forward(&self, x: &Tensor, frame: &Frame) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (kv, d) = (self.kv_heads, self.head_dim);
         let g = self.heads / kv;
-        let q = self
-            .q_proj
-            .forward(x)?
+        let q = autocast_linear(&self.q_proj, x)?
             .reshape((b, t, kv, g, d))?
             .permute((2, 0, 3, 1, 4))?
             .contiguous()?
             .reshape((kv, b, g * t, d))?;
-        let k = self.heads_first(&self.k_proj.forward(x)?)?;
-        let v = self.heads_first(&self.v_proj.forward(x)?)?;
-        let q = rotate(&q, &frame.q_cos, &frame.q_sin)?;
-        let k = rotate(&k, &frame.cos, &frame.sin)?;
-        let scores = q.matmul(&k.t()?)?.broadcast_add(frame.bias(self.window)?)?;
-        let y = softmax_last_dim(&scores)?.matmul(&v)?;
+        let k = self.heads_first(&autocast_linear(&self.k_proj, x)?)?;
+        let v = self.heads_first(&autocast_linear(&self.v_proj, x)?)?;
+        let q = rotate(&q, &autocast(&frame.q_cos)?, &autocast(&frame.q_sin)?)?;
+        let k = rotate(&k, &autocast(&frame.cos)?, &autocast(&frame.sin)?)?;
+        let bias = frame.bias(self.window)?;
+        let scores = q
+            .matmul(&k.t()?)?
+            .to_dtype(bias.dtype())?
+            .broadcast_add(bias)?;
+        let probs = softmax_last_dim(&scores)?.to_dtype(v.dtype())?;
+        let y = probs.matmul(&v)?;
         let y = y
             .reshape((kv, b, g, t, d))?
             .permute((1, 3, 0, 2, 4))?
             .reshape((b, t, self.heads * d))?;
-        self.o_proj.forward(&y)
+        autocast_linear(&self.o_proj, &y)?.to_dtype(x.dtype())
     }
 
     /// Keys or values `[b, t, kv_heads·head_dim]` → `[kv_heads, b, t, head_dim]`,

@@ -5,6 +5,7 @@ use candle_nn::{Linear, VarBuilder};
 
 use super::config::LlamaConfig;
 use super::linear::{linear, push_linear};
+use crate::optim::precision::autocast_linear;
 
 /// `down_proj(silu(gate_proj(x)) · up_proj(x))`.
 #[derive(Clone, Debug)]
@@ -39,8 +40,11 @@ impl Mlp {
 }
 
 impl Module for Mlp {
+    /// Under [`autocast`](crate::autocast) in half precision, the output back in
+    /// `x`'s dtype.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = self.gate_proj.forward(x)?.silu()?;
-        self.down_proj.forward(&(gate * self.up_proj.forward(x)?)?)
+        let gate = autocast_linear(&self.gate_proj, x)?.silu()?;
+        let hidden = (gate * autocast_linear(&self.up_proj, x)?)?;
+        autocast_linear(&self.down_proj, &hidden)?.to_dtype(x.dtype())
     }
 }

@@ -102,7 +102,7 @@ impl Llama {
             x = layer.forward(&x, &frame)?;
         }
         let x = self.norm.forward(&x)?;
-        self.lm_head.forward(&x)?.to_dtype(DType::F32)
+        crate::optim::precision::autocast_linear(&self.lm_head, &x)?.to_dtype(DType::F32)
     }
 
     /// The rotary tables and masks every layer shares, after checking the shapes

@@ -398,3 +398,39 @@ fn a_sliding_window_hides_older_tokens() -> Result<()> {
     assert_eq!(a.dims(), [1, 5, VOCAB]);
     Ok(())
 }
+
+#[test]
+fn under_bf16_autocast_the_decoder_follows_f32_and_every_weight_gets_an_f32_gradient() -> Result<()>
+{
+    use crate::optim::precision::{AutocastScope, Precision};
+    let (model, params) = build(&tiny(ModelType::Llama, 2), 5)?;
+    let batch = ids(&[&[1, 5, 9, 2, 7, 3], &[4, 4, 8, 0, 31, 6]])?;
+    let documents = ids(&[&[0, 0, 0, 1, 1, 1], &[0, 0, 0, 0, 0, 0]])?;
+    let full = model.forward_packed(&batch, None, Some(&documents))?;
+    let scope = AutocastScope::enter(Precision::Bf16);
+    let half = model.forward_packed(&batch, None, Some(&documents))?;
+    scope
+        .check_used(Precision::Bf16)
+        .expect("the decoder casts");
+    let loss = next_token_loss(&half, &batch)?;
+    let grads = loss.backward()?;
+    drop(scope);
+    assert_eq!(half.dtype(), DType::F32);
+    // bf16 keeps 8 bits of mantissa: close to f32, but not equal (it did compute in bf16).
+    let diff = max_abs_diff(&full, &half)?;
+    assert!(diff > 0.0 && diff < 0.05, "{diff}");
+    for (name, var) in params.named_parameters() {
+        let g = grads
+            .get(var.as_tensor())
+            .unwrap_or_else(|| panic!("{name}: no gradient"));
+        assert_eq!(g.dtype(), DType::F32, "{name}");
+        assert!(
+            g.abs()?.sum_all()?.to_scalar::<f32>()? > 0.0,
+            "{name}: zero gradient"
+        );
+    }
+    // Outside the scope the model computes in f32 again, bit for bit.
+    let again = model.forward_packed(&batch, None, Some(&documents))?;
+    assert_eq!(max_abs_diff(&full, &again)?, 0.0);
+    Ok(())
+}
