@@ -10,7 +10,7 @@ DIR/tokens/tokens.json), seeded, and saves it for `language_model --init-from`.
 It packs each rank's documents as PackedCollate does (pieces of at most seq_len,
 first fit, positions restarting per piece, a block-diagonal causal mask, targets
 the next token of the same document), trains the same steps with torch's AdamW
-(weight decay 0.1 but on biases and norms, HF's split), the loss the mean over all
+(betas (0.9, 0.95), weight decay 0.1 but on biases and norms, HF's split), the loss the mean over all
 target tokens of the step, and prints both runs' losses side by side, the largest
 relative difference, and each side's target tokens per second over all the steps
 (adabatch's run time from DIR/summary.json, its whole training loop; torch's from
@@ -100,7 +100,7 @@ def optimizer(model):
     no_decay = [p for n, p in model.named_parameters() if "norm" in n or n.endswith(".bias")]
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=0.0, betas=(0.9, 0.999), eps=1e-8,
+        lr=0.0, betas=(0.9, 0.95), eps=1e-8,
     )
 
 

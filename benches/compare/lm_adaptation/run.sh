@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The adaptation table of BENCHMARKS.md: examples/language_model.rs under four
 # batch policies, each for one epoch of the corpus (the same token budget), the
-# same AdamW and learning-rate rule (peak 3e-3, 2 % warm-up then cosine, both over
-# the examples consumed), on 2 CPU ranks, for several seeds:
+# same AdamW (betas 0.9, 0.95; weight decay 0.1) and learning-rate rule (peak 3e-3,
+# 2 % warm-up then cosine, both over the examples consumed), on 2 CPU ranks, for
+# several seeds:
 #
 #   small   --global-batch-size 16
 #   large   --global-batch-size 64
