@@ -81,6 +81,8 @@ fn time_steps(model: &decoder::Decoder, batches: &[PackedBatch]) -> (f64, f64) {
 }
 
 fn main() -> adabatch::Result<()> {
+    // As the engine does: freed host memory kept for the next step.
+    adabatch::memory::host::keep_freed_memory();
     let dir = std::env::temp_dir().join(format!("adabatch-packing-{}", std::process::id()));
     let corpus =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/en_sentences_15k.txt.gz");

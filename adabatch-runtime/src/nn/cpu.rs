@@ -23,6 +23,7 @@ pub(super) trait Acc:
     + Mul<Output = Self>
     + Div<Output = Self>
     + AddAssign
+    + PartialOrd
 {
     /// Zero.
     const ZERO: Self;
@@ -40,6 +41,8 @@ pub(super) trait Acc:
     fn recip(self) -> Self;
     /// `e^self`.
     fn exp(self) -> Self;
+    /// The natural logarithm.
+    fn ln(self) -> Self;
 }
 
 impl Acc for f32 {
@@ -71,6 +74,9 @@ impl Acc for f32 {
     fn exp(self) -> Self {
         f32::exp(self)
     }
+    fn ln(self) -> Self {
+        f32::ln(self)
+    }
 }
 
 impl Acc for f64 {
@@ -95,6 +101,9 @@ impl Acc for f64 {
     }
     fn exp(self) -> Self {
         f64::exp(self)
+    }
+    fn ln(self) -> Self {
+        f64::ln(self)
     }
 }
 

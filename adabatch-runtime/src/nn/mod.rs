@@ -21,12 +21,14 @@
 //! attention without `sdpa`, and where a KV cache goes.
 
 mod cpu;
+mod cross_entropy;
 mod norm;
 mod rope;
 mod softmax;
 #[cfg(test)]
 mod testing;
 
+pub use cross_entropy::cross_entropy_rows;
 pub use norm::{layer_norm, rms_norm, LayerNorm, RmsNorm};
 pub use rope::{rope, rope_i, rope_thd};
 pub use softmax::softmax_last_dim;

@@ -13,7 +13,9 @@
 //!   `ignore_index` labels (`-100`), each example's sum or mean over its tokens;
 //!   [`count_target_tokens`] counts what carries loss, for `Batch::num_tokens`.
 
-use candle_core::{DType, Result, Tensor, D};
+use candle_core::{DType, Result, Tensor};
+
+use crate::nn::cross_entropy_rows;
 
 /// Cross-entropy of every example: `logits` `[batch, classes]` (unnormalised),
 /// `targets` `[batch]` class ids (`u32`, `u8` or `i64`); returns `[batch]`, entry
@@ -30,7 +32,7 @@ pub fn per_example_cross_entropy(logits: &Tensor, targets: &Tensor) -> Result<Te
             "per_example_cross_entropy: {batch} rows of logits but {target_batch} targets"
         );
     }
-    target_log_likelihood(logits, targets)?.neg()
+    cross_entropy_rows(logits, targets, None)
 }
 
 /// Per-example sum of token cross-entropies, for language models: `logits`
@@ -56,7 +58,7 @@ pub fn per_example_token_cross_entropy_sum(
             );
         }
     }
-    let nll = target_log_likelihood(logits, targets)?.neg()?;
+    let nll = token_losses(logits, targets, None)?;
     let mask = mask.to_dtype(nll.dtype())?;
     (nll * mask)?.sum(1)
 }
@@ -89,19 +91,18 @@ pub fn per_example_token_cross_entropy(
             targets.dims()
         );
     }
-    let targets = targets.to_dtype(DType::I64)?;
-    let mask = match ignore_index {
-        Some(ignore) => targets.ne(ignore)?,
-        None => targets.ones_like()?.to_dtype(DType::U8)?,
-    };
-    // Ignored positions gather class 0 and are then masked out.
-    let safe = mask.where_cond(&targets, &targets.zeros_like()?)?;
-    let nll = target_log_likelihood(logits, &safe)?.neg()?;
-    let weights = mask.to_dtype(nll.dtype())?;
-    let sums = (nll * &weights)?.sum(1)?;
+    // Ignored positions have a loss of 0.
+    let sums = token_losses(logits, targets, ignore_index)?.sum(1)?;
     match reduction {
         TokenReduction::Sum => Ok(sums),
-        TokenReduction::Mean => sums.div(&weights.sum(1)?.maximum(1.0)?),
+        TokenReduction::Mean => {
+            let targets = targets.to_dtype(DType::I64)?;
+            let counted = match ignore_index {
+                Some(ignore) => targets.ne(ignore)?.to_dtype(sums.dtype())?.sum(1)?,
+                None => targets.ones_like()?.to_dtype(sums.dtype())?.sum(1)?,
+            };
+            sums.div(&counted.maximum(1.0)?)
+        }
     }
 }
 
@@ -119,19 +120,12 @@ pub fn count_target_tokens(targets: &Tensor, ignore_index: Option<i64>) -> Resul
     }
 }
 
-/// `log softmax(logits)[.., target]` over the last dimension; `targets` has the
-/// shape of `logits` without its last dimension.
-/// Half-precision logits (`--bf16` / `--fp16`) are normalised in f32, as PyTorch's
-/// autocast does for softmax and cross-entropy.
-fn target_log_likelihood(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let logits = match logits.dtype() {
-        DType::BF16 | DType::F16 => logits.to_dtype(DType::F32)?,
-        _ => logits.clone(),
-    };
-    let log_probs = candle_nn::ops::log_softmax(&logits, D::Minus1)?;
-    log_probs
-        .gather(&targets.unsqueeze(D::Minus1)?, D::Minus1)?
-        .squeeze(D::Minus1)
+/// Each token's cross-entropy `[batch, len]` of `logits` `[batch, len, vocab]`
+/// (fused on CPU: [`cross_entropy_rows`]); 0 at `ignore_index`.
+fn token_losses(logits: &Tensor, targets: &Tensor, ignore_index: Option<i64>) -> Result<Tensor> {
+    let (batch, len, vocab) = logits.dims3()?;
+    let rows = logits.reshape((batch * len, vocab))?;
+    cross_entropy_rows(&rows, &targets.flatten_all()?, ignore_index)?.reshape((batch, len))
 }
 
 #[cfg(test)]
