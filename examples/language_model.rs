@@ -29,7 +29,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 #[path = "support/decoder.rs"]
 mod decoder;
 
-use decoder::{Decoder, ModelArgs, NoiseScaleTrainer, RampTrainer};
+use decoder::{BudgetTrainer, ModelArgs, NoiseScaleTrainer, RampTrainer};
 
 #[derive(Parser)]
 #[command(
@@ -75,8 +75,8 @@ struct Cli {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Schedule {
-    /// `ramp(start = 8, increment = 8, tokens = 200_000, global = 64)`, or the
-    /// flags' schedule.
+    /// `ramp(start = 8, increment = 8, tokens = 200_000, global = 64)`, the flags'
+    /// schedule, or with `--max-tokens-per-batch` the token budget.
     Ramp,
     /// `noise_scale(fraction = 0.5, min = 8, max = 256)`, two micro-batches per rank.
     NoiseScale,
@@ -139,27 +139,14 @@ fn run() -> adabatch::Result<()> {
     let collate = PackedCollate::new(cli.model.seq_len, info.eos_id)
         .with_cross_document_attention(cli.cross_document_attention)
         .with_packing(!cli.no_packing);
-    let lr = args.learning_rate;
+    let data = (&train, &validation);
     let (summary, llama) = match cli.schedule {
-        Schedule::Ramp => {
-            let factory = |ctx: &RankContext| -> adabatch::Result<RampTrainer> {
-                let model = Decoder::new(&config, ctx)?;
-                let opt = decoder::optimizer(&model, lr)?;
-                Ok(RampTrainer::new(model, opt))
-            };
-            let trained =
-                RampTrainer::launch_with_eval(&train, &validation, &collate, &args, factory)?;
-            (trained.summary, trained.trainer.model.llama)
+        Schedule::Ramp if args.max_tokens_per_batch.is_some() => {
+            decoder::train(data, &collate, &args, &config, BudgetTrainer::new)?
         }
+        Schedule::Ramp => decoder::train(data, &collate, &args, &config, RampTrainer::new)?,
         Schedule::NoiseScale => {
-            let factory = |ctx: &RankContext| -> adabatch::Result<NoiseScaleTrainer> {
-                let model = Decoder::new(&config, ctx)?;
-                let opt = decoder::optimizer(&model, lr)?;
-                Ok(NoiseScaleTrainer::new(model, opt))
-            };
-            let trained =
-                NoiseScaleTrainer::launch_with_eval(&train, &validation, &collate, &args, factory)?;
-            (trained.summary, trained.trainer.model.llama)
+            decoder::train(data, &collate, &args, &config, NoiseScaleTrainer::new)?
         }
     };
     report(&cli, &args, &info, (&train, &validation), &summary, &llama)

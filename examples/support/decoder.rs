@@ -156,6 +156,39 @@ pub struct NoiseScaleTrainer {
     pub opt: AdamW,
 }
 
+/// No schedule of its own: with `--max-tokens-per-batch` the token budget sizes
+/// the batches.
+#[adaptive_trainer(reweight = token_count, drop_last = false, seed = 1234)]
+pub struct BudgetTrainer {
+    #[model]
+    pub model: Decoder,
+    #[optimizer]
+    pub opt: AdamW,
+}
+
+/// Trains the decoder of `config` with the trainer `wrap` builds on every rank,
+/// evaluating on `data.1`; returns the summary and rank 0's decoder.
+pub fn train<T>(
+    data: (&TokenDocuments, &TokenDocuments),
+    collate: &adabatch::PackedCollate,
+    args: &TrainingArgs,
+    config: &LlamaConfig,
+    wrap: fn(Decoder, AdamW) -> T,
+) -> adabatch::Result<(adabatch::TrainSummary, Llama)>
+where
+    T: AdaptiveTrainer<Model = Decoder, Optimizer = AdamW> + Send,
+{
+    let lr = args.learning_rate;
+    let factory = |ctx: &RankContext| -> adabatch::Result<T> {
+        let model = Decoder::new(config, ctx)?;
+        let opt = optimizer(&model, lr)?;
+        Ok(wrap(model, opt))
+    };
+    let mut trained = adabatch::launch_with_eval(data.0, data.1, collate, args, factory)?;
+    let llama = trained.trainer.parts().0.llama.clone();
+    Ok((trained.summary, llama))
+}
+
 /// AdamW at `lr` as Llama was pretrained: betas (0.9, 0.95), weight decay 0.1 on
 /// matrices and embeddings, none on norms. (β2 = 0.95 forgets the gradients'
 /// scale within about 20 steps; with 0.999 the second moment would still carry
