@@ -202,7 +202,7 @@ pub fn optimizer(model: &Decoder, lr: f64) -> adabatch::Result<AdamW> {
     };
     let named = model.params.named_parameters();
     let groups = adabatch::ParamGroups::new(&named);
-    Ok(AdamW::with_groups(&named, &groups, hyper)?)
+    AdamW::with_groups(&named, &groups, hyper)
 }
 
 /// Cross-entropy per token (nats) of the validation targets under the training
