@@ -23,7 +23,6 @@ pub(super) trait Acc:
     + Mul<Output = Self>
     + Div<Output = Self>
     + AddAssign
-    + PartialOrd
 {
     /// Zero.
     const ZERO: Self;

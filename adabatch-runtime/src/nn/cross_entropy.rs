@@ -142,16 +142,13 @@ impl CrossEntropy {
     }
 }
 
-/// `log Σ exp(x)`, from the row's maximum.
+/// `log Σ exp(x)`, from the row's maximum (`x` is not empty).
 fn log_sum_exp<T: WithDType, A: Acc>(x: &[T]) -> A {
-    let max = x.iter().fold(A::of(x[0]), |m, &v| {
-        let v = A::of(v);
-        if v > m {
-            v
-        } else {
-            m
-        }
-    });
+    let mut max = x[0];
+    // SAFETY: `x` holds `x.len()` > 0 elements and `max` is a valid slot; candle's
+    // vectorised reduction.
+    unsafe { T::vec_reduce_max(x.as_ptr(), &mut max, x.len()) };
+    let max = A::of(max);
     let mut sum = A::ZERO;
     for &v in x {
         sum += (A::of(v) - max).exp();
