@@ -40,24 +40,4 @@ for seed in "${seeds[@]}"; do
         echo "done $policy seed $seed"
     done
 done
-python3 - "$out" "$target" <<'PY'
-import json, sys, glob, statistics as st
-out, target = sys.argv[1], float(sys.argv[2])
-rows = {}
-for path in sorted(glob.glob(f"{out}/*.json")):
-    policy, seed = path.rsplit("/", 1)[1][:-5].rsplit("-", 1)
-    r = json.load(open(path))
-    hit = next((e for e in r["evaluations"] if e["eval_loss"] <= target), None)
-    rows.setdefault(policy, []).append((hit["step"] if hit else None, hit["tokens"] if hit else None, r["final_eval_loss"], r["steps"], r["tokens_per_second"]))
-print(f"target validation loss {target} nats; unigram baseline {r['unigram_loss']:.3f}")
-print("| policy | seeds | steps to target | tokens to target | final val loss | steps | tokens/s |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-fmt = lambda v, f: "n/a" if v is None else format(v, f)
-for policy in ["small", "large", "ramp", "noise"]:
-    rs = rows.get(policy, [])
-    if not rs:
-        continue
-    mean = lambda i: None if any(x[i] is None for x in rs) else st.mean(x[i] for x in rs)
-    sd = lambda i: 0.0 if len(rs) < 2 or any(x[i] is None for x in rs) else st.stdev(x[i] for x in rs)
-    print(f"| {policy} | {len(rs)} | {fmt(mean(0), '.0f')} ± {sd(0):.0f} | {fmt(mean(1), '.3g')} | {fmt(mean(2), '.3f')} ± {sd(2):.3f} | {fmt(mean(3), '.0f')} | {fmt(mean(4), '.0f')} |")
-PY
+python3 benches/compare/lm_adaptation/table.py "$out" "$target"
