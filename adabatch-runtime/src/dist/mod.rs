@@ -2,6 +2,7 @@
 //! rendezvous of multi-node runs, and the `--device` parser.
 
 pub mod communicator;
+pub(crate) mod cpu_threads;
 pub mod device;
 #[cfg(feature = "nccl")]
 pub mod nccl;

@@ -135,6 +135,16 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
             let summary = rank_run(&mut trainer, &Single, self.data, &settings, &device, logger)?;
             return Ok(Trained { trainer, summary });
         }
+        if !settings.device.is_cuda() {
+            if let Some(threads) = crate::dist::cpu_threads::share_cores(settings.world_size) {
+                if !self.args.quiet {
+                    eprintln!(
+                        "note: {} CPU ranks in one process: candle computes on {threads} thread(s) (set CANDLE_NUM_THREADS to choose)",
+                        settings.world_size
+                    );
+                }
+            }
+        }
         let members = Local::group(settings.world_size)
             .into_iter()
             .enumerate()
