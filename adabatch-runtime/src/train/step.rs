@@ -313,17 +313,7 @@ where
         Ok(summed) => summed,
         Err(detail) => return Ok(StepOutcome::OutOfMemory { detail }),
     };
-    // A noise scale measured in tokens is turned into examples (tr Σ per example is
-    // L times that per token, for L tokens per example).
-    let examples_per_token = (input.reweight == Reweight::TokenCount)
-        .then(|| plan.batches.global_size() as f64 / summed.tokens);
-    if input.reweight == Reweight::TokenCount {
-        if summed.tokens <= 0.0 {
-            return Err(Error::NoTokens { step: plan.step });
-        }
-        summed.grads = scale_grads(summed.grads, 1.0 / summed.tokens)?;
-        summed.loss /= summed.tokens;
-    }
+    let examples_per_token = per_token_mean(&mut summed, input.reweight, &plan)?;
     let source_loss = source_means(&summed.source_sums);
     let loss = summed.loss;
     let Some(mut update) = unscale(summed, input.loss_scale)? else {
@@ -372,6 +362,25 @@ where
         noise,
         source_loss,
     })
+}
+
+/// With `token_count`, the summed gradients and loss divided by the global batch's
+/// target tokens; returns examples per token then, for the noise scale (measured in
+/// tokens, tr Σ per example is L times that per token for L tokens an example).
+fn per_token_mean<B>(
+    summed: &mut LocalGrads,
+    reweight: Reweight,
+    plan: &StepPlan<'_, B>,
+) -> Result<Option<f64>> {
+    if reweight != Reweight::TokenCount {
+        return Ok(None);
+    }
+    if summed.tokens <= 0.0 {
+        return Err(Error::NoTokens { step: plan.step });
+    }
+    summed.grads = scale_grads(std::mem::take(&mut summed.grads), 1.0 / summed.tokens)?;
+    summed.loss /= summed.tokens;
+    Ok(Some(plan.batches.global_size() as f64 / summed.tokens))
 }
 
 /// Slots of the small batches' sizes and squared norms: two per (micro-batch, rank)
