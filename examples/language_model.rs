@@ -9,7 +9,8 @@
 //! ```
 //!
 //! Defaults: 4,096 BPE ids, rows of 128 positions, a 4-layer decoder (hidden 128,
-//! 4 heads sharing 2 key/value heads, tied embeddings), one epoch, AdamW at 3e-3,
+//! 4 heads sharing 2 key/value heads, tied embeddings), one epoch, AdamW at 3e-3
+//! (betas 0.9, 0.95, 2 % warm-up, cosine),
 //! the global batch ramped from 8 to 64 documents by 8 over the first 200,000
 //! tokens (`schedule = ramp(start = 8, increment = 8, tokens = 200_000, global =
 //! 64)`, as `--rampup-batch-size 8 8 200000 --rampup-in-tokens --global-batch-size
@@ -17,7 +18,7 @@
 //! (`reweight = token_count`). `--output-dir` (default `adabatch_output/language_model`) gets
 //! `log.jsonl`, `loss.svg`, TensorBoard events under `runs/`, checkpoints, and at
 //! the end `model.safetensors`, `config.json` and `tokenizer.json`, which
-//! transformers' `LlamaForCausalLM.from_pretrained` and `AutoTokenizer` load.
+//! transformers' `LlamaForCausalLM.from_pretrained` and `PreTrainedTokenizerFast` load.
 //! `--init-from DIR` continues from such a directory or a checkpoint.
 
 use std::path::PathBuf;
