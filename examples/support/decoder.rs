@@ -33,22 +33,23 @@ pub struct ModelArgs {
     pub num_key_value_heads: usize,
 }
 
-/// The corpus tokenized into `dir` (reused when `dir/tokens.json` exists with this
-/// vocabulary size), and its training and validation documents.
+/// The corpus tokenized into `dir` (reused when `dir/tokens.json` says it was
+/// prepared from this corpus file, of its current size, with this vocabulary), and
+/// its training and validation documents.
 pub fn corpus(
     corpus: &Path,
     dir: &Path,
     vocab_size: usize,
 ) -> adabatch::Result<(CorpusInfo, TokenDocuments, TokenDocuments)> {
-    let existing = CorpusInfo::read(dir).ok();
-    let info = match existing {
-        Some(info) if info.vocab_size as usize == vocab_size => info,
+    let options = PrepareOptions {
+        tokenizer: TokenizerSource::TrainBpe { vocab_size },
+        ..PrepareOptions::default()
+    };
+    let files = [corpus.to_path_buf()];
+    let info = match CorpusInfo::read(dir) {
+        Ok(info) if info.prepared_from(&files, &options) => info,
         _ => {
-            let options = PrepareOptions {
-                tokenizer: TokenizerSource::TrainBpe { vocab_size },
-                ..PrepareOptions::default()
-            };
-            let info = prepare_corpus(&[corpus.to_path_buf()], dir, &options)?;
+            let info = prepare_corpus(&files, dir, &options)?;
             println!(
                 "tokenized {}: a byte-level BPE of {} ids, {} training documents ({} tokens), {} validation documents ({} tokens) in {}",
                 corpus.display(),

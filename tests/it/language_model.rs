@@ -53,9 +53,28 @@ fn a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model() {
     assert_eq!(CorpusInfo::read(&tokens).unwrap(), info);
     assert_eq!((info.train_documents, info.validation_documents), (380, 20));
     assert_eq!((train.len(), validation.len()), (380, 20));
-    // A second call reuses the files.
+    // A second call reuses the files; no partial file is left.
     let again = decoder::corpus(&corpus, &tokens, 300).unwrap().0;
     assert_eq!(again, info);
+    let names: Vec<String> = std::fs::read_dir(&tokens)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.ends_with(".partial")), "{names:?}");
+    // A changed corpus (or vocabulary) is tokenized again, not silently reused.
+    let grown = dir.join("grown.txt");
+    std::fs::write(
+        &grown,
+        std::fs::read_to_string(&corpus).unwrap() + "a new sentence.\n",
+    )
+    .unwrap();
+    std::fs::copy(&grown, &corpus).unwrap();
+    let redone = decoder::corpus(&corpus, &tokens, 300).unwrap().0;
+    assert_eq!(redone.train_documents + redone.validation_documents, 401);
+    let other_vocab = decoder::corpus(&corpus, &tokens, 320).unwrap().0;
+    assert_eq!(other_vocab.vocab_size, 320);
+    let (info, train, validation) = decoder::corpus(&corpus, &tokens, 300).unwrap();
+    assert_eq!(info.vocab_size, 300);
 
     let config = decoder::llama_config(&small_model(), &info);
     let log = temp_log("lm-run");

@@ -75,14 +75,56 @@ pub struct CorpusInfo {
     pub eos_id: u32,
     /// The end-of-document token.
     pub eos_token: String,
-    /// Documents and tokens (EOS included) in `train.bin`.
+    /// Documents in `train.bin`.
     pub train_documents: usize,
-    /// Tokens in `train.bin`.
+    /// Tokens in `train.bin`, each document's EOS included.
     pub train_tokens: u64,
     /// Documents in `validation.bin`.
     pub validation_documents: usize,
-    /// Tokens in `validation.bin`.
+    /// Tokens in `validation.bin`, each document's EOS included.
     pub validation_tokens: u64,
+    /// What the files were prepared from: the corpus files with their sizes, the
+    /// tokenizer and the held-out share ([`CorpusInfo::prepared_from`]).
+    #[serde(default)]
+    pub source: CorpusSource,
+}
+
+/// The inputs of a preparation, to tell whether prepared files are still current.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CorpusSource {
+    /// Each corpus file as given, with its size in bytes.
+    pub files: Vec<(String, u64)>,
+    /// `bpe:<vocab size>` for a trained BPE, or the `tokenizer.json` loaded.
+    pub tokenizer: String,
+    /// The end-of-document token.
+    pub eos_token: String,
+    /// Share of documents held out.
+    pub validation_fraction: f64,
+}
+
+impl CorpusSource {
+    /// The source `options` would prepare `corpus` from (the files' current sizes).
+    pub fn of(corpus: &[PathBuf], options: &PrepareOptions) -> Result<Self> {
+        let files = corpus
+            .iter()
+            .map(|path| {
+                let meta = std::fs::metadata(path).map_err(|e| Error::Io {
+                    path: path.clone(),
+                    source: e,
+                })?;
+                Ok((path.display().to_string(), meta.len()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            files,
+            tokenizer: match &options.tokenizer {
+                TokenizerSource::TrainBpe { vocab_size } => format!("bpe:{vocab_size}"),
+                TokenizerSource::File(path) => path.display().to_string(),
+            },
+            eos_token: options.eos_token.clone(),
+            validation_fraction: options.validation_fraction,
+        })
+    }
 }
 
 impl CorpusInfo {
@@ -94,6 +136,13 @@ impl CorpusInfo {
             source: e,
         })?;
         serde_json::from_str(&text).map_err(|e| tokenizer_error(&path, e))
+    }
+
+    /// Whether these files were prepared from `corpus` with `options` (the same
+    /// files, of the same sizes, tokenizer, EOS token and held-out share): a
+    /// different corpus or setting needs [`prepare_corpus`] again.
+    pub fn prepared_from(&self, corpus: &[PathBuf], options: &PrepareOptions) -> bool {
+        CorpusSource::of(corpus, options).is_ok_and(|source| source == self.source)
     }
 
     /// How the `.bin` files store ids.
@@ -233,7 +282,10 @@ pub fn write_token_file(
         path: path.to_path_buf(),
         source: e,
     };
-    let mut out = BufWriter::new(std::fs::File::create(path).map_err(io)?);
+    // Written beside, then renamed: a reader never maps a half-written file, and a
+    // file another process has mapped is replaced, not truncated under it.
+    let partial = partial_path(path);
+    let mut out = BufWriter::new(std::fs::File::create(&partial).map_err(io)?);
     let mut written = 0u64;
     // In chunks: the encodings of a large corpus need not all be in memory at once.
     for chunk in documents.chunks(4096) {
@@ -255,11 +307,32 @@ pub fn write_token_file(
         .map_err(|e| io(e.into_error()))?
         .sync_all()
         .map_err(io)?;
+    std::fs::rename(&partial, path).map_err(io)?;
     Ok(written)
 }
 
+/// `<path>.partial`, where a file is written before it is renamed into place.
+fn partial_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".partial");
+    PathBuf::from(name)
+}
+
+/// Writes `bytes` to `path` through a renamed `<path>.partial`.
+fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+    let io = |e| Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    };
+    let partial = partial_path(path);
+    std::fs::write(&partial, bytes).map_err(io)?;
+    std::fs::rename(&partial, path).map_err(io)
+}
+
 /// Tokenizes `corpus` files into `dir` (see the module's layout) and returns what it
-/// wrote. The output files are written whole or not at all: `tokens.json` last.
+/// wrote. Each file is written whole or not at all, and `tokens.json` is removed
+/// first and written last: a directory with a `tokens.json` holds one complete
+/// preparation.
 pub fn prepare_corpus(
     corpus: &[PathBuf],
     dir: &Path,
@@ -274,6 +347,7 @@ pub fn prepare_corpus(
     if corpus.is_empty() {
         return Err(Error::TokenSetting("no corpus file given".into()));
     }
+    let source = CorpusSource::of(corpus, options)?;
     let mut documents = Vec::new();
     for path in corpus {
         documents.extend(read_documents(path)?);
@@ -303,10 +377,21 @@ pub fn prepare_corpus(
         path: dir.to_path_buf(),
         source: e,
     })?;
+    let info_path = dir.join("tokens.json");
+    match std::fs::remove_file(&info_path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(Error::Io {
+                path: info_path,
+                source: e,
+            })
+        }
+        _ => {}
+    }
     let tokenizer_path = dir.join("tokenizer.json");
-    tokenizer
-        .save(&tokenizer_path, false)
+    let tokenizer_text = tokenizer
+        .to_string(false)
         .map_err(|e| tokenizer_error(&tokenizer_path, e))?;
+    write_whole(&tokenizer_path, tokenizer_text.as_bytes())?;
     let info = CorpusInfo {
         width_bytes: width.bytes(),
         vocab_size,
@@ -322,13 +407,10 @@ pub fn prepare_corpus(
             width,
             &dir.join("validation.bin"),
         )?,
+        source,
     };
-    let info_path = dir.join("tokens.json");
     let text = serde_json::to_string_pretty(&info).expect("plain data serialises");
-    std::fs::write(&info_path, text).map_err(|e| Error::Io {
-        path: info_path,
-        source: e,
-    })?;
+    write_whole(&info_path, text.as_bytes())?;
     Ok(info)
 }
 
