@@ -18,13 +18,15 @@
 //! exponential moving average, and B_simple is the ratio of the two averages (the
 //! ratio of noisy estimates is biased; the ratio of averages much less so).
 //!
-//! The small batches enter only through two sums, [`SmallBatchSums`], so every rank
-//! can add its own into the step's existing all-reduce.
+//! The small batches enter through two sums, [`SmallBatchSums`]. Each rank sends its
+//! small batches' sizes and squared norms in the step's existing all-reduce, so the
+//! sums can use the big batch's size, which with `reweight = token_count` (sizes in
+//! target tokens) is known only after it.
 
 use crate::error::{Error, Result};
 
 /// The two sums over small batches the estimator needs from each step:
-/// `Σ_k S_k / (1/b_k − 1/B)` and `Σ_k b_k·S_k / (B − b_k)`. They add across ranks.
+/// `Σ_k S_k / (1/b_k − 1/B)` and `Σ_k b_k·S_k / (B − b_k)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct SmallBatchSums {
     /// `Σ_k S_k / (1/b_k − 1/B)`.

@@ -4,7 +4,7 @@
 //! built for training, and the few lines an example prints do not need one). The
 //! context is cut to the model's `max_position_embeddings` last tokens.
 
-use candle_core::{DType, Device, IndexOp, Result, Tensor, D};
+use candle_core::{DType, IndexOp, Result, Tensor, D};
 use rand::distr::weighted::WeightedIndex;
 use rand::distr::Distribution;
 use rand::SeedableRng;
@@ -43,7 +43,7 @@ pub fn generate(
             candle_core::bail!("generate: temperature {temperature} must be above 0");
         }
     }
-    let device = model_device(model);
+    let device = model.device().clone();
     let window = model.config().max_position_embeddings.max(1);
     let mut rng = match sampling {
         Sampling::Temperature { seed, .. } => Some(ChaCha8Rng::seed_from_u64(seed)),
@@ -82,18 +82,12 @@ fn draw(logits: &Tensor, rng: &mut ChaCha8Rng) -> Result<u32> {
     Ok(index.sample(rng) as u32)
 }
 
-fn model_device(model: &Llama) -> Device {
-    model
-        .named_tensors()
-        .first()
-        .map_or(Device::Cpu, |(_, t)| t.device().clone())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::models::llama::{LlamaConfig, ModelType};
     use crate::Parameters;
+    use candle_core::Device;
 
     fn model() -> Llama {
         let config = LlamaConfig::new(ModelType::Llama, 32, 16, 32, 1, 2, 2);

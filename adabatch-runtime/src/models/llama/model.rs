@@ -66,6 +66,11 @@ impl Llama {
         })
     }
 
+    /// The device the weights are on.
+    pub fn device(&self) -> &candle_core::Device {
+        self.embed_tokens.embeddings().device()
+    }
+
     /// The configuration the model was built from.
     pub fn config(&self) -> &LlamaConfig {
         &self.config
