@@ -270,7 +270,8 @@ pub fn build_tokenizer(options: &PrepareOptions, documents: &[&str]) -> Result<T
 }
 
 /// Encodes `documents` and writes their ids, each document followed by `eos_id`, as
-/// little-endian `width` integers to `path`; returns the tokens written.
+/// little-endian `width` integers to `path`; returns the tokens written. An id that
+/// does not fit `width` is an error, and nothing is then left at `path`.
 pub fn write_token_file(
     tokenizer: &Tokenizer,
     documents: &[&str],
@@ -278,14 +279,33 @@ pub fn write_token_file(
     width: TokenWidth,
     path: &Path,
 ) -> Result<u64> {
+    // Written beside, then renamed: a reader never maps a half-written file, and a
+    // file another process has mapped is replaced, not truncated under it.
+    let partial = partial_path(path);
+    let written =
+        encode_into(tokenizer, documents, eos_id, width, (&partial, path)).inspect_err(|_| {
+            std::fs::remove_file(&partial).ok();
+        })?;
+    std::fs::rename(&partial, path).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    Ok(written)
+}
+
+/// [`write_token_file`]'s encoding into `files.0`; errors name `files.1`.
+fn encode_into(
+    tokenizer: &Tokenizer,
+    documents: &[&str],
+    eos_id: u32,
+    width: TokenWidth,
+    (file, path): (&Path, &Path),
+) -> Result<u64> {
     let io = |e| Error::Io {
         path: path.to_path_buf(),
         source: e,
     };
-    // Written beside, then renamed: a reader never maps a half-written file, and a
-    // file another process has mapped is replaced, not truncated under it.
-    let partial = partial_path(path);
-    let mut out = BufWriter::new(std::fs::File::create(&partial).map_err(io)?);
+    let mut out = BufWriter::new(std::fs::File::create(file).map_err(io)?);
     let mut written = 0u64;
     // In chunks: the encodings of a large corpus need not all be in memory at once.
     for chunk in documents.chunks(4096) {
@@ -295,7 +315,13 @@ pub fn write_token_file(
         for encoding in encodings {
             for &id in encoding.get_ids().iter().chain([&eos_id]) {
                 match width {
-                    TokenWidth::U16 => out.write_all(&(id as u16).to_le_bytes()),
+                    TokenWidth::U16 => {
+                        // An id that does not fit is an error, not a wrapped id.
+                        let narrow = u16::try_from(id).map_err(|_| {
+                            tokenizer_error(path, format!("id {id} does not fit in u16 tokens"))
+                        })?;
+                        out.write_all(&narrow.to_le_bytes())
+                    }
                     TokenWidth::U32 => out.write_all(&id.to_le_bytes()),
                 }
                 .map_err(io)?;
@@ -307,7 +333,6 @@ pub fn write_token_file(
         .map_err(|e| io(e.into_error()))?
         .sync_all()
         .map_err(io)?;
-    std::fs::rename(&partial, path).map_err(io)?;
     Ok(written)
 }
 
@@ -442,6 +467,18 @@ mod tests {
         }
         // Merges were learnt: "the" is fewer ids than its three bytes.
         assert!(tok.encode("the", false).unwrap().len() < 3);
+    }
+
+    #[test]
+    fn ids_beyond_u16_are_an_error_not_wrapped() {
+        let tok = train_byte_level_bpe(&["abc abc"], 300, "<eos>").unwrap();
+        let path = std::env::temp_dir().join(format!("adabatch-u16-{}.bin", std::process::id()));
+        let err = write_token_file(&tok, &["abc"], 70_000, TokenWidth::U16, &path).unwrap_err();
+        assert!(err.to_string().contains("does not fit in u16"), "{err}");
+        assert!(
+            !path.exists() && !partial_path(&path).exists(),
+            "nothing left"
+        );
     }
 
     #[test]
