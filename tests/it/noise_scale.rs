@@ -78,22 +78,15 @@ impl TrainModel for Linear {
     }
 }
 
-struct Trainer {
-    model: Linear,
-    opt: candle_nn::SGD,
-}
-
-impl AdaptiveTrainer for Trainer {
-    type Model = Linear;
-    type Optimizer = candle_nn::SGD;
-    const POLICY: TrainerPolicy = TrainerPolicy {
+hand_trainer!(
+    Trainer,
+    Linear,
+    candle_nn::SGD,
+    TrainerPolicy {
         grad_accum: GradAccum::Fixed(2),
         ..TrainerPolicy::DEFAULT
-    };
-    fn parts(&mut self) -> (&mut Linear, &mut candle_nn::SGD) {
-        (&mut self.model, &mut self.opt)
     }
-}
+);
 
 fn normal(rng: &mut impl Rng) -> f64 {
     // Box–Muller.
@@ -252,19 +245,7 @@ fn one_rank_without_accumulation_is_a_typed_error() {
     assert!(err.to_string().contains("accumulate at least 2"), "{err}");
 }
 
-struct Single {
-    model: Linear,
-    opt: candle_nn::SGD,
-}
-
-impl AdaptiveTrainer for Single {
-    type Model = Linear;
-    type Optimizer = candle_nn::SGD;
-    const POLICY: TrainerPolicy = TrainerPolicy::DEFAULT;
-    fn parts(&mut self) -> (&mut Linear, &mut candle_nn::SGD) {
-        (&mut self.model, &mut self.opt)
-    }
-}
+hand_trainer!(Single, Linear, candle_nn::SGD, TrainerPolicy::DEFAULT);
 
 /// The estimator's moving averages travel in the checkpoint: a resumed run logs
 /// the same noise scale as the uninterrupted one.
@@ -303,15 +284,11 @@ fn resume_keeps_the_estimator() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-struct Adaptive {
-    model: Linear,
-    opt: candle_nn::SGD,
-}
-
-impl AdaptiveTrainer for Adaptive {
-    type Model = Linear;
-    type Optimizer = candle_nn::SGD;
-    const POLICY: TrainerPolicy = TrainerPolicy {
+hand_trainer!(
+    Adaptive,
+    Linear,
+    candle_nn::SGD,
+    TrainerPolicy {
         schedule: adabatch::ScheduleSpec::NoiseScale {
             fraction: 2.0,
             min: 12,
@@ -319,11 +296,8 @@ impl AdaptiveTrainer for Adaptive {
         },
         grad_accum: GradAccum::Fixed(2),
         ..TrainerPolicy::DEFAULT
-    };
-    fn parts(&mut self) -> (&mut Linear, &mut candle_nn::SGD) {
-        (&mut self.model, &mut self.opt)
     }
-}
+);
 
 /// `schedule = noise_scale(fraction, min, max)`: each step's global batch is the
 /// fraction of the previous step's estimate, rounded and clamped, at most double
@@ -413,24 +387,17 @@ fn noise_scale_epochs_use_every_example_once() {
     }
 }
 
-/// `reweight = token_count` (three tokens per example), two micro-batches.
-struct PerToken {
-    model: Linear,
-    opt: candle_nn::SGD,
-}
-
-impl AdaptiveTrainer for PerToken {
-    type Model = Linear;
-    type Optimizer = candle_nn::SGD;
-    const POLICY: TrainerPolicy = TrainerPolicy {
+// `reweight = token_count` (three tokens per example), two micro-batches.
+hand_trainer!(
+    PerToken,
+    Linear,
+    candle_nn::SGD,
+    TrainerPolicy {
         grad_accum: GradAccum::Fixed(2),
         reweight: adabatch::Reweight::TokenCount,
         ..TrainerPolicy::DEFAULT
-    };
-    fn parts(&mut self) -> (&mut Linear, &mut candle_nn::SGD) {
-        (&mut self.model, &mut self.opt)
     }
-}
+);
 
 /// With `token_count` the small batches are sized in target tokens and tr Σ is
 /// turned back into examples: with L tokens to every example the per-token mean
@@ -460,21 +427,15 @@ fn token_count_measures_the_same_noise_scale_in_examples() {
 /// `reweight = none` (the mean of per-rank means) has no measurable small batch.
 #[test]
 fn a_rank_mean_cannot_measure_the_noise_scale() {
-    struct RankMean {
-        model: Linear,
-        opt: candle_nn::SGD,
-    }
-    impl AdaptiveTrainer for RankMean {
-        type Model = Linear;
-        type Optimizer = candle_nn::SGD;
-        const POLICY: TrainerPolicy = TrainerPolicy {
+    hand_trainer!(
+        RankMean,
+        Linear,
+        candle_nn::SGD,
+        TrainerPolicy {
             reweight: adabatch::Reweight::RankMean,
             ..TrainerPolicy::DEFAULT
-        };
-        fn parts(&mut self) -> (&mut Linear, &mut candle_nn::SGD) {
-            (&mut self.model, &mut self.opt)
         }
-    }
+    );
     let err = run_with(&args(2, 4, 3), &data(64), |model, opt| RankMean {
         model,
         opt,

@@ -112,15 +112,19 @@ pub fn dataset(n: usize, seed: u64) -> Vec<Example> {
 #[macro_export]
 macro_rules! hand_trainer {
     ($name:ident, $opt:ty, $policy:expr) => {
-        pub struct $name {
-            pub model: $crate::common::Regression,
-            pub opt: $opt,
+        hand_trainer!(pub $name, $crate::common::Regression, $opt, $policy);
+    };
+    // Any model; `$vis` for the struct and its fields.
+    ($vis:vis $name:ident, $model:ty, $opt:ty, $policy:expr) => {
+        $vis struct $name {
+            $vis model: $model,
+            $vis opt: $opt,
         }
         impl adabatch::AdaptiveTrainer for $name {
-            type Model = $crate::common::Regression;
+            type Model = $model;
             type Optimizer = $opt;
             const POLICY: adabatch::TrainerPolicy = $policy;
-            fn parts(&mut self) -> (&mut $crate::common::Regression, &mut $opt) {
+            fn parts(&mut self) -> (&mut $model, &mut $opt) {
                 (&mut self.model, &mut self.opt)
             }
         }
