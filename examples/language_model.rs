@@ -30,7 +30,7 @@ use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 #[path = "support/decoder.rs"]
 mod decoder;
 
-use decoder::{BudgetTrainer, ModelArgs, NoiseScaleTrainer, RampTrainer};
+use decoder::{BudgetTrainer, GoodputTrainer, ModelArgs, NoiseScaleTrainer, RampTrainer};
 
 #[derive(Parser)]
 #[command(
@@ -42,14 +42,19 @@ struct Cli {
     #[command(flatten)]
     model: ModelArgs,
     /// Corpus: one document per line (`.txt`, `.jsonl` with "text", gzipped or not).
+    /// Repeat it for several corpora: one tokenizer is trained over all of their
+    /// training documents, and the run sees them in their natural proportions.
     #[arg(long, default_value = "data/en_sentences_15k.txt.gz")]
-    corpus: PathBuf,
+    corpus: Vec<PathBuf>,
     /// Where the token files go (reused when they exist for this vocabulary).
     #[arg(long, default_value = "adabatch_output/lm-tokens")]
     tokens_dir: PathBuf,
     /// BPE vocabulary size, the end-of-document token included.
     #[arg(long, default_value_t = 4096)]
     vocab_size: usize,
+    /// Share of the documents held out for validation (spread evenly).
+    #[arg(long, default_value_t = 0.05)]
+    validation_fraction: f64,
     /// Give every document (or piece) a padded row of its own instead of packing.
     #[arg(long)]
     no_packing: bool,
@@ -57,7 +62,9 @@ struct Cli {
     #[arg(long)]
     cross_document_attention: bool,
     /// How the batch size changes: the token ramp (or the schedule that
-    /// `--global-batch-size` / `--rampup-batch-size` give), or the gradient noise scale.
+    /// `--global-batch-size` / `--rampup-batch-size` give: a fixed batch with
+    /// `--global-batch-size N` alone), the gradient noise scale, or goodput. Every
+    /// policy trains at `--learning-rate` scaled by √(batch / --lr-reference-batch).
     #[arg(long, value_enum, default_value_t = Schedule::Ramp)]
     schedule: Schedule,
     /// Sampled lines printed at the end (0: none).
@@ -79,13 +86,17 @@ enum Schedule {
     /// `ramp(start = 8, increment = 8, tokens = 200_000, global = 64)`, the flags'
     /// schedule, or with `--max-tokens-per-batch` the token budget.
     Ramp,
-    /// `noise_scale(fraction = 0.5, min = 8, max = 256)`, two micro-batches per rank.
+    /// `noise_scale(fraction = 0.5, min = 8, max = 512, factor = 2, hysteresis =
+    /// 0.1)`, two micro-batches per rank.
     NoiseScale,
+    /// `goodput(min = 8, max = 512)`: measured step times and the noise scale.
+    Goodput,
 }
 
 fn parse_cli() -> (Cli, clap::ArgMatches) {
     let command = Cli::command()
         .mut_arg("learning_rate", |a| a.default_value("3e-3"))
+        .mut_arg("lr_reference_batch", |a| a.default_value("32"))
         .mut_arg("num_train_epochs", |a| a.default_value("1"))
         .mut_arg("warmup_ratio", |a| a.default_value("0.02"))
         .mut_arg("lr_scheduler_type", |a| a.default_value("cosine"))
@@ -112,7 +123,7 @@ fn complete_args(cli: &Cli, matches: &clap::ArgMatches) -> TrainingArgs {
     if !given {
         args.per_device_train_batch_size = match cli.schedule {
             Schedule::Ramp => 8usize.div_ceil(args.nproc_per_node.max(1)),
-            Schedule::NoiseScale => 8,
+            Schedule::NoiseScale | Schedule::Goodput => 8,
         };
     }
     let out = args.output_dir.clone();
@@ -131,8 +142,17 @@ fn main() -> std::process::ExitCode {
 fn run() -> adabatch::Result<()> {
     let (cli, matches) = parse_cli();
     let args = complete_args(&cli, &matches);
-    let corpus = decoder::in_repository(cli.corpus.clone());
-    let (info, train, validation) = decoder::corpus(&corpus, &cli.tokens_dir, cli.vocab_size)?;
+    let corpora: Vec<PathBuf> = cli
+        .corpus
+        .iter()
+        .cloned()
+        .map(decoder::in_repository)
+        .collect();
+    let (info, train, validation) = decoder::corpus(
+        &corpora,
+        &cli.tokens_dir,
+        (cli.vocab_size, cli.validation_fraction),
+    )?;
     let config = decoder::llama_config(&cli.model, &info);
     config
         .validate()
@@ -149,6 +169,7 @@ fn run() -> adabatch::Result<()> {
         Schedule::NoiseScale => {
             decoder::train(data, &collate, &args, &config, NoiseScaleTrainer::new)?
         }
+        Schedule::Goodput => decoder::train(data, &collate, &args, &config, GoodputTrainer::new)?,
     };
     report(&cli, &args, &info, (&train, &validation), &summary, &llama)
 }

@@ -68,10 +68,12 @@ struct Cli {
     train: TrainingArgs,
 }
 
-/// Half the estimated noise scale, between 16 and 512 examples per step, over
-/// two micro-batches (so one rank has two small batches to estimate from).
+/// Half the estimated noise scale, followed continuously (`factor = 1`, as
+/// BENCHMARKS.md's digits rows were measured), between 16 and 512 examples per
+/// step, over two micro-batches (so one rank has two small batches to estimate
+/// from).
 #[adaptive_trainer(
-    schedule = noise_scale(fraction = 0.5, min = 16, max = 512),
+    schedule = noise_scale(fraction = 0.5, min = 16, max = 512, factor = 1, hysteresis = 0.0, shrink = true),
     grad_accum = fixed(2)
 )]
 struct Digits {

@@ -62,8 +62,10 @@ pub mod prelude {
 /// Paths used by the code `#[adaptive_trainer]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use adabatch_runtime::adapt::goodput::{GoodputSpec, StepTimeFn};
     pub use adabatch_runtime::adapt::lr::LrScaling;
     pub use adabatch_runtime::adapt::mixer::MixFn;
+    pub use adabatch_runtime::adapt::noise_scale::NoiseScalePolicy;
     pub use adabatch_runtime::adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
     pub use adabatch_runtime::config::policy::{
         GradAccum, MixSpec, OomPolicy, Reweight, TrainerPolicy,

@@ -70,6 +70,19 @@ fn schedule_fn_item(p: &TokenStream, spec: &TrainerSpec) -> Option<TokenStream> 
         PolicyValue::Schedule(Schedule::Custom(path)) => Some(path),
         _ => None,
     });
+    let step_time_fn = spec.policy.iter().find_map(|k| match &k.value {
+        PolicyValue::Schedule(Schedule::Goodput {
+            step_time: Some(path),
+            ..
+        }) => Some(path),
+        _ => None,
+    });
+    if let Some(path) = step_time_fn {
+        let span = at(first_span(path));
+        return Some(quote_spanned! {span=>
+            const __ADABATCH_STEP_TIME_FN: #p::StepTimeFn = #path;
+        });
+    }
     schedule_fn.map(|path| {
         let span = at(first_span(path));
         quote_spanned! {span=>
@@ -325,11 +338,7 @@ fn schedule(p: &TokenStream, s: &Schedule) -> TokenStream {
             quote!(#spec::Steps(&[#(#pairs),*]))
         }
         Schedule::Custom(_) => quote!(#spec::Custom(__ADABATCH_SCHEDULE_FN)),
-        Schedule::NoiseScale { fraction, min, max } => {
-            let f = Literal::f64_unsuffixed(*fraction);
-            let (a, b) = (int(*min), int(*max));
-            quote!(#spec::NoiseScale { fraction: #f, min: #a, max: #b })
-        }
+        Schedule::NoiseScale { .. } | Schedule::Goodput { .. } => feedback_schedule(p, s),
         Schedule::Ramp {
             start,
             increment,
@@ -355,5 +364,55 @@ fn schedule(p: &TokenStream, s: &Schedule) -> TokenStream {
             );
             quote!(#spec::Memory { threshold: #t, max_range: #r })
         }
+    }
+}
+
+/// The schedules the engine drives from what it measures (`noise_scale`,
+/// `goodput`).
+fn feedback_schedule(p: &TokenStream, s: &Schedule) -> TokenStream {
+    let spec = quote!(#p::ScheduleSpec);
+    match s {
+        Schedule::NoiseScale {
+            fraction,
+            min,
+            max,
+            factor,
+            hysteresis,
+            shrink,
+        } => {
+            let (f, h) = (
+                Literal::f64_unsuffixed(*fraction),
+                Literal::f64_unsuffixed(*hysteresis),
+            );
+            let (a, b, k) = (int(*min), int(*max), int(*factor));
+            quote!(#spec::NoiseScale(#p::NoiseScalePolicy {
+                fraction: #f, min: #a, max: #b, factor: #k, hysteresis: #h, shrink: #shrink
+            }))
+        }
+        Schedule::Goodput {
+            min,
+            max,
+            max_local,
+            max_micro_batches,
+            hysteresis,
+            step_time,
+        } => {
+            let (a, b, m, k) = (
+                int(*min),
+                int(*max),
+                int(*max_local),
+                int(*max_micro_batches),
+            );
+            let h = Literal::f64_unsuffixed(*hysteresis);
+            let step_time = match step_time {
+                Some(_) => quote!(::core::option::Option::Some(__ADABATCH_STEP_TIME_FN)),
+                None => quote!(::core::option::Option::None),
+            };
+            quote!(#spec::Goodput(#p::GoodputSpec {
+                min: #a, max: #b, max_local: #m, max_micro_batches: #k, hysteresis: #h,
+                step_time: #step_time
+            }))
+        }
+        _ => unreachable!("only the feedback schedules"),
     }
 }

@@ -110,6 +110,14 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// `schedule = goodput(..)` cannot rank batch sizes: the step times it
+    /// needs are not positive numbers (a broken `step_time` function, or a clock
+    /// that measured nothing).
+    #[error("goodput cannot measure step times: {detail}")]
+    GoodputStepTime {
+        /// What was measured or given, and for which step shape.
+        detail: String,
+    },
     /// This runtime cannot run the trainer's policy.
     #[error("unsupported policy: {reason}")]
     UnsupportedPolicy {

@@ -50,10 +50,12 @@ pub mod train;
 #[doc(hidden)]
 pub mod user;
 
+pub use adapt::goodput::{GoodputSpec, StepShape, StepTimeFn};
 pub use adapt::lr::{LrScaling, LrSchedulerType};
 pub use adapt::mixer::{
     CurriculumMixer, FnMixer, LastEval, MixFn, Mixer, OnlineMixer, SourceStats,
 };
+pub use adapt::noise_scale::NoiseScalePolicy;
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{IntervalStrategy, ReportTo, TrainingArgs};
 pub use config::policy::{

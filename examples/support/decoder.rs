@@ -33,26 +33,29 @@ pub struct ModelArgs {
     pub num_key_value_heads: usize,
 }
 
-/// The corpus tokenized into `dir` (reused when `dir/tokens.json` says it was
-/// prepared from this corpus file, of its current size, with this vocabulary), and
-/// its training and validation documents.
+/// The corpora tokenized into `dir` under one BPE trained on their training
+/// documents (reused when `dir/tokens.json` says it was prepared from these corpus
+/// files, of their current sizes, with this vocabulary), and the training and
+/// validation documents of all of them.
 pub fn corpus(
-    corpus: &Path,
+    corpora: &[PathBuf],
     dir: &Path,
-    vocab_size: usize,
+    (vocab_size, validation_fraction): (usize, f64),
 ) -> adabatch::Result<(CorpusInfo, TokenDocuments, TokenDocuments)> {
     let options = PrepareOptions {
         tokenizer: TokenizerSource::TrainBpe { vocab_size },
+        validation_fraction,
         ..PrepareOptions::default()
     };
-    let files = [corpus.to_path_buf()];
+    let files = corpora;
     let info = match CorpusInfo::read(dir) {
-        Ok(info) if info.prepared_from(&files, &options) => info,
+        Ok(info) if info.prepared_from(files, &options) => info,
         _ => {
-            let info = prepare_corpus(&files, dir, &options)?;
+            let info = prepare_corpus(files, dir, &options)?;
+            let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
             println!(
                 "tokenized {}: a byte-level BPE of {} ids, {} training documents ({} tokens), {} validation documents ({} tokens) in {}",
-                corpus.display(),
+                names.join(", "),
                 info.vocab_size,
                 info.train_documents,
                 info.train_tokens,
@@ -127,9 +130,11 @@ impl TrainModel for Decoder {
 }
 
 /// The batch grows with the tokens consumed: from 8 to 64 documents by 8 over the
-/// first 200,000 tokens (`--global-batch-size` / `--rampup-batch-size` override it).
+/// first 200,000 tokens (`--global-batch-size` / `--rampup-batch-size` override it);
+/// the rate follows the batch by √ (`--lr-reference-batch`).
 #[adaptive_trainer(
     schedule = ramp(start = 8, increment = 8, tokens = 200_000, global = 64),
+    lr_scaling = sqrt,
     reweight = token_count,
     drop_last = false,
     seed = 1234
@@ -141,11 +146,13 @@ pub struct RampTrainer {
     pub opt: AdamW,
 }
 
-/// The batch follows the gradient noise scale (half of B_simple, 8 to 256
-/// documents), measured from two micro-batches per rank.
+/// The batch follows the gradient noise scale: doubled from 8 up to 512
+/// documents whenever half of B_simple clears the next size by 10 %, measured from
+/// two micro-batches per rank; the rate follows by √2 at each doubling.
 #[adaptive_trainer(
-    schedule = noise_scale(fraction = 0.5, min = 8, max = 256),
+    schedule = noise_scale(fraction = 0.5, min = 8, max = 512, factor = 2, hysteresis = 0.1),
     grad_accum = fixed(2),
+    lr_scaling = sqrt,
     reweight = token_count,
     drop_last = false,
     seed = 1234
@@ -157,9 +164,26 @@ pub struct NoiseScaleTrainer {
     pub opt: AdamW,
 }
 
+/// The global batch and micro-batches of the highest goodput (Pollux): the
+/// throughput from this run's measured step times, the statistical efficiency from
+/// the gradient noise scale, 8 to 512 documents.
+#[adaptive_trainer(
+    schedule = goodput(min = 8, max = 512),
+    lr_scaling = sqrt,
+    reweight = token_count,
+    drop_last = false,
+    seed = 1234
+)]
+pub struct GoodputTrainer {
+    #[model]
+    pub model: Decoder,
+    #[optimizer]
+    pub opt: AdamW,
+}
+
 /// No schedule of its own: with `--max-tokens-per-batch` the token budget sizes
 /// the batches.
-#[adaptive_trainer(reweight = token_count, drop_last = false, seed = 1234)]
+#[adaptive_trainer(lr_scaling = sqrt, reweight = token_count, drop_last = false, seed = 1234)]
 pub struct BudgetTrainer {
     #[model]
     pub model: Decoder,

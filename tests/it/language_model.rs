@@ -49,12 +49,15 @@ fn a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model() {
     let dir = temp_log("lm").with_extension("");
     let corpus = write_corpus(&dir, 400);
     let tokens = dir.join("tokens");
-    let (info, train, validation) = decoder::corpus(&corpus, &tokens, 300).unwrap();
+    let (info, train, validation) =
+        decoder::corpus(std::slice::from_ref(&corpus), &tokens, (300, 0.05)).unwrap();
     assert_eq!(CorpusInfo::read(&tokens).unwrap(), info);
     assert_eq!((info.train_documents, info.validation_documents), (380, 20));
     assert_eq!((train.len(), validation.len()), (380, 20));
     // A second call reuses the files; no partial file is left.
-    let again = decoder::corpus(&corpus, &tokens, 300).unwrap().0;
+    let again = decoder::corpus(std::slice::from_ref(&corpus), &tokens, (300, 0.05))
+        .unwrap()
+        .0;
     assert_eq!(again, info);
     let names: Vec<String> = std::fs::read_dir(&tokens)
         .unwrap()
@@ -69,11 +72,16 @@ fn a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model() {
     )
     .unwrap();
     std::fs::copy(&grown, &corpus).unwrap();
-    let redone = decoder::corpus(&corpus, &tokens, 300).unwrap().0;
+    let redone = decoder::corpus(std::slice::from_ref(&corpus), &tokens, (300, 0.05))
+        .unwrap()
+        .0;
     assert_eq!(redone.train_documents + redone.validation_documents, 401);
-    let other_vocab = decoder::corpus(&corpus, &tokens, 320).unwrap().0;
+    let other_vocab = decoder::corpus(std::slice::from_ref(&corpus), &tokens, (320, 0.05))
+        .unwrap()
+        .0;
     assert_eq!(other_vocab.vocab_size, 320);
-    let (info, train, validation) = decoder::corpus(&corpus, &tokens, 300).unwrap();
+    let (info, train, validation) =
+        decoder::corpus(std::slice::from_ref(&corpus), &tokens, (300, 0.05)).unwrap();
     assert_eq!(info.vocab_size, 300);
 
     let config = decoder::llama_config(&small_model(), &info);

@@ -27,6 +27,7 @@ mod common;
 #[allow(dead_code)]
 mod digits;
 
+mod adaptation;
 mod best_model;
 mod callbacks;
 mod checkpoint;

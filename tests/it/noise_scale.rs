@@ -289,11 +289,13 @@ hand_trainer!(
     Linear,
     candle_nn::SGD,
     TrainerPolicy {
-        schedule: adabatch::ScheduleSpec::NoiseScale {
-            fraction: 2.0,
-            min: 12,
-            max: 60,
-        },
+        // Continuous, as the test below states: each step's batch is the estimate's.
+        schedule: adabatch::ScheduleSpec::NoiseScale(adabatch::NoiseScalePolicy {
+            factor: 1,
+            hysteresis: 0.0,
+            shrink: true,
+            ..adabatch::NoiseScalePolicy::doubling(2.0, 12, 60)
+        }),
         grad_accum: GradAccum::Fixed(2),
         ..TrainerPolicy::DEFAULT
     }

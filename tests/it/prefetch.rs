@@ -55,11 +55,12 @@ hand_trainer!(
     NoiseScaleTrainer,
     AdamW,
     TrainerPolicy {
-        schedule: ScheduleSpec::NoiseScale {
-            fraction: 1.0,
-            min: 4,
-            max: 40,
-        },
+        schedule: ScheduleSpec::NoiseScale(adabatch::NoiseScalePolicy {
+            factor: 1,
+            hysteresis: 0.0,
+            shrink: true,
+            ..adabatch::NoiseScalePolicy::doubling(1.0, 4, 40)
+        }),
         ..TrainerPolicy::DEFAULT
     }
 );

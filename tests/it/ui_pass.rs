@@ -24,7 +24,7 @@ fn every_pass_program_is_an_example_and_runs() {
     programs.sort();
     assert_eq!(
         programs.len(),
-        8,
+        9,
         "a new pass program needs an [[example]] entry"
     );
     for program in programs {

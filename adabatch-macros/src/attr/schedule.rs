@@ -1,5 +1,5 @@
 //! `schedule = ...`: the forms `constant`, `interval`, `linear`, `steps`, `custom`,
-//! `memory`, `ramp`, `noise_scale`, their arguments' syntax and shape.
+//! `memory`, `ramp`, `noise_scale`, `goodput`, their arguments' syntax and shape.
 //!
 //! The simple literal cases of the value rules (`constant(0)`, `interval(0, ..)`,
 //! `*1`, ...) are reported here on the offending token; the runtime's
@@ -11,7 +11,7 @@ use syn::{Lit, Path};
 
 use super::call::{exact_args, named_args};
 use super::suggest::{one_of, unknown, unknown_of};
-use super::values::{float, int};
+use super::values::{boolean, float, int};
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Call, CallArg, Op, Value};
 
@@ -53,7 +53,8 @@ pub enum Schedule {
         /// `tokens = c`: the climb counts tokens consumed.
         in_tokens: bool,
     },
-    /// `noise_scale(fraction = f, min = a, max = b)` (global units)
+    /// `noise_scale(fraction = f, min = a, max = b, factor = k, hysteresis = h,
+    /// shrink = s)` (global units)
     NoiseScale {
         /// Fraction of the estimated noise scale.
         fraction: f64,
@@ -61,6 +62,28 @@ pub enum Schedule {
         min: usize,
         /// Largest global batch.
         max: usize,
+        /// Integer factor of every change (1: continuous).
+        factor: usize,
+        /// Relative margin before a change.
+        hysteresis: f64,
+        /// Whether the batch may shrink.
+        shrink: bool,
+    },
+    /// `goodput(min = a, max = b, max_local = m, max_micro_batches = k,
+    /// hysteresis = h, step_time = path)` (global units)
+    Goodput {
+        /// Smallest (and first) global batch.
+        min: usize,
+        /// Largest global batch.
+        max: usize,
+        /// Largest micro-batch per rank (0: none).
+        max_local: usize,
+        /// Most micro-batches per step.
+        max_micro_batches: usize,
+        /// Relative goodput gain needed to change.
+        hysteresis: f64,
+        /// A step-time model instead of measured times.
+        step_time: Option<Path>,
     },
     /// `memory(threshold = x, max_range = y)`
     Memory {
@@ -90,10 +113,24 @@ pub const SCHEDULES: &[&str] = &[
     "memory",
     "ramp",
     "noise_scale",
+    "goodput",
 ];
 
 /// Every form, for "expected one of".
-const SCHEDULE_FORMS: &str = "expected one of `constant`, `constant(n)`, `interval(every, +k)`, `interval(every, -k)`, `interval(every, *k)`, `linear(from, to, over = n)`, `steps(0 => 8, 100 => 16)`, `custom(path::to::fn)`, `memory(threshold = 0.9, max_range = 2.0)`, `ramp(start = 16, increment = 16, samples = 10000, global = 256)`, `noise_scale(fraction = 1.0, min = 32, max = 4096)`";
+const SCHEDULE_FORMS: &str = "expected one of `constant`, `constant(n)`, `interval(every, +k)`, `interval(every, -k)`, `interval(every, *k)`, `linear(from, to, over = n)`, `steps(0 => 8, 100 => 16)`, `custom(path::to::fn)`, `memory(threshold = 0.9, max_range = 2.0)`, `ramp(start = 16, increment = 16, samples = 10000, global = 256)`, `noise_scale(fraction = 1.0, min = 32, max = 4096)`, `goodput(min = 8, max = 1024)`";
+
+/// An example of `name`'s arguments, for "needs arguments".
+fn form_of(name: &str) -> &'static str {
+    match name {
+        "interval" => "interval(every, +k)",
+        "linear" => "linear(from, to, over = n)",
+        "steps" => "steps(0 => 8, 100 => 16)",
+        "ramp" => RAMP_FORM,
+        "noise_scale" => "noise_scale(fraction = 1.0, min = 32, max = 4096)",
+        "goodput" => GOODPUT_FORM,
+        _ => "custom(path::to::fn)",
+    }
+}
 
 /// Reads `schedule = ...`.
 pub fn schedule(value: &Value, cx: &mut Ctxt) -> Option<Schedule> {
@@ -104,16 +141,11 @@ pub fn schedule(value: &Value, cx: &mut Ctxt) -> Option<Schedule> {
                 threshold: 0.9,
                 max_range: 2.0,
             }),
-            Some(name @ ("interval" | "linear" | "steps" | "custom" | "ramp" | "noise_scale")) => {
-                let form = match name {
-                    "interval" => "interval(every, +k)",
-                    "linear" => "linear(from, to, over = n)",
-                    "steps" => "steps(0 => 8, 100 => 16)",
-                    "ramp" => RAMP_FORM,
-                    "noise_scale" => "noise_scale(fraction = 1.0, min = 32, max = 4096)",
-                    _ => "custom(path::to::fn)",
-                };
-                cx.on(p, format!("`{name}` needs arguments: `{form}`"));
+            Some(
+                name @ ("interval" | "linear" | "steps" | "custom" | "ramp" | "noise_scale"
+                | "goodput"),
+            ) => {
+                cx.on(p, format!("`{name}` needs arguments: `{}`", form_of(name)));
                 None
             }
             Some(name) => {
@@ -146,6 +178,7 @@ pub fn schedule(value: &Value, cx: &mut Ctxt) -> Option<Schedule> {
                 "memory" => memory(call, cx),
                 "ramp" => ramp(call, cx),
                 "noise_scale" => noise_scale(call, cx),
+                "goodput" => goodput(call, cx),
                 _ => {
                     let msg = if call.name.get_ident().is_some() {
                         unknown("schedule", &name, SCHEDULES)
@@ -554,45 +587,38 @@ fn stairs_reach_global(
     true
 }
 
-/// `noise_scale(fraction = f, min = a, max = b)`: the next global batch is `f`
-/// (default 1.0) times the estimated gradient noise scale, clamped to `[a, b]`.
+/// `noise_scale(fraction = f, min = a, max = b, factor = k, hysteresis = h,
+/// shrink = s)`: the global batch follows `f` (default 1.0) times the estimated
+/// gradient noise scale, within `[a, b]`, by factors of `k` (default 2; 1:
+/// continuously) once the target clears the next size by `h` (default 0.1),
+/// shrinking only with `shrink = true`.
 fn noise_scale(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     const FORM: &str = "noise_scale(fraction = 1.0, min = 32, max = 4096)";
-    let named = named_args(call, &["fraction", "min", "max"], cx)?;
-    let fraction = match named.get("fraction") {
-        None => Some(1.0),
-        Some(v) => float("fraction", v, cx).and_then(|f| {
-            if f.is_finite() && f > 0.0 {
-                Some(f)
-            } else {
-                cx.on(
-                    *v,
-                    format!("`noise_scale`: `fraction = {f}` must be positive"),
-                );
-                None
-            }
-        }),
+    let named = named_args(
+        call,
+        &["fraction", "min", "max", "factor", "hysteresis", "shrink"],
+        cx,
+    )?;
+    let fraction = positive_float("noise_scale", "fraction", named.get("fraction"), 1.0, cx);
+    let min = required_count("noise_scale", FORM, call, &named, "min", cx);
+    let max = required_count("noise_scale", FORM, call, &named, "max", cx);
+    let factor = match named.get("factor") {
+        None => Some(2),
+        Some(v) => count("noise_scale", "factor", v, cx),
     };
-    let bound = |name: &str, cx: &mut Ctxt| match named.get(name) {
-        None => {
-            cx.at(
-                call.paren.span.join(),
-                format!("`noise_scale` needs `{name}`: `{FORM}`"),
-            );
-            None
-        }
-        Some(v) => {
-            let n = int::<usize>(name, v, cx)?;
-            if n == 0 {
-                cx.on(*v, format!("`noise_scale`: `{name}` must be at least 1"));
-                return None;
-            }
-            Some(n)
-        }
+    let hysteresis = non_negative_float(
+        "noise_scale",
+        "hysteresis",
+        named.get("hysteresis"),
+        0.1,
+        cx,
+    );
+    let shrink = match named.get("shrink") {
+        None => Some(false),
+        Some(v) => boolean("shrink", v, cx),
     };
-    let min = bound("min", cx);
-    let max = bound("max", cx);
     let (fraction, min, max) = (fraction?, min?, max?);
+    let (factor, hysteresis, shrink) = (factor?, hysteresis?, shrink?);
     if max < min {
         cx.on(
             named["max"],
@@ -600,7 +626,150 @@ fn noise_scale(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
         );
         return None;
     }
-    Some(Schedule::NoiseScale { fraction, min, max })
+    Some(Schedule::NoiseScale {
+        fraction,
+        min,
+        max,
+        factor,
+        hysteresis,
+        shrink,
+    })
+}
+
+const GOODPUT_FORM: &str = "goodput(min = 8, max = 1024)";
+
+/// `goodput(min = a, max = b, max_local = m, max_micro_batches = k, hysteresis =
+/// h, step_time = path::to::fn)`: each step's global batch in `[a, b]` and its
+/// micro-batches (at most `k`, default 8, each at most `m` per rank, default no
+/// limit) of the highest goodput, changed when the gain beats `h` (default 0.05);
+/// `step_time` replaces the measured step times by a `fn(StepShape) -> f64`.
+fn goodput(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
+    let named = named_args(
+        call,
+        &[
+            "min",
+            "max",
+            "max_local",
+            "max_micro_batches",
+            "hysteresis",
+            "step_time",
+        ],
+        cx,
+    )?;
+    let min = required_count("goodput", GOODPUT_FORM, call, &named, "min", cx);
+    let max = required_count("goodput", GOODPUT_FORM, call, &named, "max", cx);
+    let max_local = match named.get("max_local") {
+        None => Some(0),
+        Some(v) => count("goodput", "max_local", v, cx),
+    };
+    let max_micro_batches = match named.get("max_micro_batches") {
+        None => Some(8),
+        Some(v) => count("goodput", "max_micro_batches", v, cx),
+    };
+    let hysteresis = non_negative_float("goodput", "hysteresis", named.get("hysteresis"), 0.05, cx);
+    let step_time = match named.get("step_time") {
+        None => Some(None),
+        Some(Value::Path(p)) => Some(Some(p.clone())),
+        Some(other) => {
+            cx.on(
+                *other,
+                format!(
+                    "`goodput`: `step_time` takes the path of a `fn(StepShape) -> f64`, found {}",
+                    other.describe()
+                ),
+            );
+            None
+        }
+    };
+    let (min, max, max_local, max_micro_batches) = (min?, max?, max_local?, max_micro_batches?);
+    let (hysteresis, step_time) = (hysteresis?, step_time?);
+    if max < min {
+        cx.on(
+            named["max"],
+            format!("`goodput`: `max = {max}` is smaller than `min = {min}`"),
+        );
+        return None;
+    }
+    Some(Schedule::Goodput {
+        min,
+        max,
+        max_local,
+        max_micro_batches,
+        hysteresis,
+        step_time,
+    })
+}
+
+/// A required count of `schedule`'s `call`: an integer of at least 1.
+fn required_count(
+    schedule: &str,
+    form: &str,
+    call: &Call,
+    named: &HashMap<String, &Value>,
+    name: &str,
+    cx: &mut Ctxt,
+) -> Option<usize> {
+    match named.get(name) {
+        None => {
+            cx.at(
+                call.paren.span.join(),
+                format!("`{schedule}` needs `{name}`: `{form}`"),
+            );
+            None
+        }
+        Some(v) => count(schedule, name, v, cx),
+    }
+}
+
+/// An integer of at least 1.
+fn count(schedule: &str, name: &str, v: &Value, cx: &mut Ctxt) -> Option<usize> {
+    let n = int::<usize>(name, v, cx)?;
+    if n == 0 {
+        cx.on(v, format!("`{schedule}`: `{name}` must be at least 1"));
+        return None;
+    }
+    Some(n)
+}
+
+/// A positive number, `default` when absent.
+fn positive_float(
+    schedule: &str,
+    name: &str,
+    value: Option<&&Value>,
+    default: f64,
+    cx: &mut Ctxt,
+) -> Option<f64> {
+    let Some(v) = value else {
+        return Some(default);
+    };
+    let f = float(name, v, cx)?;
+    if f.is_finite() && f > 0.0 {
+        return Some(f);
+    }
+    cx.on(*v, format!("`{schedule}`: `{name} = {f}` must be positive"));
+    None
+}
+
+/// A number of at least 0, `default` when absent.
+fn non_negative_float(
+    schedule: &str,
+    name: &str,
+    value: Option<&&Value>,
+    default: f64,
+    cx: &mut Ctxt,
+) -> Option<f64> {
+    let Some(v) = value else {
+        return Some(default);
+    };
+    let f = float(name, v, cx)?;
+    if f.is_finite() && f >= 0.0 {
+        return Some(f);
+    }
+    cx.on(
+        *v,
+        format!("`{schedule}`: `{name} = {f}` must be at least 0"),
+    );
+    None
 }
 
 /// A `linear` argument: an integer of at least 1.

@@ -239,3 +239,113 @@ fn schedule_ramp_over_samples_or_tokens() {
         "`ramp` needs `samples`",
     );
 }
+
+#[test]
+fn noise_scale_defaults_to_doubling_and_takes_its_tracking_keys() {
+    assert_eq!(
+        schedule(parse_quote!(schedule = noise_scale(min = 8, max = 256))),
+        Schedule::NoiseScale {
+            fraction: 1.0,
+            min: 8,
+            max: 256,
+            factor: 2,
+            hysteresis: 0.1,
+            shrink: false,
+        }
+    );
+    assert_eq!(
+        schedule(parse_quote!(
+            schedule = noise_scale(
+                fraction = 0.5,
+                min = 8,
+                max = 256,
+                factor = 1,
+                hysteresis = 0,
+                shrink = true
+            )
+        )),
+        Schedule::NoiseScale {
+            fraction: 0.5,
+            min: 8,
+            max: 256,
+            factor: 1,
+            hysteresis: 0.0,
+            shrink: true,
+        }
+    );
+    assert_error(
+        parse_quote!(schedule = noise_scale(min = 8, max = 256, factor = 0)),
+        "`noise_scale`: `factor` must be at least 1",
+    );
+    assert_error(
+        parse_quote!(schedule = noise_scale(min = 8, max = 256, hysteresis = -0.5)),
+        "`noise_scale`: `hysteresis = -0.5` must be at least 0",
+    );
+    assert_error(
+        parse_quote!(schedule = noise_scale(min = 8, max = 256, shrink = 1)),
+        "expected `true` or `false` for `shrink`",
+    );
+}
+
+#[test]
+fn goodput_forms_and_defaults() {
+    assert_eq!(
+        schedule(parse_quote!(schedule = goodput(min = 8, max = 1024))),
+        Schedule::Goodput {
+            min: 8,
+            max: 1024,
+            max_local: 0,
+            max_micro_batches: 8,
+            hysteresis: 0.05,
+            step_time: None,
+        }
+    );
+    let with_fn = schedule(parse_quote!(
+        schedule = goodput(
+            min = 4,
+            max = 64,
+            max_local = 16,
+            max_micro_batches = 2,
+            hysteresis = 0.0,
+            step_time = my::time
+        )
+    ));
+    let Schedule::Goodput {
+        max_local: 16,
+        max_micro_batches: 2,
+        step_time: Some(path),
+        ..
+    } = with_fn
+    else {
+        panic!("{with_fn:?}");
+    };
+    assert_eq!(crate::parse::path_to_string(&path), "my::time");
+}
+
+#[test]
+fn goodput_argument_errors() {
+    assert_error(
+        parse_quote!(schedule = goodput(min = 8)),
+        "`goodput` needs `max`: `goodput(min = 8, max = 1024)`",
+    );
+    assert_error(
+        parse_quote!(schedule = goodput(min = 64, max = 8)),
+        "`goodput`: `max = 8` is smaller than `min = 64`",
+    );
+    assert_error(
+        parse_quote!(schedule = goodput(min = 0, max = 8)),
+        "`goodput`: `min` must be at least 1",
+    );
+    assert_error(
+        parse_quote!(schedule = goodput(min = 1, max = 8, step_time = 3)),
+        "`step_time` takes the path of a `fn(StepShape) -> f64`",
+    );
+    assert_error(
+        parse_quote!(schedule = goodput(min = 1, max = 8, max_locals = 3)),
+        "max_local",
+    );
+    assert_error(
+        parse_quote!(schedule = goodput),
+        "`goodput` needs arguments",
+    );
+}

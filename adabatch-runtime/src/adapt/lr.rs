@@ -1,5 +1,25 @@
 //! Learning rate over the run, driven by examples consumed (with adaptive batches the
 //! number of steps is not known in advance), and scaled with the global batch.
+//!
+//! # The rule
+//!
+//! `--learning-rate` is the peak rate **at a reference global batch** `B_ref`
+//! (`--lr-reference-batch`, by default the run's first global batch). A step whose
+//! global batch is `B` trains at
+//!
+//! ```text
+//! lr(step) = learning_rate · shape(examples consumed) · scale(B / B_ref)
+//! ```
+//!
+//! with `scale` the identity's square root for `lr_scaling = sqrt` (Adam's rule:
+//! OLMo-core multiplies the rate by √(new/old) at each batch change, and
+//! Malladi et al. 2022 derive it for adaptive optimizers), `B / B_ref` for
+//! `linear` (SGD's rule, Goyal et al. 2017) and `1` for `none`. Every schedule
+//! (ramps, `noise_scale`, `goodput`, a fixed batch) goes through this one rule, so
+//! fixed batches at their own rates and an adaptive policy are compared fairly, and
+//! the rate is rescaled at every batch change (logged per step as
+//! `learning_rate`). The reference is part of a checkpoint's policy: a resume on
+//! any number of ranks continues with the same rates.
 
 use clap::ValueEnum;
 
@@ -16,14 +36,17 @@ pub enum LrSchedulerType {
     Cosine,
 }
 
-/// How the learning rate follows the global batch size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// How the learning rate follows the global batch size (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LrScaling {
     /// The learning rate ignores the batch size (DSL `none`).
+    #[value(name = "none")]
+    #[serde(rename = "none")]
     Off,
-    /// `lr * global / initial_global`.
+    /// `lr * global / reference`.
     Linear,
-    /// `lr * sqrt(global / initial_global)`.
+    /// `lr * sqrt(global / reference)`.
     Sqrt,
 }
 
@@ -40,8 +63,8 @@ pub struct LrSchedule {
     pub total_examples: f64,
     /// Scaling with the global batch.
     pub scaling: LrScaling,
-    /// The run's first global batch, the reference of the scaling.
-    pub initial_global_batch: usize,
+    /// The global batch at which the rate is `base` (by default the run's first).
+    pub reference_global_batch: usize,
 }
 
 impl LrSchedule {
@@ -60,13 +83,17 @@ impl LrSchedule {
                 LrSchedulerType::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()),
             }
         };
-        let ratio = global_batch as f64 / self.initial_global_batch.max(1) as f64;
-        let scale = match self.scaling {
+        self.base * shape * self.batch_scale(global_batch)
+    }
+
+    /// The factor a global batch of `global_batch` multiplies the rate by.
+    pub fn batch_scale(&self, global_batch: usize) -> f64 {
+        let ratio = global_batch as f64 / self.reference_global_batch.max(1) as f64;
+        match self.scaling {
             LrScaling::Off => 1.0,
             LrScaling::Linear => ratio,
             LrScaling::Sqrt => ratio.sqrt(),
-        };
-        self.base * shape * scale
+        }
     }
 }
 
@@ -81,7 +108,7 @@ mod tests {
             warmup_examples: 10.0,
             total_examples: 110.0,
             scaling,
-            initial_global_batch: 4,
+            reference_global_batch: 4,
         }
     }
 

@@ -25,6 +25,116 @@
 
 use crate::error::{Error, Result};
 
+/// `schedule = noise_scale(..)`: the global batch follows the critical batch,
+/// estimated as `fraction · B_simple`, without overshooting it.
+///
+/// With `factor = k ≥ 2` (2 by default) the batch `B` changes only by that
+/// factor, one change per step at most, and only once the estimator's averages
+/// span their horizon: it grows to `k·B` when the target `fraction · B_simple`
+/// reaches `k·B·(1 + hysteresis)`, and (with `shrink`) falls to `B/k` when the
+/// target is below `B/k` by the same margin. Between the two it stays: a noisy
+/// estimate crossing a boundary back and forth does not move it. Changes by
+/// integer factors keep the learning-rate rule's steps few (OLMo-core's batch
+/// warm-up doubles; its rate follows by √2). `factor = 1` follows the target
+/// continuously (rounded), still with the margin.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NoiseScalePolicy {
+    /// The safety fraction of the estimated B_simple the batch tracks.
+    pub fraction: f64,
+    /// Smallest global batch, and the first one.
+    pub min: usize,
+    /// Largest global batch.
+    pub max: usize,
+    /// Integer factor of every change (1: continuous).
+    pub factor: usize,
+    /// Relative margin the target must clear before a change.
+    pub hysteresis: f64,
+    /// Whether the batch may shrink when the target falls.
+    pub shrink: bool,
+}
+
+impl NoiseScalePolicy {
+    /// The DSL's defaults for `fraction`, `min` and `max` given: doubling, a 10 %
+    /// margin, never shrinking.
+    pub const fn doubling(fraction: f64, min: usize, max: usize) -> Self {
+        Self {
+            fraction,
+            min,
+            max,
+            factor: 2,
+            hysteresis: 0.1,
+            shrink: false,
+        }
+    }
+
+    /// The checks the values must pass (the macro checks them at compile time).
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| {
+            Err(Error::InvalidSchedule {
+                schedule: "noise_scale",
+                reason,
+            })
+        };
+        let Self {
+            fraction,
+            min,
+            max,
+            factor,
+            hysteresis,
+            ..
+        } = *self;
+        if !(fraction.is_finite() && fraction > 0.0) {
+            return bad(format!("fraction {fraction} must be positive"));
+        }
+        if min == 0 || max < min {
+            return bad(format!("min = {min}, max = {max}: need 1 <= min <= max"));
+        }
+        if factor == 0 {
+            return bad("factor must be at least 1 (1: continuous, 2: doubling)".into());
+        }
+        if !(hysteresis.is_finite() && hysteresis >= 0.0) {
+            return bad(format!(
+                "hysteresis {hysteresis} must be a non-negative number"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The next global batch after one of `current`, given the estimate
+    /// B_simple (`None` while unknown) and whether the estimator has warmed up.
+    pub fn next(&self, current: usize, estimate: Option<f64>, warmed_up: bool) -> usize {
+        let Some(target) = estimate.map(|b| self.fraction * b).filter(|t| !t.is_nan()) else {
+            return current;
+        };
+        let margin = 1.0 + self.hysteresis;
+        if self.factor == 1 {
+            let wanted = (target.round().max(self.min as f64).min(self.max as f64)) as usize;
+            // Until the averages span their horizon the estimate rests on a few
+            // noisy measurements: the batch at most doubles per step then.
+            let wanted = if warmed_up {
+                wanted
+            } else {
+                wanted.min(2 * current)
+            };
+            let grow = wanted as f64 > current as f64 * margin;
+            let shrink = self.shrink && wanted as f64 * margin < current as f64;
+            return if grow || shrink { wanted } else { current };
+        }
+        if !warmed_up {
+            return current;
+        }
+        let up = current.saturating_mul(self.factor).min(self.max);
+        if up > current && target >= up as f64 * margin {
+            return up;
+        }
+        let down = (current / self.factor).max(self.min);
+        if self.shrink && down < current && target * margin <= down as f64 {
+            return down;
+        }
+        current
+    }
+}
+
 /// The two sums over small batches the estimator needs from each step:
 /// `Σ_k S_k / (1/b_k − 1/B)` and `Σ_k b_k·S_k / (B − b_k)`.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -193,5 +303,104 @@ mod tests {
         ));
         assert!(err.to_string().contains("accumulate"), "{err}");
         assert!(NoiseScaleEstimator::new(1.0).is_err());
+    }
+
+    /// A noisy B_simple that grows 30 → ~600 over 600 steps, then falls back.
+    fn trace(step: usize) -> f64 {
+        let t = step as f64;
+        let level = if step < 600 {
+            30.0 * (t / 200.0).exp()
+        } else {
+            600.0 * (-(t - 600.0) / 100.0).exp()
+        };
+        // ±30 % noise, deterministic.
+        level * (1.0 + 0.3 * (t * 1.7).sin())
+    }
+
+    #[test]
+    fn doubling_tracks_the_target_without_overshooting_and_holds_on_noise() {
+        let policy = NoiseScalePolicy::doubling(0.5, 8, 256);
+        policy.validate().unwrap();
+        let mut batch = policy.min;
+        let mut changes = Vec::new();
+        for step in 1..=600 {
+            let estimate = trace(step);
+            let next = policy.next(batch, Some(estimate), step >= 20);
+            if next != batch {
+                let target = 0.5 * estimate;
+                assert_eq!(next, 2 * batch, "doubling only, step {step}");
+                assert!(step >= 20, "no change before the averages warm up");
+                assert!(
+                    target >= next as f64 * 1.1,
+                    "step {step}: {target} < 1.1·{next}"
+                );
+                changes.push((step, next));
+            }
+            batch = next;
+        }
+        // 8 → 256 is five doublings, and the noise adds none back and forth.
+        assert_eq!(changes.len(), 5, "{changes:?}");
+        assert_eq!(batch, 256);
+        // Never shrinking unless asked: the falling half leaves it at the top.
+        for step in 601..=1000 {
+            batch = policy.next(batch, Some(trace(step)), true);
+        }
+        assert_eq!(batch, 256);
+        let shrinking = NoiseScalePolicy {
+            shrink: true,
+            ..policy
+        };
+        let mut batch = 256;
+        for step in 601..=1000 {
+            let next = shrinking.next(batch, Some(trace(step)), true);
+            if next < batch {
+                assert_eq!(next, batch / 2);
+                assert!(0.5 * trace(step) * 1.1 <= next as f64);
+            }
+            batch = next;
+        }
+        assert_eq!(batch, 8, "the trace falls to ~7: back at the minimum");
+    }
+
+    #[test]
+    fn continuous_follows_the_rounded_target_within_the_clamps() {
+        let policy = NoiseScalePolicy {
+            factor: 1,
+            hysteresis: 0.0,
+            shrink: true,
+            ..NoiseScalePolicy::doubling(0.5, 8, 256)
+        };
+        assert_eq!(policy.next(8, Some(100.0), true), 50);
+        assert_eq!(policy.next(50, Some(20.0), true), 10);
+        assert_eq!(policy.next(50, Some(2.0), true), 8);
+        assert_eq!(policy.next(50, Some(1e9), true), 256);
+        assert_eq!(
+            policy.next(8, Some(1e9), false),
+            16,
+            "at most doubling while warming up"
+        );
+        assert_eq!(policy.next(8, None, true), 8);
+        let held = NoiseScalePolicy {
+            hysteresis: 0.2,
+            ..policy
+        };
+        assert_eq!(
+            held.next(50, Some(110.0), true),
+            50,
+            "55 is within 20 % of 50"
+        );
+        assert_eq!(held.next(50, Some(130.0), true), 65);
+        assert!(NoiseScalePolicy {
+            factor: 0,
+            ..policy
+        }
+        .validate()
+        .is_err());
+        assert!(NoiseScalePolicy {
+            hysteresis: f64::NAN,
+            ..policy
+        }
+        .validate()
+        .is_err());
     }
 }

@@ -8,6 +8,8 @@
 //! by the ranks), except [`ScheduleSpec::Ramp`], which states the **global** batch
 //! directly (see [`crate::adapt::ramp`]).
 
+pub use crate::adapt::goodput::GoodputSpec;
+pub use crate::adapt::noise_scale::NoiseScalePolicy;
 pub use crate::adapt::ramp::Ramp;
 use crate::error::{Error, Result};
 
@@ -56,16 +58,13 @@ pub enum ScheduleSpec {
     /// warm-up of DeepSeek-V2/V3: the ramp's `samples` counts tokens. The global
     /// batch still counts examples.
     TokenRamp(Ramp),
-    /// The next global batch is `fraction` times the gradient noise scale
-    /// B_simple, clamped to `[min, max]` (global units; starts at `min`).
-    NoiseScale {
-        /// Fraction of the estimated B_simple.
-        fraction: f64,
-        /// Smallest global batch, and the first one.
-        min: usize,
-        /// Largest global batch.
-        max: usize,
-    },
+    /// The global batch follows `fraction` times the gradient noise scale
+    /// B_simple, by integer factors with hysteresis, within `[min, max]` (global
+    /// units; starts at `min`); see [`NoiseScalePolicy`].
+    NoiseScale(NoiseScalePolicy),
+    /// The global batch and micro-batches of the highest goodput (Pollux), from
+    /// the noise scale and the step times; see [`crate::adapt::goodput`].
+    Goodput(GoodputSpec),
     /// Grow while the memory model predicts room (needs the memory model).
     Memory {
         /// Fraction of the baseline batch's peak memory that may be used.
@@ -104,18 +103,8 @@ impl PartialEq for ScheduleSpec {
             ) => (a, b, c) == (d, e, f),
             (Steps(a), Steps(b)) => a == b,
             (Ramp(a), Ramp(b)) | (TokenRamp(a), TokenRamp(b)) => a == b,
-            (
-                NoiseScale {
-                    fraction: a,
-                    min: b,
-                    max: c,
-                },
-                NoiseScale {
-                    fraction: d,
-                    min: e,
-                    max: f,
-                },
-            ) => (a, b, c) == (d, e, f),
+            (NoiseScale(a), NoiseScale(b)) => a == b,
+            (Goodput(a), Goodput(b)) => a == b,
             // Two paths to one function may still compare unequal: fine for inspection.
             (Custom(a), Custom(b)) => std::ptr::fn_addr_eq(*a, *b),
             (
@@ -152,6 +141,14 @@ pub trait Schedule: Send {
     /// Whether the ramp's position is tokens consumed rather than examples.
     fn ramp_counts_tokens(&self) -> bool {
         false
+    }
+}
+
+impl ScheduleSpec {
+    /// Whether the engine sizes the batch from the gradient noise scale
+    /// (`noise_scale(..)`, `goodput(..)`), which the run must then measure.
+    pub fn follows_noise_scale(&self) -> bool {
+        matches!(self, ScheduleSpec::NoiseScale(_) | ScheduleSpec::Goodput(_))
     }
 }
 
@@ -200,7 +197,7 @@ impl Schedule for ScheduleSpec {
             // The planner takes the global batch from the ramp itself.
             ScheduleSpec::Ramp(_) | ScheduleSpec::TokenRamp(_) => current,
             // The engine sets the global batch from the estimate.
-            ScheduleSpec::NoiseScale { .. } => current,
+            ScheduleSpec::NoiseScale(_) | ScheduleSpec::Goodput(_) => current,
             // Without the memory model the size stays put; policies with this schedule
             // are refused by `TrainerPolicy::assert_supported`.
             ScheduleSpec::Memory { .. } => current,
@@ -294,21 +291,8 @@ pub fn validate_spec(spec: &ScheduleSpec) -> Result<()> {
             Ok(())
         }
         ScheduleSpec::Ramp(r) | ScheduleSpec::TokenRamp(r) => r.validate(),
-        ScheduleSpec::NoiseScale { fraction, min, max } => {
-            if !(fraction.is_finite() && fraction > 0.0) {
-                return bad(
-                    "noise_scale",
-                    format!("fraction {fraction} must be positive"),
-                );
-            }
-            if min == 0 || max < min {
-                return bad(
-                    "noise_scale",
-                    format!("min = {min}, max = {max}: need 1 <= min <= max"),
-                );
-            }
-            Ok(())
-        }
+        ScheduleSpec::NoiseScale(policy) => policy.validate(),
+        ScheduleSpec::Goodput(spec) => spec.validate(),
         ScheduleSpec::Memory {
             threshold,
             max_range,

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-use crate::adapt::lr::LrSchedulerType;
+use crate::adapt::lr::{LrScaling, LrSchedulerType};
 use crate::config::policy::StoppingStrategy;
 
 /// Run-time settings of a training run. `#[command(flatten)]` it into your own
@@ -54,6 +54,16 @@ pub struct TrainingArgs {
     /// Learning-rate schedule over examples consumed.
     #[arg(long, value_enum, default_value_t = LrSchedulerType::Constant)]
     pub lr_scheduler_type: LrSchedulerType,
+    /// How the rate follows the global batch: `sqrt` (Adam), `linear` (SGD) or
+    /// `none`; overrides the trainer's `lr_scaling`. The rate is rescaled at every
+    /// batch change, whatever changes it (`adabatch::adapt::lr`).
+    #[arg(long, value_enum)]
+    pub lr_scaling: Option<LrScaling>,
+    /// The global batch at which `--learning-rate` holds (default: the run's first
+    /// global batch); a step of global batch B trains at the rate scaled by
+    /// `--lr-scaling` from this reference to B.
+    #[arg(long)]
+    pub lr_reference_batch: Option<usize>,
     /// Fraction of the run's examples spent warming the learning rate up from 0.
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub warmup_ratio: f64,

@@ -95,6 +95,9 @@ pub struct PlannerState {
     /// The next global batch, when the engine sets it (`noise_scale`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_global: Option<usize>,
+    /// The micro-batches of the next steps, when the engine sets them (`goodput`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_micro_batches: Option<usize>,
     /// The unfinished length-aware epoch (its order and remaining batches), when
     /// the checkpoint was written in the middle of one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,6 +137,9 @@ pub struct StepPlanner<S> {
     ramp: Option<Ramp>,
     /// A global batch set from outside (see [`StepPlanner::set_global_batch`]).
     set_global: Option<usize>,
+    /// Micro-batches per step set from outside (see
+    /// [`StepPlanner::set_micro_batches`]).
+    set_micro: Option<usize>,
     /// The ramp's position is `tokens_seen`, not examples seen.
     ramp_in_tokens: bool,
     tokens_seen: u64,
@@ -168,6 +174,7 @@ impl<S: Schedule> StepPlanner<S> {
             planned_epoch: None,
             ramp,
             set_global: None,
+            set_micro: None,
             ramp_in_tokens,
             tokens_seen: 0,
             lengths: None,
@@ -288,6 +295,9 @@ impl<S: Schedule> StepPlanner<S> {
     }
 
     fn micro_batches_per_step(&self) -> usize {
+        if let Some(n) = self.set_micro {
+            return n.max(1);
+        }
         match self.accum {
             GradAccum::Fixed(n) => n.max(1),
             GradAccum::Target { global } => global.div_ceil(self.global_batch()).max(1),
@@ -409,6 +419,7 @@ impl<S: Schedule> StepPlanner<S> {
             max_batch: self.limits.max,
             ramp: self.ramp,
             set_global: self.set_global,
+            set_micro_batches: self.set_micro,
             ramp_in_tokens: self.ramp_in_tokens,
             tokens_seen: self.tokens_seen,
             planned_epoch: self.sampler.planned_remainder(),
@@ -442,6 +453,9 @@ impl<S: Schedule> StepPlanner<S> {
         self.tokens_seen = state.tokens_seen;
         if state.set_global.is_some() {
             self.set_global = state.set_global;
+        }
+        if state.set_micro_batches.is_some() {
+            self.set_micro = state.set_micro_batches;
         }
     }
 
@@ -482,6 +496,17 @@ impl<S: Schedule> StepPlanner<S> {
         self.set_global = Some(global.max(1));
         self.per_device = self.global_batch().div_ceil(self.units_world);
     }
+    /// Sets the micro-batches of the next steps (a schedule that chooses the
+    /// accumulation, such as `goodput`): the global batch is split into `n` parts.
+    pub fn set_micro_batches(&mut self, n: usize) {
+        self.set_micro = Some(n.max(1));
+    }
+
+    /// Micro-batches of the next step.
+    pub fn micro_batches(&self) -> usize {
+        self.micro_batches_per_step()
+    }
+
     /// The global-batch ramp in force, if any.
     pub fn ramp(&self) -> Option<Ramp> {
         self.ramp

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::adapt::goodput::GoodputLog;
 use crate::data::sources::MixedSources;
 
 /// One logged optimisation step.
@@ -55,6 +56,9 @@ pub struct StepLog {
     /// moving averages up to this step (`--log-gradient-noise-scale`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gradient_noise_scale: Option<f64>,
+    /// `schedule = goodput(..)`: the decision after this step and what it rests on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<GoodputLog>,
     /// `--fp16`: the loss scale of this step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<f64>,

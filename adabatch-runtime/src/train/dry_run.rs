@@ -290,6 +290,7 @@ fn planned_step(
         predicted_memory: sampler.last_predicted(),
         measured_memory: None,
         gradient_noise_scale: None,
+        goodput: None,
         loss_scale: None,
         skipped_steps: 0,
         sources: Default::default(),

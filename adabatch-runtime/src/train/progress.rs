@@ -100,6 +100,7 @@ impl Progress {
             predicted_memory: None,
             measured_memory: None,
             gradient_noise_scale: None,
+            goodput: None,
             loss_scale: None,
             skipped_steps: 0,
             sources: Default::default(),

@@ -259,6 +259,9 @@ where
         let peak = (self.controllers.memory.memory_mode() && !self.device.is_cpu())
             .then(|| PeakSampler::start(self.device));
         self.input.loss_scale = self.controllers.loss_scale();
+        // The step's own time (collating, computing, the all-reduce, the update),
+        // without evaluation or saving: what goodput's step-time model fits.
+        let started = std::time::Instant::now();
         let chunks = self.controllers.oom.chunks();
         let ready = prefetcher.take(batches, chunks);
         prefetcher.look_ahead(&self.planner, chunks);
@@ -273,6 +276,10 @@ where
         let (input, trainable) = (&mut self.input, &self.trainable);
         let outcome = train_step(self.trainer, self.comm, input, trainable, plan)
             .map_err(|e| self.diverged(e))?;
+        self.input.previous_step_seconds = match outcome {
+            StepOutcome::Trained { .. } => started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE),
+            StepOutcome::OutOfMemory { .. } => 0.0,
+        };
         let device_peak = peak.and_then(|p| p.finish().pool_peak);
         let StepOutcome::Trained {
             loss,
@@ -298,15 +305,8 @@ where
         }
         let mut record = log_now.then(|| {
             let grad_norm = grad_norm.unwrap_or(f64::NAN);
-            let mut entry =
-                self.progress
-                    .step_log(self.planner.sampler(), step, batches, grad_norm, lr);
-            entry.predicted_memory = predicted_memory;
-            if let Some(mixed) = self.planner.sampler().sources() {
-                let indices = batches.micro.iter().flat_map(|m| m.indices.iter().copied());
-                entry.sources = SourceLog::of(mixed, indices, source_loss.as_deref());
-            }
-            entry
+            let (trained, source_loss) = ((step, batches, grad_norm, lr), source_loss.as_deref());
+            self.step_record(trained, predicted_memory, source_loss)
         });
         self.adapt(step, batches, &outcome, memory)?;
         if let Some(entry) = record.as_mut() {
@@ -318,6 +318,25 @@ where
             learning_rate: lr,
         };
         Ok(Some(record))
+    }
+
+    /// A logged step's record before the controllers add theirs: `(step, batches,
+    /// grad_norm, lr)` of the step that trained.
+    fn step_record(
+        &mut self,
+        (step, batches, grad_norm, lr): (usize, &StepBatches, f64, f64),
+        predicted_memory: Option<f64>,
+        source_loss: Option<&[f64]>,
+    ) -> StepLog {
+        let mut entry =
+            self.progress
+                .step_log(self.planner.sampler(), step, batches, grad_norm, lr);
+        entry.predicted_memory = predicted_memory;
+        if let Some(mixed) = self.planner.sampler().sources() {
+            let indices = batches.micro.iter().flat_map(|m| m.indices.iter().copied());
+            entry.sources = SourceLog::of(mixed, indices, source_loss);
+        }
+        entry
     }
 
     /// Whether this step is logged. A logged step builds its record for the log

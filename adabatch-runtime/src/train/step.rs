@@ -45,6 +45,9 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
     pub precision: Precision,
     /// `--fp16`: the loss scale of this step (1 otherwise).
     pub loss_scale: f64,
+    /// Seconds this rank took for the previous trained step (0: none), which
+    /// rides in this step's all-reduce so every rank gets the same mean.
+    pub previous_step_seconds: f64,
 }
 
 impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
@@ -68,6 +71,7 @@ impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
             sources: settings.sources.clone(),
             precision: settings.step.precision,
             loss_scale: 1.0,
+            previous_step_seconds: 0.0,
         }
     }
 }
@@ -98,6 +102,9 @@ pub(crate) enum StepOutcome {
         /// With several sources: each source's mean per-example loss in this step
         /// (NaN for a source without examples in it).
         source_loss: Option<Vec<f64>>,
+        /// The previous trained step's seconds, the mean over ranks (`None` when
+        /// no rank measured one: the first step, after a resume or an OOM).
+        previous_step_seconds: Option<f64>,
     },
     /// Some rank ran out of memory; nobody stepped.
     OutOfMemory { detail: String },
@@ -117,6 +124,8 @@ struct LocalGrads {
     /// When coverage is checked: whether each parameter got a gradient (after
     /// the all-reduce: on some rank).
     covered: Option<Vec<bool>>,
+    /// The previous step's seconds (after the all-reduce: summed over ranks).
+    seconds: f64,
 }
 
 /// How the losses of a step are weighted: `known_weight` (the global example
@@ -157,6 +166,7 @@ where
         small: vec![0.0; small_batch_slots(input.noise_scale, batches)],
         source_sums: vec![0.0; 2 * input.sources.as_ref().map_or(0, |s| s.names.len())],
         covered: None,
+        seconds: input.previous_step_seconds,
     };
     let known_weight = known_weight(input.reweight, batches);
     let active_ranks = batches.local_sizes().iter().filter(|&&n| n > 0).count();
@@ -316,6 +326,9 @@ where
     let examples_per_token = per_token_mean(&mut summed, input.reweight, &plan)?;
     let source_loss = source_means(&summed.source_sums);
     let loss = summed.loss;
+    // 0: nobody measured (a NaN or a negative is passed on: goodput refuses it).
+    let previous_step_seconds =
+        Some(summed.seconds / comm.world_size() as f64).filter(|&s| s != 0.0);
     let Some(mut update) = unscale(summed, input.loss_scale)? else {
         return Ok(StepOutcome::Trained {
             overflowed: true,
@@ -323,6 +336,7 @@ where
             grad_norm: None,
             noise: None,
             source_loss,
+            previous_step_seconds,
         });
     };
     if !update.loss.is_finite() {
@@ -361,6 +375,7 @@ where
         grad_norm,
         noise,
         source_loss,
+        previous_step_seconds,
     })
 }
 
@@ -527,6 +542,10 @@ fn gather(
     }
 }
 
+/// Loss, tokens, the failure and OOM flags, the previous step's seconds: the
+/// scalars every step's all-reduce carries before the variable-length parts.
+const FIXED_SCALARS: usize = 5;
+
 /// All-reduces gradients (zeros where a rank has none), loss, tokens and the
 /// failure / OOM flags in one collective; `slots`: the number of per-source sums
 /// and of small-batch slots, and whether gradient coverage (a flag per parameter)
@@ -538,7 +557,7 @@ fn reduce(
     (source_slots, small_slots, coverage): (usize, usize, bool),
 ) -> Result<std::result::Result<LocalGrads, String>> {
     let zeros = |var: &Var| var.as_tensor().zeros_like();
-    let (mut tensors, loss, tokens, small, source_sums, covered) = match &local {
+    let (mut tensors, loss, tokens, small, source_sums, covered, seconds) = match &local {
         Ok(l) => {
             let tensors = l
                 .grads
@@ -556,6 +575,7 @@ fn reduce(
                 l.small.clone(),
                 l.source_sums.clone(),
                 covered,
+                l.seconds,
             )
         }
         Err(_) => (
@@ -568,6 +588,7 @@ fn reduce(
             vec![0.0; small_slots],
             vec![0.0; source_slots],
             vec![0.0; if coverage { params.len() } else { 0 }],
+            0.0,
         ),
     };
     let oom = matches!(&local, Err(e) if is_out_of_memory(e));
@@ -577,17 +598,18 @@ fn reduce(
         tokens,
         f64::from(u8::from(failed)),
         f64::from(u8::from(oom)),
+        seconds,
     ];
     scalars.extend(small);
     scalars.extend(source_sums);
     // Every rank asks for coverage on the same step (a failed rank included).
     scalars.extend(covered);
     comm.all_reduce_sum(&mut tensors, &mut scalars)?;
-    let covered = scalars.split_off(4 + small_slots + source_slots);
-    let source_sums = scalars.split_off(4 + small_slots);
-    let small = scalars.split_off(4);
-    let [loss, tokens, failed, oom] = scalars[..] else {
-        unreachable!("four scalars")
+    let covered = scalars.split_off(FIXED_SCALARS + small_slots + source_slots);
+    let source_sums = scalars.split_off(FIXED_SCALARS + small_slots);
+    let small = scalars.split_off(FIXED_SCALARS);
+    let [loss, tokens, failed, oom, seconds] = scalars[..] else {
+        unreachable!("the fixed scalars")
     };
     match local {
         Err(e) if !is_out_of_memory(&e) => Err(e),
@@ -601,6 +623,7 @@ fn reduce(
             small,
             source_sums,
             covered: coverage.then(|| covered.iter().map(|&c| c > 0.0).collect()),
+            seconds,
         })),
     }
 }

@@ -1,8 +1,9 @@
-// `noise_scale(..)`: the next global batch from the gradient noise scale.
+// `noise_scale(..)`: the next global batch from the gradient noise scale, by
+// doubling by default, continuously with `factor = 1`.
 #![deny(warnings)]
 
 use adabatch::prelude::*;
-use adabatch::{GradAccum, ScheduleSpec};
+use adabatch::{GradAccum, NoiseScalePolicy, ScheduleSpec};
 
 #[path = "../support/tiny.rs"]
 mod tiny;
@@ -23,22 +24,33 @@ struct Defaults {
     opt: candle_nn::SGD,
 }
 
+#[adaptive_trainer(
+    schedule = noise_scale(min = 8, max = 64, factor = 1, hysteresis = 0.0, shrink = true)
+)]
+struct Continuous {
+    #[model]
+    model: tiny::Tiny,
+    #[optimizer]
+    opt: candle_nn::SGD,
+}
+
 fn main() {
     assert_eq!(
         Adaptive::POLICY.schedule,
-        ScheduleSpec::NoiseScale {
-            fraction: 0.5,
-            min: 32,
-            max: 4096,
-        }
+        ScheduleSpec::NoiseScale(NoiseScalePolicy::doubling(0.5, 32, 4096))
     );
     assert_eq!(Adaptive::POLICY.grad_accum, GradAccum::Fixed(2));
     assert_eq!(
         Defaults::POLICY.schedule,
-        ScheduleSpec::NoiseScale {
-            fraction: 1.0,
-            min: 8,
-            max: 64,
-        }
+        ScheduleSpec::NoiseScale(NoiseScalePolicy::doubling(1.0, 8, 64))
+    );
+    assert_eq!(
+        Continuous::POLICY.schedule,
+        ScheduleSpec::NoiseScale(NoiseScalePolicy {
+            factor: 1,
+            hysteresis: 0.0,
+            shrink: true,
+            ..NoiseScalePolicy::doubling(1.0, 8, 64)
+        })
     );
 }

@@ -45,7 +45,7 @@ impl PolicyRecord {
             drop_last: settings.drop_last,
             reweight: format!("{:?}", settings.step.reweight),
             grad_accum: format!("{:?}", settings.grad_accum),
-            lr_scaling: format!("{:?}", settings.lr.scaling),
+            lr_scaling: settings.lr_rule(),
             shuffle: settings.shuffle,
         }
     }

@@ -23,6 +23,7 @@
 //! controllers', with no field kept twice.
 
 pub(crate) mod controller;
+pub(crate) mod goodput;
 pub(crate) mod loss_scale;
 pub(crate) mod memory;
 pub(crate) mod mixing;

@@ -1,8 +1,8 @@
 //! The gradient noise scale as a controller: each step's estimate feeds the
-//! moving averages, and under `schedule = noise_scale(..)` sizes the next global
-//! batch.
+//! moving averages, and under `schedule = noise_scale(..)` or `goodput(..)` sizes
+//! the next global batch.
 
-use crate::adapt::noise_scale::NoiseScaleEstimator;
+use crate::adapt::noise_scale::{NoiseScaleEstimator, NoiseScalePolicy};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::dist::communicator::Communicator;
 use crate::error::Result;
@@ -11,14 +11,23 @@ use crate::train::settings::RunSettings;
 use crate::train::step::StepOutcome;
 
 use super::controller::{Controller, Steer, StepReport, UserControllers};
+use super::goodput::GoodputControl;
 use super::states::ControllerStates;
 
-/// The estimator, and the resizing rule of `schedule = noise_scale(..)`.
+/// The estimator, and what resizes the batch from it.
 pub(crate) struct NoiseScaleControl {
     estimator: NoiseScaleEstimator,
-    /// `fraction`, `min`, `max` of `schedule = noise_scale(..)`; `None` when the
-    /// estimate is only logged (`--log-gradient-noise-scale`).
-    resize: Option<(f64, usize, usize)>,
+    resize: Resize,
+}
+
+/// What the estimate drives.
+enum Resize {
+    /// Nothing: the estimate is only logged (`--log-gradient-noise-scale`).
+    LogOnly,
+    /// `schedule = noise_scale(..)`.
+    NoiseScale(NoiseScalePolicy),
+    /// `schedule = goodput(..)`.
+    Goodput(GoodputControl),
 }
 
 impl NoiseScaleControl {
@@ -30,8 +39,11 @@ impl NoiseScaleControl {
         Ok(Some(Self {
             estimator: NoiseScaleEstimator::new(beta)?,
             resize: match settings.schedule {
-                ScheduleSpec::NoiseScale { fraction, min, max } => Some((fraction, min, max)),
-                _ => None,
+                ScheduleSpec::NoiseScale(policy) => Resize::NoiseScale(policy),
+                ScheduleSpec::Goodput(spec) => {
+                    Resize::Goodput(GoodputControl::new(spec, settings.units_world))
+                }
+                _ => Resize::LogOnly,
             },
         }))
     }
@@ -47,20 +59,28 @@ impl Controller for NoiseScaleControl {
             return Ok(());
         };
         let estimate = self.estimator.observe(norm, trace);
-        if let (Some((fraction, min, max)), Some(b)) = (self.resize, estimate) {
-            let mut next = noise_scale_batch(fraction, min, max, b);
-            // Until the averages span their horizon the estimate rests on a few
-            // noisy measurements: the batch at most doubles per step then.
-            if !self.estimator.warmed_up() {
-                next = next.min(2 * steer.planner.global_batch());
+        let warmed_up = self.estimator.warmed_up();
+        match &mut self.resize {
+            Resize::LogOnly => {}
+            Resize::NoiseScale(policy) => {
+                let current = steer.planner.global_batch();
+                steer
+                    .planner
+                    .set_global_batch(policy.next(current, estimate, warmed_up));
             }
-            steer.planner.set_global_batch(next);
+            Resize::Goodput(goodput) => {
+                let phi = estimate.filter(|_| warmed_up);
+                goodput.adapt(report, phi, steer)?;
+            }
         }
         Ok(())
     }
 
     fn record(&mut self, entry: &mut StepLog) {
         entry.gradient_noise_scale = self.estimator.estimate();
+        if let Resize::Goodput(goodput) = &self.resize {
+            goodput.record(entry);
+        }
     }
 
     fn save(
@@ -70,6 +90,9 @@ impl Controller for NoiseScaleControl {
         into: &mut ControllerStates,
     ) -> Result<()> {
         into.noise_scale = Some(self.estimator);
+        if let Resize::Goodput(goodput) = &self.resize {
+            into.goodput = Some(goodput.state());
+        }
         Ok(())
     }
 
@@ -77,18 +100,8 @@ impl Controller for NoiseScaleControl {
         if let Some(saved) = from.noise_scale {
             self.estimator = saved;
         }
-    }
-}
-
-/// The next global batch of `schedule = noise_scale(..)`: `fraction` of the
-/// estimate B_simple, rounded, clamped to `[min, max]`.
-pub(crate) fn noise_scale_batch(fraction: f64, min: usize, max: usize, estimate: f64) -> usize {
-    let wanted = (fraction * estimate).round();
-    if wanted.is_nan() || wanted < min as f64 {
-        min
-    } else if wanted > max as f64 {
-        max
-    } else {
-        wanted as usize
+        if let (Resize::Goodput(goodput), Some(saved)) = (&mut self.resize, &from.goodput) {
+            goodput.restore(saved);
+        }
     }
 }

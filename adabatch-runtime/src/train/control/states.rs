@@ -1,5 +1,6 @@
 //! The controllers' parts of a checkpoint, one key each in its trainer state.
 
+use crate::adapt::goodput::GoodputState;
 use crate::adapt::noise_scale::NoiseScaleEstimator;
 use crate::memory::model::OnlineMemoryState;
 use crate::optim::precision::LossScaler;
@@ -26,6 +27,9 @@ pub struct ControllerStates {
     /// The gradient noise scale estimator's moving averages, when measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_scale: Option<NoiseScaleEstimator>,
+    /// `schedule = goodput(..)`: the measured step times and the last decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<GoodputState>,
     /// The mixer's state, when the run has one (its weights are in the planner's
     /// sources).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -4,6 +4,7 @@
 //! attribute's syntax and shape; the value rules of schedules are `const fn`s the
 //! generated code evaluates (`adapt::schedule`).
 
+use crate::adapt::goodput::GoodputSpec;
 use crate::config::args::TrainingArgs;
 use crate::config::policy::{GradAccum, Reweight, TrainerPolicy};
 use crate::error::{Error, Result};
@@ -139,8 +140,16 @@ pub(super) fn effective_policy(
     };
     let policy = TrainerPolicy {
         grad_accum,
+        lr_scaling: args.lr_scaling.unwrap_or(policy.lr_scaling),
         ..*policy
     };
+    if args.lr_reference_batch == Some(0) {
+        return Err(Error::InvalidSetting {
+            name: "lr_reference_batch",
+            value: "0".into(),
+            expected: "a global batch of at least 1 example",
+        });
+    }
     if let Some(reason) = policy.unsupported() {
         return Err(Error::UnsupportedPolicy { reason });
     }
@@ -202,6 +211,24 @@ pub(super) fn check_batching(
         });
     }
     Ok(())
+}
+
+/// `schedule = goodput(..)` chooses the micro-batches itself, and its first
+/// shape must fit `max_local`.
+pub(super) fn check_goodput(
+    policy: &TrainerPolicy,
+    args: &TrainingArgs,
+    spec: &GoodputSpec,
+    world_size: usize,
+) -> Result<()> {
+    if policy.grad_accum != GradAccum::Fixed(1) || args.gradient_accumulation_steps.is_some() {
+        return Err(Error::ConflictingSettings {
+            first: "schedule = goodput(..)",
+            second: "grad_accum / --gradient-accumulation-steps",
+            reason: "goodput chooses each step's micro-batches itself (bound them with max_local and max_micro_batches)",
+        });
+    }
+    spec.first_shape(world_size).map(|_| ())
 }
 
 /// The gradient noise scale (logged or scheduling) needs each small batch's mean

@@ -8,7 +8,7 @@ mod check;
 mod resolve;
 pub(crate) mod strategy;
 
-use crate::adapt::lr::{LrSchedule, LrSchedulerType};
+use crate::adapt::lr::{LrScaling, LrSchedule, LrSchedulerType};
 use crate::adapt::schedule::{validate_spec, BatchLimits, Schedule, ScheduleSpec};
 use crate::config::args::TrainingArgs;
 use crate::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
@@ -23,7 +23,8 @@ use crate::report::logging::Logger;
 use crate::train::oom::FaultInjector;
 use crate::user::data::Dataset;
 use check::{
-    check_args, check_batching, check_global_schedule, check_noise_scale, effective_policy,
+    check_args, check_batching, check_global_schedule, check_goodput, check_noise_scale,
+    effective_policy,
 };
 pub(crate) use resolve::BuiltinMixer;
 use resolve::{
@@ -48,6 +49,8 @@ pub(crate) struct RunSettings {
     pub(crate) length: RunLength,
     pub(crate) grad_accum: GradAccum,
     pub(crate) lr: LrSchedule,
+    /// `--lr-reference-batch`, when given (a checkpoint records it).
+    pub(crate) lr_reference: Option<usize>,
     pub(crate) batching: Option<(LengthBatching, LengthOptions)>,
     pub(crate) memory_margin: f64,
     pub(crate) device: DeviceSpec,
@@ -177,6 +180,24 @@ pub(crate) struct ResumePoint {
 /// Smoothing of the gradient noise scale's moving averages.
 pub(crate) const NOISE_SCALE_BETA: f64 = 0.95;
 
+/// The first global batch of a schedule in global units (a ramp, `noise_scale`,
+/// `goodput`), checking what goodput needs.
+fn first_global_batch(
+    schedule: &ScheduleSpec,
+    policy: &TrainerPolicy,
+    args: &TrainingArgs,
+    world_size: usize,
+) -> Result<Option<usize>> {
+    Ok(match schedule {
+        ScheduleSpec::NoiseScale(noise) => Some(noise.min),
+        ScheduleSpec::Goodput(spec) => {
+            check_goodput(policy, args, spec, world_size)?;
+            Some(spec.min)
+        }
+        _ => schedule.ramp().map(|r| r.global_batch(0)),
+    })
+}
+
 impl RunSettings {
     pub(crate) fn new<D: Dataset + ?Sized>(
         policy: &TrainerPolicy,
@@ -193,13 +214,8 @@ impl RunSettings {
         let policy = &effective_policy(policy, args)?;
         let schedule = run_schedule(policy, args)?;
         validate_spec(&schedule)?;
-        let ramp = schedule.ramp();
-        let noise_schedule = matches!(schedule, ScheduleSpec::NoiseScale { .. });
-        // The first global batch of a schedule in global units.
-        let first_global = match schedule {
-            ScheduleSpec::NoiseScale { min, .. } => Some(min),
-            _ => ramp.map(|r| r.global_batch(0)),
-        };
+        let noise_schedule = schedule.follows_noise_scale();
+        let first_global = first_global_batch(&schedule, policy, args, world_size)?;
         check_global_schedule(first_global, policy, args)?;
         let ResumePoint {
             dir: resume,
@@ -230,12 +246,14 @@ impl RunSettings {
         let initial_global = first_global
             .unwrap_or(initial_per_device * units_world * micro_batches)
             .min(num_examples);
+        let noise_measured = args.log_gradient_noise_scale || noise_schedule;
+        // Goodput chooses two micro-batches or more on one rank itself.
+        let goodput = matches!(schedule, ScheduleSpec::Goodput(_));
         check_noise_scale(
             policy,
-            args.log_gradient_noise_scale || noise_schedule,
-            world_size,
+            noise_measured,
+            world_size.max(1 + usize::from(goodput)),
         )?;
-        let noise_measured = args.log_gradient_noise_scale || noise_schedule;
         let mut settings = Self {
             num_examples,
             world_size,
@@ -249,6 +267,7 @@ impl RunSettings {
             length,
             grad_accum: policy.grad_accum,
             lr: lr_schedule(args, policy, num_examples, initial_global),
+            lr_reference: args.lr_reference_batch,
             batching,
             memory_margin: args.memory_margin,
             device: DeviceSpec::parse(&args.device)?,
@@ -282,9 +301,9 @@ impl RunSettings {
         if !needs_horizon {
             return Ok(());
         }
-        if matches!(self.schedule, ScheduleSpec::NoiseScale { .. }) {
+        if self.schedule.follows_noise_scale() {
             self.warnings.push(
-                "noise_scale sizes the batches while training: the learning-rate horizon assumes the first global batch throughout".into(),
+                "the gradient noise scale sizes the batches while training: the learning-rate horizon assumes the first global batch throughout".into(),
             );
         }
         // Examples of the first `--warmup-steps` steps, when asked for.
@@ -329,6 +348,18 @@ impl RunSettings {
             (_, warm) => warm.unwrap_or(total).min(total) as f64,
         };
         Ok(())
+    }
+
+    /// The learning-rate rule as a checkpoint records it: the scaling, and the
+    /// reference batch when one was given (a default reference is the first global
+    /// batch, which the rest of the policy fixes).
+    pub(crate) fn lr_rule(&self) -> String {
+        match self.lr_reference {
+            Some(reference) if self.lr.scaling != LrScaling::Off => {
+                format!("{:?} at global batch {reference}", self.lr.scaling)
+            }
+            _ => format!("{:?}", self.lr.scaling),
+        }
     }
 
     /// The examples' lengths, sorted for length-aware batching (`None` without
@@ -378,8 +409,14 @@ impl RunSettings {
         if let Some(lengths) = &self.token_lengths {
             planner = planner.with_lengths(lengths.clone());
         }
-        if let ScheduleSpec::NoiseScale { min, .. } = self.schedule {
-            planner.set_global_batch(min);
+        match self.schedule {
+            ScheduleSpec::NoiseScale(policy) => planner.set_global_batch(policy.min),
+            ScheduleSpec::Goodput(spec) => {
+                let first = spec.first_shape(self.world_size)?;
+                planner.set_global_batch(first.global);
+                planner.set_micro_batches(first.micro_batches);
+            }
+            _ => {}
         }
         Ok(planner)
     }

@@ -314,12 +314,14 @@ pub(super) fn lr_schedule(
     num_examples: usize,
     initial_global_batch: usize,
 ) -> LrSchedule {
+    // The first global batch is the reference unless one is given: a fixed batch
+    // then trains at `--learning-rate` whatever the scaling.
     LrSchedule {
         base: args.learning_rate,
         kind: args.lr_scheduler_type,
         warmup_examples: 0.0,
         total_examples: (args.num_train_epochs.max(1) * num_examples) as f64,
         scaling: policy.lr_scaling,
-        initial_global_batch,
+        reference_global_batch: args.lr_reference_batch.unwrap_or(initial_global_batch),
     }
 }

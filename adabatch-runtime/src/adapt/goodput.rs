@@ -1,0 +1,619 @@
+//! Goodput (Pollux, Qiao et al., OSDI'21): the training progress per second of a
+//! global batch `M` split into `s` micro-batches per step,
+//!
+//! ```text
+//! goodput(M, s) = throughput(M, s) · efficiency(M)
+//! throughput    = M / T(M, s)                       examples per second
+//! efficiency    = (φ + M₀) / (φ + M)                progress per example, relative to M₀
+//! ```
+//!
+//! where φ is the gradient noise scale B_simple (McCandlish et al. 2018: an
+//! example in a batch of `M` makes `1 / (1 + M/φ)` of the progress it would make
+//! alone; against the smallest batch `M₀` that is the efficiency above) and `T` the
+//! step time, from a model fitted to this run's measured steps:
+//!
+//! ```text
+//! T(M, s) = fixed + per_micro_batch · s + per_example · ⌈M / W⌉
+//! ```
+//!
+//! (`fixed`: the optimizer update and the all-reduce; `per_micro_batch`: a
+//! forward/backward's own overhead; `per_example`: the work per example on the
+//! busiest of the `W` ranks). Without accumulation the optimum has a closed form,
+//! `M* = √(fixed · φ / per_example)` (a larger φ or a costlier step favours larger
+//! batches), which the tests check the search against.
+//!
+//! Measured times differ from run to run, so a goodput run's batches are
+//! reproducible only through its checkpoint (which holds the fitted
+//! observations) or with a step-time model given as a function
+//! (`goodput(.., step_time = path::to::fn)`), which replaces the measurements.
+
+use crate::error::{Error, Result};
+
+/// What a step's time depends on: its global batch, the micro-batches it is split
+/// into on every rank, and the number of ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct StepShape {
+    /// Examples of the step over all ranks.
+    pub global: usize,
+    /// Micro-batches per rank (gradient accumulation).
+    pub micro_batches: usize,
+    /// Ranks.
+    pub world: usize,
+}
+
+impl StepShape {
+    /// Examples the busiest rank trains in the step.
+    pub fn per_rank(&self) -> usize {
+        self.global.div_ceil(self.world.max(1))
+    }
+
+    /// Examples of the busiest rank's largest micro-batch (what memory bounds):
+    /// the global batch is split into `micro_batches` global micro-batches, each
+    /// over the ranks.
+    pub fn local(&self) -> usize {
+        self.global
+            .div_ceil(self.micro_batches.max(1))
+            .div_ceil(self.world.max(1))
+    }
+}
+
+/// A step-time model given as a function: seconds of a step of this shape. It
+/// replaces the measured times (tests, or a known machine).
+pub type StepTimeFn = fn(StepShape) -> f64;
+
+/// `schedule = goodput(..)`: the global batch and micro-batches of the highest
+/// goodput, chosen after every step.
+#[derive(Clone, Copy)]
+pub struct GoodputSpec {
+    /// Smallest global batch, the first one, and `M₀` of the efficiency.
+    pub min: usize,
+    /// Largest global batch.
+    pub max: usize,
+    /// Largest micro-batch per rank (memory); 0: no limit.
+    pub max_local: usize,
+    /// Most micro-batches per step.
+    pub max_micro_batches: usize,
+    /// Keep the current shape unless another's goodput is this fraction higher.
+    pub hysteresis: f64,
+    /// The step-time model as a function instead of measured times.
+    pub step_time: Option<StepTimeFn>,
+}
+
+/// A function's address differs between processes: a checkpoint's record of the
+/// policy names the step-time model's presence only.
+impl std::fmt::Debug for GoodputSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GoodputSpec")
+            .field("min", &self.min)
+            .field("max", &self.max)
+            .field("max_local", &self.max_local)
+            .field("max_micro_batches", &self.max_micro_batches)
+            .field("hysteresis", &self.hysteresis)
+            .field("step_time", &self.step_time.map(|_| "fn"))
+            .finish()
+    }
+}
+
+impl PartialEq for GoodputSpec {
+    fn eq(&self, other: &Self) -> bool {
+        let same_fn = match (self.step_time, other.step_time) {
+            (Some(a), Some(b)) => std::ptr::fn_addr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        (self.min, self.max, self.max_local, self.max_micro_batches)
+            == (
+                other.min,
+                other.max,
+                other.max_local,
+                other.max_micro_batches,
+            )
+            && self.hysteresis == other.hysteresis
+            && same_fn
+    }
+}
+
+impl GoodputSpec {
+    /// The checks `goodput(..)`'s values must pass.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| {
+            Err(Error::InvalidSchedule {
+                schedule: "goodput",
+                reason,
+            })
+        };
+        if self.min == 0 || self.max < self.min {
+            return bad(format!(
+                "min = {} and max = {}: need 1 <= min <= max",
+                self.min, self.max
+            ));
+        }
+        if self.max_micro_batches == 0 {
+            return bad("max_micro_batches must be at least 1".into());
+        }
+        if !(self.hysteresis.is_finite() && self.hysteresis >= 0.0) {
+            return bad(format!(
+                "hysteresis = {} must be a non-negative number",
+                self.hysteresis
+            ));
+        }
+        Ok(())
+    }
+
+    /// The shapes goodput may choose on `world` ranks: every global batch in
+    /// `[min, max]` with the fewest micro-batches that keep each under
+    /// `max_local`, and at least two small batches per step (the noise scale's
+    /// estimator needs them). `None` for a batch no split allows.
+    fn shapes(&self, world: usize) -> impl Iterator<Item = StepShape> + '_ {
+        (self.min..=self.max).filter_map(move |global| self.shape_for(global, world))
+    }
+
+    /// The shape a run starts with: the smallest batch, split as it must be.
+    pub fn first_shape(&self, world: usize) -> Result<StepShape> {
+        self.shape_for(self.min, world).ok_or_else(|| Error::InvalidSchedule {
+            schedule: "goodput",
+            reason: format!(
+                "the first global batch, min = {}, does not fit max_local = {} in at most {} micro-batches on {world} rank(s)",
+                self.min, self.max_local, self.max_micro_batches
+            ),
+        })
+    }
+
+    /// The shape of `global` with the fewest micro-batches that fit.
+    pub fn shape_for(&self, global: usize, world: usize) -> Option<StepShape> {
+        let per_rank = global.div_ceil(world.max(1));
+        let least_for_noise = if world >= 2 { 1 } else { 2 };
+        (least_for_noise..=self.max_micro_batches.min(per_rank))
+            .map(|micro_batches| StepShape {
+                global,
+                micro_batches,
+                world,
+            })
+            .find(|shape| self.max_local == 0 || shape.local() <= self.max_local)
+    }
+}
+
+/// The fitted step time `fixed + per_micro_batch · s + per_example · n`.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepTimeFit {
+    /// Seconds of every step.
+    pub fixed: f64,
+    /// Seconds per micro-batch.
+    pub per_micro_batch: f64,
+    /// Seconds per example of the busiest rank.
+    pub per_example: f64,
+}
+
+impl StepTimeFit {
+    /// Predicted seconds of a step of `shape`.
+    pub fn predict(&self, shape: StepShape) -> f64 {
+        self.fixed
+            + self.per_micro_batch * shape.micro_batches as f64
+            + self.per_example * shape.per_rank() as f64
+    }
+}
+
+/// The measured steps, one mean per distinct (micro-batches, examples per rank):
+/// bounded by the shapes the run can take, and what a checkpoint keeps.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StepTimes {
+    /// `(micro_batches, per_rank, steps, mean seconds)`.
+    pub buckets: Vec<(usize, usize, u64, f64)>,
+}
+
+impl StepTimes {
+    /// Folds in one step of `shape` that took `seconds`.
+    pub fn observe(&mut self, shape: StepShape, seconds: f64) {
+        let key = (shape.micro_batches, shape.per_rank());
+        match self.buckets.iter_mut().find(|b| (b.0, b.1) == key) {
+            Some(bucket) => {
+                bucket.2 += 1;
+                bucket.3 += (seconds - bucket.3) / bucket.2 as f64;
+            }
+            None => self.buckets.push((key.0, key.1, 1, seconds)),
+        }
+    }
+
+    /// Distinct examples-per-rank sizes measured.
+    pub fn distinct_sizes(&self) -> usize {
+        let mut sizes: Vec<usize> = self.buckets.iter().map(|b| b.1).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        sizes.len()
+    }
+
+    /// Weighted least squares over the buckets (weights: steps). `None` until two
+    /// sizes per rank were measured. A coefficient the data cannot tell (one
+    /// micro-batch count) is left out; time that does not grow with the batch
+    /// gives a flat model (`per_example = 0`: a larger batch costs nothing), an
+    /// intercept that comes out negative a model through the origin.
+    pub fn fit(&self) -> Option<StepTimeFit> {
+        if self.distinct_sizes() < 2 {
+            return None;
+        }
+        let rows: Vec<([f64; 3], f64, f64)> = self
+            .buckets
+            .iter()
+            .map(|&(s, n, w, t)| ([1.0, s as f64, n as f64], t, w as f64))
+            .collect();
+        let micro_vary = self.buckets.iter().any(|b| b.0 != self.buckets[0].0);
+        let usable = |c: [f64; 3]| c.iter().all(|&x| x >= 0.0) && c[0] + c[2] > 0.0;
+        let full = micro_vary
+            .then(|| least_squares(&rows, [true, true, true]))
+            .flatten()
+            .filter(|&c| usable(c));
+        let c = match full {
+            Some(c) => c,
+            None => {
+                let affine = least_squares(&rows, [true, false, true])?;
+                if affine[2] < 0.0 {
+                    least_squares(&rows, [true, false, false])?
+                } else if affine[0] < 0.0 {
+                    least_squares(&rows, [false, false, true])?
+                } else {
+                    affine
+                }
+            }
+        };
+        usable(c).then_some(StepTimeFit {
+            fixed: c[0],
+            per_micro_batch: c[1],
+            per_example: c[2],
+        })
+    }
+}
+
+/// Weighted least squares on the features `mask` keeps (the others 0).
+fn least_squares(rows: &[([f64; 3], f64, f64)], mask: [bool; 3]) -> Option<[f64; 3]> {
+    let used: Vec<usize> = (0..3).filter(|&i| mask[i]).collect();
+    let k = used.len();
+    let mut a = vec![vec![0.0f64; k + 1]; k];
+    for (x, t, w) in rows {
+        for (r, &i) in used.iter().enumerate() {
+            for (c, &j) in used.iter().enumerate() {
+                a[r][c] += w * x[i] * x[j];
+            }
+            a[r][k] += w * x[i] * t;
+        }
+    }
+    // Gaussian elimination with partial pivoting: at most 3 unknowns.
+    for col in 0..k {
+        let pivot = (col..k).max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))?;
+        if a[pivot][col].abs() < 1e-12 * (1.0 + a[col][col].abs()) {
+            return None;
+        }
+        a.swap(col, pivot);
+        for r in 0..k {
+            if r != col {
+                let f = a[r][col] / a[col][col];
+                for c in col..=k {
+                    a[r][c] -= f * a[col][c];
+                }
+            }
+        }
+    }
+    let mut out = [0.0; 3];
+    for (r, &i) in used.iter().enumerate() {
+        out[i] = a[r][k] / a[r][r];
+    }
+    out.iter().all(|x| x.is_finite()).then_some(out)
+}
+
+/// Why goodput chose a step's shape (logged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GoodputReason {
+    /// The noise scale is not measured yet: the smallest batch.
+    Warmup,
+    /// One batch size measured so far: the next one tried to fit the step time.
+    Explore,
+    /// The highest predicted goodput.
+    Best,
+    /// Another shape was better by less than the hysteresis: kept.
+    Kept,
+}
+
+/// One decision: the shape of the next steps, and what it rests on.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GoodputDecision {
+    /// The shape chosen.
+    pub shape: StepShape,
+    /// Why.
+    pub reason: GoodputReason,
+    /// Its predicted goodput (examples of `M₀`-batch progress per second), when
+    /// a step-time model exists.
+    pub goodput: Option<f64>,
+    /// Its statistical efficiency `(φ + M₀)/(φ + M)`, when φ is known.
+    pub efficiency: Option<f64>,
+}
+
+/// What a checkpoint keeps of a goodput run: the measured step times, the shape
+/// of the step whose time arrives with the next step, and the last decision.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GoodputState {
+    /// Measured step times (empty with a given step-time function).
+    pub times: StepTimes,
+    /// The last trained step's shape: its time rides in the next step's
+    /// all-reduce.
+    pub timed_shape: Option<StepShape>,
+    /// The shape of the next steps.
+    pub decision: Option<GoodputDecision>,
+}
+
+/// What a logged step says of goodput: the decision taken after it, the step
+/// time it rested on and the fitted model.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GoodputLog {
+    /// The next steps' global batch.
+    pub next_global_batch: usize,
+    /// The next steps' micro-batches per rank.
+    pub next_micro_batches: usize,
+    /// Why.
+    pub reason: GoodputReason,
+    /// Predicted goodput of the choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goodput: Option<f64>,
+    /// Statistical efficiency of the choice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub efficiency: Option<f64>,
+    /// Seconds of the step the model last learned from (measured or given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_seconds: Option<f64>,
+    /// The fitted step-time model (measured runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fit: Option<StepTimeFit>,
+}
+
+/// Statistical efficiency of a global batch `m` against `m0` at noise scale `phi`.
+pub fn efficiency(phi: f64, m0: usize, m: usize) -> f64 {
+    let phi = phi.max(0.0);
+    (phi + m0 as f64) / (phi + m as f64)
+}
+
+/// The goodput of `shape` under `time` at noise scale `phi`.
+pub fn goodput(spec: &GoodputSpec, phi: f64, shape: StepShape, seconds: f64) -> f64 {
+    shape.global as f64 / seconds * efficiency(phi, spec.min, shape.global)
+}
+
+/// The step-time oracle of one decision: the given function, or the fit.
+pub enum StepTime<'a> {
+    /// `goodput(.., step_time = f)`.
+    Given(StepTimeFn),
+    /// The run's measured steps.
+    Measured(&'a StepTimes),
+}
+
+impl StepTime<'_> {
+    fn predictor(&self) -> Option<Box<dyn Fn(StepShape) -> f64 + '_>> {
+        match self {
+            StepTime::Given(f) => Some(Box::new(*f)),
+            StepTime::Measured(times) => {
+                let fit = times.fit()?;
+                Some(Box::new(move |s| fit.predict(s)))
+            }
+        }
+    }
+}
+
+/// The next shape after a step of `current`, given the noise scale `phi`
+/// (`None` before it is measured) and the step times.
+///
+/// Errors when the given step-time function returns a time that is not a
+/// positive number: the run cannot rank shapes without one.
+pub fn decide(
+    spec: &GoodputSpec,
+    phi: Option<f64>,
+    current: StepShape,
+    time: &StepTime<'_>,
+) -> Result<GoodputDecision> {
+    let world = current.world;
+    let Some(phi) = phi.filter(|p| p.is_finite()) else {
+        return Ok(GoodputDecision {
+            shape: current,
+            reason: GoodputReason::Warmup,
+            goodput: None,
+            efficiency: None,
+        });
+    };
+    let efficiency_of = |m: usize| Some(efficiency(phi, spec.min, m));
+    let Some(predict) = time.predictor() else {
+        // One size measured: try the next larger one (or the smaller, at the top).
+        let bigger = (current.global * 2).min(spec.max);
+        let global = if bigger > current.global {
+            bigger
+        } else {
+            spec.min
+        };
+        let shape = spec.shape_for(global, world).unwrap_or(current);
+        return Ok(GoodputDecision {
+            shape,
+            reason: GoodputReason::Explore,
+            goodput: None,
+            efficiency: efficiency_of(shape.global),
+        });
+    };
+    let score = |shape: StepShape| -> Result<f64> {
+        let seconds = predict(shape);
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return Err(Error::GoodputStepTime {
+                detail: format!(
+                    "the step-time model gives {seconds} s for a global batch of {} in {} micro-batch(es) on {} rank(s): a step time must be a positive number of seconds",
+                    shape.global, shape.micro_batches, shape.world
+                ),
+            });
+        }
+        Ok(goodput(spec, phi, shape, seconds))
+    };
+    let mut best: Option<(StepShape, f64)> = None;
+    for shape in spec.shapes(world) {
+        let g = score(shape)?;
+        if best.is_none_or(|(_, b)| g > b) {
+            best = Some((shape, g));
+        }
+    }
+    let Some((best, best_goodput)) = best else {
+        return Err(Error::InvalidSchedule {
+            schedule: "goodput",
+            reason: format!(
+                "no global batch in [{}, {}] fits max_local = {} with at most {} micro-batches on {world} rank(s)",
+                spec.min, spec.max, spec.max_local, spec.max_micro_batches
+            ),
+        });
+    };
+    let current_goodput = score(current)?;
+    let (shape, reason, g) = if best_goodput > current_goodput * (1.0 + spec.hysteresis) {
+        (best, GoodputReason::Best, best_goodput)
+    } else if best == current {
+        (current, GoodputReason::Best, current_goodput)
+    } else {
+        (current, GoodputReason::Kept, current_goodput)
+    };
+    Ok(GoodputDecision {
+        shape,
+        reason,
+        goodput: Some(g),
+        efficiency: efficiency_of(shape.global),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(max_local: usize) -> GoodputSpec {
+        GoodputSpec {
+            min: 4,
+            max: 1024,
+            max_local,
+            max_micro_batches: 8,
+            hysteresis: 0.0,
+            step_time: None,
+        }
+    }
+
+    /// T = 0.5 + 0.01·n seconds for n examples per rank (no per-micro-batch cost).
+    fn affine(shape: StepShape) -> f64 {
+        0.5 + 0.01 * shape.per_rank() as f64
+    }
+
+    #[test]
+    fn the_search_finds_the_closed_form_optimum() {
+        let s = spec(0);
+        let start = s.shape_for(4, 2).unwrap();
+        let d = decide(&s, Some(200.0), start, &StepTime::Given(affine)).unwrap();
+        // Per rank n = M/2: goodput ∝ M / ((0.5 + 0.005 M)(200 + M)), maximal at
+        // M² = 0.5·200/0.005 = 20,000: M* = 141.42, so 141 or 142.
+        assert_eq!(d.reason, GoodputReason::Best);
+        assert!((141..=142).contains(&d.shape.global), "{:?}", d.shape);
+        assert_eq!(d.shape.micro_batches, 1);
+        let exact = |m: usize| m as f64 / ((0.5 + 0.005 * m as f64) * (200.0 + m as f64));
+        assert!(exact(d.shape.global) >= exact(140).max(exact(143)));
+    }
+
+    #[test]
+    fn one_rank_accumulates_two_micro_batches_and_memory_splits_more() {
+        let s = spec(16);
+        let shape = s.shape_for(100, 1).unwrap();
+        assert_eq!(shape.micro_batches, 7, "⌈100/7⌉ = 15 <= 16 < ⌈100/6⌉ = 17");
+        assert_eq!(s.shape_for(3, 1).map(|s| s.micro_batches), Some(2));
+        assert_eq!(spec(0).shape_for(100, 1).unwrap().micro_batches, 2);
+        // 8 micro-batches of at most 16 hold 128 examples: 200 does not fit.
+        assert_eq!(s.shape_for(200, 1), None);
+    }
+
+    #[test]
+    fn hysteresis_keeps_a_nearly_as_good_shape() {
+        let s = GoodputSpec {
+            hysteresis: 0.5,
+            ..spec(0)
+        };
+        let near = s.shape_for(120, 2).unwrap();
+        let d = decide(&s, Some(200.0), near, &StepTime::Given(affine)).unwrap();
+        assert_eq!((d.shape, d.reason), (near, GoodputReason::Kept));
+    }
+
+    #[test]
+    fn without_a_fit_it_explores_then_fits() {
+        let s = spec(0);
+        let mut times = StepTimes::default();
+        let first = s.shape_for(4, 2).unwrap();
+        times.observe(first, affine(first));
+        let d = decide(&s, Some(200.0), first, &StepTime::Measured(&times)).unwrap();
+        assert_eq!((d.reason, d.shape.global), (GoodputReason::Explore, 8));
+        times.observe(d.shape, affine(d.shape));
+        let fit = times.fit().unwrap();
+        assert!((fit.fixed - 0.5).abs() < 1e-9 && (fit.per_example - 0.01).abs() < 1e-12);
+        let d = decide(&s, Some(200.0), d.shape, &StepTime::Measured(&times)).unwrap();
+        assert!((141..=142).contains(&d.shape.global), "{d:?}");
+        let warm = decide(&s, None, first, &StepTime::Measured(&times)).unwrap();
+        assert_eq!((warm.shape, warm.reason), (first, GoodputReason::Warmup));
+    }
+
+    #[test]
+    fn the_fit_recovers_the_costs_and_handles_flat_and_proportional_times() {
+        let mut times = StepTimes::default();
+        let truth = StepTimeFit {
+            fixed: 0.2,
+            per_micro_batch: 0.05,
+            per_example: 0.003,
+        };
+        for (global, micro_batches) in [(8, 1), (16, 2), (64, 2), (64, 4), (128, 1)] {
+            let shape = StepShape {
+                global,
+                micro_batches,
+                world: 2,
+            };
+            times.observe(shape, truth.predict(shape));
+            times.observe(shape, truth.predict(shape));
+        }
+        let fit = times.fit().unwrap();
+        assert!((fit.fixed - 0.2).abs() < 1e-9, "{fit:?}");
+        assert!((fit.per_micro_batch - 0.05).abs() < 1e-9, "{fit:?}");
+        assert!((fit.per_example - 0.003).abs() < 1e-12, "{fit:?}");
+        // Time that falls with the batch: a flat model at the mean, where a larger
+        // batch costs nothing.
+        let mut falling = StepTimes::default();
+        let at = |global| StepShape {
+            global,
+            micro_batches: 1,
+            world: 1,
+        };
+        falling.observe(at(8), 2.0);
+        assert_eq!(falling.fit(), None, "one size: nothing to fit");
+        falling.observe(at(16), 1.0);
+        let flat = falling.fit().unwrap();
+        assert_eq!((flat.per_example, flat.per_micro_batch), (0.0, 0.0));
+        assert!((flat.fixed - 1.5).abs() < 1e-12, "{flat:?}");
+        // Proportional times with a negative intercept: through the origin.
+        let mut proportional = StepTimes::default();
+        proportional.observe(at(10), 0.9);
+        proportional.observe(at(20), 2.0);
+        let through = proportional.fit().unwrap();
+        assert_eq!(through.fixed, 0.0);
+        assert!(through.per_example > 0.0);
+    }
+
+    #[test]
+    fn a_step_time_that_is_not_positive_is_a_typed_error() {
+        fn broken(_: StepShape) -> f64 {
+            f64::NAN
+        }
+        let s = spec(0);
+        let err = decide(
+            &s,
+            Some(10.0),
+            s.shape_for(4, 2).unwrap(),
+            &StepTime::Given(broken),
+        )
+        .unwrap_err();
+        assert!(matches!(err, Error::GoodputStepTime { .. }), "{err}");
+        assert!(err.to_string().contains("positive"), "{err}");
+        assert!(GoodputSpec { min: 0, ..s }.validate().is_err());
+        assert!(GoodputSpec { max: 2, ..s }.validate().is_err());
+        assert!(GoodputSpec {
+            hysteresis: -1.0,
+            ..s
+        }
+        .validate()
+        .is_err());
+    }
+}
