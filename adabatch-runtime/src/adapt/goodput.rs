@@ -275,18 +275,20 @@ fn least_squares(rows: &[([f64; 3], f64, f64)], mask: [bool; 3]) -> Option<[f64;
             a[r][k] += w * x[i] * t;
         }
     }
-    // Gaussian elimination with partial pivoting: at most 3 unknowns.
+    // Gauss-Jordan elimination with partial pivoting on normal equations of at
+    // most 3 unknowns: a linear-algebra crate would be a large dependency for it.
     for col in 0..k {
         let pivot = (col..k).max_by(|&p, &q| a[p][col].abs().total_cmp(&a[q][col].abs()))?;
         if a[pivot][col].abs() < 1e-12 * (1.0 + a[col][col].abs()) {
             return None;
         }
         a.swap(col, pivot);
-        for r in 0..k {
+        let pivot_row = a[col].clone();
+        for (r, row) in a.iter_mut().enumerate() {
             if r != col {
-                let f = a[r][col] / a[col][col];
-                for c in col..=k {
-                    a[r][c] -= f * a[col][c];
+                let f = row[col] / pivot_row[col];
+                for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                    *x -= f * p;
                 }
             }
         }
