@@ -343,6 +343,15 @@ pub enum Error {
         /// What went wrong.
         detail: String,
     },
+    /// Weights that come in (`--init-from`, `load_pretrained`) hold NaN or
+    /// infinite values: training from them would diverge at once.
+    #[error("weights {}: {} tensor(s) hold NaN or infinite values ({}); nothing was loaded", path.display(), tensors.len(), tensors.join(", "))]
+    NonFiniteInitWeights {
+        /// The file or directory.
+        path: PathBuf,
+        /// Each offending tensor with its count of non-finite values.
+        tensors: Vec<String>,
+    },
     /// A strict load of weights found names that do not fit the model.
     #[error("weights {} do not fit the model: {}", path.display(), mismatch_text(missing, unexpected, shapes))]
     WeightsMismatch {

@@ -385,3 +385,37 @@ fn init_from_strict_and_not() {
         vec![1.0; 8]
     );
 }
+
+#[test]
+fn init_from_weights_with_nan_or_inf_is_refused_naming_the_tensors() {
+    let dir = std::env::temp_dir().join(format!("adabatch-init-nan-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut head = vec![1.0f32; 8];
+    head[3] = f32::NAN;
+    head[5] = f32::INFINITY;
+    let tensors = vec![
+        (
+            "head.weight".to_string(),
+            Var::from_tensor(&Tensor::from_vec(head, (1, 8), &Device::Cpu).unwrap()).unwrap(),
+        ),
+        (
+            "head.bias".to_string(),
+            Var::ones(1, DType::F32, &Device::Cpu).unwrap(),
+        ),
+    ];
+    adabatch::save_pretrained(&tensors, None, &dir).unwrap();
+    let mut a = args(1, 4, 1);
+    a.max_steps = Some(1);
+    a.init_from = Some(dir.join("model.safetensors"));
+    a.init_from_strict = false;
+    let (result, _, _) = train_normed(Norm::Adabatch, &a, all_vars);
+    let err = result.unwrap_err();
+    match &err {
+        Error::NonFiniteInitWeights { tensors, .. } => {
+            assert_eq!(tensors, &["`head.weight`: 2 of 8"]);
+        }
+        other => panic!("expected non-finite weights to be refused, got {other:?}"),
+    }
+    assert!(err.to_string().contains("NaN or infinite"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

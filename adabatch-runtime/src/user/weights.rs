@@ -122,6 +122,10 @@ pub fn load_weights(params: &[(String, Var)], source: &Path, strict: bool) -> Re
             shapes: report.mismatched,
         });
     }
+    // Every tensor is read and checked before any parameter changes: a file with
+    // a NaN leaves the model as it was.
+    let mut loaded = Vec::new();
+    let mut non_finite = Vec::new();
     for (name, var) in params.iter().filter(|(n, _)| report.loaded.contains(n)) {
         let tensor = mapped
             .load(name, var.device())
@@ -129,6 +133,19 @@ pub fn load_weights(params: &[(String, Var)], source: &Path, strict: bool) -> Re
                 path: source.to_path_buf(),
                 detail: format!("cannot read `{name}`: {e}"),
             })?;
+        let bad = count_non_finite(&tensor)?;
+        if bad > 0 {
+            non_finite.push(format!("`{name}`: {bad} of {}", tensor.elem_count()));
+        }
+        loaded.push((var, tensor));
+    }
+    if !non_finite.is_empty() {
+        return Err(Error::NonFiniteInitWeights {
+            path: source.to_path_buf(),
+            tensors: non_finite,
+        });
+    }
+    for (var, tensor) in loaded {
         var.set(&tensor.to_dtype(var.dtype())?)?;
     }
     Ok(report)
@@ -323,4 +340,17 @@ mod tests {
         assert!(err.to_string().contains("not a safetensors file"), "{err}");
         Ok(())
     }
+}
+
+/// Values of `tensor` that are NaN or infinite (checked in f64, which every float
+/// dtype widens to exactly).
+fn count_non_finite(tensor: &candle_core::Tensor) -> Result<usize> {
+    if !tensor.dtype().is_float() {
+        return Ok(0);
+    }
+    let values = tensor
+        .flatten_all()?
+        .to_dtype(candle_core::DType::F64)?
+        .to_vec1::<f64>()?;
+    Ok(values.iter().filter(|v| !v.is_finite()).count())
 }
