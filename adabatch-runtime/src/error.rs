@@ -180,6 +180,14 @@ pub enum Error {
         /// The path given.
         path: PathBuf,
     },
+    /// A flag that names a directory was given a file.
+    #[error("{flag} {}: this is a file, not a directory ({})", path.display(), match *flag { "--resume-from-checkpoint" => "give a checkpoint-N directory, or `latest` for the newest in --output-dir", _ => "give a directory for the run's checkpoints and logs" })]
+    NotADirectory {
+        /// The flag.
+        flag: &'static str,
+        /// The path given.
+        path: PathBuf,
+    },
     /// A checkpoint cannot be read (missing or unparsable files).
     #[error("checkpoint {path}: {detail}")]
     CorruptCheckpoint {

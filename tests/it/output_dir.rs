@@ -69,7 +69,19 @@ fn a_second_run_in_the_same_output_dir_is_refused() {
     let mut other = a.clone();
     other.seed = Some(99);
     let err = train(&other).unwrap_err();
+    // A run that only reads the directory (it resumes and does not save) is
+    // refused too: the live run may be writing the checkpoint it would read.
+    let reader = TrainingArgs {
+        save_steps: 0,
+        resume_from_checkpoint: Some("latest".into()),
+        ..other.clone()
+    };
+    let read_err = train(&reader).unwrap_err();
     barrier.wait();
+    assert!(
+        matches!(read_err, Error::OutputDirBusy { .. }),
+        "{read_err}"
+    );
     assert!(matches!(err, Error::OutputDirBusy { .. }), "{err}");
     assert!(
         err.to_string()
@@ -379,4 +391,44 @@ fn a_resave_interrupted_at_each_point_leaves_a_resumable_latest() {
     std::fs::create_dir_all(out.join(".checkpoint-5.partial")).unwrap();
     std::fs::remove_dir_all(out.join("checkpoint-5")).unwrap();
     assert_eq!(adabatch::train::checkpoint::latest(&out).unwrap(), last);
+}
+
+#[test]
+fn a_file_where_a_directory_belongs_is_named_as_such() {
+    let file = temp_log("not-a-dir");
+    std::fs::write(&file, "a file").unwrap();
+    let mut a = args(1, 2, 1);
+    a.save_steps = 2;
+    a.output_dir = file.clone();
+    let err = train(&a).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::NotADirectory {
+                flag: "--output-dir",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("is a file, not a directory"),
+        "{err}"
+    );
+    let mut b = args(1, 2, 1);
+    b.output_dir = temp_log("resume-file").with_extension("");
+    b.resume_from_checkpoint = Some(file.clone());
+    let err = train(&b).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::NotADirectory {
+                flag: "--resume-from-checkpoint",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("checkpoint-N directory"), "{err}");
+    let _ = std::fs::remove_file(&file);
 }

@@ -35,6 +35,12 @@ impl OutputLock {
             let path = path.to_path_buf();
             move |source| Error::Io { path, source }
         };
+        if output_dir.exists() && !output_dir.is_dir() {
+            return Err(Error::NotADirectory {
+                flag: "--output-dir",
+                path: output_dir.to_path_buf(),
+            });
+        }
         std::fs::create_dir_all(output_dir).map_err(io(output_dir))?;
         let path = output_dir.join(LOCK_FILE);
         let mut file = OpenOptions::new()
@@ -58,6 +64,34 @@ impl OutputLock {
         write!(file, "process {}", std::process::id()).map_err(io(&path))?;
         remove_partial_saves(output_dir)?;
         Ok(Self { file })
+    }
+}
+
+/// Refuses to read checkpoints of `output_dir` while another run holds it: a
+/// live run may be writing the checkpoint a reader would take (`latest`), which
+/// would then look corrupt or be half-read. A shared lock for the moment of the
+/// check: it conflicts with a live run's exclusive one only.
+pub(crate) fn check_not_busy(output_dir: &Path) -> Result<()> {
+    let path = output_dir.join(LOCK_FILE);
+    let Ok(mut file) = OpenOptions::new().read(true).open(&path) else {
+        // No lock file: no run has ever saved here, or it cannot be read at all
+        // (the checkpoint's own reads will say why).
+        return Ok(());
+    };
+    match FileExt::try_lock_shared(&file) {
+        Ok(true) => {
+            let _ = FileExt::unlock(&file);
+            Ok(())
+        }
+        Ok(false) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            Err(Error::OutputDirBusy {
+                path: output_dir.to_path_buf(),
+                holder: holder.trim().to_string(),
+            })
+        }
+        Err(source) => Err(Error::Io { path, source }),
     }
 }
 
@@ -93,6 +127,9 @@ mod tests {
         // A file where the directory should be: refused at once.
         let file = dir.join("a-file");
         std::fs::write(&file, b"x").unwrap();
-        assert!(matches!(OutputLock::acquire(&file), Err(Error::Io { .. })));
+        assert!(matches!(
+            OutputLock::acquire(&file),
+            Err(Error::NotADirectory { .. })
+        ));
     }
 }

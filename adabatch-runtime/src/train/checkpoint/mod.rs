@@ -316,11 +316,26 @@ pub(crate) fn load_best(
 /// checkpoint's sizes count (this run's `world_size` when it starts fresh).
 pub(crate) fn resume_point(args: &TrainingArgs, world_size: usize) -> Result<ResumePoint> {
     let dir = match &args.resume_from_checkpoint {
-        Some(dir) if dir.as_os_str() == "latest" => Some(latest(&args.output_dir)?),
-        other => other.clone(),
+        Some(dir) if dir.as_os_str() == "latest" => {
+            lock::check_not_busy(&args.output_dir)?;
+            Some(latest(&args.output_dir)?)
+        }
+        Some(dir) => {
+            if let Some(output_dir) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                lock::check_not_busy(output_dir)?;
+            }
+            Some(dir.clone())
+        }
+        None => None,
     };
     let units_world = match &dir {
         Some(dir) => {
+            if dir.exists() && !dir.is_dir() {
+                return Err(Error::NotADirectory {
+                    flag: "--resume-from-checkpoint",
+                    path: dir.clone(),
+                });
+            }
             if !dir.is_dir() {
                 return Err(Error::NoSuchCheckpoint { path: dir.clone() });
             }
