@@ -400,6 +400,16 @@ pub enum Error {
         /// The rank reporting.
         rank: usize,
     },
+    /// A rank's share of a step failed (its collate or its model).
+    #[error("rank {rank}, step {step}: {source}")]
+    OnRank {
+        /// The rank.
+        rank: usize,
+        /// The step (1-based).
+        step: usize,
+        /// What failed.
+        source: Box<Error>,
+    },
     /// A rank's thread panicked.
     #[error("rank {rank} panicked: {message}")]
     RankPanicked {

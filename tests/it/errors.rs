@@ -649,12 +649,44 @@ fn candle_errors_keep_their_type() {
     let err = adabatch::launch(&dataset(4, 0), &fails, &args(1, 2, 1), factory)
         .map(|t| t.summary)
         .unwrap_err();
-    assert!(matches!(err, Error::Candle(_)), "{err:?}");
+    // The failing rank and step are named; the candle error is kept whole.
+    let Error::OnRank { rank, step, source } = &err else {
+        panic!("expected the rank and step named: {err:?}")
+    };
+    assert_eq!((*rank, *step), (0, 1));
+    assert!(matches!(**source, Error::Candle(_)), "{source:?}");
     // candle appends its backtrace when RUST_BACKTRACE is set: the first line is
     // the message.
     let text = err.to_string();
     let first = text.lines().next().unwrap();
-    assert_eq!(first, "candle: the collate cannot build this batch");
+    assert_eq!(
+        first,
+        "rank 0, step 1: candle: the collate cannot build this batch"
+    );
+}
+
+#[test]
+fn a_failure_on_one_rank_names_that_rank_and_its_step() {
+    // Example 7 cannot be collated; with 2 ranks it lands on one of them.
+    let fails = |items: &[Example], device: &Device| -> candle_core::Result<RegBatch> {
+        if items.iter().any(|e| e.x == dataset(12, 0)[7].x) {
+            candle_core::bail!("example 7 cannot be collated")
+        }
+        collate(items, device)
+    };
+    let err = adabatch::launch(&dataset(12, 0), &fails, &args(2, 2, 1), factory)
+        .map(|t| t.summary)
+        .unwrap_err();
+    let Error::OnRank { rank, step, source } = &err else {
+        panic!("expected the failing rank named, not a peer's report: {err:?}")
+    };
+    assert!(*rank < 2 && (1..=3).contains(step), "{err}");
+    assert!(matches!(**source, Error::Candle(_)), "{source:?}");
+    let first = err.to_string().lines().next().unwrap().to_string();
+    assert_eq!(
+        first,
+        format!("rank {rank}, step {step}: candle: example 7 cannot be collated")
+    );
 }
 
 hand_trainer!(

@@ -315,9 +315,11 @@ where
 {
     let (model, optimizer) = trainer.parts();
     let rank = comm.rank();
+    let step = plan.step;
     let local = guarded(rank, || {
         accumulate_local(&*model, input, params, &mut plan, rank)
-    });
+    })
+    .map_err(|e| on_rank(e, rank, step));
     let small_slots = small_batch_slots(input.noise_scale, plan.batches);
     let mut summed = match gather_checked(comm, params, local, input, small_slots)? {
         Ok(summed) => summed,
@@ -377,6 +379,20 @@ where
         source_loss,
         previous_step_seconds,
     })
+}
+
+/// A failure inside this rank's share of a step (its collate, its model) names
+/// the rank and the step; an out-of-memory error stays as it is (every rank
+/// recovers from it together), and so do the engine's own typed errors.
+fn on_rank(error: Error, rank: usize, step: usize) -> Error {
+    match error {
+        Error::Candle(_) | Error::Message(_) => Error::OnRank {
+            rank,
+            step,
+            source: Box::new(error),
+        },
+        other => other,
+    }
 }
 
 /// With `token_count`, the summed gradients and loss divided by the global batch's
