@@ -1,8 +1,8 @@
 //! Pretrain a small Llama decoder on the English corpus in `data/`: tokenized by a
 //! byte-level BPE trained on first run, documents packed into rows without padding
-//! (positions restart per document, attention stays inside it), the batch ramped
-//! over the tokens consumed, validation perplexity every `--eval-steps`, TensorBoard
-//! events and a plot, and a few lines of sampled text at the end.
+//! (positions restart per document, attention stays inside it), the batch doubled
+//! as the gradient noise scale grows, validation perplexity every `--eval-steps`,
+//! TensorBoard events and a plot, and a few lines of sampled text at the end.
 //!
 //! ```text
 //! cargo run --release --example language_model -- --nproc-per-node 2
@@ -10,12 +10,14 @@
 //!
 //! Defaults: 4,096 BPE ids, rows of 128 positions, a 4-layer decoder (hidden 128,
 //! 4 heads sharing 2 key/value heads, tied embeddings), one epoch, AdamW at 3e-3
-//! (betas 0.9, 0.95, 2 % warm-up, cosine),
-//! the global batch ramped from 8 to 64 documents by 8 over the first 200,000
-//! tokens (`schedule = ramp(start = 8, increment = 8, tokens = 200_000, global =
-//! 64)`, as `--rampup-batch-size 8 8 200000 --rampup-in-tokens --global-batch-size
-//! 64` would set), the loss the mean over every target token of a step
-//! (`reweight = token_count`). `--output-dir` (default `adabatch_output/language_model`) gets
+//! at a global batch of 32 documents, scaled by √(batch / 32) at every batch
+//! (betas 0.9, 0.95, 2 % warm-up, cosine), the global batch doubled from 8 up to
+//! 512 documents whenever half the measured gradient noise scale clears the next
+//! size by 10 % (`--schedule noise-scale`: `schedule = noise_scale(fraction = 0.5,
+//! min = 8, max = 512, factor = 2, hysteresis = 0.1)`, the policy that won the
+//! frontier in BENCHMARKS.md; `--schedule ramp` for the token ramp, `--schedule
+//! goodput`, or `--global-batch-size N` with `--schedule ramp` for a fixed batch),
+//! the loss the mean over every target token of a step (`reweight = token_count`). `--output-dir` (default `adabatch_output/language_model`) gets
 //! `log.jsonl`, `loss.svg`, TensorBoard events under `runs/`, checkpoints, and at
 //! the end `model.safetensors`, `config.json` and `tokenizer.json`, which
 //! transformers' `LlamaForCausalLM.from_pretrained` and `PreTrainedTokenizerFast` load.
@@ -65,7 +67,7 @@ struct Cli {
     /// `--global-batch-size` / `--rampup-batch-size` give: a fixed batch with
     /// `--global-batch-size N` alone), the gradient noise scale, or goodput. Every
     /// policy trains at `--learning-rate` scaled by √(batch / --lr-reference-batch).
-    #[arg(long, value_enum, default_value_t = Schedule::Ramp)]
+    #[arg(long, value_enum, default_value_t = Schedule::NoiseScale)]
     schedule: Schedule,
     /// Sampled lines printed at the end (0: none).
     #[arg(long, default_value_t = 3)]
@@ -84,7 +86,8 @@ struct Cli {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Schedule {
     /// `ramp(start = 8, increment = 8, tokens = 200_000, global = 64)`, the flags'
-    /// schedule, or with `--max-tokens-per-batch` the token budget.
+    /// schedule (`--global-batch-size N` alone: a fixed batch), or with
+    /// `--max-tokens-per-batch` the token budget.
     Ramp,
     /// `noise_scale(fraction = 0.5, min = 8, max = 512, factor = 2, hysteresis =
     /// 0.1)`, two micro-batches per rank.
@@ -113,14 +116,24 @@ fn parse_cli() -> (Cli, clap::ArgMatches) {
     (cli, matches)
 }
 
-/// The example's defaults that depend on other flags: the logs under the output
-/// directory, and the per-device size of the ramp's first step when none was given
+/// The example's defaults that depend on other flags: the schedule the batch flags
+/// imply, the logs under the output directory, and the per-device size of the ramp's first step when none was given
 /// (so that the run does not warn about a flag nobody set).
-fn complete_args(cli: &Cli, matches: &clap::ArgMatches) -> TrainingArgs {
+fn complete_args(cli: &mut Cli, matches: &clap::ArgMatches) -> TrainingArgs {
+    let from_command_line =
+        |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    // Batch flags without `--schedule` mean the flags' schedule (a fixed batch, a
+    // ramp, a token budget), not the default noise scale.
+    let batch_flags = [
+        "global_batch_size",
+        "rampup_batch_size",
+        "max_tokens_per_batch",
+    ];
+    if !from_command_line("schedule") && batch_flags.iter().any(|id| from_command_line(id)) {
+        cli.schedule = Schedule::Ramp;
+    }
     let mut args = cli.train.clone();
-    let given = matches.value_source("per_device_train_batch_size")
-        == Some(clap::parser::ValueSource::CommandLine);
-    if !given {
+    if !from_command_line("per_device_train_batch_size") {
         args.per_device_train_batch_size = match cli.schedule {
             Schedule::Ramp => 8usize.div_ceil(args.nproc_per_node.max(1)),
             Schedule::NoiseScale | Schedule::Goodput => 8,
@@ -140,8 +153,8 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> adabatch::Result<()> {
-    let (cli, matches) = parse_cli();
-    let args = complete_args(&cli, &matches);
+    let (mut cli, matches) = parse_cli();
+    let args = complete_args(&mut cli, &matches);
     let corpora: Vec<PathBuf> = cli
         .corpus
         .iter()

@@ -23,7 +23,7 @@ cargo build --release --quiet "${features[@]}" --example language_model --bin ad
 target=${CARGO_TARGET_DIR:-target}
 "$target/release/adabatch" tokenize data/en_sentences_15k.txt.gz -o "$dir/tokens"
 "$venv/bin/python" benches/compare/language_model/torch_packed.py init "$dir"
-"$target/release/examples/language_model" --nproc-per-node 2 --device "$device" \
+"$target/release/examples/language_model" --nproc-per-node 2 --device "$device" --schedule ramp \
     --tokens-dir "$dir/tokens" --init-from "$dir/init" --max-steps "$steps" \
     --logging-steps 1 --log-jsonl "$dir/run.jsonl" --log-indices --quiet \
     --eval-strategy no --save-steps 0 --samples 0 --report-to none \
