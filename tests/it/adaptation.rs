@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use adabatch::optim::{AdamW, ParamsAdamW};
+use adabatch::optim::AdamW;
 use adabatch::prelude::*;
 use adabatch::{
     Error, GoodputSpec, LrScaling, LrSchedulerType, Ramp, ScheduleSpec, StepLog, StepShape,
@@ -63,16 +63,6 @@ hand_trainer!(
     }
 );
 
-fn adam(model: &Regression) -> adabatch::Result<AdamW> {
-    AdamW::new(
-        model.params.all_vars(),
-        ParamsAdamW {
-            lr: 0.05,
-            ..Default::default()
-        },
-    )
-}
-
 /// Runs `T` on 97 regression examples; returns the summary and every step's log.
 fn run<T>(
     a: &TrainingArgs,
@@ -86,7 +76,7 @@ where
     a.log_jsonl = Some(log.clone());
     let trained = adabatch::launch(&dataset(97, 5), &collate, &a, |ctx: &RankContext| {
         let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = adam(&model)?;
+        let opt = resumable_adam(&model)?;
         Ok(wrap(model, opt))
     })?;
     Ok((trained.summary, read_log(&log)))

@@ -7,7 +7,7 @@ use crate::common;
 use adabatch::adapt::schedule::BatchLimits;
 use adabatch::data::planner::{RunLength, StepPlanner};
 use adabatch::data::sampler::GlobalBatchSampler;
-use adabatch::optim::{AdamW, ParamsAdamW};
+use adabatch::optim::AdamW;
 use adabatch::prelude::*;
 use adabatch::{GradAccum, Growth, Ramp, ScheduleSpec, StepLog, TrainerPolicy};
 use clap::Parser;
@@ -207,23 +207,13 @@ const RAMPED: TrainerPolicy = TrainerPolicy {
 hand_trainer!(Growing, AdamW, INTERVAL);
 hand_trainer!(Ramped, AdamW, RAMPED);
 
-fn adam(model: &Regression) -> adabatch::Result<AdamW> {
-    AdamW::new(
-        model.params.all_vars(),
-        ParamsAdamW {
-            lr: 0.05,
-            ..Default::default()
-        },
-    )
-}
-
 fn run_ramped(a: &TrainingArgs) -> adabatch::Result<(TrainSummary, Vec<StepLog>)> {
     let log = temp_log("ramp");
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
     let trained = adabatch::launch(&dataset(23, 5), &collate, &a, |ctx: &RankContext| {
         let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = adam(&model)?;
+        let opt = resumable_adam(&model)?;
         Ok(Ramped { model, opt })
     })?;
     Ok((trained.summary, read_log(&log)))
@@ -304,7 +294,7 @@ fn flags_parse_and_override_the_trainers_schedule() {
     let run = |a: &TrainingArgs| {
         adabatch::launch(&dataset(23, 5), &collate, a, |ctx: &RankContext| {
             let model = Regression::new(ctx.parameters(), ctx.device())?;
-            let opt = adam(&model)?;
+            let opt = resumable_adam(&model)?;
             Ok(Growing { model, opt })
         })
     };

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use adabatch::optim::{AdamW, ParamsAdamW, Sgd};
+use adabatch::optim::{AdamW, Sgd};
 use adabatch::prelude::*;
 use adabatch::{Error, GradAccum, Growth, OomPolicy, ScheduleSpec, StepLog, TrainerPolicy};
 use common::*;
@@ -29,16 +29,6 @@ hand_trainer!(
     }
 );
 hand_trainer!(CandleAdam, candle_nn::AdamW, GROWING);
-
-fn adam(model: &Regression) -> adabatch::Result<AdamW> {
-    AdamW::new(
-        model.params.all_vars(),
-        ParamsAdamW {
-            lr: 0.05,
-            ..Default::default()
-        },
-    )
-}
 
 /// Runs and returns the summary, the step logs and rank 0's final weights.
 fn run<T>(
@@ -105,7 +95,7 @@ fn straight_equals_interrupted<T>(
 #[test]
 fn adamw_resumes_bit_for_bit() {
     straight_equals_interrupted(2, 6, |m| {
-        let opt = adam(&m)?;
+        let opt = resumable_adam(&m)?;
         Ok(AdamGrowing { model: m, opt })
     });
 }
@@ -121,7 +111,7 @@ fn sgd_resumes_bit_for_bit() {
 #[test]
 fn adamw_with_accumulation_resumes_bit_for_bit() {
     straight_equals_interrupted(3, 4, |m| {
-        let opt = adam(&m)?;
+        let opt = resumable_adam(&m)?;
         Ok(AdamAccum { model: m, opt })
     });
 }
@@ -213,7 +203,7 @@ fn kill_test_args(out: &std::path::Path) -> TrainingArgs {
 }
 
 fn kill_test_trainer(m: Regression) -> adabatch::Result<AdamGrowing> {
-    let opt = adam(&m)?;
+    let opt = resumable_adam(&m)?;
     Ok(AdamGrowing { model: m, opt })
 }
 
@@ -287,7 +277,7 @@ fn a_killed_run_resumes_exactly() {
 #[test]
 fn resumes_on_another_number_of_ranks() {
     let build = |m: Regression| {
-        let opt = adam(&m)?;
+        let opt = resumable_adam(&m)?;
         Ok(AdamGrowing { model: m, opt })
     };
     let out = temp_log("resume-ranks").with_extension("");

@@ -550,13 +550,7 @@ fn has_all_ramp_args(call: &Call, named: &HashMap<String, &Value>, cx: &mut Ctxt
 
 /// One value of `ramp`: an integer of at least 1.
 fn ramp_value(named: &HashMap<String, &Value>, name: &str, cx: &mut Ctxt) -> Option<usize> {
-    let v = named[name];
-    let n = int::<usize>(name, v, cx)?;
-    if n == 0 {
-        cx.on(v, format!("`ramp`: `{name}` must be at least 1"));
-        return None;
-    }
-    Some(n)
+    count("ramp", name, named[name], cx)
 }
 
 /// Whether stairs of `increment` climb from `start` up to exactly `global`.
@@ -721,7 +715,7 @@ fn required_count(
     }
 }
 
-/// An integer of at least 1.
+/// An argument of `schedule` that counts: an integer of at least 1.
 fn count(schedule: &str, name: &str, v: &Value, cx: &mut Ctxt) -> Option<usize> {
     let n = int::<usize>(name, v, cx)?;
     if n == 0 {
@@ -774,10 +768,5 @@ fn non_negative_float(
 
 /// A `linear` argument: an integer of at least 1.
 fn positive(what: &str, value: &Value, cx: &mut Ctxt) -> Option<usize> {
-    let n = int::<usize>(what, value, cx)?;
-    if n == 0 {
-        cx.on(value, format!("`linear`: `{what}` must be at least 1"));
-        return None;
-    }
-    Some(n)
+    count("linear", what, value, cx)
 }

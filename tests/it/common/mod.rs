@@ -259,3 +259,14 @@ pub fn read_log(path: &std::path::Path) -> Vec<adabatch::StepLog> {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
+
+/// adabatch's AdamW (it resumes exactly) over the regression at rate 0.05.
+pub fn resumable_adam(model: &Regression) -> adabatch::Result<adabatch::AdamW> {
+    adabatch::AdamW::new(
+        model.params.all_vars(),
+        adabatch::ParamsAdamW {
+            lr: 0.05,
+            ..Default::default()
+        },
+    )
+}
