@@ -733,15 +733,13 @@ fn positive_float(
     default: f64,
     cx: &mut Ctxt,
 ) -> Option<f64> {
-    let Some(v) = value else {
-        return Some(default);
-    };
-    let f = float(name, v, cx)?;
-    if f.is_finite() && f > 0.0 {
-        return Some(f);
-    }
-    cx.on(*v, format!("`{schedule}`: `{name} = {f}` must be positive"));
-    None
+    bounded_float(
+        (schedule, name),
+        value,
+        default,
+        (|f| f > 0.0, "be positive"),
+        cx,
+    )
 }
 
 /// A number of at least 0, `default` when absent.
@@ -752,17 +750,31 @@ fn non_negative_float(
     default: f64,
     cx: &mut Ctxt,
 ) -> Option<f64> {
+    bounded_float(
+        (schedule, name),
+        value,
+        default,
+        (|f| f >= 0.0, "be at least 0"),
+        cx,
+    )
+}
+
+/// A finite number that passes `ok` (said as "must {rule}"), `default` when absent.
+fn bounded_float(
+    (schedule, name): (&str, &str),
+    value: Option<&&Value>,
+    default: f64,
+    (ok, rule): (fn(f64) -> bool, &str),
+    cx: &mut Ctxt,
+) -> Option<f64> {
     let Some(v) = value else {
         return Some(default);
     };
     let f = float(name, v, cx)?;
-    if f.is_finite() && f >= 0.0 {
+    if f.is_finite() && ok(f) {
         return Some(f);
     }
-    cx.on(
-        *v,
-        format!("`{schedule}`: `{name} = {f}` must be at least 0"),
-    );
+    cx.on(*v, format!("`{schedule}`: `{name} = {f}` must {rule}"));
     None
 }
 
