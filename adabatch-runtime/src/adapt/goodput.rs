@@ -223,9 +223,10 @@ impl StepTimes {
 
     /// Weighted least squares over the buckets (weights: steps). `None` until two
     /// sizes per rank were measured. A coefficient the data cannot tell (one
-    /// micro-batch count) is left out; time that does not grow with the batch
-    /// gives a flat model (`per_example = 0`: a larger batch costs nothing), an
-    /// intercept that comes out negative a model through the origin.
+    /// micro-batch count) or that comes out negative is left out and the rest
+    /// refitted, down to time proportional to the examples: a few noisy early
+    /// measurements where time falls with the batch then read as the
+    /// conservative proportional model, never as "a larger batch is free".
     pub fn fit(&self) -> Option<StepTimeFit> {
         if self.distinct_sizes() < 2 {
             return None;
@@ -236,28 +237,22 @@ impl StepTimes {
             .map(|&(s, n, w, t)| ([1.0, s as f64, n as f64], t, w as f64))
             .collect();
         let micro_vary = self.buckets.iter().any(|b| b.0 != self.buckets[0].0);
-        let usable = |c: [f64; 3]| c.iter().all(|&x| x >= 0.0) && c[0] + c[2] > 0.0;
-        let full = micro_vary
-            .then(|| least_squares(&rows, [true, true, true]))
-            .flatten()
-            .filter(|&c| usable(c));
-        let c = match full {
-            Some(c) => c,
-            None => {
-                let affine = least_squares(&rows, [true, false, true])?;
-                if affine[2] < 0.0 {
-                    least_squares(&rows, [true, false, false])?
-                } else if affine[0] < 0.0 {
-                    least_squares(&rows, [false, false, true])?
-                } else {
-                    affine
-                }
-            }
+        let masks: &[[bool; 3]] = if micro_vary {
+            &[
+                [true, true, true],
+                [true, false, true],
+                [false, false, true],
+            ]
+        } else {
+            &[[true, false, true], [false, false, true]]
         };
-        usable(c).then_some(StepTimeFit {
-            fixed: c[0],
-            per_micro_batch: c[1],
-            per_example: c[2],
+        masks.iter().find_map(|mask| {
+            let c = least_squares(&rows, *mask)?;
+            (c.iter().all(|&x| x >= 0.0) && c[2] > 0.0).then_some(StepTimeFit {
+                fixed: c[0],
+                per_micro_batch: c[1],
+                per_example: c[2],
+            })
         })
     }
 }
@@ -551,7 +546,7 @@ mod tests {
     }
 
     #[test]
-    fn the_fit_recovers_the_costs_and_handles_flat_and_proportional_times() {
+    fn the_fit_recovers_the_costs_and_falls_back_to_proportional_time() {
         let mut times = StepTimes::default();
         let truth = StepTimeFit {
             fixed: 0.2,
@@ -571,8 +566,8 @@ mod tests {
         assert!((fit.fixed - 0.2).abs() < 1e-9, "{fit:?}");
         assert!((fit.per_micro_batch - 0.05).abs() < 1e-9, "{fit:?}");
         assert!((fit.per_example - 0.003).abs() < 1e-12, "{fit:?}");
-        // Time that falls with the batch: a flat model at the mean, where a larger
-        // batch costs nothing.
+        // Time that falls with the batch (noise in a few measurements): time
+        // proportional to the examples, not a free larger batch.
         let mut falling = StepTimes::default();
         let at = |global| StepShape {
             global,
@@ -582,10 +577,11 @@ mod tests {
         falling.observe(at(8), 2.0);
         assert_eq!(falling.fit(), None, "one size: nothing to fit");
         falling.observe(at(16), 1.0);
-        let flat = falling.fit().unwrap();
-        assert_eq!((flat.per_example, flat.per_micro_batch), (0.0, 0.0));
-        assert!((flat.fixed - 1.5).abs() < 1e-12, "{flat:?}");
-        // Proportional times with a negative intercept: through the origin.
+        let through = falling.fit().unwrap();
+        assert_eq!((through.fixed, through.per_micro_batch), (0.0, 0.0));
+        // Σ t·n / Σ n² = (16 + 16) / (64 + 256).
+        assert!((through.per_example - 0.1).abs() < 1e-12, "{through:?}");
+        // Proportional times with a negative intercept: through the origin too.
         let mut proportional = StepTimes::default();
         proportional.observe(at(10), 0.9);
         proportional.observe(at(20), 2.0);
