@@ -219,6 +219,19 @@ fn write_atomically(
     std::fs::rename(&tmp, path)
 }
 
+/// Values of `tensor` that are NaN or infinite (checked in f64, which every float
+/// dtype widens to exactly).
+fn count_non_finite(tensor: &candle_core::Tensor) -> Result<usize> {
+    if !tensor.dtype().is_float() {
+        return Ok(0);
+    }
+    let values = tensor
+        .flatten_all()?
+        .to_dtype(candle_core::DType::F64)?
+        .to_vec1::<f64>()?;
+    Ok(values.iter().filter(|v| !v.is_finite()).count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -340,17 +353,4 @@ mod tests {
         assert!(err.to_string().contains("not a safetensors file"), "{err}");
         Ok(())
     }
-}
-
-/// Values of `tensor` that are NaN or infinite (checked in f64, which every float
-/// dtype widens to exactly).
-fn count_non_finite(tensor: &candle_core::Tensor) -> Result<usize> {
-    if !tensor.dtype().is_float() {
-        return Ok(0);
-    }
-    let values = tensor
-        .flatten_all()?
-        .to_dtype(candle_core::DType::F64)?
-        .to_vec1::<f64>()?;
-    Ok(values.iter().filter(|v| !v.is_finite()).count())
 }
