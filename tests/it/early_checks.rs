@@ -40,7 +40,8 @@ fn outputs_and_steps_are_checked_before_training() {
     let mut a = args(1, 2, 1);
     a.mix_weights = vec!["new=0.5".into(), "new=0.5".into()];
     invalid(start(&a).unwrap_err(), "mix_weights");
-    // An output directory that is a file fails at the start, not at the first save.
+    // An output directory that is a file fails at the start, not at the first save,
+    // named as a file.
     let file = temp_log("not-a-dir");
     std::fs::write(&file, b"x").unwrap();
     let mut a = args(1, 2, 1);
@@ -48,7 +49,7 @@ fn outputs_and_steps_are_checked_before_training() {
     a.save_steps = 1000;
     let err = start(&a).unwrap_err();
     assert!(
-        matches!(&err, Error::Io { path, .. } if *path == file),
+        matches!(&err, Error::NotADirectory { flag: "--output-dir", path } if *path == file),
         "{err}"
     );
 }
