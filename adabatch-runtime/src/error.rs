@@ -500,6 +500,24 @@ pub enum Error {
     /// A token dataset's or collate's setting cannot work.
     #[error("token data: {0}")]
     TokenSetting(String),
+    /// A domain (a source of documents) without validation documents: its loss
+    /// could not be measured.
+    #[error("domain `{domain}` has no validation documents: give it more documents or a larger --validation-fraction")]
+    NoValidationDocuments {
+        /// The domain.
+        domain: String,
+    },
+    /// Token files of different tokenizers mixed in one run: the same id would
+    /// mean different text.
+    #[error("domains `{first}` and `{other}` were tokenized by different tokenizers ({detail}): prepare them together (adabatch tokenize --domain NAME=FILE ...)")]
+    MixedTokenizers {
+        /// The first domain.
+        first: String,
+        /// The domain that differs.
+        other: String,
+        /// How they differ.
+        detail: String,
+    },
     /// A tokenizer or corpus file could not be read, or text could not be encoded.
     #[error("{path}: {detail}")]
     Tokenizer {

@@ -53,7 +53,7 @@ pub mod user;
 pub use adapt::goodput::{GoodputSpec, StepShape, StepTimeFn};
 pub use adapt::lr::{LrScaling, LrSchedulerType};
 pub use adapt::mixer::{
-    CurriculumMixer, FnMixer, LastEval, MixFn, Mixer, OnlineMixer, SourceStats,
+    CurriculumMixer, Exp3Mixer, FnMixer, LastEval, MixFn, Mixer, OnlineMixer, SourceStats,
 };
 pub use adapt::noise_scale::NoiseScalePolicy;
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
@@ -61,6 +61,7 @@ pub use config::args::{IntervalStrategy, ReportTo, TrainingArgs};
 pub use config::policy::{
     GradAccum, MixSpec, OomPolicy, Reweight, StoppingStrategy, TrainerPolicy,
 };
+pub use data::sources::MixUnit;
 #[cfg(feature = "tokenizers")]
 pub use data::tokenize;
 pub use data::tokens::{TokenDocuments, TokenFile, TokenWidth, TokenWindows};
@@ -79,6 +80,8 @@ pub use train::launch::launch_nccl;
 pub use train::launch::{launch, launch_group, launch_with_eval, train, RankFactory, Run};
 pub use user::callback::{Callback, EarlyStopping, TrainerControl, TrainerState};
 pub use user::data::{Collate, Dataset, WithLengths};
+#[cfg(feature = "tokenizers")]
+pub use user::domains::{prepare_domains, Domains, DomainsInfo};
 pub use user::loss::{
     count_target_tokens, per_example_cross_entropy, per_example_token_cross_entropy,
     per_example_token_cross_entropy_sum, TokenReduction,

@@ -45,12 +45,18 @@ enum Command {
     },
     /// Tokenize a corpus (one document per line, or JSON lines with a "text" field)
     /// into token files: DIR/train.bin, DIR/validation.bin (each document followed by
-    /// the EOS id), DIR/tokenizer.json and DIR/tokens.json.
+    /// the EOS id), DIR/tokenizer.json and DIR/tokens.json. With `--domain
+    /// NAME=FILE` (repeated): one tokenizer trained on every domain's training
+    /// documents, and a prepared folder per domain, DIR/NAME/.
     #[cfg(feature = "tokenizers")]
     Tokenize {
-        /// Corpus files: `.txt` (a document per line) or `.jsonl`.
-        #[arg(required = true)]
+        /// Corpus files: `.txt` (a document per line) or `.jsonl`, gzipped or not.
+        #[arg(required_unless_present = "domain", conflicts_with = "domain")]
         corpus: Vec<PathBuf>,
+        /// A named domain, `NAME=FILE` (repeat it): its own train and validation
+        /// files under the shared tokenizer.
+        #[arg(long, value_parser = parse_domain)]
+        domain: Vec<(String, PathBuf)>,
         /// Output directory.
         #[arg(short, long)]
         output: PathBuf,
@@ -69,6 +75,17 @@ enum Command {
     },
 }
 
+/// `NAME=FILE`.
+#[cfg(feature = "tokenizers")]
+fn parse_domain(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+            Ok((name.to_string(), PathBuf::from(path)))
+        }
+        _ => Err(format!("{text:?}: give a domain as NAME=FILE")),
+    }
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
@@ -84,6 +101,7 @@ fn run(cli: Cli) -> adabatch::Result<()> {
         #[cfg(feature = "tokenizers")]
         Command::Tokenize {
             corpus,
+            domain,
             output,
             vocab_size,
             tokenizer,
@@ -99,6 +117,20 @@ fn run(cli: Cli) -> adabatch::Result<()> {
                 eos_token,
                 validation_fraction,
             };
+            if !domain.is_empty() {
+                let (_, infos) = adabatch::prepare_domains(&domain, &output, &options)?;
+                for ((name, _), info) in domain.iter().zip(&infos) {
+                    println!(
+                        "wrote {}: {} training documents ({} tokens), {} validation documents ({} tokens)",
+                        output.join(name).display(),
+                        info.train_documents,
+                        info.train_tokens,
+                        info.validation_documents,
+                        info.validation_tokens
+                    );
+                }
+                return Ok(());
+            }
             let info = prepare_corpus(&corpus, &output, &options)?;
             println!(
                 "wrote {}: {} training documents ({} tokens), {} validation documents ({} tokens), vocabulary {}, EOS id {}",

@@ -10,9 +10,7 @@ use adabatch::{Error, PackedCollate};
 
 use crate::common::{read_log, temp_log};
 
-#[allow(dead_code)]
-#[path = "../../examples/support/decoder.rs"]
-mod decoder;
+use crate::decoder;
 
 /// Sentences from a few templates: enough structure for a small model to learn.
 fn write_corpus(dir: &std::path::Path, lines: usize) -> std::path::PathBuf {

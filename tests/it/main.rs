@@ -26,12 +26,17 @@ mod common;
 #[path = "../../examples/support/digits.rs"]
 #[allow(dead_code)]
 mod digits;
+// The language-model examples' decoder; `language_model` and `domains` train it.
+#[path = "../../examples/support/decoder.rs"]
+#[allow(dead_code)]
+mod decoder;
 
 mod adaptation;
 mod best_model;
 mod callbacks;
 mod checkpoint;
 mod continual;
+mod domains;
 mod dry_run;
 mod early_checks;
 mod engine;

@@ -8,7 +8,7 @@ use crate::common;
 use adabatch::adapt::schedule::BatchLimits;
 use adabatch::data::planner::{PlannerState, RunLength, StepPlanner};
 use adabatch::data::sampler::GlobalBatchSampler;
-use adabatch::data::sources::SourceSpec;
+use adabatch::data::sources::{MixUnit, SourceSpec};
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
 use adabatch::AdaptiveTrainer;
@@ -45,9 +45,11 @@ fn cases() -> impl Strategy<Value = Case> {
                 Case {
                     spec: SourceSpec {
                         names: (0..sizes.len()).map(|s| format!("s{s}")).collect(),
+                        tokens: sizes.iter().map(|&n| n as u64).collect(),
                         sizes,
                         weights,
                         stopping: StoppingStrategy::Primary,
+                        unit: MixUnit::Examples,
                     },
                     per_device,
                     epochs,
@@ -309,6 +311,8 @@ fn stopping_strategies_refuse_what_would_never_end() {
         sizes: vec![10, 3],
         weights,
         stopping,
+        unit: MixUnit::Examples,
+        tokens: vec![10, 3],
     };
     let case = |spec| Case {
         spec,
@@ -1083,5 +1087,101 @@ proptest! {
             }
         }
         prop_assert!(converged_at.is_some(), "never converged: {:?} vs {:?}", mixture.seen(), mixture.targets());
+    }
+}
+
+/// Weights as shares of tokens and a run length in tokens: `cases()` with a random
+/// length per example, and a budget of `tenths / 10` of all the tokens.
+fn token_planner(
+    c: &Case,
+    lengths: &std::sync::Arc<[usize]>,
+    budget: u64,
+    (world, units): (usize, usize),
+) -> StepPlanner<ScheduleSpec> {
+    let sampler = GlobalBatchSampler::over_sources(&c.spec, world, c.seed, true, false).unwrap();
+    StepPlanner::new(
+        sampler,
+        ScheduleSpec::Constant(None),
+        BatchLimits::new(1, None).unwrap(),
+        c.per_device,
+        RunLength::Tokens(budget),
+        units,
+        false,
+    )
+    .unwrap()
+    .with_lengths(lengths.clone())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    #[test]
+    fn token_shares_and_a_token_budget_keep_every_document_once(
+        c in cases(),
+        length_seed in any::<u64>(),
+        tenths in 1u64..30,
+        world in 1usize..4,
+        cut in 1usize..10,
+        other in 1usize..4,
+    ) {
+        use rand::{Rng, SeedableRng};
+        let mut c = c;
+        c.drop_last = false;
+        c.spec.weights.iter_mut().for_each(|w| *w = w.max(1.0));
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(length_seed);
+        let lengths: Vec<usize> = (0..c.spec.sizes.iter().sum::<usize>())
+            .map(|_| rng.random_range(1..40))
+            .collect();
+        c.spec.unit = MixUnit::Tokens;
+        c.spec.tokens = (0..c.spec.sizes.len())
+            .map(|s| {
+                let start = c.spec.offset(s);
+                lengths[start..start + c.spec.sizes[s]].iter().map(|&l| l as u64).sum()
+            })
+            .collect();
+        let lengths: std::sync::Arc<[usize]> = lengths.into();
+        let budget = lengths.iter().sum::<usize>() as u64 * tenths / 10;
+        let mut steps = Vec::new();
+        drain(&mut token_planner(&c, &lengths, budget, (world, world)), &mut steps, 5_000);
+        // The step that reaches the budget is the last.
+        let tokens: Vec<u64> = steps
+            .iter()
+            .map(|(_, step)| step.iter().map(|&i| lengths[i] as u64).sum())
+            .collect();
+        let trained: u64 = tokens.iter().sum();
+        prop_assert!(trained >= budget);
+        prop_assert!(trained - tokens.last().copied().unwrap_or(0) < budget);
+        // Every source's passes are permutations of it.
+        let mut drawn: Vec<Vec<usize>> = vec![Vec::new(); c.spec.sizes.len()];
+        for (_, indices) in &steps {
+            for &i in indices {
+                let (s, local) = c.spec.locate(i);
+                drawn[s].push(local);
+            }
+        }
+        for (s, seq) in drawn.iter().enumerate() {
+            for pass in seq.chunks(c.spec.sizes[s]) {
+                let mut sorted = pass.to_vec();
+                sorted.sort_unstable();
+                sorted.dedup();
+                prop_assert_eq!(sorted.len(), pass.len(), "source {} repeats within a pass", s);
+            }
+        }
+        // One rank of the whole global batch draws the same.
+        let global = c.per_device * world;
+        let mut one = Vec::new();
+        let single = Case { per_device: global, ..c.clone() };
+        drain(&mut token_planner(&single, &lengths, budget, (1, 1)), &mut one, 5_000);
+        prop_assert_eq!(&one, &steps);
+        // Resumed on `other` ranks mid-run: the same batches and budget.
+        let mut first = token_planner(&c, &lengths, budget, (world, world));
+        let mut resumed = Vec::new();
+        drain(&mut first, &mut resumed, cut);
+        let state: PlannerState =
+            serde_json::from_str(&serde_json::to_string(&first.state()).unwrap()).unwrap();
+        let mut second = token_planner(&c, &lengths, budget, (other, world));
+        second.restore(&state);
+        drain(&mut second, &mut resumed, 5_000);
+        prop_assert_eq!(&resumed, &steps);
     }
 }

@@ -57,10 +57,14 @@ pub struct LrSchedule {
     pub base: f64,
     /// Shape after warm-up.
     pub kind: LrSchedulerType,
-    /// Examples of linear warm-up from 0.
+    /// Examples (tokens, with `in_tokens`) of linear warm-up from 0.
     pub warmup_examples: f64,
-    /// Examples of the whole run (the decay reaches 0 there).
+    /// Examples (tokens, with `in_tokens`) of the whole run (the decay reaches 0
+    /// there).
     pub total_examples: f64,
+    /// The schedule runs over tokens trained, not examples (a run length in
+    /// tokens: `--max-train-tokens`).
+    pub in_tokens: bool,
     /// Scaling with the global batch.
     pub scaling: LrScaling,
     /// The global batch at which the rate is `base` (by default the run's first).
@@ -107,6 +111,7 @@ mod tests {
             kind,
             warmup_examples: 10.0,
             total_examples: 110.0,
+            in_tokens: false,
             scaling,
             reference_global_batch: 4,
         }

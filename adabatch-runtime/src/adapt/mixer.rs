@@ -3,11 +3,20 @@
 //! has given so far — and returns the weights of the next step. Every rank runs its
 //! own mixer on the same numbers, so every rank divides the next batch alike.
 //!
-//! [`OnlineMixer`] is a smoothed-loss softmax with an exploration floor (in the
-//! spirit of Online Data Mixing, Albalak et al. 2023): sources whose loss stays
-//! high get more of the batch, and no source falls below the floor.
+//! [`OnlineMixer`] is a smoothed-loss softmax with an exploration floor: sources
+//! whose loss stays high get more of the batch, and no source falls below the
+//! floor. [`Exp3Mixer`] is Online Data Mixing (Albalak et al. 2023, arXiv
+//! 2312.02406) as its paper states it: an Exp3 bandit rewarded by the training
+//! loss.
+//!
+//! Weights are in the sources' unit ([`SourceStats::unit`]): shares of tokens for
+//! `Sources::with_unit(MixUnit::Tokens)`, else of examples. Under
+//! `reweight = token_count` with batches that count tokens (packed documents),
+//! [`SourceStats::loss`] is nats per token, the unit of `eval_loss`.
 
 use std::collections::BTreeMap;
+
+use crate::data::sources::MixUnit;
 
 /// The last evaluation as a mixer sees it.
 #[derive(Debug, Clone, Copy)]
@@ -40,9 +49,17 @@ pub struct SourceStats<'a> {
     pub step: usize,
     /// Source names.
     pub names: &'a [String],
-    /// Each source's mean per-example loss in the step (NaN where it had no
-    /// example in it).
+    /// Each source's mean loss in the step: per token under `reweight =
+    /// token_count` when the batches count tokens (as `eval_loss`), else per
+    /// example; NaN where it had no example in it.
     pub loss: &'a [f64],
+    /// Each source's tokens (targets) in the step, when the batches count them
+    /// (empty otherwise).
+    pub tokens: &'a [f64],
+    /// Each source's tokens in all (the sum of its examples' lengths).
+    pub source_tokens: &'a [u64],
+    /// What the weights are shares of.
+    pub unit: MixUnit,
     /// Examples taken from each source so far.
     pub seen: &'a [usize],
     /// Examples used in each source's current epoch.
@@ -74,6 +91,19 @@ pub trait Mixer: Send {
     /// Continues from a checkpoint's [`Mixer::state`].
     fn restore(&mut self, state: &[f64]) {
         let _ = state;
+    }
+}
+
+/// A mixer chosen at run time (`--mixer exp3`) behind one `#[mixer]` field.
+impl Mixer for Box<dyn Mixer> {
+    fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
+        (**self).weights(stats)
+    }
+    fn state(&self) -> Vec<f64> {
+        (**self).state()
+    }
+    fn restore(&mut self, state: &[f64]) {
+        (**self).restore(state);
     }
 }
 
@@ -178,6 +208,116 @@ impl Mixer for OnlineMixer {
     }
 }
 
+/// Online Data Mixing (Albalak, Pan, Raffel and Wang 2023, arXiv 2312.02406,
+/// Algorithm 1): each source is an arm of an Exp3 bandit whose reward is the
+/// training loss on it. At step `t` (counting from 1) with `K` sources:
+///
+/// - exploration `ε_t = min(1/K, √(ln K / (K·t)))`;
+/// - weights `π_t(s) = (1 − K·ε_t)·softmax(ε_{t−1}·R̂)_s + ε_t`;
+/// - after the step, for every source `s` that had examples in it, the
+///   importance-weighted reward `R̂_s ← α·R̂_s + (1 − α)·ℓ_s / π_t(s)` (ℓ_s its
+///   loss in the step, per token under `token_count`), others unchanged.
+///
+/// The paper draws one source per batch and rewards it alone; here every step's
+/// batch mixes the sources by `π_t` (the paper's "mixed minibatch" variant) and
+/// every source present is rewarded by its own loss, divided by its probability
+/// as the paper's estimator is. `α` (the paper's smoothing, 0.9 by default)
+/// keeps the reward a moving average, so a source's recent losses count most.
+/// `ε_0 = 1/K`: the first step mixes uniformly.
+#[derive(Debug, Clone)]
+pub struct Exp3Mixer {
+    smoothing: f64,
+    rewards: Vec<f64>,
+    /// Steps whose losses were seen (`t − 1` when deciding step `t`).
+    steps: usize,
+    /// The weights of the step the next losses come from.
+    last: Vec<f64>,
+}
+
+impl Exp3Mixer {
+    /// Smoothing `α` in `[0, 1)` (clamped into range).
+    pub fn new(smoothing: f64) -> Self {
+        Self {
+            smoothing: if smoothing.is_finite() {
+                smoothing.clamp(0.0, 0.999)
+            } else {
+                0.9
+            },
+            rewards: Vec::new(),
+            steps: 0,
+            last: Vec::new(),
+        }
+    }
+
+    /// `ε_t` for `k` sources (`t = 0`: `1/K`).
+    pub fn exploration(k: usize, t: usize) -> f64 {
+        let k = k.max(1) as f64;
+        if t == 0 || k < 2.0 {
+            return 1.0 / k;
+        }
+        (1.0 / k).min((k.ln() / (k * t as f64)).sqrt())
+    }
+
+    /// The smoothed importance-weighted rewards `R̂`.
+    pub fn rewards(&self) -> &[f64] {
+        &self.rewards
+    }
+
+    fn distribution(&self, k: usize) -> Vec<f64> {
+        let t = self.steps + 1;
+        let (eps, eps_before) = (Self::exploration(k, t), Self::exploration(k, t - 1));
+        let scores: Vec<f64> = self.rewards.iter().map(|r| eps_before * r).collect();
+        let top = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let exp: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+        let total: f64 = exp.iter().sum();
+        exp.iter()
+            .map(|e| (1.0 - k as f64 * eps) * e / total + eps)
+            .collect()
+    }
+}
+
+impl Default for Exp3Mixer {
+    /// `α = 0.9`.
+    fn default() -> Self {
+        Self::new(0.9)
+    }
+}
+
+impl Mixer for Exp3Mixer {
+    fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
+        let k = stats.loss.len();
+        self.rewards.resize(k, 0.0);
+        if stats.loss.iter().any(|l| l.is_finite()) && self.last.len() == k {
+            for ((reward, &loss), &p) in self.rewards.iter_mut().zip(stats.loss).zip(&self.last) {
+                if loss.is_finite() && p > 0.0 {
+                    *reward = self.smoothing * *reward + (1.0 - self.smoothing) * loss / p;
+                }
+            }
+            self.steps += 1;
+        }
+        self.last = self.distribution(k);
+        self.last.clone()
+    }
+
+    /// The step count, the last weights, then the rewards.
+    fn state(&self) -> Vec<f64> {
+        let mut state = vec![self.steps as f64];
+        state.extend(&self.last);
+        state.extend(&self.rewards);
+        state
+    }
+
+    fn restore(&mut self, state: &[f64]) {
+        let Some((&steps, rest)) = state.split_first() else {
+            return;
+        };
+        let (last, rewards) = rest.split_at(rest.len() / 2);
+        self.steps = steps as usize;
+        self.last = last.to_vec();
+        self.rewards = rewards.to_vec();
+    }
+}
+
 /// Weights scheduled over the examples consumed (a curriculum): linear between
 /// `(examples, weights)` points, constant before the first and after the last.
 /// It keeps no state of its own (the examples consumed travel in the checkpoint),
@@ -249,12 +389,50 @@ mod tests {
             step: 1,
             names,
             loss,
+            tokens: &[],
+            source_tokens: &[10, 10],
+            unit: MixUnit::Examples,
             seen: &[0, 0],
             positions: &[0, 0],
             sizes: &[10, 10],
             weights: &[1.0, 1.0],
             last_eval: None,
         }
+    }
+
+    #[test]
+    fn exp3_follows_the_papers_update() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let mut mixer = Exp3Mixer::new(0.5);
+        // Before any loss: ε_0 = 1/K, uniform.
+        let first = mixer.weights(&stats(&names, &[f64::NAN, f64::NAN]));
+        assert_eq!(first, [0.5, 0.5]);
+        // t = 1 seen: R̂ = 0.5·0 + 0.5·ℓ/π = (2, 1); deciding t = 2:
+        // ε_2 = min(1/2, √(ln 2 / 4)) = 0.4163, ε_1 = min(1/2, √(ln 2 / 2)) = 0.5.
+        let w = mixer.weights(&stats(&names, &[2.0, 1.0]));
+        assert_eq!(mixer.rewards(), &[2.0, 1.0]);
+        let (e2, e1) = ((2f64.ln() / 4.0).sqrt(), 0.5);
+        let soft_a = (e1 * 2.0f64).exp() / ((e1 * 2.0f64).exp() + (e1 * 1.0f64).exp());
+        let want_a = (1.0 - 2.0 * e2) * soft_a + e2;
+        assert!((w[0] - want_a).abs() < 1e-12, "{w:?} vs {want_a}");
+        assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert!(w[0] > w[1], "the higher loss earns more");
+        // Its state round-trips: a restored mixer decides alike.
+        let mut other = Exp3Mixer::new(0.5);
+        other.restore(&mixer.state());
+        let next = stats(&names, &[1.5, f64::NAN]);
+        assert_eq!(other.weights(&next), mixer.weights(&next));
+        // A source absent from the step keeps its reward.
+        assert_eq!(mixer.rewards()[1], 1.0);
+    }
+
+    #[test]
+    fn exp3_exploration_decays_as_the_paper_says() {
+        assert_eq!(Exp3Mixer::exploration(3, 0), 1.0 / 3.0);
+        assert_eq!(Exp3Mixer::exploration(3, 1), 1.0 / 3.0);
+        let t = 1000;
+        let want = (3f64.ln() / (3.0 * t as f64)).sqrt();
+        assert!((Exp3Mixer::exploration(3, t) - want).abs() < 1e-15);
     }
 
     #[test]

@@ -18,6 +18,12 @@ pub struct TrainingArgs {
     /// Stop after this many optimisation steps (overrides epochs when reached first).
     #[arg(long)]
     pub max_steps: Option<usize>,
+    /// Stop once this many tokens are trained (the step that reaches it is the
+    /// last; each example counts its `Dataset::example_len`): runs of different
+    /// mixtures or batch sizes compared at one token budget. The learning-rate
+    /// schedule then runs over tokens too. Replaces epochs and `--max-steps`.
+    #[arg(long, conflicts_with = "max_steps")]
+    pub max_train_tokens: Option<u64>,
     /// Initial per-device batch size (the schedule may start elsewhere).
     #[arg(long, default_value_t = 8)]
     pub per_device_train_batch_size: usize,

@@ -18,6 +18,9 @@ pub enum RunLength {
     Epochs(usize),
     /// This many optimisation steps.
     Steps(usize),
+    /// Until this many tokens are trained: the step that reaches it is the last
+    /// (epochs go on as long as it takes).
+    Tokens(u64),
 }
 
 /// The micro-batches of one optimisation step (one, without gradient accumulation).
@@ -241,9 +244,21 @@ impl<S: Schedule> StepPlanner<S> {
         }
     }
 
-    /// Tokens trained so far (counted under a token ramp only).
+    /// Tokens trained so far (counted under a token ramp or a run length in
+    /// tokens only).
     pub fn tokens_seen(&self) -> u64 {
         self.tokens_seen
+    }
+
+    /// Whether tokens are counted: a ramp over tokens, or a run length in tokens.
+    fn counts_tokens(&self) -> bool {
+        self.ramp_in_tokens || matches!(self.length, RunLength::Tokens(_))
+    }
+
+    /// Tokens of the examples in `batches` (examples count one token each
+    /// without lengths).
+    pub fn step_tokens(&self, batches: &StepBatches) -> u64 {
+        self.tokens_of(batches)
     }
 
     /// With `drop_last`, the next global batch must fit in the dataset; a ramp's
@@ -324,6 +339,7 @@ impl<S: Schedule> StepPlanner<S> {
                 let within_length = match self.length {
                     RunLength::Epochs(epochs) => epoch < epochs,
                     RunLength::Steps(max) => self.step < max,
+                    RunLength::Tokens(max) => self.tokens_seen < max,
                 };
                 if within_length {
                     if let Some(plan) = plan_epoch(epoch)? {
@@ -334,6 +350,7 @@ impl<S: Schedule> StepPlanner<S> {
             }
             match self.length {
                 RunLength::Steps(max) if self.step >= max => return Ok(None),
+                RunLength::Tokens(max) if self.tokens_seen >= max => return Ok(None),
                 RunLength::Epochs(epochs) if self.sampler.epoch_index() >= epochs => {
                     return Ok(None)
                 }
@@ -347,7 +364,7 @@ impl<S: Schedule> StepPlanner<S> {
             if !micro.is_empty() {
                 self.step += 1;
                 let batches = StepBatches { micro };
-                if self.ramp_in_tokens {
+                if self.counts_tokens() {
                     self.tokens_seen += self.tokens_of(&batches);
                 }
                 return Ok(Some(batches));
@@ -372,7 +389,7 @@ impl<S: Schedule> StepPlanner<S> {
     /// Puts a step's examples back, to be drawn again (after an OOM).
     pub fn rewind(&mut self, batches: &StepBatches) {
         self.sampler.rewind(batches.global_size());
-        if self.ramp_in_tokens {
+        if self.counts_tokens() {
             self.tokens_seen -= self.tokens_of(batches);
         }
         self.step -= 1;
@@ -545,6 +562,7 @@ impl<S: Schedule> StepPlanner<S> {
     {
         match self.length {
             RunLength::Steps(max) => self.step >= max,
+            RunLength::Tokens(max) => self.tokens_seen >= max,
             RunLength::Epochs(epochs) => {
                 if self.sampler.epoch_index() + 1 < epochs {
                     return false;

@@ -30,9 +30,41 @@ pub struct SourceSpec {
     pub weights: Vec<f64>,
     /// When an epoch ends.
     pub stopping: StoppingStrategy,
+    /// What the weights are shares of: examples, or tokens.
+    pub unit: MixUnit,
+    /// Each source's tokens (the sum of its examples' `Dataset::example_len`).
+    pub tokens: Vec<u64>,
+}
+
+/// What mixing weights are shares of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MixUnit {
+    /// Weights are shares of the examples (documents) of each global batch.
+    #[default]
+    Examples,
+    /// Weights are shares of the tokens: a source of weight `w` and mean example
+    /// length `L` gets examples in proportion to `w / L`, so that over a source
+    /// epoch (a pass in a random order over its examples) its tokens are exactly
+    /// its share; within a step, the share holds in expectation.
+    Tokens,
 }
 
 impl SourceSpec {
+    /// The weights of the deficit allocator, which counts examples: `weights`
+    /// (in [`SourceSpec::unit`]) over each source's mean example length under
+    /// [`MixUnit::Tokens`].
+    pub fn example_weights(&self, weights: &[f64]) -> Vec<f64> {
+        match self.unit {
+            MixUnit::Examples => weights.to_vec(),
+            MixUnit::Tokens => weights
+                .iter()
+                .zip(self.sizes.iter().zip(&self.tokens))
+                .map(|(w, (&size, &tokens))| w * size as f64 / tokens.max(1) as f64)
+                .collect(),
+        }
+    }
+
     /// The source of dataset index `index`, and its index within the source.
     pub fn locate(&self, index: usize) -> (usize, usize) {
         let mut start = 0;
@@ -257,9 +289,8 @@ impl MixedSources {
             return Ok(None);
         }
         let saved = self.mixture.clone();
-        let mut counts = self
-            .mixture
-            .allocate(self.draws + 1, wanted, &self.weights)?;
+        let weights = self.spec.example_weights(&self.weights);
+        let mut counts = self.mixture.allocate(self.draws + 1, wanted, &weights)?;
         let Some(ending) = self.epoch_ends(&counts) else {
             self.mixture = saved;
             return Ok(None);

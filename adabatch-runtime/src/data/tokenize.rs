@@ -87,6 +87,11 @@ pub struct CorpusInfo {
     /// tokenizer and the held-out share ([`CorpusInfo::prepared_from`]).
     #[serde(default)]
     pub source: CorpusSource,
+    /// CRC-32C of `tokenizer.json`: token files of one tokenizer agree on it, so
+    /// that directories prepared apart are not mixed by mistake (absent in older
+    /// directories).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer_crc32c: Option<u32>,
 }
 
 /// The inputs of a preparation, to tell whether prepared files are still current.
@@ -377,15 +382,33 @@ pub fn prepare_corpus(
     for path in corpus {
         documents.extend(read_documents(path)?);
     }
+    let (train, validation) = split_held_out(&documents, options.validation_fraction);
+    let tokenizer = build_tokenizer(options, &train)?;
+    write_prepared(dir, &tokenizer, (&train, &validation), source, options)
+}
+
+/// The training and held-out documents (see [`is_held_out`]).
+pub fn split_held_out(documents: &[String], fraction: f64) -> (Vec<&str>, Vec<&str>) {
     let (mut train, mut validation) = (Vec::new(), Vec::new());
     for (i, doc) in documents.iter().enumerate() {
-        if is_held_out(i, options.validation_fraction) {
+        if is_held_out(i, fraction) {
             validation.push(doc.as_str());
         } else {
             train.push(doc.as_str());
         }
     }
-    let tokenizer = build_tokenizer(options, &train)?;
+    (train, validation)
+}
+
+/// Writes a prepared directory (the module's layout) of `train` and `validation`
+/// documents under `tokenizer`.
+pub fn write_prepared(
+    dir: &Path,
+    tokenizer: &Tokenizer,
+    (train, validation): (&[&str], &[&str]),
+    source: CorpusSource,
+    options: &PrepareOptions,
+) -> Result<CorpusInfo> {
     let eos_id = tokenizer.token_to_id(&options.eos_token).ok_or_else(|| {
         Error::TokenSetting(format!(
             "the tokenizer has no token {:?} to end documents with (--eos-token)",
@@ -417,22 +440,24 @@ pub fn prepare_corpus(
         .to_string(false)
         .map_err(|e| tokenizer_error(&tokenizer_path, e))?;
     write_whole(&tokenizer_path, tokenizer_text.as_bytes())?;
+    let (train, validation) = (train.to_vec(), validation.to_vec());
     let info = CorpusInfo {
         width_bytes: width.bytes(),
         vocab_size,
         eos_id,
         eos_token: options.eos_token.clone(),
         train_documents: train.len(),
-        train_tokens: write_token_file(&tokenizer, &train, eos_id, width, &dir.join("train.bin"))?,
+        train_tokens: write_token_file(tokenizer, &train, eos_id, width, &dir.join("train.bin"))?,
         validation_documents: validation.len(),
         validation_tokens: write_token_file(
-            &tokenizer,
+            tokenizer,
             &validation,
             eos_id,
             width,
             &dir.join("validation.bin"),
         )?,
         source,
+        tokenizer_crc32c: Some(crc32c::crc32c(tokenizer_text.as_bytes())),
     };
     let text = serde_json::to_string_pretty(&info).expect("plain data serialises");
     write_whole(&info_path, text.as_bytes())?;

@@ -1,5 +1,6 @@
 //! Pictures of runs: global batch size, coverage and epoch, loss and learning rate
-//! against steps and against examples seen, several runs overlaid.
+//! against steps and against examples seen, several runs overlaid; with several
+//! sources, the mixing weights too.
 //!
 //! Used by `adabatch plot RUN.jsonl ... -o OUT.svg|OUT.png` and by a run's own
 //! `--plot PATH`. SVG needs no font (the viewer draws the text); PNG is drawn with
@@ -173,9 +174,15 @@ pub fn plot_runs(runs: &[RunLog], out: &Path) -> Result<()> {
     let ext = out
         .extension()
         .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    // A fifth row for the mixing weights, when some run mixed sources.
+    let size = if mixed_run(runs).is_some() {
+        (SIZE.0, SIZE.1 + SIZE.1 / 4)
+    } else {
+        SIZE
+    };
     let drawn = match ext.as_deref() {
-        Some("svg") => draw(SVGBackend::new(out, SIZE).into_drawing_area(), runs),
-        Some("png") => draw(BitMapBackend::new(out, SIZE).into_drawing_area(), runs),
+        Some("svg") => draw(SVGBackend::new(out, size).into_drawing_area(), runs),
+        Some("png") => draw(BitMapBackend::new(out, size).into_drawing_area(), runs),
         _ => return Err(fail("the output must end in .svg or .png".into())),
     };
     drawn.map_err(|e| fail(e.to_string()))
@@ -298,7 +305,8 @@ where
             "examples seen (in epochs: the log does not tell N)"
         },
     };
-    let panels = body.split_evenly((4, 2));
+    let mixed = mixed_run(runs);
+    let panels = body.split_evenly((if mixed.is_some() { 5 } else { 4 }, 2));
     for (column, axis) in [by_step, by_examples].iter().enumerate() {
         let panel = |row: usize| &panels[row * 2 + column];
         let batch = ("Global batch size", "global batch (examples)");
@@ -332,8 +340,71 @@ where
         )?;
         let lr = ("Learning rate", "learning rate");
         line_panel(panel(3), runs, axis, lr, |s| s.learning_rate, true, &[])?;
+        if let Some(run) = mixed {
+            weights_panel(panel(4), &runs[run], &axis.xs[run], axis.label)?;
+        }
     }
     root.present()?;
+    Ok(())
+}
+
+/// The first run whose steps logged mixing weights.
+fn mixed_run(runs: &[RunLog]) -> Option<usize> {
+    runs.iter()
+        .position(|r| r.steps.iter().any(|s| s.sources.mix_weights.is_some()))
+}
+
+/// Each source's mixing weight over the run (one colour per source).
+fn weights_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    run: &RunLog,
+    xs: &[f64],
+    x_label: &str,
+) -> Draw
+where
+    DB::ErrorType: 'static,
+{
+    let names: Vec<String> = (run.steps.iter())
+        .find_map(|s| s.sources.mix_weights.as_ref())
+        .map(|w| w.keys().cloned().collect())
+        .unwrap_or_default();
+    let x = range(xs.iter().copied(), true);
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .caption(
+            format!("Mixing weights ({})", run.label),
+            ("sans-serif", 20),
+        )
+        .x_label_area_size(42)
+        .y_label_area_size(78)
+        .build_cartesian_2d(x, 0.0..1.0)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc("share")
+        .x_labels(8)
+        .y_labels(6)
+        .x_label_formatter(&|v| format_tick(*v))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 15))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()?;
+    for (i, name) in names.iter().enumerate() {
+        let pts: Vec<(f64, f64)> = (xs.iter().zip(&run.steps))
+            .filter_map(|(&x, s)| Some((x, *s.sources.mix_weights.as_ref()?.get(name)?)))
+            .collect();
+        let c = colour(i);
+        chart
+            .draw_series(LineSeries::new(pts, c.stroke_width(2)))?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(RGBColor(200, 200, 200))
+        .label_font(("sans-serif", 14))
+        .draw()?;
     Ok(())
 }
 

@@ -89,10 +89,15 @@ pub struct SourceLog {
     /// The mixing weights in force, normalised.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mix_weights: Option<BTreeMap<String, f64>>,
-    /// Each source's mean per-example loss in this step, over all ranks (`null`
-    /// for a source without examples in it).
+    /// Each source's mean loss in this step, over all ranks: per token under
+    /// `reweight = token_count` when the batches count tokens (packed documents),
+    /// as `loss` and `eval_loss`; else per example (`null` for a source without
+    /// examples in it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_loss: Option<BTreeMap<String, Option<f64>>>,
+    /// Each source's tokens (targets) in this step, when the batches count them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_tokens: Option<BTreeMap<String, f64>>,
 }
 
 /// One evaluation on the eval dataset: a JSONL line
@@ -143,7 +148,7 @@ impl SourceLog {
     pub fn of(
         mixed: &MixedSources,
         indices: impl IntoIterator<Item = usize>,
-        source_loss: Option<&[f64]>,
+        (source_loss, source_tokens): (Option<&[f64]>, Option<&[f64]>),
     ) -> Self {
         let spec = mixed.spec();
         let mut per_source: Vec<Vec<usize>> = vec![Vec::new(); spec.names.len()];
@@ -187,6 +192,7 @@ impl SourceLog {
                     .zip(losses.iter().map(|l| l.is_finite().then_some(*l)))
                     .collect()
             }),
+            source_tokens: source_tokens.map(|tokens| by_name(tokens.to_vec())),
         }
     }
 }

@@ -272,7 +272,7 @@ fn planned_step(
     settings: &RunSettings,
 ) -> StepLog {
     let sampler = planner.sampler();
-    let consumed_before = sampler.examples_seen() - batches.global_size();
+    let consumed_before = settings.lr_position(planner, batches);
     StepLog {
         step: planner.step(),
         epoch: sampler.epoch(),

@@ -9,6 +9,7 @@ use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::report::record::EvalLog;
+use crate::train::source_sums;
 use crate::user::data::Dataset;
 use crate::user::model::{Batch, TrainModel};
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
@@ -64,7 +65,7 @@ struct EvalSums {
     examples: f64,
     names: Vec<&'static str>,
     metrics: Vec<f64>,
-    /// Per source: loss sums, then example counts (empty with one source).
+    /// Per source: loss sums, example counts and tokens (empty with one source).
     sources: Vec<f64>,
 }
 
@@ -88,12 +89,8 @@ impl EvalSums {
         self.loss += per_example_sum(&losses, n, "the per-example loss")?;
         if let Some(spec) = sources {
             let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
-            let count = spec.names.len();
-            for (value, &index) in values.iter().zip(chunk) {
-                let source = spec.locate(index).0;
-                self.sources[source] += value;
-                self.sources[count + source] += 1.0;
-            }
+            let tokens = batch.example_tokens();
+            source_sums::add(&mut self.sources, spec, chunk, &values, tokens.as_deref());
         }
         self.weight += match reweight {
             Reweight::TokenCount => batch.num_tokens(),
@@ -142,7 +139,7 @@ where
         examples: 0.0,
         names: Vec::new(),
         metrics: Vec::new(),
-        sources: vec![0.0; 2 * sources.as_ref().map_or(0, |s| s.names.len())],
+        sources: source_sums::zeroed(sources.as_ref().map_or(0, |s| s.names.len())),
     };
     let indices: Vec<usize> = eval_share(eval.len(), comm.rank(), comm.world_size()).collect();
     for chunk in indices.chunks(input.batch_size.max(1)) {
@@ -164,10 +161,11 @@ where
         .zip(&sums[3..])
         .map(|(name, sum)| (format!("eval_{name}"), sum / total))
         .collect();
-    if let Some(spec) = &sources {
-        let (losses, counts) = source_sums.split_at(spec.names.len());
-        for ((name, loss), count) in spec.names.iter().zip(losses).zip(counts) {
-            metrics.insert(format!("eval_{name}_loss"), loss / count);
+    // Per token under `token_count`, as `eval_loss` beside it.
+    let per_token = input.reweight == Reweight::TokenCount;
+    if let (Some(spec), Some(means)) = (&sources, source_sums::means(&source_sums, per_token)) {
+        for (name, loss) in spec.names.iter().zip(means) {
+            metrics.insert(format!("eval_{name}_loss"), loss);
         }
     }
     Ok(EvalLog {

@@ -16,4 +16,5 @@ pub(crate) mod prefetch;
 pub(crate) mod progress;
 pub(crate) mod run;
 pub(crate) mod settings;
+pub(crate) mod source_sums;
 pub(crate) mod step;

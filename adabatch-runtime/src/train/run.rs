@@ -252,7 +252,7 @@ where
     {
         let step = self.planner.step();
         let predicted_memory = self.planner.sampler().last_predicted();
-        let consumed_before = self.planner.sampler().examples_seen() - batches.global_size();
+        let consumed_before = self.settings.lr_position(&self.planner, batches);
         let lr = self.settings.lr.at(consumed_before, batches.global_size());
         let log_now = self.log_due(step);
         // Only memory-aware runs need the device's peak (it synchronises the device).
@@ -285,6 +285,7 @@ where
             loss,
             grad_norm,
             ref source_loss,
+            ref source_tokens,
             ..
         } = outcome
         else {
@@ -305,8 +306,9 @@ where
         }
         let mut record = log_now.then(|| {
             let grad_norm = grad_norm.unwrap_or(f64::NAN);
-            let (trained, source_loss) = ((step, batches, grad_norm, lr), source_loss.as_deref());
-            self.step_record(trained, predicted_memory, source_loss)
+            let trained = (step, batches, grad_norm, lr);
+            let per_source = (source_loss.as_deref(), source_tokens.as_deref());
+            self.step_record(trained, predicted_memory, per_source)
         });
         self.adapt(step, batches, &outcome, memory)?;
         if let Some(entry) = record.as_mut() {
@@ -326,7 +328,7 @@ where
         &mut self,
         (step, batches, grad_norm, lr): (usize, &StepBatches, f64, f64),
         predicted_memory: Option<f64>,
-        source_loss: Option<&[f64]>,
+        per_source: (Option<&[f64]>, Option<&[f64]>),
     ) -> StepLog {
         let mut entry =
             self.progress
@@ -334,7 +336,7 @@ where
         entry.predicted_memory = predicted_memory;
         if let Some(mixed) = self.planner.sampler().sources() {
             let indices = batches.micro.iter().flat_map(|m| m.indices.iter().copied());
-            entry.sources = SourceLog::of(mixed, indices, source_loss);
+            entry.sources = SourceLog::of(mixed, indices, per_source);
         }
         entry
     }

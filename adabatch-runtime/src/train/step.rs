@@ -16,6 +16,7 @@ use crate::train::collate::{collate_indices, guarded};
 use crate::train::oom::{is_out_of_memory, FaultInjector};
 use crate::train::prefetch::{take_chunk, Prefetched};
 use crate::train::settings::RunSettings;
+use crate::train::source_sums;
 use crate::user::data::{Collate, Dataset};
 use crate::user::model::{Batch, TrainModel};
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
@@ -99,9 +100,13 @@ pub(crate) enum StepOutcome {
         loss: f64,
         grad_norm: Option<f64>,
         noise: Option<(f64, f64)>,
-        /// With several sources: each source's mean per-example loss in this step
-        /// (NaN for a source without examples in it).
+        /// With several sources: each source's mean loss in this step, per token
+        /// under `reweight = token_count` when the batches count tokens, else per
+        /// example (NaN for a source without examples in it).
         source_loss: Option<Vec<f64>>,
+        /// With several sources, when the batches count them: each source's
+        /// tokens (targets) in this step.
+        source_tokens: Option<Vec<f64>>,
         /// The previous trained step's seconds, the mean over ranks (`None` when
         /// no rank measured one: the first step, after a resume or an OOM).
         previous_step_seconds: Option<f64>,
@@ -164,7 +169,7 @@ where
         loss: 0.0,
         tokens: 0.0,
         small: vec![0.0; small_batch_slots(input.noise_scale, batches)],
-        source_sums: vec![0.0; 2 * input.sources.as_ref().map_or(0, |s| s.names.len())],
+        source_sums: source_sums::zeroed(input.sources.as_ref().map_or(0, |s| s.names.len())),
         covered: None,
         seconds: input.previous_step_seconds,
     };
@@ -261,12 +266,14 @@ where
     }
     if let Some(spec) = &input.sources {
         let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
-        let n = spec.names.len();
-        for (value, &index) in values.iter().zip(chunk) {
-            let source = spec.locate(index).0;
-            local.source_sums[source] += value;
-            local.source_sums[n + source] += 1.0;
-        }
+        let tokens = batch.example_tokens();
+        source_sums::add(
+            &mut local.source_sums,
+            spec,
+            chunk,
+            &values,
+            tokens.as_deref(),
+        );
     }
     let sum = losses.sum_all()?;
     let weighted = match input.reweight {
@@ -326,7 +333,9 @@ where
         Err(detail) => return Ok(StepOutcome::OutOfMemory { detail }),
     };
     let examples_per_token = per_token_mean(&mut summed, input.reweight, &plan)?;
-    let source_loss = source_means(&summed.source_sums);
+    let source_loss =
+        source_sums::means(&summed.source_sums, input.reweight == Reweight::TokenCount);
+    let source_tokens = source_sums::tokens(&summed.source_sums);
     let loss = summed.loss;
     // 0: nobody measured (a NaN or a negative is passed on: goodput refuses it).
     let previous_step_seconds =
@@ -338,6 +347,7 @@ where
             grad_norm: None,
             noise: None,
             source_loss,
+            source_tokens,
             previous_step_seconds,
         });
     };
@@ -377,6 +387,7 @@ where
         grad_norm,
         noise,
         source_loss,
+        source_tokens,
         previous_step_seconds,
     })
 }
@@ -442,18 +453,6 @@ fn noise_estimates(
     }
     let (g2, trace) = NoiseScaleEstimator::step_estimates(&sizes, big, sums, norm * norm).ok()?;
     Some((g2, trace * examples_per_token.unwrap_or(1.0)))
-}
-
-/// Each source's mean per-example loss in this step (NaN for a source without
-/// examples in it), from the summed losses and counts.
-fn source_means(source_sums: &[f64]) -> Option<Vec<f64>> {
-    (!source_sums.is_empty()).then(|| {
-        let (sums, counts) = source_sums.split_at(source_sums.len() / 2);
-        sums.iter()
-            .zip(counts)
-            .map(|(sum, &count)| if count > 0.0 { sum / count } else { f64::NAN })
-            .collect()
-    })
 }
 
 /// The step's summed gradients ready for the update, with their norm when it
@@ -526,7 +525,7 @@ fn gather_checked<D: ?Sized, C>(
     input: &mut StepInput<'_, D, C>,
     small_slots: usize,
 ) -> Result<std::result::Result<LocalGrads, String>> {
-    let source_slots = 2 * input.sources.as_ref().map_or(0, |s| s.names.len());
+    let source_slots = 3 * input.sources.as_ref().map_or(0, |s| s.names.len());
     let check = input.check_coverage;
     let local = local.map(|mut l| {
         l.covered = check.then(|| l.grads.iter().map(Option::is_some).collect());

@@ -3,6 +3,8 @@
 
 pub mod callback;
 pub mod data;
+#[cfg(feature = "tokenizers")]
+pub mod domains;
 pub mod loss;
 pub mod model;
 pub mod params;

@@ -69,4 +69,12 @@ pub trait Batch: Send {
     fn num_tokens(&self) -> usize {
         self.num_examples()
     }
+    /// Tokens that carry loss in each example, in order, when the batch knows
+    /// them: with several sources and `reweight = token_count`, each source's
+    /// loss is then its summed loss over its tokens (nats per token, the unit of
+    /// `eval_loss`), and mixers see each source's tokens. `None` (the default):
+    /// per example.
+    fn example_tokens(&self) -> Option<Vec<usize>> {
+        None
+    }
 }

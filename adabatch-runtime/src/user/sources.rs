@@ -2,7 +2,7 @@
 //! global batch by weights (HF `interleave_datasets` with `probabilities`, but
 //! deterministic: see [`crate::data::sources`]).
 
-use crate::data::sources::{check_weights, SourceSpec, StoppingStrategy};
+use crate::data::sources::{check_weights, MixUnit, SourceSpec, StoppingStrategy};
 use crate::error::{Error, Result};
 use crate::user::data::Dataset;
 
@@ -14,7 +14,11 @@ pub struct Sources<D> {
     parts: Vec<D>,
     offsets: Vec<usize>,
     weights: Vec<f64>,
+    /// Whether the weights were given (else they follow the sizes in the unit).
+    weights_given: bool,
     stopping: StoppingStrategy,
+    unit: MixUnit,
+    tokens: Vec<u64>,
 }
 
 impl<D: Dataset> Sources<D> {
@@ -41,12 +45,19 @@ impl<D: Dataset> Sources<D> {
             total += part.len();
         }
         let weights = parts.iter().map(|p| p.len() as f64).collect();
+        let tokens = parts
+            .iter()
+            .map(|p| (0..p.len()).map(|i| p.example_len(i) as u64).sum())
+            .collect();
         Ok(Self {
             names,
             parts,
             offsets,
             weights,
+            weights_given: false,
             stopping: StoppingStrategy::Primary,
+            unit: MixUnit::Examples,
+            tokens,
         })
     }
 
@@ -60,7 +71,27 @@ impl<D: Dataset> Sources<D> {
             .collect();
         self.weights = self.spec().reweighted(&named)?.weights;
         check_weights(0, &self.weights)?;
+        self.weights_given = true;
         Ok(self)
+    }
+
+    /// What the weights are shares of (examples by default). Under
+    /// [`MixUnit::Tokens`] the weights not given are the sources' token counts
+    /// (stratified sampling), and mixers' weights are shares of tokens.
+    pub fn with_unit(mut self, unit: MixUnit) -> Self {
+        self.unit = unit;
+        if !self.weights_given {
+            self.weights = match unit {
+                MixUnit::Examples => self.parts.iter().map(|p| p.len() as f64).collect(),
+                MixUnit::Tokens => self.tokens.iter().map(|&t| t as f64).collect(),
+            };
+        }
+        self
+    }
+
+    /// Each source's tokens: the sum of its examples' [`Dataset::example_len`].
+    pub fn tokens(&self) -> &[u64] {
+        &self.tokens
     }
 
     /// When an epoch ends (HF `interleave_datasets(stopping_strategy=..)`): a pass
@@ -97,6 +128,8 @@ impl<D: Dataset> Sources<D> {
             sizes: self.parts.iter().map(Dataset::len).collect(),
             weights: self.weights.clone(),
             stopping: self.stopping,
+            unit: self.unit,
+            tokens: self.tokens.clone(),
         }
     }
 }

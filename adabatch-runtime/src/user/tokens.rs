@@ -116,6 +116,8 @@ pub struct PackedRows {
     pub num_documents: usize,
     /// Targets other than [`IGNORE_INDEX`].
     pub num_targets: usize,
+    /// Each document's targets other than [`IGNORE_INDEX`] (its length less one).
+    pub document_targets: Vec<usize>,
 }
 
 /// One piece of a document: `len` tokens from `offset`.
@@ -178,6 +180,11 @@ impl PackedCollate {
             token_document_index: Vec::with_capacity(cells),
             num_documents: documents.len(),
             num_targets: 0,
+            // A document's last token predicts nothing, however it is cut.
+            document_targets: documents
+                .iter()
+                .map(|d| d.len().saturating_sub(1))
+                .collect(),
         };
         for row in &rows {
             self.write_row(documents, row, &mut out);
@@ -268,6 +275,7 @@ pub struct PackedBatch {
     pub token_document_index: Tensor,
     num_documents: usize,
     num_targets: usize,
+    document_targets: Vec<usize>,
 }
 
 impl PackedBatch {
@@ -283,6 +291,7 @@ impl PackedBatch {
             token_document_index: u32s(&rows.token_document_index)?,
             num_documents: rows.num_documents,
             num_targets: rows.num_targets,
+            document_targets: rows.document_targets.clone(),
         })
     }
 
@@ -343,6 +352,10 @@ impl Batch for PackedBatch {
     /// Targets other than [`IGNORE_INDEX`].
     fn num_tokens(&self) -> usize {
         self.num_targets
+    }
+    /// Each document's targets.
+    fn example_tokens(&self) -> Option<Vec<usize>> {
+        Some(self.document_targets.clone())
     }
 }
 

@@ -47,7 +47,7 @@ impl Controller for MixingControl {
     fn begin(&mut self, steer: &mut Steer<'_>) -> Result<()> {
         let no_loss = vec![f64::NAN; self.sources];
         if let Some(mixer) = self.mixer(steer.trainer) {
-            let weights = next_mix_weights(mixer, steer.planner, 0, &no_loss, None);
+            let weights = next_mix_weights(mixer, steer.planner, 0, (&no_loss, &[]), None);
             steer.planner.set_mix_weights(0, &weights)?;
         }
         Ok(())
@@ -56,14 +56,22 @@ impl Controller for MixingControl {
     fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
         let StepOutcome::Trained {
             source_loss: Some(losses),
+            source_tokens,
             ..
         } = report.outcome
         else {
             return Ok(());
         };
+        let tokens = source_tokens.as_deref().unwrap_or(&[]);
         if let Some(mixer) = self.mixer(steer.trainer) {
-            let weights =
-                next_mix_weights(mixer, steer.planner, report.step, losses, report.last_eval);
+            let step = report.step;
+            let weights = next_mix_weights(
+                mixer,
+                steer.planner,
+                step,
+                (losses, tokens),
+                report.last_eval,
+            );
             steer.planner.set_mix_weights(report.step, &weights)?;
         }
         Ok(())
@@ -91,13 +99,13 @@ impl Controller for MixingControl {
     }
 }
 
-/// A mixer's weights for the step after `step`, from its per-source losses and the
-/// sources' counts (the same on every rank).
+/// A mixer's weights for the step after `step`, from its per-source losses and
+/// tokens and the sources' counts (the same on every rank).
 fn next_mix_weights(
     mixer: &mut dyn Mixer,
     planner: &StepPlanner<ScheduleSpec>,
     step: usize,
-    losses: &[f64],
+    (losses, tokens): (&[f64], &[f64]),
     last_eval: Option<&EvalLog>,
 ) -> Vec<f64> {
     let Some(sources) = planner.sampler().sources() else {
@@ -110,6 +118,9 @@ fn next_mix_weights(
         step,
         names: &spec.names,
         loss: losses,
+        tokens,
+        source_tokens: &spec.tokens,
+        unit: spec.unit,
         seen: &seen,
         positions: &positions,
         sizes: &spec.sizes,

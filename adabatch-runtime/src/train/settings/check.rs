@@ -298,6 +298,13 @@ impl RunSettings {
         if trainer_has_mixer && self.sources.is_none() {
             return Err(Error::MixerWithoutSources);
         }
+        if self.mix_weights_given && (trainer_has_mixer || self.builtin_mixer.is_some()) {
+            return Err(Error::ConflictingSettings {
+                first: "--mix-weights",
+                second: "a mixer (#[mixer], mix = online(..) or custom(..))",
+                reason: "the mixer decides every step's weights, so these would be ignored: drop --mix-weights, or train without the mixer",
+            });
+        }
         // `mix = online(..)` / `custom(..)`: the engine's own mixer, unless the
         // trainer has one.
         if let (Some(asked), true) = (self.builtin_mixer, trainer_has_mixer) {

@@ -13,7 +13,7 @@ use crate::adapt::schedule::{validate_spec, BatchLimits, Schedule, ScheduleSpec}
 use crate::config::args::TrainingArgs;
 use crate::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
 use crate::data::length::{LengthBatching, LengthIndex, LengthOptions};
-use crate::data::planner::{RunLength, StepPlanner};
+use crate::data::planner::{RunLength, StepBatches, StepPlanner};
 use crate::data::sampler::GlobalBatchSampler;
 use crate::data::sources::SourceSpec;
 use crate::dist::device::DeviceSpec;
@@ -63,6 +63,8 @@ pub(crate) struct RunSettings {
     pub(crate) sources: Option<SourceSpec>,
     /// `mix = online(..)`: temperature, floor, smoothing of the engine's mixer.
     pub(crate) builtin_mixer: Option<BuiltinMixer>,
+    /// `--mix-weights` was given (a mixer would ignore it).
+    pub(crate) mix_weights_given: bool,
     /// Collate threads per rank (`--dataloader-num-workers`).
     pub(crate) prefetch_workers: usize,
     /// `--release-freed-memory`: leave the host allocator as it is.
@@ -232,9 +234,11 @@ impl RunSettings {
         let sources = run_sources(dataset, &policy.mix, args)?;
         check_batching(policy, batching.is_some(), sources.is_some())?;
         let warnings = start_warnings(policy, &schedule, args, initial_per_device);
-        let length = args
-            .max_steps
-            .map_or(RunLength::Epochs(args.num_train_epochs), RunLength::Steps);
+        let length = match (args.max_train_tokens, args.max_steps) {
+            (Some(tokens), _) => RunLength::Tokens(tokens),
+            (None, Some(steps)) => RunLength::Steps(steps),
+            (None, None) => RunLength::Epochs(args.num_train_epochs),
+        };
         let seed = args.seed.unwrap_or(policy.seed);
         let micro_batches = match policy.grad_accum {
             GradAccum::Fixed(n) => n,
@@ -274,10 +278,12 @@ impl RunSettings {
             warnings,
             sources,
             builtin_mixer: BuiltinMixer::of(&policy.mix),
+            mix_weights_given: !args.mix_weights.is_empty(),
             prefetch_workers: args.dataloader_num_workers,
             release_freed_memory: args.release_freed_memory,
-            token_lengths: matches!(schedule, ScheduleSpec::TokenRamp(_))
-                .then(|| (0..num_examples).map(|i| dataset.example_len(i)).collect()),
+            token_lengths: (matches!(schedule, ScheduleSpec::TokenRamp(_))
+                || matches!(length, RunLength::Tokens(_)))
+            .then(|| (0..num_examples).map(|i| dataset.example_len(i)).collect()),
             step: StepRules::of(args, policy, noise_measured)?,
             logs: LogRules {
                 every: args.logging_steps,
@@ -306,6 +312,9 @@ impl RunSettings {
                 "the gradient noise scale sizes the batches while training: the learning-rate horizon assumes the first global batch throughout".into(),
             );
         }
+        if let RunLength::Tokens(tokens) = self.length {
+            return self.set_lr_horizon_in_tokens(args, tokens);
+        }
         // Examples of the first `--warmup-steps` steps, when asked for.
         let mut warmup = None;
         let total = if self.batching.is_none() {
@@ -332,6 +341,7 @@ impl RunSettings {
             let epochs = args.num_train_epochs.max(1) * self.num_examples;
             let estimate = match self.length {
                 RunLength::Epochs(e) => e * self.num_examples,
+                RunLength::Tokens(_) => unreachable!("a run in tokens has its own horizon"),
                 RunLength::Steps(steps) => {
                     (steps * self.initial_per_device * self.units_world).min(epochs)
                 }
@@ -348,6 +358,37 @@ impl RunSettings {
             (_, warm) => warm.unwrap_or(total).min(total) as f64,
         };
         Ok(())
+    }
+
+    /// A run of `tokens` tokens: the schedule runs over tokens, `--warmup-steps`
+    /// taken as that many first global batches of the mean example length.
+    fn set_lr_horizon_in_tokens(&mut self, args: &TrainingArgs, tokens: u64) -> Result<()> {
+        let total = tokens as f64;
+        self.lr.total_examples = total;
+        self.lr.warmup_examples = if args.warmup_steps > 0 {
+            let lengths = self.token_lengths.as_deref().unwrap_or(&[]);
+            let mean = lengths.iter().sum::<usize>() as f64 / lengths.len().max(1) as f64;
+            let first = (self.initial_per_device * self.units_world) as f64;
+            (args.warmup_steps as f64 * first * mean).min(total)
+        } else {
+            args.warmup_ratio * total
+        };
+        Ok(())
+    }
+
+    /// Where the learning-rate schedule stands before the step of `batches` (just
+    /// drawn by `planner`): examples consumed, or tokens under a run in tokens.
+    pub(crate) fn lr_position(
+        &self,
+        planner: &StepPlanner<ScheduleSpec>,
+        batches: &StepBatches,
+    ) -> usize {
+        if self.lr.in_tokens {
+            let before = planner.tokens_seen() - planner.step_tokens(batches);
+            usize::try_from(before).unwrap_or(usize::MAX)
+        } else {
+            planner.sampler().examples_seen() - batches.global_size()
+        }
     }
 
     /// The learning-rate rule as a checkpoint records it: the scaling, and the
@@ -429,7 +470,7 @@ impl RunSettings {
                 let share = spec.weights[0] / spec.weights.iter().sum::<f64>();
                 (share > 0.0).then(|| (e as f64 * spec.sizes[0] as f64 / share).round() as u64)
             }
-            (RunLength::Steps(_), _) => None,
+            (RunLength::Steps(_) | RunLength::Tokens(_), _) => None,
         };
         let bar = if args.quiet || args.disable_tqdm {
             None

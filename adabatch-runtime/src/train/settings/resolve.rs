@@ -321,6 +321,7 @@ pub(super) fn lr_schedule(
         kind: args.lr_scheduler_type,
         warmup_examples: 0.0,
         total_examples: (args.num_train_epochs.max(1) * num_examples) as f64,
+        in_tokens: args.max_train_tokens.is_some(),
         scaling: policy.lr_scaling,
         reference_global_batch: args.lr_reference_batch.unwrap_or(initial_global_batch),
     }

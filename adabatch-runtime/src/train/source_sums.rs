@@ -1,0 +1,91 @@
+//! Per-source loss sums of a step or an evaluation, laid out flat so that they ride
+//! in one all-reduce: each source's loss sum, then its example count, then its
+//! tokens (the targets that carry loss, when the batches know them).
+
+use crate::data::sources::SourceSpec;
+
+/// Flat sums of `sources` sources: `3 · sources` values.
+pub(crate) fn zeroed(sources: usize) -> Vec<f64> {
+    vec![0.0; 3 * sources]
+}
+
+/// Adds a chunk's per-example `losses` of the dataset indices `chunk` (and each
+/// example's tokens, when known) to `sums`.
+pub(crate) fn add(
+    sums: &mut [f64],
+    spec: &SourceSpec,
+    chunk: &[usize],
+    losses: &[f64],
+    tokens: Option<&[usize]>,
+) {
+    let n = spec.names.len();
+    for (i, (&loss, &index)) in losses.iter().zip(chunk).enumerate() {
+        let source = spec.locate(index).0;
+        sums[source] += loss;
+        sums[n + source] += 1.0;
+        if let Some(tokens) = tokens {
+            sums[2 * n + source] += tokens.get(i).copied().unwrap_or(0) as f64;
+        }
+    }
+}
+
+/// Each source's mean loss from summed `sums`: per token when `per_token` and
+/// tokens were counted (the unit of `eval_loss` under `reweight = token_count`),
+/// else per example; NaN for a source with nothing in it. `None` without sources.
+pub(crate) fn means(sums: &[f64], per_token: bool) -> Option<Vec<f64>> {
+    if sums.is_empty() {
+        return None;
+    }
+    let n = sums.len() / 3;
+    let (losses, rest) = sums.split_at(n);
+    let (counts, tokens) = rest.split_at(n);
+    let by_tokens = per_token && tokens.iter().sum::<f64>() > 0.0;
+    let denominators = if by_tokens { tokens } else { counts };
+    Some(
+        losses
+            .iter()
+            .zip(denominators)
+            .map(|(sum, &d)| if d > 0.0 { sum / d } else { f64::NAN })
+            .collect(),
+    )
+}
+
+/// Each source's tokens in summed `sums` (`None` without sources or when no
+/// batch counted them).
+pub(crate) fn tokens(sums: &[f64]) -> Option<Vec<f64>> {
+    let n = sums.len() / 3;
+    let tokens = &sums[2 * n..];
+    (n > 0 && tokens.iter().sum::<f64>() > 0.0).then(|| tokens.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::policy::StoppingStrategy;
+
+    #[test]
+    fn per_token_means_divide_by_each_sources_tokens() {
+        let spec = SourceSpec {
+            names: vec!["a".into(), "b".into()],
+            sizes: vec![2, 2],
+            weights: vec![1.0, 1.0],
+            stopping: StoppingStrategy::Primary,
+            unit: crate::data::sources::MixUnit::Examples,
+            tokens: vec![2, 2],
+        };
+        let mut sums = zeroed(2);
+        // Examples 0 (a) and 3 (b): 10 nats over 5 tokens, 3 nats over 1 token.
+        add(&mut sums, &spec, &[0, 3], &[10.0, 3.0], Some(&[5, 1]));
+        add(&mut sums, &spec, &[1], &[2.0], Some(&[5]));
+        assert_eq!(means(&sums, true).unwrap(), vec![1.2, 3.0]);
+        assert_eq!(means(&sums, false).unwrap(), vec![6.0, 3.0]);
+        assert_eq!(tokens(&sums).unwrap(), vec![10.0, 1.0]);
+        let mut untold = zeroed(2);
+        add(&mut untold, &spec, &[0], &[4.0], None);
+        let m = means(&untold, true).unwrap();
+        assert_eq!(m[0], 4.0, "per example when no batch counted tokens");
+        assert!(m[1].is_nan());
+        assert!(tokens(&untold).is_none());
+        assert!(means(&[], true).is_none());
+    }
+}

@@ -1,0 +1,279 @@
+//! Several text domains under one tokenizer, as sources of token documents.
+//!
+//! [`prepare_domains`] reads named corpora, holds out each domain's validation
+//! documents, trains one tokenizer on the training documents of all domains (never
+//! on held-out ones), and writes a prepared directory per domain:
+//!
+//! ```text
+//! DIR/domains.json         the domains, in order, and what they were prepared from
+//! DIR/tokenizer.json       the shared tokenizer
+//! DIR/<name>/              a prepared corpus (see `tokenize`): train.bin,
+//!                          validation.bin, tokenizer.json, tokens.json
+//! ```
+//!
+//! [`Domains::open`] opens prepared domain directories (these, or directories
+//! prepared apart with one `tokenizer.json`) as [`Sources`] of documents whose
+//! weights are shares of tokens ([`MixUnit::Tokens`]); directories of different
+//! tokenizers, a domain without validation documents, or an unknown layout are
+//! typed errors before anything trains.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::data::sources::MixUnit;
+use crate::data::tokenize::{
+    build_tokenizer, read_documents, split_held_out, write_prepared, CorpusInfo, CorpusSource,
+    PrepareOptions,
+};
+use crate::data::tokens::{TokenDocuments, TokenFile};
+use crate::error::{Error, Result};
+use crate::user::sources::Sources;
+
+/// What [`prepare_domains`] wrote: `domains.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DomainsInfo {
+    /// The domains' names, in order (each a folder of the directory).
+    pub names: Vec<String>,
+    /// What each was prepared from (its corpus files and sizes, the tokenizer, the
+    /// held-out share), in the same order.
+    pub sources: Vec<CorpusSource>,
+}
+
+impl DomainsInfo {
+    /// The `domains.json` of a prepared directory.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let path = dir.join("domains.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+        serde_json::from_str(&text).map_err(|e| Error::Tokenizer {
+            path,
+            detail: e.to_string(),
+        })
+    }
+
+    /// Whether the directory holds `domains` prepared with `options` (the same
+    /// names and files, of the same sizes, and settings).
+    pub fn prepared_from(&self, domains: &[(String, PathBuf)], options: &PrepareOptions) -> bool {
+        let names: Vec<&String> = domains.iter().map(|(n, _)| n).collect();
+        names == self.names.iter().collect::<Vec<_>>()
+            && domains
+                .iter()
+                .zip(&self.sources)
+                .all(|((_, path), source)| {
+                    CorpusSource::of(std::slice::from_ref(path), options)
+                        .is_ok_and(|s| &s == source)
+                })
+    }
+}
+
+/// A domain's name: letters, digits, `_` and `-` (it names a folder and log keys).
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::TokenSetting(format!(
+            "domain name {name:?}: use letters, digits, `_` and `-` (it names a folder and the logs' keys)"
+        )))
+    }
+}
+
+/// Checks names: well formed and unique.
+fn check_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<()> {
+    let mut seen: Vec<&str> = Vec::new();
+    for name in names {
+        check_name(name)?;
+        if seen.contains(&name) {
+            return Err(Error::DuplicateSource { name: name.into() });
+        }
+        seen.push(name);
+    }
+    if seen.is_empty() {
+        return Err(Error::NoSources);
+    }
+    Ok(())
+}
+
+/// Tokenizes named corpora (`(name, file)`) into `dir` (the module's layout): one
+/// tokenizer trained on the training documents of every domain, each domain's
+/// held-out share spread evenly through it. A domain whose corpus is empty, or
+/// that would have no validation document (with a held-out share above 0), is a
+/// typed error before anything is written.
+pub fn prepare_domains(
+    domains: &[(String, PathBuf)],
+    dir: &Path,
+    options: &PrepareOptions,
+) -> Result<(DomainsInfo, Vec<CorpusInfo>)> {
+    check_names(domains.iter().map(|(n, _)| n.as_str()))?;
+    let texts: Vec<Vec<String>> = domains
+        .iter()
+        .map(|(_, path)| read_documents(path))
+        .collect::<Result<_>>()?;
+    let splits: Vec<(Vec<&str>, Vec<&str>)> = texts
+        .iter()
+        .map(|docs| split_held_out(docs, options.validation_fraction))
+        .collect();
+    for ((name, _), (_, validation)) in domains.iter().zip(&splits) {
+        if options.validation_fraction > 0.0 && validation.is_empty() {
+            return Err(Error::NoValidationDocuments {
+                domain: name.clone(),
+            });
+        }
+    }
+    let all_train: Vec<&str> = splits.iter().flat_map(|(t, _)| t.iter().copied()).collect();
+    let tokenizer = build_tokenizer(options, &all_train)?;
+    let mut infos = Vec::with_capacity(domains.len());
+    let mut sources = Vec::with_capacity(domains.len());
+    for ((name, path), (train, validation)) in domains.iter().zip(&splits) {
+        let source = CorpusSource::of(std::slice::from_ref(path), options)?;
+        let info = write_prepared(
+            &dir.join(name),
+            &tokenizer,
+            (train, validation),
+            source.clone(),
+            options,
+        )?;
+        infos.push(info);
+        sources.push(source);
+    }
+    let text = tokenizer.to_string(false).map_err(|e| Error::Tokenizer {
+        path: dir.join("tokenizer.json"),
+        detail: e.to_string(),
+    })?;
+    write_file(&dir.join("tokenizer.json"), text.as_bytes())?;
+    let info = DomainsInfo {
+        names: domains.iter().map(|(n, _)| n.clone()).collect(),
+        sources,
+    };
+    let json = serde_json::to_string_pretty(&info).expect("plain data serialises");
+    write_file(&dir.join("domains.json"), json.as_bytes())?;
+    Ok((info, infos))
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })
+}
+
+/// Domains opened for training: each domain's training and validation documents
+/// as sources (weights in tokens), with the shared tokenizer's figures.
+#[derive(Debug)]
+pub struct Domains {
+    /// The first domain's `tokens.json` (every domain shares its vocabulary,
+    /// EOS id and width).
+    pub info: CorpusInfo,
+    /// Each domain's `tokens.json`, in order.
+    pub infos: Vec<CorpusInfo>,
+    /// Training documents, one source per domain, weights in tokens (the
+    /// domains' token counts until set otherwise: stratified).
+    pub train: Sources<TokenDocuments>,
+    /// Validation documents, one source per domain (`eval_<domain>_loss`).
+    pub validation: Sources<TokenDocuments>,
+}
+
+impl Domains {
+    /// Opens prepared domain directories (`(name, dir)`, each holding
+    /// `tokens.json`, `train.bin` and `validation.bin`). All must share one
+    /// tokenizer (vocabulary, EOS id, width and `tokenizer.json`'s checksum), and
+    /// each needs validation documents.
+    pub fn open(domains: &[(String, PathBuf)]) -> Result<Self> {
+        check_names(domains.iter().map(|(n, _)| n.as_str()))?;
+        let infos: Vec<CorpusInfo> = domains
+            .iter()
+            .map(|(_, dir)| CorpusInfo::read(dir))
+            .collect::<Result<_>>()?;
+        let first = &infos[0];
+        for ((name, _), info) in domains.iter().zip(&infos).skip(1) {
+            if let Some(detail) = tokenizer_difference(first, info) {
+                return Err(Error::MixedTokenizers {
+                    first: domains[0].0.clone(),
+                    other: name.clone(),
+                    detail,
+                });
+            }
+        }
+        let mut train = Vec::with_capacity(domains.len());
+        let mut validation = Vec::with_capacity(domains.len());
+        for ((name, dir), info) in domains.iter().zip(&infos) {
+            if info.validation_documents == 0 {
+                return Err(Error::NoValidationDocuments {
+                    domain: name.clone(),
+                });
+            }
+            let open = |file: &str| -> Result<TokenDocuments> {
+                let file = TokenFile::open(dir.join(file), info.width()?, info.vocab_size)?;
+                TokenDocuments::new(file, info.eos_id)
+            };
+            train.push((name.clone(), open("train.bin")?));
+            validation.push((name.clone(), open("validation.bin")?));
+        }
+        Ok(Self {
+            info: first.clone(),
+            train: Sources::new(train)?.with_unit(MixUnit::Tokens),
+            validation: Sources::new(validation)?.with_unit(MixUnit::Tokens),
+            infos,
+        })
+    }
+
+    /// The domains [`prepare_domains`] wrote into `dir`, in order.
+    pub fn open_prepared(dir: &Path) -> Result<Self> {
+        let info = DomainsInfo::read(dir)?;
+        let dirs: Vec<(String, PathBuf)> = info
+            .names
+            .iter()
+            .map(|n| (n.clone(), dir.join(n)))
+            .collect();
+        Self::open(&dirs)
+    }
+}
+
+/// How two prepared directories' tokenizers differ, if they do.
+fn tokenizer_difference(a: &CorpusInfo, b: &CorpusInfo) -> Option<String> {
+    if a.vocab_size != b.vocab_size {
+        return Some(format!(
+            "vocabularies of {} and {} ids",
+            a.vocab_size, b.vocab_size
+        ));
+    }
+    if a.eos_id != b.eos_id {
+        return Some(format!("EOS ids {} and {}", a.eos_id, b.eos_id));
+    }
+    if a.width_bytes != b.width_bytes {
+        return Some(format!("{}- and {}-byte ids", a.width_bytes, b.width_bytes));
+    }
+    match (a.tokenizer_crc32c, b.tokenizer_crc32c) {
+        (Some(x), Some(y)) if x != y => Some(format!(
+            "tokenizer.json files with checksums {x:08x} and {y:08x}"
+        )),
+        (Some(_), None) | (None, Some(_)) => Some(
+            "one directory records its tokenizer's checksum and the other does not (prepared by an older version: prepare both again)".into(),
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_names(["en", "py_3", "kjv-1611"]).is_ok());
+        for bad in [vec!["a b"], vec![""], vec!["a/b"]] {
+            assert!(matches!(check_names(bad), Err(Error::TokenSetting(_))));
+        }
+        assert!(matches!(
+            check_names(["a", "a"]),
+            Err(Error::DuplicateSource { .. })
+        ));
+        assert!(matches!(check_names([]), Err(Error::NoSources)));
+    }
+}

@@ -1,0 +1,128 @@
+"""Tables of the mixing runs (run.sh): per-domain validation loss (nats per
+token) for every mixer at one token budget, mean ± standard deviation over the
+seeds, the goal's verdict; then the continual-pretraining table.
+
+    python3 benches/compare/lm_mixing/mixing.py target/lm-mixing
+"""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+out = Path(sys.argv[1] if len(sys.argv) > 1 else "target/lm-mixing")
+MIXERS = ["stratified", "uniform", "online", "odm"]
+
+
+def load(name):
+    path = out / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def pm(values, digits=3):
+    if not values:
+        return "–"
+    mean = statistics.fmean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{mean:.{digits}f} ± {sd:.{digits}f}"
+
+
+def token_shares(name):
+    """Each domain's share of the tokens trained, from the step log."""
+    totals = {}
+    path = out / f"{name}.jsonl"
+    if not path.exists():
+        return {}
+    for line in path.open():
+        row = json.loads(line)
+        for k, v in (row.get("source_tokens") or {}).items():
+            totals[k] = totals.get(k, 0.0) + v
+    whole = sum(totals.values()) or 1.0
+    return {k: v / whole for k, v in totals.items()}
+
+
+def mixer_table():
+    runs = {m: [r for r in (load(f"{m}-{s}") for s in range(1, 10)) if r] for m in MIXERS}
+    runs = {m: r for m, r in runs.items() if r}
+    if not runs:
+        return
+    domains = list(next(iter(runs.values()))[0]["final"].keys())
+    seeds = min(len(r) for r in runs.values())
+    print(f"{seeds} seed(s) per mixer; validation loss in nats per token\n")
+    head = "| mixer | " + " | ".join(domains) + " | mean | worst | steps | tokens trained (" + " / ".join(domains) + ") |"
+    print(head)
+    print("|---" * (len(domains) + 5) + "|")
+    for m, rs in runs.items():
+        cells = [pm([r["final"][d] for r in rs]) for d in domains]
+        shares = [token_shares(f"{m}-{s}") for s in range(1, len(rs) + 1)]
+        share = " / ".join(
+            f"{100 * statistics.fmean(s.get(d, 0) for s in shares):.0f} %" for d in domains
+        )
+        print(
+            f"| {m} | " + " | ".join(cells)
+            + f" | {pm([r['mean'] for r in rs])} | {pm([r['worst'] for r in rs])}"
+            + f" | {statistics.fmean(r['steps'] for r in rs):.0f} | {share} |"
+        )
+    base = runs.get("stratified")
+    if not base:
+        return
+    b_worst = statistics.fmean(r["worst"] for r in base)
+    b_mean = statistics.fmean(r["mean"] for r in base)
+    print(
+        f"\nThe goal (Aioli's bar): an online mixer below stratified's worst domain "
+        f"({b_worst:.4f}) and no worse on the mean ({b_mean:.4f}).\n"
+    )
+    print("| mixer | worst − stratified's | mean − stratified's | wins on worst (seeds) | meets the goal |")
+    print("|---|---:|---:|---:|---|")
+    for m in ("online", "odm", "uniform"):
+        rs = runs.get(m)
+        if not rs:
+            continue
+        worst = statistics.fmean(r["worst"] for r in rs)
+        mean = statistics.fmean(r["mean"] for r in rs)
+        wins = sum(1 for r, b in zip(rs, base) if r["worst"] < b["worst"])
+        ok = worst < b_worst and mean <= b_mean + 1e-9
+        print(
+            f"| {m} | {worst - b_worst:+.4f} | {mean - b_mean:+.4f} | {wins} of {min(len(rs), len(base))} | {'yes' if ok else 'no'} |"
+        )
+
+
+def continual_table():
+    phase1 = sorted(out.glob("phase1-*.json"))
+    if not phase1:
+        return
+    seed = phase1[0].stem.split("-")[1]
+    before = json.loads(phase1[0].read_text())["final"]
+    old = list(before.keys())
+    runs = [(f"replay {p} %", load(f"replay{p}-{seed}")) for p in (0, 5, 10)]
+    runs.append(("online mixer", load(f"replay-online-{seed}")))
+    runs = [(n, r) for n, r in runs if r]
+    if not runs:
+        return
+    alone = runs[0][1]["final"]["python"] if runs[0][0] == "replay 0 %" else None
+    print(
+        f"\nContinual pretraining (seed {seed}): phase 1 on {' + '.join(old)}, then python "
+        "with a replay of the old domains. Old domains before phase 2: "
+        + ", ".join(f"{d} {before[d]:.4f}" for d in old)
+        + ".\n"
+    )
+    print(
+        "| phase 2 | replay share of tokens | "
+        + " | ".join(f"{d} (change)" for d in old)
+        + " | python | python vs replay 0 % |"
+    )
+    print("|---" * (len(old) + 4) + "|")
+    for name, r in runs:
+        shares = token_shares(
+            f"replay-online-{seed}" if name == "online mixer" else f"replay{name.split()[1]}-{seed}"
+        )
+        replay = sum(v for k, v in shares.items() if k != "python")
+        cells = [f"{r['final'][d]:.4f} ({100 * (r['final'][d] / before[d] - 1):+.1f} %)" for d in old]
+        vs = f"{100 * (r['final']['python'] / alone - 1):+.1f} %" if alone else "–"
+        print(
+            f"| {name} | {100 * replay:.1f} % | " + " | ".join(cells)
+            + f" | {r['final']['python']:.4f} | {vs} |"
+        )
+
+
+mixer_table()
+continual_table()

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Mixing three text domains for a small decoder (BENCHMARKS.md, "Mixing domains
+# for a language model"): examples/mixture.rs over the English sentences, the
+# King James verses and the Python functions of data/, one byte-level BPE of
+# 4,096 ids over their training documents, 2 % of each held out, 2 CPU ranks,
+# a global batch of 32 documents, AdamW at 3e-3 (2 % warm-up, cosine over the
+# tokens), every run TOKENS training tokens (default 400,000).
+#
+# 1. Mixers, for each seed: stratified (shares of tokens = shares of the
+#    training tokens), uniform (a third each), online (adabatch::OnlineMixer),
+#    odm (adabatch::Exp3Mixer, Online Data Mixing).
+# 2. Continual pretraining (seed 1 by default): phase 1 on en + kjv (P1 tokens,
+#    default 300,000), then phase 2 from its weights on python with a replay of
+#    en + kjv at 0, 5 and 10 % of the tokens (halves each), and with the online
+#    mixer steering all three (P2 tokens, default 200,000).
+#
+# Writes OUT/<run>.json (the example's --summary-json) and OUT/<run>.jsonl,
+# then the tables (mixing.py).
+#
+#   bash benches/compare/lm_mixing/run.sh [SEEDS...]        # default: 1 2 3
+#   MIXERS="odm" CONTINUAL=0 bash benches/compare/lm_mixing/run.sh 1
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+out=${OUT:-target/lm-mixing}
+seeds=("$@")
+[[ ${#seeds[@]} -gt 0 ]] || seeds=(1 2 3)
+mixers=(${MIXERS:-stratified uniform online odm})
+tokens=${TOKENS:-400000}
+bin=${BIN:-target/release/examples/mixture}
+mkdir -p "$out"
+[[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
+tok="$out/tokens"
+if [[ ! -s "$tok/domains.json" ]]; then
+    target/release/adabatch tokenize --output "$tok" --validation-fraction 0.02 \
+        --domain en=data/en_sentences_15k.txt.gz --domain kjv=data/kjv_verses.txt.gz \
+        --domain python=data/python_functions.jsonl.gz
+fi
+common=(--nproc-per-node 2 --quiet --report-to none --logging-steps 1
+    --per-device-eval-batch-size 64)
+
+train() { # NAME FLAGS...
+    local name=$1
+    shift
+    [[ -s "$out/$name.json" ]] && return 0
+    "$bin" "${common[@]}" --log-jsonl "$out/$name.jsonl" --plot "$out/$name.svg" \
+        --output-dir "$out/run-$name" --summary-json "$out/$name.json" "$@" \
+        > "$out/$name.log" 2>&1
+    echo "done $name: $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['steps'], 'steps, mean', round(r['mean'], 4), 'worst', round(r['worst'], 4))" "$out/$name.json")"
+}
+
+three=(--domain en="$tok/en" --domain kjv="$tok/kjv" --domain python="$tok/python")
+for seed in "${seeds[@]}"; do
+    for mixer in "${mixers[@]}"; do
+        train "$mixer-$seed" "${three[@]}" --mixer "$mixer" --seed "$seed" \
+            --max-train-tokens "$tokens" --eval-steps 50 --save-steps 0
+    done
+done
+
+if [[ "${CONTINUAL:-1}" != 0 ]]; then
+    seed=${CONTINUAL_SEED:-1}
+    p1=${P1:-300000}
+    p2=${P2:-200000}
+    train "phase1-$seed" --domain en="$tok/en" --domain kjv="$tok/kjv" --seed "$seed" \
+        --max-train-tokens "$p1" --eval-steps 50 --save-steps 1000000
+    new_first=(--domain python="$tok/python" --domain en="$tok/en" --domain kjv="$tok/kjv")
+    for replay in 0 5 10; do
+        w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
+        train "replay$replay-$seed" "${new_first[@]}" --init-from "$out/run-phase1-$seed" \
+            --mix-weights "$w" --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 \
+            --eval-on-start --save-steps 0
+    done
+    train "replay-online-$seed" "${new_first[@]}" --init-from "$out/run-phase1-$seed" \
+        --mixer online --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 \
+        --eval-on-start --save-steps 0
+fi
+python3 benches/compare/lm_mixing/mixing.py "$out"

@@ -1,0 +1,330 @@
+//! Pretrain a small Llama decoder on several text domains mixed in every global
+//! batch, the mixture decided by a mixer: English sentences, King James verses and
+//! Python functions (`data/`) by default, one byte-level BPE trained on the
+//! training documents of all of them, each domain's validation loss (nats per
+//! token) measured apart.
+//!
+//! ```text
+//! cargo run --release --example mixture -- --mixer odm --nproc-per-node 2
+//! cargo run --release --example mixture -- --domain en=data/en_sentences_15k.txt.gz \
+//!     --domain code=my_functions.jsonl --mixer stratified --max-train-tokens 1000000
+//! ```
+//!
+//! `--domain NAME=PATH` (repeat it): a corpus (a document per line, or JSON lines
+//! with "text", gzipped or not), tokenized into `--tokens-dir` on first run; or a
+//! folder `adabatch tokenize --domain ...` prepared (folders of different
+//! tokenizers are refused). `--mixer`:
+//!
+//! - `stratified`: each domain's share of the tokens is its share of the training
+//!   tokens (sampling in proportion to size: the baseline to beat);
+//!   `--mix-weights en=0.5,code=0.5` replaces it with fixed shares;
+//! - `uniform`: an equal share of the tokens each;
+//! - `online`: `adabatch::OnlineMixer::default()`, a softmax of each domain's
+//!   smoothed training loss per token, with a 5 % floor;
+//! - `odm`: Online Data Mixing (Albalak et al. 2023), `adabatch::Exp3Mixer`: an
+//!   Exp3 bandit rewarded by each domain's training loss, α = 0.9.
+//!
+//! Shares are of tokens (`--mix-unit documents`: of documents). The run lasts
+//! `--max-train-tokens` (default 600,000; the learning rate's warm-up and cosine run
+//! over them), at a fixed global batch of 32 documents (`--global-batch-size`),
+//! AdamW at 3e-3 (betas 0.9, 0.95). Every logged step carries `mix_weights`,
+//! `source_loss` (per token) and `source_tokens`; every evaluation
+//! `eval_<domain>_loss`. `--summary-json` writes the per-domain losses, and
+//! `--init-from DIR` continues from a saved model (continual pretraining: train on
+//! some domains, then on a new one with a replay share of the old, e.g.
+//! `--mix-weights new=0.9,en=0.05,kjv=0.05`).
+
+use std::path::{Path, PathBuf};
+
+use adabatch::prelude::*;
+use adabatch::{Domains, Exp3Mixer, MixUnit, Mixer, OnlineMixer, PackedCollate};
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
+
+// The language-model example's parts; this one uses the model and optimizer.
+#[allow(dead_code)]
+#[path = "support/decoder.rs"]
+mod decoder;
+
+use decoder::{Decoder, ModelArgs};
+
+#[derive(Parser)]
+#[command(about = "Pretrain a small Llama decoder on several domains, mixed by a mixer")]
+struct Cli {
+    #[command(flatten)]
+    train: TrainingArgs,
+    #[command(flatten)]
+    model: ModelArgs,
+    /// A domain, `NAME=PATH`: a corpus file, or a folder `adabatch tokenize
+    /// --domain` prepared. Repeat it; the default is the three domains of `data/`.
+    #[arg(long, value_parser = parse_domain)]
+    domain: Vec<(String, PathBuf)>,
+    /// How the domains are mixed.
+    #[arg(long, value_enum, default_value_t = MixerChoice::Stratified)]
+    mixer: MixerChoice,
+    /// What the shares are of.
+    #[arg(long, value_enum, default_value_t = Unit::Tokens)]
+    mix_unit: Unit,
+    /// Where corpus files are tokenized (reused when prepared from the same files).
+    #[arg(long, default_value = "adabatch_output/mixture-tokens")]
+    tokens_dir: PathBuf,
+    /// BPE vocabulary size, the end-of-document token included.
+    #[arg(long, default_value_t = 4096)]
+    vocab_size: usize,
+    /// Share of each domain's documents held out for validation (spread evenly).
+    #[arg(long, default_value_t = 0.02)]
+    validation_fraction: f64,
+    /// Write the run's figures (per-domain losses, steps, tokens) here as JSON.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum MixerChoice {
+    /// Shares in proportion to each domain's size (or `--mix-weights`).
+    Stratified,
+    /// Equal shares.
+    Uniform,
+    /// A softmax of the smoothed per-token training losses, 5 % floor.
+    Online,
+    /// Online Data Mixing: Exp3 rewarded by the training loss.
+    Odm,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Unit {
+    /// Shares of the tokens.
+    Tokens,
+    /// Shares of the documents.
+    Documents,
+}
+
+/// `NAME=PATH`.
+fn parse_domain(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => {
+            Ok((name.to_string(), PathBuf::from(path)))
+        }
+        _ => Err(format!("{text:?}: give a domain as NAME=PATH")),
+    }
+}
+
+/// A fixed global batch (`--global-batch-size`, 32 by default) and the dataset's
+/// weights: stratified, uniform or `--mix-weights`.
+#[adaptive_trainer(
+    schedule = ramp(start = 8, increment = 8, tokens = 200_000, global = 64),
+    lr_scaling = sqrt,
+    reweight = token_count,
+    drop_last = false,
+    seed = 1234
+)]
+struct FixedMixTrainer {
+    #[model]
+    model: Decoder,
+    #[optimizer]
+    opt: adabatch::optim::AdamW,
+}
+
+/// The same, the weights of every step decided by a mixer.
+#[adaptive_trainer(
+    schedule = ramp(start = 8, increment = 8, tokens = 200_000, global = 64),
+    lr_scaling = sqrt,
+    reweight = token_count,
+    drop_last = false,
+    seed = 1234
+)]
+struct MixerTrainer {
+    #[model]
+    model: Decoder,
+    #[optimizer]
+    opt: adabatch::optim::AdamW,
+    #[mixer]
+    mixer: Box<dyn Mixer>,
+}
+
+fn parse_cli() -> (Cli, clap::ArgMatches) {
+    let command = Cli::command()
+        .mut_arg("learning_rate", |a| a.default_value("3e-3"))
+        .mut_arg("lr_reference_batch", |a| a.default_value("32"))
+        .mut_arg("global_batch_size", |a| a.default_value("32"))
+        .mut_arg("max_train_tokens", |a| a.default_value("600000"))
+        .mut_arg("warmup_ratio", |a| a.default_value("0.02"))
+        .mut_arg("lr_scheduler_type", |a| a.default_value("cosine"))
+        .mut_arg("logging_steps", |a| a.default_value("10"))
+        .mut_arg("eval_steps", |a| a.default_value("100"))
+        .mut_arg("per_device_eval_batch_size", |a| a.default_value("64"))
+        .mut_arg("save_steps", |a| a.default_value("500"))
+        .mut_arg("save_total_limit", |a| a.default_value("2"))
+        .mut_arg("output_dir", |a| a.default_value("adabatch_output/mixture"));
+    let matches = command.get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    (cli, matches)
+}
+
+fn main() -> std::process::ExitCode {
+    adabatch::exit_code(run())
+}
+
+fn run() -> adabatch::Result<()> {
+    let (mut cli, matches) = parse_cli();
+    if cli.domain.is_empty() {
+        cli.domain = vec![
+            ("en".into(), "data/en_sentences_15k.txt.gz".into()),
+            ("kjv".into(), "data/kjv_verses.txt.gz".into()),
+            ("python".into(), "data/python_functions.jsonl.gz".into()),
+        ];
+    }
+    let mut args = cli.train.clone();
+    let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    if !given("per_device_train_batch_size") {
+        // The global batch decides; a per-device size nobody set is not warned about.
+        let global = args.global_batch_size.unwrap_or(32);
+        args.per_device_train_batch_size = global.div_ceil(args.nproc_per_node.max(1));
+    }
+    let out = args.output_dir.clone();
+    args.log_jsonl.get_or_insert_with(|| out.join("log.jsonl"));
+    args.plot.get_or_insert_with(|| out.join("loss.svg"));
+    let domains = open_domains(&cli)?;
+    let names = domains.train.names().to_vec();
+    let unit = match cli.mix_unit {
+        Unit::Tokens => MixUnit::Tokens,
+        Unit::Documents => MixUnit::Examples,
+    };
+    let mut train = domains.train.with_unit(unit);
+    if cli.mixer == MixerChoice::Uniform {
+        if !args.mix_weights.is_empty() {
+            return Err(adabatch::Error::ConflictingSettings {
+                first: "--mix-weights",
+                second: "--mixer uniform",
+                reason: "uniform gives every domain an equal share: drop one of them (stratified with --mix-weights trains at fixed shares)",
+            });
+        }
+        let equal: Vec<(String, f64)> = names.iter().map(|n| (n.clone(), 1.0)).collect();
+        train = train.with_weights(&equal)?;
+    }
+    let validation = domains.validation;
+    let info = domains.info;
+    let config = decoder::llama_config(&cli.model, &info);
+    config
+        .validate()
+        .map_err(|e| adabatch::Error::Message(format!("the model's shape: {e}")))?;
+    let collate = PackedCollate::new(cli.model.seq_len, info.eos_id);
+    let lr = args.learning_rate;
+    let mixer_choice = cli.mixer;
+    let summary = match mixer_choice {
+        MixerChoice::Stratified | MixerChoice::Uniform => {
+            let factory = |ctx: &RankContext| -> adabatch::Result<FixedMixTrainer> {
+                let model = Decoder::new(&config, ctx)?;
+                let opt = decoder::optimizer(&model, lr)?;
+                Ok(FixedMixTrainer::new(model, opt))
+            };
+            adabatch::launch_with_eval(&train, &validation, &collate, &args, factory)?.summary
+        }
+        MixerChoice::Online | MixerChoice::Odm => {
+            let factory = |ctx: &RankContext| -> adabatch::Result<MixerTrainer> {
+                let model = Decoder::new(&config, ctx)?;
+                let opt = decoder::optimizer(&model, lr)?;
+                let mixer: Box<dyn Mixer> = match mixer_choice {
+                    MixerChoice::Odm => Box::new(Exp3Mixer::default()),
+                    _ => Box::new(OnlineMixer::default()),
+                };
+                Ok(MixerTrainer::new(model, opt, mixer))
+            };
+            adabatch::launch_with_eval(&train, &validation, &collate, &args, factory)?.summary
+        }
+    };
+    report(&cli, &names, &summary)
+}
+
+/// The domains: opened where every path is a prepared folder, else tokenized into
+/// `--tokens-dir` first (reused when prepared from the same files and settings).
+fn open_domains(cli: &Cli) -> adabatch::Result<Domains> {
+    let domains: Vec<(String, PathBuf)> = cli
+        .domain
+        .iter()
+        .map(|(n, p)| (n.clone(), decoder::in_repository(p.clone())))
+        .collect();
+    let prepared = |p: &Path| p.join("tokens.json").is_file();
+    if domains.iter().all(|(_, p)| prepared(p)) {
+        return Domains::open(&domains);
+    }
+    if let Some((name, path)) = domains.iter().find(|(_, p)| p.is_dir() && !prepared(p)) {
+        return Err(adabatch::Error::TokenSetting(format!(
+            "domain `{name}`: {} is a folder without tokens.json (prepare it with adabatch tokenize --domain)",
+            path.display()
+        )));
+    }
+    use adabatch::tokenize::{PrepareOptions, TokenizerSource};
+    let options = PrepareOptions {
+        tokenizer: TokenizerSource::TrainBpe {
+            vocab_size: cli.vocab_size,
+        },
+        validation_fraction: cli.validation_fraction,
+        ..PrepareOptions::default()
+    };
+    let current = adabatch::DomainsInfo::read(&cli.tokens_dir)
+        .is_ok_and(|info| info.prepared_from(&domains, &options));
+    if !current {
+        let (_, infos) = adabatch::prepare_domains(&domains, &cli.tokens_dir, &options)?;
+        for ((name, _), info) in domains.iter().zip(&infos) {
+            println!(
+                "tokenized `{name}`: {} training documents ({} tokens), {} validation documents ({} tokens)",
+                info.train_documents, info.train_tokens, info.validation_documents, info.validation_tokens
+            );
+        }
+    }
+    Domains::open_prepared(&cli.tokens_dir)
+}
+
+/// Each domain's validation loss and perplexity, their mean and worst, and
+/// `--summary-json`.
+fn report(cli: &Cli, names: &[String], summary: &adabatch::TrainSummary) -> adabatch::Result<()> {
+    println!("{summary}");
+    let Some(last) = summary.final_eval() else {
+        return Ok(());
+    };
+    let losses: Vec<f64> = names
+        .iter()
+        .map(|n| last.get(&format!("eval_{n}_loss")).unwrap_or(f64::NAN))
+        .collect();
+    for (name, loss) in names.iter().zip(&losses) {
+        println!(
+            "{name:>12}: validation loss {loss:.4} nats per token, perplexity {:.1}",
+            loss.exp()
+        );
+    }
+    let mean = losses.iter().sum::<f64>() / losses.len() as f64;
+    let worst = losses.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    println!(
+        "mean over the domains {mean:.4}, worst {worst:.4}; all validation tokens {:.4}",
+        last.eval_loss
+    );
+    if let Some(path) = &cli.summary_json {
+        let evaluations: Vec<_> = summary
+            .evaluations
+            .iter()
+            .map(|e| {
+                let per_domain: serde_json::Map<String, serde_json::Value> = names
+                    .iter()
+                    .map(|n| (n.clone(), e.get(&format!("eval_{n}_loss")).into()))
+                    .collect();
+                serde_json::json!({"step": e.step, "eval_loss": e.eval_loss, "domains": per_domain})
+            })
+            .collect();
+        let value = serde_json::json!({
+            "mixer": format!("{:?}", cli.mixer).to_lowercase(),
+            "steps": summary.global_step,
+            "train_runtime": summary.train_runtime,
+            "final": names.iter().cloned().zip(losses.iter().copied()).collect::<std::collections::BTreeMap<_, _>>(),
+            "mean": mean,
+            "worst": worst,
+            "eval_loss": last.eval_loss,
+            "evaluations": evaluations,
+        });
+        let text = serde_json::to_string_pretty(&value).expect("plain JSON") + "\n";
+        std::fs::write(path, text).map_err(|e| adabatch::Error::Io {
+            path: path.clone(),
+            source: e,
+        })?;
+    }
+    Ok(())
+}
