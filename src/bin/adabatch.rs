@@ -86,6 +86,27 @@ fn parse_domain(text: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
+/// `adabatch tokenize --domain NAME=FILE ...`: one tokenizer, a folder per domain.
+#[cfg(feature = "tokenizers")]
+fn tokenize_domains(
+    domains: &[(String, PathBuf)],
+    output: &std::path::Path,
+    options: &adabatch::tokenize::PrepareOptions,
+) -> adabatch::Result<()> {
+    let (_, infos) = adabatch::prepare_domains(domains, output, options)?;
+    for ((name, _), info) in domains.iter().zip(&infos) {
+        println!(
+            "wrote {}: {} training documents ({} tokens), {} validation documents ({} tokens)",
+            output.join(name).display(),
+            info.train_documents,
+            info.train_tokens,
+            info.validation_documents,
+            info.validation_tokens
+        );
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
@@ -118,18 +139,7 @@ fn run(cli: Cli) -> adabatch::Result<()> {
                 validation_fraction,
             };
             if !domain.is_empty() {
-                let (_, infos) = adabatch::prepare_domains(&domain, &output, &options)?;
-                for ((name, _), info) in domain.iter().zip(&infos) {
-                    println!(
-                        "wrote {}: {} training documents ({} tokens), {} validation documents ({} tokens)",
-                        output.join(name).display(),
-                        info.train_documents,
-                        info.train_tokens,
-                        info.validation_documents,
-                        info.validation_tokens
-                    );
-                }
-                return Ok(());
+                return tokenize_domains(&domain, &output, &options);
             }
             let info = prepare_corpus(&corpus, &output, &options)?;
             println!(

@@ -16,7 +16,19 @@
 
 use std::collections::BTreeMap;
 
-use crate::data::sources::MixUnit;
+/// What mixing weights are shares of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MixUnit {
+    /// Weights are shares of the examples (documents) of each global batch.
+    #[default]
+    Examples,
+    /// Weights are shares of the tokens: a source of weight `w` and mean example
+    /// length `L` gets examples in proportion to `w / L`, so that over a source
+    /// epoch (a pass in a random order over its examples) its tokens are exactly
+    /// its share; within a step, the share holds in expectation.
+    Tokens,
+}
 
 /// The last evaluation as a mixer sees it.
 #[derive(Debug, Clone, Copy)]

@@ -9,6 +9,7 @@
 //! be, so a small replay memory cycles. Every rank computes the same draws from the
 //! same state; the state is a few numbers per source, checkpointed whole.
 
+pub use crate::adapt::mixer::MixUnit;
 pub use crate::config::policy::StoppingStrategy;
 use crate::data::mixture::Mixture;
 use crate::data::permutation::Permutation;
@@ -34,20 +35,6 @@ pub struct SourceSpec {
     pub unit: MixUnit,
     /// Each source's tokens (the sum of its examples' `Dataset::example_len`).
     pub tokens: Vec<u64>,
-}
-
-/// What mixing weights are shares of.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MixUnit {
-    /// Weights are shares of the examples (documents) of each global batch.
-    #[default]
-    Examples,
-    /// Weights are shares of the tokens: a source of weight `w` and mean example
-    /// length `L` gets examples in proportion to `w / L`, so that over a source
-    /// epoch (a pass in a random order over its examples) its tokens are exactly
-    /// its share; within a step, the share holds in expectation.
-    Tokens,
 }
 
 impl SourceSpec {

@@ -358,22 +358,14 @@ where
             last_checkpoint: None,
         });
     }
-    let clipping = input.max_grad_norm > 0.0;
-    let grad_norm = match update.norm {
-        Some(norm) => Some(norm),
-        None if plan.want_norm || clipping || input.noise_scale => {
-            Some(global_norm(&update.grads)?)
-        }
-        None => None,
-    };
+    let grad_norm = norm_and_clip(
+        &mut update,
+        input.max_grad_norm,
+        plan.want_norm || input.noise_scale,
+    )?;
     let noise = grad_norm
         .filter(|_| input.noise_scale)
         .and_then(|norm| noise_estimates(&update.small, norm, examples_per_token));
-    if let (true, Some(norm)) = (clipping, grad_norm) {
-        if norm > input.max_grad_norm {
-            update.grads = scale_grads(update.grads, input.max_grad_norm / (norm + 1e-6))?;
-        }
-    }
     apply_update(
         optimizer,
         params,
@@ -390,6 +382,24 @@ where
         source_tokens,
         previous_step_seconds,
     })
+}
+
+/// The gradients' global norm (before clipping) when it is wanted or clipping
+/// needs it, and the gradients clipped to `max_grad_norm` (0: no clipping).
+fn norm_and_clip(update: &mut Update, max_grad_norm: f64, wanted: bool) -> Result<Option<f64>> {
+    let clipping = max_grad_norm > 0.0;
+    let grad_norm = match update.norm {
+        Some(norm) => Some(norm),
+        None if wanted || clipping => Some(global_norm(&update.grads)?),
+        None => None,
+    };
+    if let (true, Some(norm)) = (clipping, grad_norm) {
+        if norm > max_grad_norm {
+            let grads = std::mem::take(&mut update.grads);
+            update.grads = scale_grads(grads, max_grad_norm / (norm + 1e-6))?;
+        }
+    }
+    Ok(grad_norm)
 }
 
 /// A failure inside this rank's share of a step (its collate, its model) names

@@ -79,6 +79,27 @@ pub(crate) struct RunSettings {
     pub(crate) saves: SaveRules,
 }
 
+/// How long the run lasts: `--max-train-tokens`, else `--max-steps`, else epochs.
+fn run_length(args: &TrainingArgs) -> RunLength {
+    match (args.max_train_tokens, args.max_steps) {
+        (Some(tokens), _) => RunLength::Tokens(tokens),
+        (None, Some(steps)) => RunLength::Steps(steps),
+        (None, None) => RunLength::Epochs(args.num_train_epochs),
+    }
+}
+
+/// Every example's length, when tokens are counted (a ramp over tokens, a run
+/// length in tokens).
+fn token_lengths<D: Dataset + ?Sized>(
+    dataset: &D,
+    schedule: &ScheduleSpec,
+    length: RunLength,
+) -> Option<std::sync::Arc<[usize]>> {
+    let counted =
+        matches!(schedule, ScheduleSpec::TokenRamp(_)) || matches!(length, RunLength::Tokens(_));
+    counted.then(|| (0..dataset.len()).map(|i| dataset.example_len(i)).collect())
+}
+
 /// How each step trains, the same on every rank.
 #[derive(Debug, Clone)]
 pub(crate) struct StepRules {
@@ -234,11 +255,7 @@ impl RunSettings {
         let sources = run_sources(dataset, &policy.mix, args)?;
         check_batching(policy, batching.is_some(), sources.is_some())?;
         let warnings = start_warnings(policy, &schedule, args, initial_per_device);
-        let length = match (args.max_train_tokens, args.max_steps) {
-            (Some(tokens), _) => RunLength::Tokens(tokens),
-            (None, Some(steps)) => RunLength::Steps(steps),
-            (None, None) => RunLength::Epochs(args.num_train_epochs),
-        };
+        let length = run_length(args);
         let seed = args.seed.unwrap_or(policy.seed);
         let micro_batches = match policy.grad_accum {
             GradAccum::Fixed(n) => n,
@@ -281,9 +298,7 @@ impl RunSettings {
             mix_weights_given: !args.mix_weights.is_empty(),
             prefetch_workers: args.dataloader_num_workers,
             release_freed_memory: args.release_freed_memory,
-            token_lengths: (matches!(schedule, ScheduleSpec::TokenRamp(_))
-                || matches!(length, RunLength::Tokens(_)))
-            .then(|| (0..num_examples).map(|i| dataset.example_len(i)).collect()),
+            token_lengths: token_lengths(dataset, &schedule, length),
             step: StepRules::of(args, policy, noise_measured)?,
             logs: LogRules {
                 every: args.logging_steps,
