@@ -411,16 +411,17 @@ fn the_engine_mixes_logs_and_resumes_per_source() {
         let counts = l.sources.source_counts.as_ref().unwrap();
         assert_eq!((counts["new"], counts["replay"]), (6, 2), "step {}", l.step);
         let indices = l.sources.source_indices.as_ref().unwrap();
+        // The sources' parts spread over the batch: each rank gets 3 `new`, 1 `replay`.
+        for rank in &l.indices {
+            let new: Vec<usize> = rank.iter().copied().filter(|&i| i < 24).collect();
+            let replay: Vec<usize> = rank.iter().filter(|&&i| i >= 24).map(|i| i - 24).collect();
+            assert_eq!((new.len(), replay.len()), (3, 1), "step {}", l.step);
+        }
         let flat: Vec<usize> = l.indices.concat();
-        let expected: Vec<usize> = indices["new"]
-            .iter()
-            .copied()
-            .chain(indices["replay"].iter().map(|i| i + 24))
-            .collect();
-        assert_eq!(
-            flat, expected,
-            "the global batch is the sources' parts in order"
-        );
+        let new: Vec<usize> = flat.iter().copied().filter(|&i| i < 24).collect();
+        let replay: Vec<usize> = flat.iter().filter(|&&i| i >= 24).map(|i| i - 24).collect();
+        assert_eq!(new, indices["new"]);
+        assert_eq!(replay, indices["replay"]);
         assert_eq!(l.sources.mix_weights.as_ref().unwrap()["new"], 0.75);
         // The step's loss is the count-weighted mean of the sources' losses.
         let by_source = l.sources.source_loss.as_ref().unwrap();

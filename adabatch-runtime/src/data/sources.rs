@@ -102,6 +102,28 @@ pub(crate) fn check_weights(step: usize, weights: &[f64]) -> Result<()> {
     Ok(())
 }
 
+/// The sources' draws merged so that each is spread evenly over the batch: the
+/// `k`-th of `c` examples of a source sits at `(k + ½) / c` (ties to the lower
+/// source). A contiguous slice of the batch (a rank's share) then holds each
+/// source in proportion, within one example, instead of one source's documents
+/// (all short, or all long) landing on one rank. The order depends on the draws
+/// alone, not on the number of ranks.
+fn interleave(per_source: &[Vec<usize>]) -> Vec<usize> {
+    let mut keyed: Vec<(f64, usize, usize)> = per_source
+        .iter()
+        .enumerate()
+        .flat_map(|(s, items)| {
+            let c = items.len() as f64;
+            items
+                .iter()
+                .enumerate()
+                .map(move |(k, &index)| ((k as f64 + 0.5) / c, s, index))
+        })
+        .collect();
+    keyed.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    keyed.into_iter().map(|(_, _, index)| index).collect()
+}
+
 /// Where one source stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SourceCursor {
@@ -268,9 +290,11 @@ impl MixedSources {
         }
     }
 
-    /// A global batch of `wanted` examples as dataset indices, grouped by source in
-    /// source order; `None` when the epoch is over (see [`StoppingStrategy`]; with
-    /// `drop_last`, also when the batch that ends it would be short).
+    /// A global batch of `wanted` examples as dataset indices, the sources
+    /// interleaved in proportion ([`interleave`]: every rank's contiguous slice
+    /// holds each source's share, so ranks get alike numbers of tokens); `None` when
+    /// the epoch is over (see [`StoppingStrategy`]; with `drop_last`, also when the
+    /// batch that ends it would be short).
     pub fn draw(&mut self, wanted: usize, drop_last: bool) -> Result<Option<Vec<usize>>> {
         if wanted == 0 {
             return Ok(None);
@@ -303,8 +327,9 @@ impl MixedSources {
             }
         }
         self.draws += 1;
-        let mut indices = Vec::with_capacity(counts.iter().sum());
+        let mut per_source = Vec::with_capacity(counts.len());
         for (s, &count) in counts.iter().enumerate() {
+            let mut indices = Vec::with_capacity(count);
             let mut left = count;
             while left > 0 {
                 let cursor = &mut self.cursors[s];
@@ -329,8 +354,9 @@ impl MixedSources {
                     self.exhausted[s] = true;
                 }
             }
+            per_source.push(indices);
         }
-        Ok(Some(indices))
+        Ok(Some(interleave(&per_source)))
     }
 
     /// Starts the next epoch: the primary source (`primary`), or every used-up
@@ -433,5 +459,27 @@ impl MixedSources {
             ));
         }
         check_weights(0, &state.weights).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interleaving_spreads_each_source_over_the_batch() {
+        // 6 of `a` (0..6), 2 of `b` (10, 11), 1 of `c` (20).
+        let merged = interleave(&[(0..6).collect(), vec![10, 11], vec![20]]);
+        assert_eq!(merged, [0, 1, 10, 2, 20, 3, 4, 11, 5]);
+        // Each half (a rank's slice on 2 ranks) holds its share within one.
+        let (first, second) = merged.split_at(merged.len().div_ceil(2));
+        for half in [first, second] {
+            let a = half.iter().filter(|&&i| i < 6).count();
+            assert!(
+                (a as f64 - 6.0 * half.len() as f64 / 9.0).abs() <= 1.0,
+                "{half:?}"
+            );
+        }
+        assert!(interleave(&[vec![], vec![3]]) == [3]);
     }
 }

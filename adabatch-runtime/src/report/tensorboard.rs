@@ -89,21 +89,36 @@ pub fn encode_record(data: &[u8]) -> Vec<u8> {
 /// (`train/loss`, `train/learning_rate`, `train/epoch`, `train/grad_norm`) and
 /// adabatch's (`train/global_batch`, `train/train_coverage`, and with memory-aware
 /// batches `train/predicted_memory`, `train/measured_memory`). Values that are
-/// unknown (NaN, e.g. the loss of a dry run) are left out.
-pub fn step_scalars(entry: &StepLog) -> Vec<(&'static str, f64)> {
-    let mut values = vec![
+/// unknown (NaN, e.g. the loss of a dry run) are left out. With several sources,
+/// each source's `train/<source>_loss`, `train/<source>_tokens` and
+/// `mix/<source>_weight`.
+pub fn step_scalars(entry: &StepLog) -> Vec<(String, f64)> {
+    let mut values: Vec<(String, f64)> = [
         ("train/loss", entry.loss),
         ("train/grad_norm", entry.grad_norm),
         ("train/learning_rate", entry.learning_rate),
         ("train/epoch", entry.epoch),
         ("train/global_batch", entry.global_batch as f64),
         ("train/train_coverage", entry.train_coverage),
-    ];
+    ]
+    .into_iter()
+    .map(|(tag, v)| (tag.to_string(), v))
+    .collect();
     if let Some(p) = entry.predicted_memory {
-        values.push(("train/predicted_memory", p));
+        values.push(("train/predicted_memory".into(), p));
     }
     if let Some(m) = entry.measured_memory {
-        values.push(("train/measured_memory", m as f64));
+        values.push(("train/measured_memory".into(), m as f64));
+    }
+    let sources = &entry.sources;
+    for (name, loss) in sources.source_loss.iter().flatten() {
+        values.push((format!("train/{name}_loss"), loss.unwrap_or(f64::NAN)));
+    }
+    for (name, tokens) in sources.source_tokens.iter().flatten() {
+        values.push((format!("train/{name}_tokens"), *tokens));
+    }
+    for (name, weight) in sources.mix_weights.iter().flatten() {
+        values.push((format!("mix/{name}_weight"), *weight));
     }
     values.retain(|(_, v)| v.is_finite());
     values
@@ -198,7 +213,9 @@ impl EventWriter {
 
     /// Writes one logged step's scalars ([`step_scalars`]).
     pub fn write_step(&mut self, entry: &StepLog) -> Result<()> {
-        self.write_scalars(entry.step, &step_scalars(entry))
+        let tags = step_scalars(entry);
+        let values: Vec<(&str, f64)> = tags.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        self.write_scalars(entry.step, &values)
     }
 }
 

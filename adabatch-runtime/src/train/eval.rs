@@ -166,6 +166,9 @@ where
     if let (Some(spec), Some(means)) = (&sources, source_sums::means(&source_sums, per_token)) {
         for (name, loss) in spec.names.iter().zip(means) {
             metrics.insert(format!("eval_{name}_loss"), loss);
+            if per_token && loss.is_finite() {
+                metrics.insert(format!("eval_{name}_perplexity"), loss.exp());
+            }
         }
     }
     Ok(EvalLog {
