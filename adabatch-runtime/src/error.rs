@@ -497,6 +497,18 @@ pub enum Error {
         /// The vocabulary size given.
         vocab_size: u32,
     },
+    /// A signal (SIGTERM, SIGINT, SIGUSR1) stopped the run after a step, which was
+    /// saved: run it again with `--resume-from-checkpoint` to go on. Exit code
+    /// `adabatch::train::interrupt::INTERRUPTED_EXIT_CODE` (75).
+    #[error("stopped by {signal} after step {step}; the run is saved in {}: run again with --resume-from-checkpoint {} (or latest) to go on", checkpoint.display(), checkpoint.display())]
+    Interrupted {
+        /// The signal's name.
+        signal: String,
+        /// The last step trained.
+        step: usize,
+        /// The checkpoint written at it.
+        checkpoint: PathBuf,
+    },
     /// A token dataset's or collate's setting cannot work.
     #[error("token data: {0}")]
     TokenSetting(String),
@@ -536,7 +548,13 @@ pub fn exit_code(result: Result<()>) -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("{}", error.report());
-            std::process::ExitCode::FAILURE
+            match error {
+                // Saved and stopped: a scheduler may run it again.
+                Error::Interrupted { .. } => {
+                    std::process::ExitCode::from(crate::train::interrupt::INTERRUPTED_EXIT_CODE)
+                }
+                _ => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -75,6 +75,7 @@ pub use optim::{AdamW, HeldParameters, ParamGroups, ParamsAdamW, Sgd, TrainOptim
 pub use report::record::{EvalLog, StepLog};
 pub use report::summary::{TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};
+pub use train::interrupt::INTERRUPTED_EXIT_CODE;
 #[cfg(feature = "nccl")]
 pub use train::launch::launch_nccl;
 pub use train::launch::{launch, launch_group, launch_with_eval, train, RankFactory, Run};

@@ -327,3 +327,108 @@ fn resumes_on_another_number_of_ranks() {
     }
     let _ = std::fs::remove_dir_all(&out);
 }
+
+/// The run the signal test's child performs: 2 ranks, long enough to be stopped
+/// mid-run, no checkpoint of its own (`--save-steps 0`).
+fn signal_test_args(out: &std::path::Path) -> TrainingArgs {
+    let mut a = args(2, 2, 1);
+    a.max_steps = Some(3000);
+    a.save_steps = 0;
+    a.logging_steps = 1;
+    a.log_indices = true;
+    a.output_dir = out.to_path_buf();
+    a
+}
+
+/// Not a test on its own: the child process of `a_signal_stops_every_rank_with_a_checkpoint`
+/// (`ADABATCH_SIGNAL_TEST_DIR` set), which exits as `adabatch::exit_code` would.
+#[test]
+fn signal_test_child() {
+    if let Some(out) = std::env::var_os("ADABATCH_SIGNAL_TEST_DIR") {
+        let out = std::path::PathBuf::from(out);
+        let mut a = signal_test_args(&out);
+        a.log_jsonl = Some(out.join("log.jsonl"));
+        let result = adabatch::launch(&dataset(23, 5), &collate, &a, |ctx: &RankContext| {
+            kill_test_trainer(Regression::new(ctx.parameters(), ctx.device())?)
+        });
+        match result {
+            Err(e @ Error::Interrupted { .. }) => {
+                eprintln!("{e}");
+                std::process::exit(i32::from(adabatch::train::interrupt::INTERRUPTED_EXIT_CODE));
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => std::process::exit(0),
+        }
+    }
+}
+
+/// SIGTERM mid-run on 2 ranks: both ranks stop after the same step, a checkpoint
+/// of that step is written, the process exits with code 75 saying how to resume,
+/// and the resumed run's batches, losses and weights equal the uninterrupted run's.
+#[cfg(unix)]
+#[test]
+fn a_signal_stops_every_rank_with_a_checkpoint() {
+    let clean_dir = temp_log("signal-clean").with_extension("");
+    let (_, clean_logs, clean) = run(&signal_test_args(&clean_dir), kill_test_trainer).unwrap();
+    let _ = std::fs::remove_dir_all(&clean_dir);
+    let out = temp_log("signal").with_extension("");
+    std::fs::create_dir_all(&out).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "resume::signal_test_child",
+            "--exact",
+            "--test-threads",
+            "1",
+            "-q",
+            "--nocapture",
+        ])
+        .env("ADABATCH_SIGNAL_TEST_DIR", &out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once it has trained a few steps, as a scheduler would.
+    let log = out.join("log.jsonl");
+    let lines = || std::fs::read_to_string(&log).map_or(0, |t| t.lines().count());
+    while lines() < 10 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child ended before the signal"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let output = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(75), "{said}");
+    assert!(said.contains("stopped by SIGTERM after step"), "{said}");
+    let saved = adabatch::train::checkpoint::complete_checkpoints(&out).unwrap();
+    assert_eq!(saved.len(), 1, "one checkpoint: the signal's");
+    let (step, dir) = saved[0].clone();
+    assert!(said.contains(&dir.display().to_string()), "{said}");
+    assert!((10..3000).contains(&step), "stopped mid-run, at step {step}");
+    let logged = read_log(&log);
+    assert_eq!(
+        logged.last().map(|l| l.step),
+        Some(step),
+        "stopped after the logged step"
+    );
+    let mut a = signal_test_args(&out);
+    a.resume_from_checkpoint = Some(dir);
+    let (_, resumed_logs, resumed) = run(&a, kill_test_trainer).unwrap();
+    assert_eq!(
+        resumed, clean,
+        "the resumed weights equal the uninterrupted run's"
+    );
+    let tail: Vec<&StepLog> = clean_logs.iter().filter(|l| l.step > step).collect();
+    assert_eq!(resumed_logs.len(), tail.len());
+    for (r, c) in resumed_logs.iter().zip(tail) {
+        assert_eq!((r.step, &r.indices), (c.step, &c.indices));
+        assert_eq!(r.loss.to_bits(), c.loss.to_bits(), "step {}", r.step);
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -10,6 +10,7 @@ pub(crate) mod collate;
 pub(crate) mod control;
 pub mod dry_run;
 pub(crate) mod eval;
+pub mod interrupt;
 pub mod launch;
 pub mod oom;
 pub(crate) mod prefetch;

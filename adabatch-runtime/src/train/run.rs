@@ -26,6 +26,7 @@ use crate::train::checkpoint::{
 };
 use crate::train::control::{Controllers, Steer, StepReport};
 use crate::train::eval::{evaluate, EvalInput};
+use crate::train::interrupt::Interrupts;
 use crate::train::prefetch::{PrefetchStats, Prefetcher};
 use crate::train::progress::{Progress, RunOutcome};
 use crate::train::settings::{BestCheckpoint, Interval, RunSettings};
@@ -94,6 +95,8 @@ pub(crate) struct RankRun<'a, T, D: ?Sized, C, M> {
     resumed_at: Option<PlannerState>,
     /// The trainer has a `#[callback]` (asked once: the answer needs `&mut`).
     has_callback: bool,
+    /// A signal reached some rank during the last step: the run stops after it.
+    interrupted: bool,
 }
 
 impl<'a, T, D, C, M> RankRun<'a, T, D, C, M>
@@ -183,6 +186,7 @@ where
             last_saved: resumed.as_ref().map(|s| s.planner.global_step),
             resumed_at: resumed.map(|s| s.planner),
             has_callback,
+            interrupted: false,
         })
     }
 
@@ -216,7 +220,11 @@ where
                 let Some(record) = self.step(&batches, &mut prefetcher)? else {
                     continue;
                 };
-                if self.after_step(record)?.should_training_stop {
+                let control = self.after_step(record)?;
+                if self.interrupted {
+                    return Err(self.stop_on_signal()?);
+                }
+                if control.should_training_stop {
                     if let Some(logger) = self.logger.as_deref() {
                         let step = self.planner.step();
                         logger.event(&format!("step {step}: a callback stopped training"));
@@ -286,6 +294,7 @@ where
             grad_norm,
             ref source_loss,
             ref source_tokens,
+            interrupted,
             ..
         } = outcome
         else {
@@ -300,6 +309,7 @@ where
             rank_chunks,
             device_peak,
         );
+        self.interrupted = interrupted;
         self.progress.trained(loss, batches.global_size());
         if let Some(logger) = self.logger.as_deref() {
             logger.advance(batches.global_size(), self.planner.sampler().epoch());
@@ -508,6 +518,22 @@ where
             &*optimizer,
             self.logger.as_deref(),
         )
+    }
+
+    /// A signal stopped the run after this step (every rank agreed in the step's
+    /// all-reduce): the step's checkpoint (unless just written), then the error
+    /// that says where it is.
+    fn stop_on_signal(&mut self) -> Result<Error> {
+        let step = self.planner.step();
+        if self.last_saved != Some(step) {
+            self.save()?;
+        }
+        Interrupts::handled();
+        Ok(Error::Interrupted {
+            signal: Interrupts::last_signal(),
+            step,
+            checkpoint: checkpoint_dir(&self.settings.saves.output_dir, step),
+        })
     }
 
     /// A divergence error with the last checkpoint of this run (its weights were

@@ -13,6 +13,7 @@ use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::train::collate::{collate_indices, guarded};
+use crate::train::interrupt::Interrupts;
 use crate::train::oom::{is_out_of_memory, FaultInjector};
 use crate::train::prefetch::{take_chunk, Prefetched};
 use crate::train::settings::RunSettings;
@@ -49,6 +50,9 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
     /// Seconds this rank took for the previous trained step (0: none), which
     /// rides in this step's all-reduce so every rank gets the same mean.
     pub previous_step_seconds: f64,
+    /// Whether a signal asked the run to stop (its flag rides in the step's
+    /// all-reduce, so every rank stops after the same step).
+    pub interrupts: Interrupts,
 }
 
 impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
@@ -73,6 +77,7 @@ impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
             precision: settings.step.precision,
             loss_scale: 1.0,
             previous_step_seconds: 0.0,
+            interrupts: Interrupts::start(),
         }
     }
 }
@@ -110,6 +115,8 @@ pub(crate) enum StepOutcome {
         /// The previous trained step's seconds, the mean over ranks (`None` when
         /// no rank measured one: the first step, after a resume or an OOM).
         previous_step_seconds: Option<f64>,
+        /// A signal reached some rank: the run stops after this step.
+        interrupted: bool,
     },
     /// Some rank ran out of memory; nobody stepped.
     OutOfMemory { detail: String },
@@ -131,6 +138,8 @@ struct LocalGrads {
     covered: Option<Vec<bool>>,
     /// The previous step's seconds (after the all-reduce: summed over ranks).
     seconds: f64,
+    /// 1 when a signal asked this rank to stop (after the all-reduce: how many did).
+    interrupt: f64,
 }
 
 /// How the losses of a step are weighted: `known_weight` (the global example
@@ -172,6 +181,7 @@ where
         source_sums: source_sums::zeroed(input.sources.as_ref().map_or(0, |s| s.names.len())),
         covered: None,
         seconds: input.previous_step_seconds,
+        interrupt: 0.0,
     };
     let known_weight = known_weight(input.reweight, batches);
     let active_ranks = batches.local_sizes().iter().filter(|&&n| n > 0).count();
@@ -326,7 +336,11 @@ where
     let local = guarded(rank, || {
         accumulate_local(&*model, input, params, &mut plan, rank)
     })
-    .map_err(|e| on_rank(e, rank, step));
+    .map_err(|e| on_rank(e, rank, step))
+    .map(|mut local| {
+        local.interrupt = f64::from(u8::from(input.interrupts.requested()));
+        local
+    });
     let small_slots = small_batch_slots(input.noise_scale, plan.batches);
     let mut summed = match gather_checked(comm, params, local, input, small_slots)? {
         Ok(summed) => summed,
@@ -340,6 +354,7 @@ where
     // 0: nobody measured (a NaN or a negative is passed on: goodput refuses it).
     let previous_step_seconds =
         Some(summed.seconds / comm.world_size() as f64).filter(|&s| s != 0.0);
+    let interrupted = summed.interrupt > 0.0;
     let Some(mut update) = unscale(summed, input.loss_scale)? else {
         return Ok(StepOutcome::Trained {
             overflowed: true,
@@ -349,6 +364,7 @@ where
             source_loss,
             source_tokens,
             previous_step_seconds,
+            interrupted,
         });
     };
     if !update.loss.is_finite() {
@@ -381,6 +397,7 @@ where
         source_loss,
         source_tokens,
         previous_step_seconds,
+        interrupted,
     })
 }
 
@@ -567,9 +584,10 @@ fn gather(
     }
 }
 
-/// Loss, tokens, the failure and OOM flags, the previous step's seconds: the
-/// scalars every step's all-reduce carries before the variable-length parts.
-const FIXED_SCALARS: usize = 5;
+/// Loss, tokens, the failure and OOM flags, the previous step's seconds, the
+/// signal flag: the scalars every step's all-reduce carries before the
+/// variable-length parts.
+const FIXED_SCALARS: usize = 6;
 
 /// All-reduces gradients (zeros where a rank has none), loss, tokens and the
 /// failure / OOM flags in one collective; `slots`: the number of per-source sums
@@ -582,7 +600,8 @@ fn reduce(
     (source_slots, small_slots, coverage): (usize, usize, bool),
 ) -> Result<std::result::Result<LocalGrads, String>> {
     let zeros = |var: &Var| var.as_tensor().zeros_like();
-    let (mut tensors, loss, tokens, small, source_sums, covered, seconds) = match &local {
+    let (mut tensors, loss, tokens, small, source_sums, covered, seconds, interrupt) = match &local
+    {
         Ok(l) => {
             let tensors = l
                 .grads
@@ -601,6 +620,7 @@ fn reduce(
                 l.source_sums.clone(),
                 covered,
                 l.seconds,
+                l.interrupt,
             )
         }
         Err(_) => (
@@ -614,6 +634,7 @@ fn reduce(
             vec![0.0; source_slots],
             vec![0.0; if coverage { params.len() } else { 0 }],
             0.0,
+            0.0,
         ),
     };
     let oom = matches!(&local, Err(e) if is_out_of_memory(e));
@@ -624,6 +645,7 @@ fn reduce(
         f64::from(u8::from(failed)),
         f64::from(u8::from(oom)),
         seconds,
+        interrupt,
     ];
     scalars.extend(small);
     scalars.extend(source_sums);
@@ -633,7 +655,7 @@ fn reduce(
     let covered = scalars.split_off(FIXED_SCALARS + small_slots + source_slots);
     let source_sums = scalars.split_off(FIXED_SCALARS + small_slots);
     let small = scalars.split_off(FIXED_SCALARS);
-    let [loss, tokens, failed, oom, seconds] = scalars[..] else {
+    let [loss, tokens, failed, oom, seconds, interrupt] = scalars[..] else {
         unreachable!("the fixed scalars")
     };
     match local {
@@ -649,6 +671,7 @@ fn reduce(
             source_sums,
             covered: coverage.then(|| covered.iter().map(|&c| c > 0.0).collect()),
             seconds,
+            interrupt,
         })),
     }
 }
