@@ -48,9 +48,13 @@ struct Cli {
     /// training documents, and the run sees them in their natural proportions.
     #[arg(long, default_value = "data/en_sentences_15k.txt.gz")]
     corpus: Vec<PathBuf>,
-    /// Where the token files go (reused when they exist for this vocabulary).
+    /// Where the token files go: reused when prepared from these corpora with this
+    /// vocabulary; a directory prepared from anything else is refused.
     #[arg(long, default_value = "adabatch_output/lm-tokens")]
     tokens_dir: PathBuf,
+    /// Prepare the token files again in `--tokens-dir`, replacing what it holds.
+    #[arg(long)]
+    retokenize: bool,
     /// BPE vocabulary size, the end-of-document token included.
     #[arg(long, default_value_t = 4096)]
     vocab_size: usize,
@@ -165,6 +169,7 @@ fn run() -> adabatch::Result<()> {
         &corpora,
         &cli.tokens_dir,
         (cli.vocab_size, cli.validation_fraction),
+        cli.retokenize,
     )?;
     let config = decoder::llama_config(&cli.model, &info);
     config

@@ -64,9 +64,13 @@ struct Cli {
     /// What the shares are of.
     #[arg(long, value_enum, default_value_t = Unit::Tokens)]
     mix_unit: Unit,
-    /// Where corpus files are tokenized (reused when prepared from the same files).
+    /// Where corpus files are tokenized: reused when prepared from the same files
+    /// and settings; a directory prepared from anything else is refused.
     #[arg(long, default_value = "adabatch_output/mixture-tokens")]
     tokens_dir: PathBuf,
+    /// Prepare the domains again in `--tokens-dir`, replacing what it holds.
+    #[arg(long)]
+    retokenize: bool,
     /// BPE vocabulary size, the end-of-document token included.
     #[arg(long, default_value_t = 4096)]
     vocab_size: usize,
@@ -261,9 +265,20 @@ fn open_domains(cli: &Cli) -> adabatch::Result<Domains> {
         validation_fraction: cli.validation_fraction,
         ..PrepareOptions::default()
     };
-    let current = adabatch::DomainsInfo::read(&cli.tokens_dir)
+    let existing = adabatch::DomainsInfo::read(&cli.tokens_dir);
+    let current = existing
+        .as_ref()
         .is_ok_and(|info| info.prepared_from(&domains, &options));
     if !current {
+        adabatch::tokenize::may_prepare(&cli.tokens_dir, cli.retokenize, || {
+            match &existing {
+            Ok(info) => format!(
+                "it holds the domains {:?} prepared from other files or settings; this run asks for {:?}",
+                info.names, domains
+            ),
+            Err(_) => "it holds other files than prepared domains (no readable domains.json)".into(),
+        }
+        })?;
         let (_, infos) = adabatch::prepare_domains(&domains, &cli.tokens_dir, &options)?;
         for ((name, _), info) in domains.iter().zip(&infos) {
             println!(

@@ -497,6 +497,24 @@ pub enum Error {
         /// The vocabulary size given.
         vocab_size: u32,
     },
+    /// A token file that does not match its `tokens.json` (cut short, edited):
+    /// refused before anything trains on it.
+    #[error("{}: {detail}: the token files were damaged or edited; prepare them again (adabatch tokenize)", path.display())]
+    TokenFileMismatch {
+        /// The file.
+        path: PathBuf,
+        /// What does not match.
+        detail: String,
+    },
+    /// A token directory prepared from other inputs than the run asks for: the
+    /// run does not overwrite it unless asked to.
+    #[error("{}: {detail}; the directory is left as it is: pass --retokenize to prepare it again there, or give another directory", dir.display())]
+    TokenDirMismatch {
+        /// The directory.
+        dir: PathBuf,
+        /// The directory's inputs against the run's.
+        detail: String,
+    },
     /// A signal (SIGTERM, SIGINT, SIGUSR1) stopped the run after a step, which was
     /// saved: run it again with `--resume-from-checkpoint` to go on. Exit code
     /// `adabatch::train::interrupt::INTERRUPTED_EXIT_CODE` (75).

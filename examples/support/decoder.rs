@@ -7,7 +7,7 @@ use adabatch::models::llama::{generate, Llama, LlamaConfig, ModelType, Sampling,
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
 use adabatch::tokenize::{prepare_corpus, CorpusInfo, PrepareOptions, Tokenizer, TokenizerSource};
-use adabatch::{PackedBatch, TokenDocuments, TokenFile};
+use adabatch::{PackedBatch, TokenDocuments};
 use candle_core::{DType, Tensor, Var};
 
 /// The model's shape (the vocabulary comes from the tokenizer).
@@ -34,13 +34,15 @@ pub struct ModelArgs {
 }
 
 /// The corpora tokenized into `dir` under one BPE trained on their training
-/// documents (reused when `dir/tokens.json` says it was prepared from these corpus
-/// files, of their current sizes, with this vocabulary), and the training and
-/// validation documents of all of them.
+/// documents, and the training and validation documents of all of them. Files
+/// prepared from these corpus files (of their current sizes) with this vocabulary
+/// are reused, checked against their `tokens.json`; a directory prepared from
+/// anything else is refused (it is the user's data) unless `retokenize`.
 pub fn corpus(
     corpora: &[PathBuf],
     dir: &Path,
     (vocab_size, validation_fraction): (usize, f64),
+    retokenize: bool,
 ) -> adabatch::Result<(CorpusInfo, TokenDocuments, TokenDocuments)> {
     let options = PrepareOptions {
         tokenizer: TokenizerSource::TrainBpe { vocab_size },
@@ -50,7 +52,16 @@ pub fn corpus(
     let files = corpora;
     let info = match CorpusInfo::read(dir) {
         Ok(info) if info.prepared_from(files, &options) => info,
-        _ => {
+        existing => {
+            adabatch::tokenize::may_prepare(dir, retokenize, || {
+                match existing {
+                Ok(info) => format!(
+                    "it holds tokens of {:?} ({}, {} held out); this run asks for {:?} (bpe:{vocab_size}, {validation_fraction} held out)",
+                    info.source.files, info.source.tokenizer, info.source.validation_fraction, files
+                ),
+                Err(_) => "it holds other files than prepared tokens (no readable tokens.json)".into(),
+            }
+            })?;
             let info = prepare_corpus(files, dir, &options)?;
             let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
             println!(
@@ -66,11 +77,7 @@ pub fn corpus(
             info
         }
     };
-    let open = |name: &str| -> adabatch::Result<TokenDocuments> {
-        let file = TokenFile::open(dir.join(name), info.width()?, info.vocab_size)?;
-        TokenDocuments::new(file, info.eos_id)
-    };
-    let (train, validation) = (open("train.bin")?, open("validation.bin")?);
+    let (train, validation) = info.open_documents(dir)?;
     Ok((info, train, validation))
 }
 

@@ -47,22 +47,28 @@ fn a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model() {
     let dir = temp_log("lm").with_extension("");
     let corpus = write_corpus(&dir, 400);
     let tokens = dir.join("tokens");
-    let (info, train, validation) =
-        decoder::corpus(std::slice::from_ref(&corpus), &tokens, (300, 0.05)).unwrap();
+    let prepare = |vocab: usize, retokenize: bool| {
+        decoder::corpus(
+            std::slice::from_ref(&corpus),
+            &tokens,
+            (vocab, 0.05),
+            retokenize,
+        )
+    };
+    let (info, train, validation) = prepare(300, false).unwrap();
     assert_eq!(CorpusInfo::read(&tokens).unwrap(), info);
     assert_eq!((info.train_documents, info.validation_documents), (380, 20));
     assert_eq!((train.len(), validation.len()), (380, 20));
     // A second call reuses the files; no partial file is left.
-    let again = decoder::corpus(std::slice::from_ref(&corpus), &tokens, (300, 0.05))
-        .unwrap()
-        .0;
-    assert_eq!(again, info);
+    assert_eq!(prepare(300, false).unwrap().0, info);
     let names: Vec<String> = std::fs::read_dir(&tokens)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert!(names.iter().all(|n| !n.ends_with(".partial")), "{names:?}");
-    // A changed corpus (or vocabulary) is tokenized again, not silently reused.
+    // A changed corpus (or vocabulary) is refused, the user's files untouched,
+    // unless asked to tokenize again.
+    let bytes = std::fs::read(tokens.join("train.bin")).unwrap();
     let grown = dir.join("grown.txt");
     std::fs::write(
         &grown,
@@ -70,16 +76,16 @@ fn a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model() {
     )
     .unwrap();
     std::fs::copy(&grown, &corpus).unwrap();
-    let redone = decoder::corpus(std::slice::from_ref(&corpus), &tokens, (300, 0.05))
-        .unwrap()
-        .0;
+    for vocab in [300, 320] {
+        let err = prepare(vocab, false).unwrap_err();
+        assert!(matches!(err, Error::TokenDirMismatch { .. }), "{err}");
+        assert!(err.to_string().contains("--retokenize"), "{err}");
+    }
+    assert_eq!(std::fs::read(tokens.join("train.bin")).unwrap(), bytes);
+    let redone = prepare(300, true).unwrap().0;
     assert_eq!(redone.train_documents + redone.validation_documents, 401);
-    let other_vocab = decoder::corpus(std::slice::from_ref(&corpus), &tokens, (320, 0.05))
-        .unwrap()
-        .0;
-    assert_eq!(other_vocab.vocab_size, 320);
-    let (info, train, validation) =
-        decoder::corpus(std::slice::from_ref(&corpus), &tokens, (300, 0.05)).unwrap();
+    assert_eq!(prepare(320, true).unwrap().0.vocab_size, 320);
+    let (info, train, validation) = prepare(300, true).unwrap();
     assert_eq!(info.vocab_size, 300);
 
     let config = decoder::llama_config(&small_model(), &info);
@@ -197,5 +203,47 @@ fn preparation_errors_are_typed() {
     };
     let err = prepare_corpus(&[corpus], &dir.join("f"), &bad_fraction).unwrap_err();
     assert!(err.to_string().contains("[0, 1)"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Token files that do not match their `tokens.json` are refused, naming the file:
+/// a `train.bin` cut short, an edited EOS id, an edited vocabulary size.
+#[test]
+fn damaged_token_files_are_refused_naming_the_file() {
+    let dir = temp_log("lm-damaged").with_extension("");
+    let corpus = write_corpus(&dir, 200);
+    let options = PrepareOptions {
+        tokenizer: TokenizerSource::TrainBpe { vocab_size: 300 },
+        ..PrepareOptions::default()
+    };
+    let fresh = |name: &str| {
+        let to = dir.join(name);
+        let info = prepare_corpus(std::slice::from_ref(&corpus), &to, &options).unwrap();
+        assert!(info.open_documents(&to).is_ok());
+        (to, info)
+    };
+    // Cut to half.
+    let (cut, info) = fresh("cut");
+    let bytes = std::fs::read(cut.join("train.bin")).unwrap();
+    std::fs::write(cut.join("train.bin"), &bytes[..bytes.len() / 2]).unwrap();
+    let err = info.open_documents(&cut).unwrap_err();
+    assert!(
+        matches!(&err, Error::TokenFileMismatch { path, .. } if path.ends_with("train.bin")),
+        "{err}"
+    );
+    // The EOS id, or the vocabulary, edited in tokens.json.
+    for edit in ["eos", "vocab"] {
+        let (to, mut info) = fresh(edit);
+        if edit == "eos" {
+            info.eos_id = 5;
+        } else {
+            info.vocab_size += 100;
+        }
+        let err = info.open_documents(&to).unwrap_err();
+        assert!(
+            matches!(&err, Error::TokenFileMismatch { path, .. } if path.ends_with("tokens.json")),
+            "{edit}: {err}"
+        );
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

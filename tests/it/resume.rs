@@ -410,7 +410,10 @@ fn a_signal_stops_every_rank_with_a_checkpoint() {
     assert_eq!(saved.len(), 1, "one checkpoint: the signal's");
     let (step, dir) = saved[0].clone();
     assert!(said.contains(&dir.display().to_string()), "{said}");
-    assert!((10..3000).contains(&step), "stopped mid-run, at step {step}");
+    assert!(
+        (10..3000).contains(&step),
+        "stopped mid-run, at step {step}"
+    );
     let logged = read_log(&log);
     assert_eq!(
         logged.last().map(|l| l.step),

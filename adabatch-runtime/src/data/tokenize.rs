@@ -26,7 +26,7 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 pub use tokenizers::Tokenizer;
 use tokenizers::{AddedToken, TokenizerBuilder};
 
-use super::tokens::TokenWidth;
+use super::tokens::{TokenDocuments, TokenFile, TokenWidth};
 use crate::error::{Error, Result};
 
 /// Where the tokenizer comes from.
@@ -150,6 +150,69 @@ impl CorpusInfo {
         CorpusSource::of(corpus, options).is_ok_and(|source| source == self.source)
     }
 
+    /// Opens the directory's training and validation documents, checked against
+    /// this `tokens.json` first: each file's token and document counts, its ids
+    /// within the vocabulary, and `tokenizer.json`'s own size. A file cut short,
+    /// an edited EOS id or vocabulary is a typed error naming the file, before
+    /// anything trains on it.
+    pub fn open_documents(&self, dir: &Path) -> Result<(TokenDocuments, TokenDocuments)> {
+        let tokenizer_path = dir.join("tokenizer.json");
+        if tokenizer_path.exists() {
+            let tokenizer = Tokenizer::from_file(&tokenizer_path)
+                .map_err(|e| tokenizer_error(&tokenizer_path, e))?;
+            let size = tokenizer.get_vocab_size(true) as u32;
+            if size != self.vocab_size {
+                return Err(mismatch(
+                    &dir.join("tokens.json"),
+                    format!(
+                        "says a vocabulary of {} ids; its tokenizer.json has {size}",
+                        self.vocab_size
+                    ),
+                ));
+            }
+            let eos = tokenizer.token_to_id(&self.eos_token);
+            if eos != Some(self.eos_id) {
+                return Err(mismatch(
+                    &dir.join("tokens.json"),
+                    format!(
+                        "says the EOS id is {}; its tokenizer.json has {:?} as {eos:?}",
+                        self.eos_id, self.eos_token
+                    ),
+                ));
+            }
+        }
+        let open = |name: &str, tokens: u64, documents: usize| -> Result<TokenDocuments> {
+            let path = dir.join(name);
+            let file = TokenFile::open(&path, self.width()?, self.vocab_size)?;
+            if file.len() as u64 != tokens {
+                return Err(mismatch(
+                    &path,
+                    format!("holds {} tokens; tokens.json says {tokens}", file.len()),
+                ));
+            }
+            let docs = TokenDocuments::new(file, self.eos_id)?;
+            if docs.len() != documents {
+                return Err(mismatch(
+                    &path,
+                    format!(
+                        "holds {} documents ended by the EOS id {}; tokens.json says {documents}",
+                        docs.len(),
+                        self.eos_id
+                    ),
+                ));
+            }
+            Ok(docs)
+        };
+        Ok((
+            open("train.bin", self.train_tokens, self.train_documents)?,
+            open(
+                "validation.bin",
+                self.validation_tokens,
+                self.validation_documents,
+            )?,
+        ))
+    }
+
     /// How the `.bin` files store ids.
     pub fn width(&self) -> Result<TokenWidth> {
         match self.width_bytes {
@@ -162,10 +225,42 @@ impl CorpusInfo {
     }
 }
 
+fn mismatch(path: &Path, detail: String) -> Error {
+    Error::TokenFileMismatch {
+        path: path.to_path_buf(),
+        detail,
+    }
+}
+
 fn tokenizer_error(path: &Path, e: impl std::fmt::Display) -> Error {
     Error::Tokenizer {
         path: path.to_path_buf(),
         detail: e.to_string(),
+    }
+}
+
+/// Whether a run may (re)write token files in `dir`: only where it does not exist
+/// yet, is empty, or the run was asked to (`retokenize`). Token directories are
+/// the user's data: otherwise a [`Error::TokenDirMismatch`] with `detail` (what
+/// the directory holds against what the run asks for), and nothing is written.
+pub fn may_prepare(dir: &Path, retokenize: bool, detail: impl FnOnce() -> String) -> Result<()> {
+    let empty = match std::fs::read_dir(dir) {
+        Ok(mut entries) => entries.next().is_none(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Err(e) => {
+            return Err(Error::Io {
+                path: dir.to_path_buf(),
+                source: e,
+            })
+        }
+    };
+    if empty || retokenize {
+        Ok(())
+    } else {
+        Err(Error::TokenDirMismatch {
+            dir: dir.to_path_buf(),
+            detail: detail(),
+        })
     }
 }
 

@@ -26,7 +26,7 @@ use crate::data::tokenize::{
     build_tokenizer, read_documents, split_held_out, write_prepared, CorpusInfo, CorpusSource,
     PrepareOptions,
 };
-use crate::data::tokens::{TokenDocuments, TokenFile};
+use crate::data::tokens::TokenDocuments;
 use crate::error::{Error, Result};
 use crate::user::sources::Sources;
 
@@ -208,12 +208,9 @@ impl Domains {
                     domain: name.clone(),
                 });
             }
-            let open = |file: &str| -> Result<TokenDocuments> {
-                let file = TokenFile::open(dir.join(file), info.width()?, info.vocab_size)?;
-                TokenDocuments::new(file, info.eos_id)
-            };
-            train.push((name.clone(), open("train.bin")?));
-            validation.push((name.clone(), open("validation.bin")?));
+            let (t, v) = info.open_documents(dir)?;
+            train.push((name.clone(), t));
+            validation.push((name.clone(), v));
         }
         Ok(Self {
             info: first.clone(),
