@@ -142,6 +142,12 @@ fn run(cli: Cli) -> adabatch::Result<()> {
                 return tokenize_domains(&domain, &output, &options);
             }
             let info = prepare_corpus(&corpus, &output, &options)?;
+            if info.validation_documents == 0 {
+                eprintln!(
+                    "warning: no validation document was held out ({} documents at --validation-fraction {}): a run on these files cannot measure a validation loss",
+                    info.train_documents, options.validation_fraction
+                );
+            }
             println!(
                 "wrote {}: {} training documents ({} tokens), {} validation documents ({} tokens), vocabulary {}, EOS id {}",
                 output.display(),

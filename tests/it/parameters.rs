@@ -336,6 +336,19 @@ fn a_run_saves_its_model_and_another_starts_from_it() {
         .unwrap()
         .step_losses[0];
     assert!(from_checkpoint.is_finite());
+    // A checkpoint whose weights changed after it was saved is refused by its
+    // manifest, whether the directory or its weights file is named.
+    let damaged = dir.join("checkpoint-3").join("model.safetensors");
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x40;
+    std::fs::write(&damaged, bytes).unwrap();
+    for init in [dir.join("checkpoint-3"), damaged.clone()] {
+        let mut d = c.clone();
+        d.init_from = Some(init);
+        let err = train_normed(Norm::Adabatch, &d, all_vars).0.unwrap_err();
+        assert!(err.to_string().contains("manifest"), "{err}");
+    }
     let mut bad = b.clone();
     bad.init_from = Some(dir.join("missing"));
     let err = train_normed(Norm::Adabatch, &bad, all_vars).0.unwrap_err();

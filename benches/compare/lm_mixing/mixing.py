@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "target/lm-mixing")
-MIXERS = ["stratified", "uniform", "online", "odm"]
+MIXERS = ["stratified", "stratified28", "uniform", "online", "odm"]
 
 
 def load(name):
@@ -73,7 +73,7 @@ def mixer_table():
     )
     print("| mixer | worst − stratified's | mean − stratified's | wins on worst (seeds) | meets the goal |")
     print("|---|---:|---:|---:|---|")
-    for m in ("online", "odm", "uniform"):
+    for m in ("online", "odm", "uniform", "stratified28"):
         rs = runs.get(m)
         if not rs:
             continue

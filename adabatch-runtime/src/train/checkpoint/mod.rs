@@ -142,6 +142,16 @@ pub(crate) fn init_weights(
         }
         return Ok(());
     }
+    // A checkpoint (or a file of one) is verified against its manifest first: an
+    // init never starts from a checkpoint being written or damaged since.
+    let dir = if path.is_dir() {
+        Some(path.as_path())
+    } else {
+        path.parent()
+    };
+    if let Some(dir) = dir.filter(|d| d.join(manifest::MANIFEST).is_file()) {
+        manifest::verify(dir, true)?;
+    }
     let report = weights::load_weights(params, path, *strict)?;
     if let Some(logger) = logger {
         logger.event(&format!("--init-from {}: {report}", path.display()));
