@@ -91,7 +91,7 @@ pub struct SourceStats<'a> {
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not an adabatch mixer",
     label = "the `#[mixer]` field must implement `adabatch::Mixer`",
-    note = "implement `adabatch::Mixer for {Self}`: `fn weights(&mut self, stats: &SourceStats) -> Vec<f64>`, or use `adabatch::OnlineMixer` or `adabatch::CurriculumMixer`"
+    note = "implement `adabatch::Mixer for {Self}`: `fn weights(&mut self, stats: &SourceStats) -> Vec<f64>`, or use `adabatch::OnlineMixer`, `adabatch::Exp3Mixer` or `adabatch::CurriculumMixer`"
 )]
 pub trait Mixer: Send {
     /// The weights of the next step.
