@@ -8,11 +8,16 @@
 #
 # 1. Mixers, for each seed: stratified (shares of tokens = shares of the
 #    training tokens), uniform (a third each), online (adabatch::OnlineMixer),
-#    odm (adabatch::Exp3Mixer, Online Data Mixing).
+#    odm (adabatch::Exp3Mixer, Online Data Mixing); and stratified28, stratified
+#    at 28 documents a step (rate referenced at 28), which trains about as many
+#    tokens a step as the other mixers do at 32 (stratified's share of the long
+#    Python documents makes its steps of 32 documents ~15 % larger in tokens, so
+#    it would take fewer, larger steps on the same budget).
 # 2. Continual pretraining (seed 1 by default): phase 1 on en + kjv (P1 tokens,
 #    default 300,000), then phase 2 from its weights on python with a replay of
 #    en + kjv at 0, 5 and 10 % of the tokens (halves each), and with the online
-#    mixer steering all three (P2 tokens, default 200,000).
+#    mixer steering all three (P2 tokens, default 200,000); phase 2 at the base
+#    rate 3e-3, and (P2_LOW=1, the default) also 0 and 10 % replay at 1e-3.
 #
 # Writes OUT/<run>.json (the example's --summary-json) and OUT/<run>.jsonl,
 # then the tables (mixing.py).
@@ -24,7 +29,7 @@ cd "$(dirname "$0")/../../.."
 out=${OUT:-target/lm-mixing}
 seeds=("$@")
 [[ ${#seeds[@]} -gt 0 ]] || seeds=(1 2 3)
-mixers=(${MIXERS:-stratified uniform online odm})
+mixers=(${MIXERS:-stratified uniform online odm stratified28})
 tokens=${TOKENS:-400000}
 bin=${BIN:-target/release/examples/mixture}
 mkdir -p "$out"
@@ -51,7 +56,11 @@ train() { # NAME FLAGS...
 three=(--domain en="$tok/en" --domain kjv="$tok/kjv" --domain python="$tok/python")
 for seed in "${seeds[@]}"; do
     for mixer in "${mixers[@]}"; do
-        train "$mixer-$seed" "${three[@]}" --mixer "$mixer" --seed "$seed" \
+        case "$mixer" in
+            stratified28) flags=(--mixer stratified --global-batch-size 28 --lr-reference-batch 28) ;;
+            *) flags=(--mixer "$mixer") ;;
+        esac
+        train "$mixer-$seed" "${three[@]}" "${flags[@]}" --seed "$seed" \
             --max-train-tokens "$tokens" --eval-steps 50 --save-steps 0
     done
 done
@@ -72,5 +81,13 @@ if [[ "${CONTINUAL:-1}" != 0 ]]; then
     train "replay-online-$seed" "${new_first[@]}" --init-from "$out/run-phase1-$seed" \
         --mixer online --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 \
         --eval-on-start --save-steps 0
+    if [[ "${P2_LOW:-1}" != 0 ]]; then
+        for replay in 0 10; do
+            w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
+            train "replay$replay-lr1e-3-$seed" "${new_first[@]}" --init-from "$out/run-phase1-$seed" \
+                --mix-weights "$w" --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 \
+                --eval-on-start --save-steps 0 --learning-rate 1e-3
+        done
+    fi
 fi
 python3 benches/compare/lm_mixing/mixing.py "$out"
