@@ -55,6 +55,10 @@ struct Cli {
     /// Prepare the token files again in `--tokens-dir`, replacing what it holds.
     #[arg(long)]
     retokenize: bool,
+    /// Documents longer than this many tokens are split into examples of at most
+    /// this many (so that a step's memory is bounded whatever the corpus holds).
+    #[arg(long, default_value_t = 4096)]
+    max_document_tokens: usize,
     /// BPE vocabulary size, the end-of-document token included.
     #[arg(long, default_value_t = 4096)]
     vocab_size: usize,
@@ -171,6 +175,10 @@ fn run() -> adabatch::Result<()> {
         (cli.vocab_size, cli.validation_fraction),
         cli.retokenize,
     )?;
+    let (train, validation) = (
+        train.with_max_len(cli.max_document_tokens)?,
+        validation.with_max_len(cli.max_document_tokens)?,
+    );
     let config = decoder::llama_config(&cli.model, &info);
     config
         .validate()

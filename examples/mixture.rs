@@ -71,6 +71,10 @@ struct Cli {
     /// Prepare the domains again in `--tokens-dir`, replacing what it holds.
     #[arg(long)]
     retokenize: bool,
+    /// Documents longer than this many tokens are split into examples of at most
+    /// this many (so that a step's memory is bounded whatever a corpus holds).
+    #[arg(long, default_value_t = 4096)]
+    max_document_tokens: usize,
     /// BPE vocabulary size, the end-of-document token included.
     #[arg(long, default_value_t = 4096)]
     vocab_size: usize,
@@ -249,7 +253,7 @@ fn open_domains(cli: &Cli) -> adabatch::Result<Domains> {
         .collect();
     let prepared = |p: &Path| p.join("tokens.json").is_file();
     if domains.iter().all(|(_, p)| prepared(p)) {
-        return Domains::open(&domains);
+        return Domains::open_split(&domains, cli.max_document_tokens);
     }
     if let Some((name, path)) = domains.iter().find(|(_, p)| p.is_dir() && !prepared(p)) {
         return Err(adabatch::Error::TokenSetting(format!(
@@ -287,7 +291,8 @@ fn open_domains(cli: &Cli) -> adabatch::Result<Domains> {
             );
         }
     }
-    Domains::open_prepared(&cli.tokens_dir)
+    let dirs = Domains::prepared_dirs(&cli.tokens_dir)?;
+    Domains::open_split(&dirs, cli.max_document_tokens)
 }
 
 /// Each domain's validation loss and perplexity, their mean and worst, and

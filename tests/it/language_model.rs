@@ -247,3 +247,63 @@ fn damaged_token_files_are_refused_naming_the_file() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// One document of 3 M tokens (a 10 MB line's worth) beside short ones: split at
+/// 512 tokens, a micro-batch of 8 examples packs into at most 8 · ⌈512 / 128⌉ = 32
+/// rows whatever it draws, and the decoder trains on it.
+#[test]
+fn a_huge_document_trains_within_the_stated_bound() {
+    let dir = temp_log("lm-huge").with_extension("");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (vocab, eos) = (64u32, 0u32);
+    let mut tokens: Vec<u16> = (0..3_000_000u32).map(|i| (1 + i % 63) as u16).collect();
+    tokens.push(eos as u16);
+    for i in 0..50u16 {
+        tokens.extend([1 + i % 63, 2 + i % 60, eos as u16]);
+    }
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+    let path = dir.join("train.bin");
+    std::fs::write(&path, bytes).unwrap();
+    let open = || {
+        let file = adabatch::TokenFile::open(&path, adabatch::TokenWidth::U16, vocab).unwrap();
+        adabatch::TokenDocuments::new(file, eos).unwrap()
+    };
+    assert_eq!(open().max_document_len(), 3_000_001);
+    let docs = open().with_max_len(512).unwrap();
+    assert_eq!(docs.max_document_len(), 512);
+    let collate = PackedCollate::new(128, eos);
+    let longest: Vec<Vec<u32>> = (0..8).map(|i| docs.document(i)).collect();
+    assert!(longest.iter().all(|d| d.len() == 512));
+    assert_eq!(collate.pack(&longest).unwrap().rows, 32);
+    let info = adabatch::tokenize::CorpusInfo {
+        width_bytes: 2,
+        vocab_size: vocab,
+        eos_id: eos,
+        eos_token: "<eos>".into(),
+        train_documents: docs.len(),
+        train_tokens: tokens.len() as u64,
+        validation_documents: 0,
+        validation_tokens: 0,
+        source: Default::default(),
+        tokenizer_crc32c: None,
+    };
+    let mut model = small_model();
+    model.seq_len = 128;
+    let config = decoder::llama_config(&model, &info);
+    let args = TrainingArgs {
+        global_batch_size: Some(8),
+        max_steps: Some(3),
+        save_steps: 0,
+        output_dir: dir.join("out"),
+        quiet: true,
+        ..TrainingArgs::default()
+    };
+    let trained = decoder::RampTrainer::launch(&docs, &collate, &args, |ctx: &RankContext| {
+        let model = decoder::Decoder::new(&config, ctx)?;
+        let opt = decoder::optimizer(&model, 1e-2)?;
+        Ok(decoder::RampTrainer::new(model, opt))
+    })
+    .unwrap();
+    assert_eq!(trained.summary.global_step, 3);
+    std::fs::remove_dir_all(&dir).ok();
+}

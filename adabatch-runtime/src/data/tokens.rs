@@ -293,6 +293,44 @@ impl TokenDocuments {
         })
     }
 
+    /// The same documents with every one longer than `max_len` tokens split into
+    /// consecutive examples of `max_len` tokens and a shorter rest (the rest keeps
+    /// the EOS). Packing puts all pieces of one example into one micro-batch, so
+    /// this bounds a micro-batch of `b` examples at `b · ⌈max_len / seq_len⌉`
+    /// packed rows whatever the corpus holds (one 10 MB line included). Each split
+    /// costs one target: a piece's last token no longer predicts the next piece's
+    /// first. Every token is still used exactly once per epoch. `max_len` below 2
+    /// is a typed error.
+    pub fn with_max_len(mut self, max_len: usize) -> Result<Self> {
+        if max_len < 2 {
+            return Err(Error::TokenSetting(format!(
+                "a maximum document length of {max_len} tokens: it must be at least 2 (a token and its target)"
+            )));
+        }
+        let max = max_len as u64;
+        let mut spans = Vec::with_capacity(self.spans.len());
+        for &(start, end) in &self.spans {
+            let mut from = start;
+            while end - from > max {
+                spans.push((from, from + max));
+                from += max;
+            }
+            spans.push((from, end));
+        }
+        spans.shrink_to_fit();
+        self.spans = spans;
+        Ok(self)
+    }
+
+    /// The longest document, in tokens (its EOS included).
+    pub fn max_document_len(&self) -> usize {
+        self.spans
+            .iter()
+            .map(|(s, e)| (e - s) as usize)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Number of (non-empty) documents.
     pub fn len(&self) -> usize {
         self.spans.len()
@@ -367,6 +405,29 @@ mod tests {
                 assert_eq!(w.window(i), tokens[i * 3..i * 3 + 3], "{width:?}");
             }
         }
+    }
+
+    #[test]
+    fn long_documents_split_into_bounded_examples_that_cover_them() {
+        // A 1,000-token document between two short ones; EOS id 0.
+        let long: Vec<u32> = (0..1000).map(|i| 1 + i % 50).collect();
+        let tokens: Vec<u32> = [vec![7, 8, 0], long.clone(), vec![0, 9, 0]].concat();
+        let docs = TokenDocuments::new(file(&tokens, TokenWidth::U16, 60).unwrap(), 0)
+            .unwrap()
+            .with_max_len(300)
+            .unwrap();
+        assert_eq!(docs.max_document_len(), 300);
+        let lens: Vec<usize> = (0..docs.len()).map(|i| docs.document_len(i)).collect();
+        assert_eq!(lens, [3, 300, 300, 300, 101, 2]);
+        // The pieces are the document, in order, its EOS at the end.
+        let joined: Vec<u32> = (1..5).flat_map(|i| docs.document(i)).collect();
+        assert_eq!(joined, [long, vec![0]].concat());
+        assert!(matches!(
+            TokenDocuments::new(file(&tokens, TokenWidth::U16, 60).unwrap(), 0)
+                .unwrap()
+                .with_max_len(1),
+            Err(Error::TokenSetting(_))
+        ));
     }
 
     #[test]

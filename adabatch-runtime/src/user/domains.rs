@@ -185,6 +185,17 @@ impl Domains {
     /// tokenizer (vocabulary, EOS id, width and `tokenizer.json`'s checksum), and
     /// each needs validation documents.
     pub fn open(domains: &[(String, PathBuf)]) -> Result<Self> {
+        Self::open_all(domains, None)
+    }
+
+    /// [`Domains::open`], every document longer than `max_len` tokens split into
+    /// examples of at most `max_len` ([`TokenDocuments::with_max_len`]: memory per
+    /// step bounded whatever a corpus holds).
+    pub fn open_split(domains: &[(String, PathBuf)], max_len: usize) -> Result<Self> {
+        Self::open_all(domains, Some(max_len))
+    }
+
+    fn open_all(domains: &[(String, PathBuf)], max_len: Option<usize>) -> Result<Self> {
         check_names(domains.iter().map(|(n, _)| n.as_str()))?;
         let infos: Vec<CorpusInfo> = domains
             .iter()
@@ -208,7 +219,10 @@ impl Domains {
                     domain: name.clone(),
                 });
             }
-            let (t, v) = info.open_documents(dir)?;
+            let (mut t, mut v) = info.open_documents(dir)?;
+            if let Some(max) = max_len {
+                (t, v) = (t.with_max_len(max)?, v.with_max_len(max)?);
+            }
             train.push((name.clone(), t));
             validation.push((name.clone(), v));
         }
@@ -222,13 +236,17 @@ impl Domains {
 
     /// The domains [`prepare_domains`] wrote into `dir`, in order.
     pub fn open_prepared(dir: &Path) -> Result<Self> {
+        Self::open(&Self::prepared_dirs(dir)?)
+    }
+
+    /// The `(name, folder)` of each domain [`prepare_domains`] wrote into `dir`.
+    pub fn prepared_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
         let info = DomainsInfo::read(dir)?;
-        let dirs: Vec<(String, PathBuf)> = info
+        Ok(info
             .names
             .iter()
             .map(|n| (n.clone(), dir.join(n)))
-            .collect();
-        Self::open(&dirs)
+            .collect())
     }
 }
 
