@@ -124,7 +124,7 @@ fn train(data: &TokenDocuments, world: usize, packed: bool) -> Vec<adabatch::Ste
     a.log_indices = true;
     a.log_jsonl = Some(log.clone());
     let collate = PackedCollate::new(SEQ_LEN, EOS);
-    PackedTrainer::launch(data, &collate, &a, |ctx: &RankContext| {
+    let trained = PackedTrainer::launch(data, &collate, &a, |ctx: &RankContext| {
         let model = Bigram::new(ctx.parameters(), ctx.device())?;
         let opt = AdamW::new(
             model.params.all_vars(),
@@ -136,7 +136,15 @@ fn train(data: &TokenDocuments, world: usize, packed: bool) -> Vec<adabatch::Ste
         Ok(PackedTrainer::new(model, opt))
     })
     .unwrap();
-    read_log(&log)
+    let logs = read_log(&log);
+    // Batches sized per step: the summary's final per-device size is the last
+    // step's, not the configured 2.
+    let last = logs.last().unwrap().global_batch;
+    assert_eq!(
+        trained.summary.final_per_device_batch_size,
+        last.div_ceil(world)
+    );
+    logs
 }
 
 #[test]

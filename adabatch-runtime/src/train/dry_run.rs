@@ -252,13 +252,18 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
     let batching = settings
         .batching
         .map(|(batching, _)| describe_batching(batching, has_regressor));
+    // Length-aware batches are sized per step: the last step's, as a run says.
+    let final_per_device = match (settings.batching, steps.last()) {
+        (Some(_), Some(last)) => last.global_batch.div_ceil(settings.world_size.max(1)),
+        _ => planner.per_device(),
+    };
     Ok(DryRun {
         steps,
         per_device,
         examples_per_epoch,
         num_examples: settings.num_examples,
         world_size: settings.world_size,
-        final_per_device: planner.per_device(),
+        final_per_device,
         batching,
         notes: plan_notes(settings),
     })

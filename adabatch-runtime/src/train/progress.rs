@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use crate::data::planner::{PlannerState, StepBatches};
+use crate::data::planner::{PlannerState, StepBatches, StepPlanner};
 use crate::data::sampler::GlobalBatchSampler;
 use crate::report::record::{EvalLog, StepLog};
 use crate::report::summary::TrainSummary;
@@ -29,6 +29,8 @@ pub(crate) struct Progress {
     last_log: Instant,
     started: Instant,
     step_losses: Vec<f64>,
+    /// The last trained step's global batch (0 before one).
+    last_global: usize,
 }
 
 impl Progress {
@@ -41,6 +43,7 @@ impl Progress {
             last_log: started,
             started,
             step_losses: Vec::new(),
+            last_global: 0,
         }
     }
 
@@ -49,6 +52,7 @@ impl Progress {
         self.step_losses.push(loss);
         self.losses_since_log.push(loss);
         self.examples_since_log += examples;
+        self.last_global = examples;
     }
 
     /// Leaves `spent` (an evaluation, a save) out of the throughput of the next
@@ -69,6 +73,22 @@ impl Progress {
             losses_since_log: unlogged_losses.unwrap_or_default().to_vec(),
             ..Self::new()
         }
+    }
+
+    /// The per-device size the run ended at. The planner counts per-device sizes
+    /// on the checkpoint's ranks; the summary on this run's (a 1-rank checkpoint
+    /// of 32 resumed on 2: 16). Length-aware batches (memory, token budgets) are
+    /// sized per step: their last step's global batch over the ranks.
+    fn final_per_device<S: crate::adapt::schedule::Schedule>(
+        &self,
+        planner: &StepPlanner<S>,
+        settings: &RunSettings,
+    ) -> usize {
+        let world = settings.world_size.max(1);
+        if settings.batching.is_some() && self.last_global > 0 {
+            return self.last_global.div_ceil(world);
+        }
+        (planner.per_device() * settings.units_world).div_ceil(world)
     }
 
     /// The log record of a logged step: the loss is the mean since the last
@@ -134,6 +154,7 @@ impl Progress {
         } else {
             self.step_losses.iter().sum::<f64>() / self.step_losses.len() as f64
         };
+        let final_per_device = self.final_per_device(planner, settings);
         TrainSummary {
             global_step: planner.step(),
             epoch: sampler.epoch(),
@@ -141,10 +162,7 @@ impl Progress {
             train_loss,
             step_losses: self.step_losses,
             oom_events,
-            // The planner counts per-device sizes on the checkpoint's ranks; the
-            // summary on this run's (a 1-rank checkpoint of 32 resumed on 2: 16).
-            final_per_device_batch_size: (planner.per_device() * settings.units_world)
-                .div_ceil(settings.world_size.max(1)),
+            final_per_device_batch_size: final_per_device,
             world_size: settings.world_size,
             train_runtime: runtime,
             train_samples_per_second: trained_here as f64 / runtime.max(f64::MIN_POSITIVE),

@@ -294,7 +294,6 @@ where
             grad_norm,
             ref source_loss,
             ref source_tokens,
-            interrupted,
             ..
         } = outcome
         else {
@@ -309,7 +308,7 @@ where
             rank_chunks,
             device_peak,
         );
-        self.interrupted = interrupted;
+        self.interrupted = outcome.interrupted();
         self.progress.trained(loss, batches.global_size());
         if let Some(logger) = self.logger.as_deref() {
             logger.advance(batches.global_size(), self.planner.sampler().epoch());

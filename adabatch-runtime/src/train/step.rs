@@ -122,6 +122,19 @@ pub(crate) enum StepOutcome {
     OutOfMemory { detail: String },
 }
 
+impl StepOutcome {
+    /// Whether a signal asked the run to stop after this step (on some rank).
+    pub(crate) fn interrupted(&self) -> bool {
+        matches!(
+            self,
+            StepOutcome::Trained {
+                interrupted: true,
+                ..
+            }
+        )
+    }
+}
+
 /// Gradients (aligned with the parameters), loss share and token count: this
 /// rank's, or after the all-reduce every rank's summed.
 struct LocalGrads {
@@ -181,7 +194,7 @@ where
         source_sums: source_sums::zeroed(input.sources.as_ref().map_or(0, |s| s.names.len())),
         covered: None,
         seconds: input.previous_step_seconds,
-        interrupt: 0.0,
+        interrupt: f64::from(u8::from(input.interrupts.requested())),
     };
     let known_weight = known_weight(input.reweight, batches);
     let active_ranks = batches.local_sizes().iter().filter(|&&n| n > 0).count();
@@ -336,11 +349,7 @@ where
     let local = guarded(rank, || {
         accumulate_local(&*model, input, params, &mut plan, rank)
     })
-    .map_err(|e| on_rank(e, rank, step))
-    .map(|mut local| {
-        local.interrupt = f64::from(u8::from(input.interrupts.requested()));
-        local
-    });
+    .map_err(|e| on_rank(e, rank, step));
     let small_slots = small_batch_slots(input.noise_scale, plan.batches);
     let mut summed = match gather_checked(comm, params, local, input, small_slots)? {
         Ok(summed) => summed,
@@ -599,58 +608,8 @@ fn reduce(
     local: Result<LocalGrads>,
     (source_slots, small_slots, coverage): (usize, usize, bool),
 ) -> Result<std::result::Result<LocalGrads, String>> {
-    let zeros = |var: &Var| var.as_tensor().zeros_like();
-    let (mut tensors, loss, tokens, small, source_sums, covered, seconds, interrupt) = match &local
-    {
-        Ok(l) => {
-            let tensors = l
-                .grads
-                .iter()
-                .zip(params)
-                .map(|(g, (_, var))| g.as_ref().map_or_else(|| zeros(var), |g| Ok(g.clone())))
-                .collect::<candle_core::Result<Vec<_>>>()?;
-            let covered: Vec<f64> = (l.covered.iter().flatten())
-                .map(|&got| f64::from(u8::from(got)))
-                .collect();
-            (
-                tensors,
-                l.loss,
-                l.tokens,
-                l.small.clone(),
-                l.source_sums.clone(),
-                covered,
-                l.seconds,
-                l.interrupt,
-            )
-        }
-        Err(_) => (
-            params
-                .iter()
-                .map(|(_, v)| zeros(v))
-                .collect::<candle_core::Result<Vec<_>>>()?,
-            0.0,
-            0.0,
-            vec![0.0; small_slots],
-            vec![0.0; source_slots],
-            vec![0.0; if coverage { params.len() } else { 0 }],
-            0.0,
-            0.0,
-        ),
-    };
-    let oom = matches!(&local, Err(e) if is_out_of_memory(e));
-    let failed = local.is_err() && !oom;
-    let mut scalars = vec![
-        loss,
-        tokens,
-        f64::from(u8::from(failed)),
-        f64::from(u8::from(oom)),
-        seconds,
-        interrupt,
-    ];
-    scalars.extend(small);
-    scalars.extend(source_sums);
-    // Every rank asks for coverage on the same step (a failed rank included).
-    scalars.extend(covered);
+    let (mut tensors, mut scalars) =
+        outgoing(&local, params, (source_slots, small_slots, coverage))?;
     comm.all_reduce_sum(&mut tensors, &mut scalars)?;
     let covered = scalars.split_off(FIXED_SCALARS + small_slots + source_slots);
     let source_sums = scalars.split_off(FIXED_SCALARS + small_slots);
@@ -674,6 +633,44 @@ fn reduce(
             interrupt,
         })),
     }
+}
+
+/// What this rank puts into the step's all-reduce: its gradients (zeros where it
+/// has none, all zeros after a failure) and its scalars in order: the fixed ones,
+/// the small batches', the per-source sums, the coverage flags (every rank asks
+/// for coverage on the same step, a failed rank included).
+fn outgoing(
+    local: &Result<LocalGrads>,
+    params: &[(String, Var)],
+    (source_slots, small_slots, coverage): (usize, usize, bool),
+) -> Result<(Vec<Tensor>, Vec<f64>)> {
+    let zeros = |var: &Var| var.as_tensor().zeros_like();
+    let oom = matches!(local, Err(e) if is_out_of_memory(e));
+    let failed = f64::from(u8::from(local.is_err() && !oom));
+    let oom = f64::from(u8::from(oom));
+    let Ok(l) = local else {
+        let tensors = params.iter().map(|(_, v)| zeros(v));
+        let coverage_slots = if coverage { params.len() } else { 0 };
+        let mut scalars = vec![0.0, 0.0, failed, oom, 0.0, 0.0];
+        scalars.resize(
+            FIXED_SCALARS + small_slots + source_slots + coverage_slots,
+            0.0,
+        );
+        return Ok((tensors.collect::<candle_core::Result<Vec<_>>>()?, scalars));
+    };
+    let tensors = (l.grads.iter().zip(params))
+        .map(|(g, (_, var))| g.as_ref().map_or_else(|| zeros(var), |g| Ok(g.clone())))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let mut scalars = vec![l.loss, l.tokens, failed, oom, l.seconds, l.interrupt];
+    scalars.extend(&l.small);
+    scalars.extend(&l.source_sums);
+    scalars.extend(
+        l.covered
+            .iter()
+            .flatten()
+            .map(|&got| f64::from(u8::from(got))),
+    );
+    Ok((tensors, scalars))
 }
 
 fn global_norm(grads: &[Option<Tensor>]) -> Result<f64> {
