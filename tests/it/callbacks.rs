@@ -208,6 +208,49 @@ fn early_stopping_stops_when_the_eval_loss_turns() {
     assert_eq!(trainer.stop.best(), Some(losses[0]));
 }
 
+/// `EarlyStopping` keeps its best value and its count across a resume: resumed
+/// from the checkpoint of step 6 (two evaluations without improvement already), on
+/// 2 ranks or 3, the run stops at step 8 as the uninterrupted one does (a callback
+/// without state would start counting again and train on).
+#[test]
+fn early_stopping_resumes_where_it_was() {
+    let train = dataset(40, 1);
+    let eval: Vec<Example> = train
+        .iter()
+        .map(|e| Example {
+            y: -e.y,
+            ..e.clone()
+        })
+        .collect();
+    let out = temp_log("early-resume").with_extension("");
+    let a = TrainingArgs {
+        eval_steps: Some(2),
+        save_steps: 2,
+        output_dir: out.clone(),
+        ..args(2, 4, 10)
+    };
+    let factory = |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = common::resumable_adam(&model)?;
+        Ok(Patient::new(model, opt, EarlyStopping::on_eval_loss(3)))
+    };
+    let straight = Patient::launch_with_eval(&train, &eval, &collate, &a, factory).unwrap();
+    assert_eq!(straight.summary.global_step, 8);
+    for world in [2, 3] {
+        let resumed_args = TrainingArgs {
+            resume_from_checkpoint: Some(out.join("checkpoint-6")),
+            output_dir: out.join(format!("resumed-{world}")),
+            nproc_per_node: world,
+            ..a.clone()
+        };
+        let resumed =
+            Patient::launch_with_eval(&train, &eval, &collate, &resumed_args, factory).unwrap();
+        assert_eq!(resumed.summary.global_step, 8, "{world} ranks");
+        assert_eq!(resumed.trainer.stop.best(), straight.trainer.stop.best());
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 /// Every logged record a callback saw, with its rank; asks to stop at `stop_at`.
 struct LogWatcher {
     seen: Arc<Mutex<Vec<(usize, StepLog)>>>,

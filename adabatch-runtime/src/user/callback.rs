@@ -113,9 +113,31 @@ pub trait Callback: Send {
     fn on_train_end(&mut self, state: &TrainerState) {
         let _ = state;
     }
+    /// What the callback must carry across a resume (HF's `ExportableState`),
+    /// saved in every checkpoint; `None` (the default): nothing.
+    fn state(&self) -> Option<serde_json::Value> {
+        None
+    }
+    /// Continues from a checkpoint's [`Callback::state`].
+    fn restore(&mut self, state: &serde_json::Value) {
+        let _ = state;
+    }
 }
 
 impl Callback for Vec<Box<dyn Callback>> {
+    /// Each callback's state, in order (`null` for one without).
+    fn state(&self) -> Option<serde_json::Value> {
+        let states: Vec<serde_json::Value> =
+            self.iter().map(|c| c.state().unwrap_or_default()).collect();
+        states.iter().any(|s| !s.is_null()).then(|| states.into())
+    }
+    fn restore(&mut self, state: &serde_json::Value) {
+        if let Some(states) = state.as_array() {
+            for (c, s) in self.iter_mut().zip(states).filter(|(_, s)| !s.is_null()) {
+                c.restore(s);
+            }
+        }
+    }
     fn on_step_end(&mut self, state: &TrainerState, control: &mut TrainerControl) {
         for c in self {
             c.on_step_end(state, control);
@@ -210,6 +232,28 @@ impl Callback for EarlyStopping {
             }
         }
     }
+
+    /// The best value and the evaluations since it: a resumed run stops where the
+    /// uninterrupted one would.
+    fn state(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({
+            "metric": self.metric,
+            "best": self.best,
+            "without_improvement": self.without_improvement,
+        }))
+    }
+
+    /// Restores the state saved for the same metric (another metric's is left).
+    fn restore(&mut self, state: &serde_json::Value) {
+        if state.get("metric").and_then(|m| m.as_str()) != Some(self.metric.as_str()) {
+            return;
+        }
+        self.best = state.get("best").and_then(serde_json::Value::as_f64);
+        self.without_improvement = state
+            .get("without_improvement")
+            .and_then(serde_json::Value::as_u64)
+            .map_or(0, |n| n as usize);
+    }
 }
 
 #[cfg(test)]
@@ -250,6 +294,40 @@ mod tests {
         // 0.795 is within the threshold of 0.8: no improvement, then 0.9: stop.
         assert_eq!(asked, [false, false, false, true, false]);
         assert_eq!(stop.best(), Some(0.5));
+    }
+
+    #[test]
+    fn early_stoppings_state_round_trips_alone_and_in_a_list() {
+        let state = TrainerState {
+            rank: 0,
+            world_size: 1,
+            global_step: 0,
+            epoch: 0.0,
+            examples_seen: 0,
+            global_batch: 0,
+            loss: f64::NAN,
+            learning_rate: 0.0,
+            evaluations: Vec::new(),
+        };
+        let mut stop = EarlyStopping::on_eval_loss(3);
+        for (step, loss) in [(1, 1.0), (2, 1.5)] {
+            stop.on_evaluate(&state, &eval(step, loss), &mut TrainerControl::default());
+        }
+        let mut fresh = EarlyStopping::on_eval_loss(3);
+        fresh.restore(&stop.state().unwrap());
+        assert_eq!((fresh.best(), fresh.without_improvement), (Some(1.0), 1));
+        // Another metric's state is not taken.
+        let mut other = EarlyStopping::new("eval_accuracy", true, 3);
+        other.restore(&stop.state().unwrap());
+        assert_eq!(other.best(), None);
+        // A list keeps each member's state in order.
+        let list: Vec<Box<dyn Callback>> = vec![Box::new(stop.clone()), Box::new(fresh)];
+        let mut restored: Vec<Box<dyn Callback>> = vec![
+            Box::new(EarlyStopping::on_eval_loss(3)),
+            Box::new(EarlyStopping::on_eval_loss(3)),
+        ];
+        restored.restore(&list.state().unwrap());
+        assert_eq!(restored.state(), list.state());
     }
 
     #[test]

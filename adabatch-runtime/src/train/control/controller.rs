@@ -12,6 +12,7 @@ use crate::report::logging::Logger;
 use crate::report::record::{EvalLog, StepLog};
 use crate::train::control::states::ControllerStates;
 use crate::train::step::StepOutcome;
+use crate::user::callback::Callback;
 use crate::user::trainer::AdaptiveTrainer;
 
 /// What every rank agrees on after a step: its number, its batches, how it ended,
@@ -39,6 +40,7 @@ impl StepReport<'_> {
 pub(crate) trait UserControllers {
     fn mixer(&mut self) -> Option<&mut dyn Mixer>;
     fn regressor(&mut self) -> Option<&mut dyn MemoryModel>;
+    fn callback(&mut self) -> Option<&mut dyn Callback>;
 }
 
 impl<T: AdaptiveTrainer> UserControllers for T {
@@ -47,6 +49,9 @@ impl<T: AdaptiveTrainer> UserControllers for T {
     }
     fn regressor(&mut self) -> Option<&mut dyn MemoryModel> {
         AdaptiveTrainer::regressor(self)
+    }
+    fn callback(&mut self) -> Option<&mut dyn Callback> {
+        AdaptiveTrainer::callback(self)
     }
 }
 

@@ -114,6 +114,7 @@ impl Controllers {
         for controller in self.in_order().into_iter().flatten() {
             controller.save(comm, trainer, &mut states)?;
         }
+        states.callback = trainer.callback().and_then(|c| c.state());
         Ok(states)
     }
 
@@ -126,6 +127,9 @@ impl Controllers {
     ) {
         for controller in self.in_order().into_iter().flatten() {
             controller.restore(from, rank, trainer);
+        }
+        if let (Some(state), Some(callback)) = (&from.callback, trainer.callback()) {
+            callback.restore(state);
         }
     }
 

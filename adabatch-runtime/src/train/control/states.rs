@@ -34,6 +34,10 @@ pub struct ControllerStates {
     /// sources).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mixer: Option<Vec<f64>>,
+    /// The trainer's `#[callback]` state ([`crate::Callback::state`]), when it
+    /// keeps one (`EarlyStopping`'s best value and patience used).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<serde_json::Value>,
     /// `--fp16`'s loss scale and its count of clean steps.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scaler: Option<LossScaler>,
