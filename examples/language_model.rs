@@ -52,19 +52,8 @@ struct Cli {
     /// vocabulary; a directory prepared from anything else is refused.
     #[arg(long, default_value = "adabatch_output/lm-tokens")]
     tokens_dir: PathBuf,
-    /// Prepare the token files again in `--tokens-dir`, replacing what it holds.
-    #[arg(long)]
-    retokenize: bool,
-    /// Documents longer than this many tokens are split into examples of at most
-    /// this many (so that a step's memory is bounded whatever the corpus holds).
-    #[arg(long, default_value_t = 4096)]
-    max_document_tokens: usize,
-    /// BPE vocabulary size, the end-of-document token included.
-    #[arg(long, default_value_t = 4096)]
-    vocab_size: usize,
-    /// Share of the documents held out for validation (spread evenly).
-    #[arg(long, default_value_t = 0.05)]
-    validation_fraction: f64,
+    #[command(flatten)]
+    tokens: decoder::TokenArgs,
     /// Give every document (or piece) a padded row of its own instead of packing.
     #[arg(long)]
     no_packing: bool,
@@ -172,12 +161,12 @@ fn run() -> adabatch::Result<()> {
     let (info, train, validation) = decoder::corpus(
         &corpora,
         &cli.tokens_dir,
-        (cli.vocab_size, cli.validation_fraction),
-        cli.retokenize,
+        (cli.tokens.vocab_size, cli.tokens.validation_fraction),
+        cli.tokens.retokenize,
     )?;
     let (train, validation) = (
-        train.with_max_len(cli.max_document_tokens)?,
-        validation.with_max_len(cli.max_document_tokens)?,
+        train.with_max_len(cli.tokens.max_document_tokens)?,
+        validation.with_max_len(cli.tokens.max_document_tokens)?,
     );
     let config = decoder::llama_config(&cli.model, &info);
     config

@@ -68,19 +68,8 @@ struct Cli {
     /// and settings; a directory prepared from anything else is refused.
     #[arg(long, default_value = "adabatch_output/mixture-tokens")]
     tokens_dir: PathBuf,
-    /// Prepare the domains again in `--tokens-dir`, replacing what it holds.
-    #[arg(long)]
-    retokenize: bool,
-    /// Documents longer than this many tokens are split into examples of at most
-    /// this many (so that a step's memory is bounded whatever a corpus holds).
-    #[arg(long, default_value_t = 4096)]
-    max_document_tokens: usize,
-    /// BPE vocabulary size, the end-of-document token included.
-    #[arg(long, default_value_t = 4096)]
-    vocab_size: usize,
-    /// Share of each domain's documents held out for validation (spread evenly).
-    #[arg(long, default_value_t = 0.02)]
-    validation_fraction: f64,
+    #[command(flatten)]
+    tokens: decoder::TokenArgs,
     /// Write the run's figures (per-domain losses, steps, tokens) here as JSON.
     #[arg(long)]
     summary_json: Option<PathBuf>,
@@ -162,7 +151,8 @@ fn parse_cli() -> (Cli, clap::ArgMatches) {
         .mut_arg("per_device_eval_batch_size", |a| a.default_value("64"))
         .mut_arg("save_steps", |a| a.default_value("500"))
         .mut_arg("save_total_limit", |a| a.default_value("2"))
-        .mut_arg("output_dir", |a| a.default_value("adabatch_output/mixture"));
+        .mut_arg("output_dir", |a| a.default_value("adabatch_output/mixture"))
+        .mut_arg("validation_fraction", |a| a.default_value("0.02"));
     let matches = command.get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     (cli, matches)
@@ -253,7 +243,7 @@ fn open_domains(cli: &Cli) -> adabatch::Result<Domains> {
         .collect();
     let prepared = |p: &Path| p.join("tokens.json").is_file();
     if domains.iter().all(|(_, p)| prepared(p)) {
-        return Domains::open_split(&domains, cli.max_document_tokens);
+        return Domains::open_split(&domains, cli.tokens.max_document_tokens);
     }
     if let Some((name, path)) = domains.iter().find(|(_, p)| p.is_dir() && !prepared(p)) {
         return Err(adabatch::Error::TokenSetting(format!(
@@ -264,9 +254,9 @@ fn open_domains(cli: &Cli) -> adabatch::Result<Domains> {
     use adabatch::tokenize::{PrepareOptions, TokenizerSource};
     let options = PrepareOptions {
         tokenizer: TokenizerSource::TrainBpe {
-            vocab_size: cli.vocab_size,
+            vocab_size: cli.tokens.vocab_size,
         },
-        validation_fraction: cli.validation_fraction,
+        validation_fraction: cli.tokens.validation_fraction,
         ..PrepareOptions::default()
     };
     let existing = adabatch::DomainsInfo::read(&cli.tokens_dir);
@@ -274,7 +264,7 @@ fn open_domains(cli: &Cli) -> adabatch::Result<Domains> {
         .as_ref()
         .is_ok_and(|info| info.prepared_from(&domains, &options));
     if !current {
-        adabatch::tokenize::may_prepare(&cli.tokens_dir, cli.retokenize, || {
+        adabatch::tokenize::may_prepare(&cli.tokens_dir, cli.tokens.retokenize, || {
             match &existing {
             Ok(info) => format!(
                 "it holds the domains {:?} prepared from other files or settings; this run asks for {:?}",
@@ -292,7 +282,7 @@ fn open_domains(cli: &Cli) -> adabatch::Result<Domains> {
         }
     }
     let dirs = Domains::prepared_dirs(&cli.tokens_dir)?;
-    Domains::open_split(&dirs, cli.max_document_tokens)
+    Domains::open_split(&dirs, cli.tokens.max_document_tokens)
 }
 
 /// Each domain's validation loss and perplexity, their mean and worst, and

@@ -33,6 +33,24 @@ pub struct ModelArgs {
     pub num_key_value_heads: usize,
 }
 
+/// How text becomes token files and examples (both language-model examples).
+#[derive(clap::Args, Clone, Debug)]
+pub struct TokenArgs {
+    /// Prepare the token files again in `--tokens-dir`, replacing what it holds.
+    #[arg(long)]
+    pub retokenize: bool,
+    /// Documents longer than this many tokens are split into examples of at most
+    /// this many (so that a step's memory is bounded whatever a corpus holds).
+    #[arg(long, default_value_t = 4096)]
+    pub max_document_tokens: usize,
+    /// BPE vocabulary size, the end-of-document token included.
+    #[arg(long, default_value_t = 4096)]
+    pub vocab_size: usize,
+    /// Share of the documents (of each domain) held out for validation, spread evenly.
+    #[arg(long, default_value_t = 0.05)]
+    pub validation_fraction: f64,
+}
+
 /// The corpora tokenized into `dir` under one BPE trained on their training
 /// documents, and the training and validation documents of all of them. Files
 /// prepared from these corpus files (of their current sizes) with this vocabulary

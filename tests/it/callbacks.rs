@@ -167,6 +167,21 @@ fn one_rank_asking_to_stop_stops_every_rank_and_saves_on_request() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// A training set and an eval set whose targets are the negated training
+/// targets: as the model learns the training set, the eval loss rises after its
+/// first evaluation.
+fn turning_data() -> (Vec<Example>, Vec<Example>) {
+    let train = dataset(40, 1);
+    let eval = train
+        .iter()
+        .map(|e| Example {
+            y: -e.y,
+            ..e.clone()
+        })
+        .collect();
+    (train, eval)
+}
+
 #[adaptive_trainer(schedule = constant)]
 struct Patient {
     #[model]
@@ -179,16 +194,7 @@ struct Patient {
 
 #[test]
 fn early_stopping_stops_when_the_eval_loss_turns() {
-    // The eval targets are the negated training targets: as the model learns the
-    // training set, the eval loss rises after its first evaluation.
-    let train = dataset(40, 1);
-    let eval: Vec<Example> = train
-        .iter()
-        .map(|e| Example {
-            y: -e.y,
-            ..e.clone()
-        })
-        .collect();
+    let (train, eval) = turning_data();
     let a = TrainingArgs {
         eval_steps: Some(2),
         ..args(2, 4, 10)
@@ -214,14 +220,7 @@ fn early_stopping_stops_when_the_eval_loss_turns() {
 /// without state would start counting again and train on).
 #[test]
 fn early_stopping_resumes_where_it_was() {
-    let train = dataset(40, 1);
-    let eval: Vec<Example> = train
-        .iter()
-        .map(|e| Example {
-            y: -e.y,
-            ..e.clone()
-        })
-        .collect();
+    let (train, eval) = turning_data();
     let out = temp_log("early-resume").with_extension("");
     let a = TrainingArgs {
         eval_steps: Some(2),

@@ -129,6 +129,10 @@ fn args(world: usize, out: &Path, log: &Path, max_tokens: u64) -> TrainingArgs {
 }
 
 fn train(p: &Prepared, args: &TrainingArgs) -> adabatch::TrainSummary {
+    try_train(p, args).unwrap()
+}
+
+fn try_train(p: &Prepared, args: &TrainingArgs) -> adabatch::Result<adabatch::TrainSummary> {
     let collate = PackedCollate::new(32, p.domains.info.eos_id);
     let config = &p.config;
     MixedDecoder::launch_with_eval(
@@ -142,8 +146,7 @@ fn train(p: &Prepared, args: &TrainingArgs) -> adabatch::TrainSummary {
             Ok(MixedDecoder::new(model, opt, Exp3Mixer::default()))
         },
     )
-    .unwrap()
-    .summary
+    .map(|trained| trained.summary)
 }
 
 /// Each step's dataset indices, in order.
@@ -335,27 +338,12 @@ fn domain_mistakes_are_typed_errors_before_the_first_step() {
 }
 
 #[test]
-fn mix_weights_for_an_unknown_domain_or_a_mixer_are_refused() {
+fn mix_weights_for_an_unknown_domain_or_a_mixer_and_bad_budgets_are_refused() {
     let p = prepared("domains-refused");
     let log = temp_log("domains-refused");
     let mut given = args(2, &p.dir.join("out"), &log, 500);
     given.mix_weights = vec!["code=0.5".into(), "en=0.5".into()];
-    let collate = PackedCollate::new(32, p.domains.info.eos_id);
-    let config = &p.config;
-    let factory = |ctx: &RankContext| {
-        let model = decoder::Decoder::new(config, ctx)?;
-        let opt = decoder::optimizer(&model, 1e-2)?;
-        Ok(MixedDecoder::new(model, opt, Exp3Mixer::default()))
-    };
-    let err = MixedDecoder::launch_with_eval(
-        &p.domains.train,
-        &p.domains.validation,
-        &collate,
-        &given,
-        factory,
-    )
-    .err()
-    .unwrap();
+    let err = try_train(&p, &given).err().unwrap();
     assert!(
         matches!(
             err,
@@ -367,16 +355,26 @@ fn mix_weights_for_an_unknown_domain_or_a_mixer_are_refused() {
         "{err}"
     );
     given.mix_weights = vec!["python=1".into()];
-    let err = MixedDecoder::launch_with_eval(
-        &p.domains.train,
-        &p.domains.validation,
-        &collate,
-        &given,
-        factory,
-    )
-    .err()
-    .unwrap();
+    let err = try_train(&p, &given).err().unwrap();
     assert!(matches!(err, Error::UnknownSource { .. }), "{err}");
+    // A token budget of 0, or beside --max-steps.
+    given.mix_weights.clear();
+    given.max_train_tokens = Some(0);
+    let err = try_train(&p, &given).err().unwrap();
+    assert!(err.to_string().contains("max_train_tokens"), "{err}");
+    given.max_train_tokens = Some(500);
+    given.max_steps = Some(3);
+    let err = try_train(&p, &given).err().unwrap();
+    assert!(
+        matches!(
+            err,
+            Error::ConflictingSettings {
+                second: "--max-train-tokens",
+                ..
+            }
+        ),
+        "{err}"
+    );
     let logged = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(logged.trim().is_empty(), "nothing trained: {logged}");
     std::fs::remove_dir_all(&p.dir).ok();

@@ -46,6 +46,10 @@
 //! | `Comm`                          | `comm_error_on_mismatched_all_reduce`                |
 //! | `Rendezvous`                    | rendezvous.rs unit tests (reachable only through `launch_nccl`, feature `nccl`) |
 //! | `Json`                          | not reachable: serialising a checkpoint's own state cannot fail |
+//! | `NoValidationDocuments`, `MixedTokenizers` | domains.rs `domain_mistakes_are_typed_errors_before_the_first_step` |
+//! | `TokenFileMismatch`             | language_model.rs `damaged_token_files_are_refused_naming_the_file` |
+//! | `TokenDirMismatch`              | language_model.rs `a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model` |
+//! | `Interrupted`                   | resume.rs `a_signal_stops_every_rank_with_a_checkpoint` |
 //!
 //! A file named alone is a module of this binary (`tests/it/`), except where the
 //! row says unit tests. Flags and their tests are tabled in tests/it/flags.rs.

@@ -40,6 +40,7 @@
 //! | `--log-indices`, `--quiet`, `--disable-tqdm` | `console_flags_do_not_change_the_run`         |
 //! | `--logging-first-step`             | `logging_first_step_logs_step_one_too`                  |
 //! | `--eval-on-start`                  | eval.rs `eval_on_start_evaluates_the_untrained_model`   |
+//! | `--max-train-tokens`               | `max_train_tokens_parses_and_excludes_max_steps`, domains.rs, mixing.rs |
 //!
 //! File names are modules of this binary (`tests/it/`) unless a path says otherwise.
 //! The error variants and their tests are tabled in tests/it/errors.rs.
@@ -62,6 +63,14 @@ use common::*;
 
 // ---------------------------------------------------------------------------
 // CLI
+
+#[test]
+fn max_train_tokens_parses_and_excludes_max_steps() {
+    let a = TrainingArgs::try_parse_from(["train", "--max-train-tokens", "1000"]).unwrap();
+    assert_eq!(a.max_train_tokens, Some(1000));
+    let both = ["train", "--max-train-tokens", "1000", "--max-steps", "3"];
+    assert!(TrainingArgs::try_parse_from(both).is_err());
+}
 
 #[test]
 fn cli_parses_every_flag() {

@@ -135,12 +135,7 @@ impl CorpusSource {
 impl CorpusInfo {
     /// The `tokens.json` of a prepared directory.
     pub fn read(dir: &Path) -> Result<Self> {
-        let path = dir.join("tokens.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::Io {
-            path: path.clone(),
-            source: e,
-        })?;
-        serde_json::from_str(&text).map_err(|e| tokenizer_error(&path, e))
+        read_json(&dir.join("tokens.json"))
     }
 
     /// Whether these files were prepared from `corpus` with `options` (the same
@@ -223,6 +218,15 @@ impl CorpusInfo {
             ))),
         }
     }
+}
+
+/// A JSON file a preparation wrote (`tokens.json`, `domains.json`), read back.
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
+        path: path.to_path_buf(),
+        source: e,
+    })?;
+    serde_json::from_str(&text).map_err(|e| tokenizer_error(path, e))
 }
 
 fn mismatch(path: &Path, detail: String) -> Error {
@@ -443,8 +447,20 @@ fn partial_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// Removes `path` if it is there: the marker of a complete preparation goes
+/// first, so that one cut short is not taken for complete.
+pub(crate) fn remove_if_present(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Io {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Writes `bytes` to `path` through a renamed `<path>.partial`.
-fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
     let io = |e| Error::Io {
         path: path.to_path_buf(),
         source: e,
@@ -521,15 +537,7 @@ pub fn write_prepared(
         source: e,
     })?;
     let info_path = dir.join("tokens.json");
-    match std::fs::remove_file(&info_path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(Error::Io {
-                path: info_path,
-                source: e,
-            })
-        }
-        _ => {}
-    }
+    remove_if_present(&info_path)?;
     let tokenizer_path = dir.join("tokenizer.json");
     let tokenizer_text = tokenizer
         .to_string(false)

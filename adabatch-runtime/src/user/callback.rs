@@ -260,6 +260,20 @@ impl Callback for EarlyStopping {
 mod tests {
     use super::*;
 
+    fn start_state() -> TrainerState {
+        TrainerState {
+            rank: 0,
+            world_size: 1,
+            global_step: 0,
+            epoch: 0.0,
+            examples_seen: 0,
+            global_batch: 0,
+            loss: f64::NAN,
+            learning_rate: 0.0,
+            evaluations: Vec::new(),
+        }
+    }
+
     fn eval(step: usize, loss: f64) -> EvalLog {
         EvalLog {
             event: "eval".into(),
@@ -273,17 +287,7 @@ mod tests {
 
     #[test]
     fn early_stopping_waits_patience_evaluations_without_improvement() {
-        let state = TrainerState {
-            rank: 0,
-            world_size: 1,
-            global_step: 0,
-            epoch: 0.0,
-            examples_seen: 0,
-            global_batch: 0,
-            loss: f64::NAN,
-            learning_rate: 0.0,
-            evaluations: Vec::new(),
-        };
+        let state = start_state();
         let mut stop = EarlyStopping::on_eval_loss(2).with_threshold(0.01);
         let mut asked = Vec::new();
         for (step, loss) in [(1, 1.0), (2, 0.8), (3, 0.795), (4, 0.9), (5, 0.5)] {
@@ -298,17 +302,7 @@ mod tests {
 
     #[test]
     fn early_stoppings_state_round_trips_alone_and_in_a_list() {
-        let state = TrainerState {
-            rank: 0,
-            world_size: 1,
-            global_step: 0,
-            epoch: 0.0,
-            examples_seen: 0,
-            global_batch: 0,
-            loss: f64::NAN,
-            learning_rate: 0.0,
-            evaluations: Vec::new(),
-        };
+        let state = start_state();
         let mut stop = EarlyStopping::on_eval_loss(3);
         for (step, loss) in [(1, 1.0), (2, 1.5)] {
             stop.on_evaluate(&state, &eval(step, loss), &mut TrainerControl::default());

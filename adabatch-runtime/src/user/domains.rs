@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::sources::MixUnit;
 use crate::data::tokenize::{
-    build_tokenizer, read_documents, split_held_out, write_prepared, CorpusInfo, CorpusSource,
-    PrepareOptions,
+    build_tokenizer, read_documents, read_json, remove_if_present, split_held_out, write_prepared,
+    write_whole, CorpusInfo, CorpusSource, PrepareOptions,
 };
 use crate::data::tokens::TokenDocuments;
 use crate::error::{Error, Result};
@@ -43,15 +43,7 @@ pub struct DomainsInfo {
 impl DomainsInfo {
     /// The `domains.json` of a prepared directory.
     pub fn read(dir: &Path) -> Result<Self> {
-        let path = dir.join("domains.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::Io {
-            path: path.clone(),
-            source: e,
-        })?;
-        serde_json::from_str(&text).map_err(|e| Error::Tokenizer {
-            path,
-            detail: e.to_string(),
-        })
+        read_json(&dir.join("domains.json"))
     }
 
     /// Whether the directory holds `domains` prepared with `options` (the same
@@ -128,6 +120,8 @@ pub fn prepare_domains(
     }
     let all_train: Vec<&str> = splits.iter().flat_map(|(t, _)| t.iter().copied()).collect();
     let tokenizer = build_tokenizer(options, &all_train)?;
+    // `domains.json` marks a complete preparation: it goes first, comes back last.
+    remove_if_present(&dir.join("domains.json"))?;
     let mut infos = Vec::with_capacity(domains.len());
     let mut sources = Vec::with_capacity(domains.len());
     for ((name, path), (train, validation)) in domains.iter().zip(&splits) {
@@ -146,21 +140,14 @@ pub fn prepare_domains(
         path: dir.join("tokenizer.json"),
         detail: e.to_string(),
     })?;
-    write_file(&dir.join("tokenizer.json"), text.as_bytes())?;
+    write_whole(&dir.join("tokenizer.json"), text.as_bytes())?;
     let info = DomainsInfo {
         names: domains.iter().map(|(n, _)| n.clone()).collect(),
         sources,
     };
     let json = serde_json::to_string_pretty(&info).expect("plain data serialises");
-    write_file(&dir.join("domains.json"), json.as_bytes())?;
+    write_whole(&dir.join("domains.json"), json.as_bytes())?;
     Ok((info, infos))
-}
-
-fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes).map_err(|e| Error::Io {
-        path: path.to_path_buf(),
-        source: e,
-    })
 }
 
 /// Domains opened for training: each domain's training and validation documents

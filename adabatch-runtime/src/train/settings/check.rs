@@ -76,7 +76,20 @@ pub(super) fn check_args(
         });
     }
     require(args.max_steps != Some(0), "max_steps", 0, "at least 1")?;
-    if args.num_train_epochs == 0 && args.max_steps.is_none() {
+    require(
+        args.max_train_tokens != Some(0),
+        "max_train_tokens",
+        0,
+        "at least 1",
+    )?;
+    if args.max_steps.is_some() && args.max_train_tokens.is_some() {
+        return Err(Error::ConflictingSettings {
+            first: "--max-steps",
+            second: "--max-train-tokens",
+            reason: "a run ends after a number of steps or of tokens: keep one",
+        });
+    }
+    if args.num_train_epochs == 0 && args.max_steps.is_none() && args.max_train_tokens.is_none() {
         return Err(Error::ZeroEpochs);
     }
     require(args.logging_steps > 0, "logging_steps", 0, "at least 1")?;
