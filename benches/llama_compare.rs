@@ -341,7 +341,7 @@ fn export_families(export: &Path, data: &[Vec<u32>]) -> Result<()> {
         std::fs::create_dir_all(&dir)?;
         save(model.named_tensors(), &dir.join("model.safetensors"));
         config.save(&dir).expect("write config.json");
-        let positions = adabatch::models::llama::positions_in_documents(&documents)?;
+        let positions = adabatch::nn::positions_in_documents(&documents)?;
         save(
             vec![
                 ("input_ids".to_string(), ids.to_dtype(DType::I64)?),

@@ -54,6 +54,7 @@ mod oom;
 mod output_dir;
 mod parameters;
 mod plot;
+mod porting;
 mod precision;
 mod prefetch;
 mod properties;

@@ -15,20 +15,38 @@
 //! correct, but not fused. Gradients are first-order: the backward ops have no
 //! backward of their own.
 //!
-//! The porting guide, `docs/porting.md` at the root of the adabatch repository,
-//! says how to make a candle-transformers model file trainable with these: which
-//! calls to swap, why rope tables and masks must be plain tensors, how to write
-//! attention without `sdpa`, and where a KV cache goes.
+//! For models of your own, and candle-transformers' ported to training:
+//! - [`attention_bias`] and [`positions_in_documents`]: the block-diagonal causal
+//!   mask and the restarting positions of packed rows (a mask built once for `t`
+//!   tokens is wrong for packed batches);
+//! - [`RotaryEmbedding`]: rotary angles from per-row positions, full or partial
+//!   (Phi's `partial_rotary_factor`);
+//! - [`check_gradients`]: analytic gradients against central finite differences,
+//!   per parameter, in f64 (as `torch.autograd.gradcheck`). The engine's
+//!   coverage guard sees a parameter with *no* gradient; only this check sees one
+//!   whose gradient is partly cut (a fused op without a backward on one of two
+//!   paths).
+//!
+//! The porting guide (`adabatch::guide::porting`, `docs/porting.md` in the
+//! repository) says how to make a candle-transformers model file trainable with
+//! these: which calls to swap, why rope tables and masks must be plain tensors,
+//! packing and positions, configs, attention without `sdpa`, and the check.
 
+mod attention;
 mod cpu;
 mod cross_entropy;
+mod gradcheck;
 mod norm;
 mod rope;
+pub(crate) mod rotary_embedding;
 mod softmax;
 #[cfg(test)]
 mod testing;
 
+pub use attention::{attention_bias, positions_in_documents};
 pub use cross_entropy::cross_entropy_rows;
+pub use gradcheck::{check_gradients, GradCheck, GradCheckOptions, ParamCheck};
 pub use norm::{layer_norm, rms_norm, LayerNorm, RmsNorm};
 pub use rope::{rope, rope_i, rope_thd};
+pub use rotary_embedding::RotaryEmbedding;
 pub use softmax::softmax_last_dim;

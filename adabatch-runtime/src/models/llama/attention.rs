@@ -6,9 +6,8 @@ use candle_nn::{Linear, VarBuilder};
 
 use super::config::LlamaConfig;
 use super::linear::{linear, push_linear};
-use super::mask::attention_bias;
-use super::rotary::{rotate, Rotary};
-use crate::nn::softmax_last_dim;
+use crate::nn::rotary_embedding::rotate_heads_first as rotate;
+use crate::nn::{attention_bias, softmax_last_dim, RotaryEmbedding};
 use crate::optim::precision::{autocast, autocast_linear};
 
 /// What every layer's attention needs of a forward's tokens, computed once.
@@ -39,7 +38,7 @@ impl Frame {
     /// `[b, t]` if the rows are packed, weights of `dtype`.
     pub(crate) fn new(
         cfg: &LlamaConfig,
-        rotary: &Rotary,
+        rotary: &RotaryEmbedding,
         positions: &Tensor,
         document_ids: Option<&Tensor>,
         dtype: DType,
@@ -135,7 +134,7 @@ impl Attention {
     /// head_dim]`. The scores are the same products as transformers' with
     /// `repeat_kv`, without copying keys and values `g` times (nor summing their
     /// gradients back), in `kv_heads·b` products of `g·t` rows instead of
-    /// `heads·b` of `t`. `rope` takes one table row per query row (see [`rotate`]).
+    /// `heads·b` of `t`. `rope` takes one table row per query row (see `nn::rotary_embedding::rotate_heads_first`).
     ///
     /// Under `--bf16` / `--fp16` ([`autocast`]) the projections, ropes and the two
     /// attention products compute in half precision, the mask and softmax in f32

@@ -33,25 +33,22 @@
 //! and Qwen2 classes) and candle-transformers' models.
 //!
 //! Files, from the bottom up: `config` (the configuration and its checks),
-//! `linear` (layers initialised as transformers does), `norm`, `rotary`
-//! (angles from positions), `mask` (causal, sliding-window and document masks),
-//! `mlp`, `attention`, `layer` (one decoder layer), `model` ([`Llama`]), `generate`
-//! (greedy and temperature sampling).
+//! `linear` (layers initialised as transformers does), `norm`, `mlp`, `attention`, `layer` (one decoder layer), `model` ([`Llama`]), `generate`
+//! (greedy and temperature sampling). The rotary angles and the causal,
+//! sliding-window and document masks are [`crate::nn`]'s, public for models of
+//! your own.
 
 mod attention;
 mod config;
 mod generate;
 mod layer;
 mod linear;
-mod mask;
 mod mlp;
 mod model;
 mod norm;
-mod rotary;
 #[cfg(test)]
 mod tests;
 
 pub use config::{ConfigError, LlamaConfig, ModelType, TokenIds};
 pub use generate::{generate, Sampling};
-pub use mask::positions_in_documents;
 pub use model::Llama;

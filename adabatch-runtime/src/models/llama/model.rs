@@ -7,9 +7,8 @@ use super::attention::Frame;
 use super::config::LlamaConfig;
 use super::layer::DecoderLayer;
 use super::linear::{embedding, linear, push_linear};
-use super::mask::positions_in_documents;
 use super::norm::Norm;
-use super::rotary::Rotary;
+use crate::nn::{positions_in_documents, RotaryEmbedding};
 
 /// A trainable Llama-family decoder (Llama, Mistral, Qwen2 shapes) for causal
 /// language modelling: token ids `[b, t]` → logits `[b, t, vocab]`.
@@ -31,7 +30,7 @@ pub struct Llama {
     norm: Norm,
     /// Over the embedding's own weight when the embeddings are tied.
     lm_head: Linear,
-    rotary: Rotary,
+    rotary: RotaryEmbedding,
 }
 
 impl Llama {
@@ -55,7 +54,7 @@ impl Llama {
         } else {
             linear(hidden, vocab, false, std, vb.pp("lm_head"))?
         };
-        let rotary = Rotary::new(config.head_dim, config.rope_theta, vb.device())?;
+        let rotary = RotaryEmbedding::new(config.head_dim, config.rope_theta, vb.device())?;
         Ok(Self {
             config: config.clone(),
             embed_tokens,

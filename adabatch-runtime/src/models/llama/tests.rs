@@ -7,6 +7,7 @@ use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;
 
 use super::*;
+use crate::nn::positions_in_documents;
 use crate::user::params::Parameters;
 
 const VOCAB: usize = 32;

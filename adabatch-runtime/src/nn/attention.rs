@@ -1,6 +1,30 @@
-//! Which tokens a token may attend to: earlier tokens (within a sliding window, if
-//! any) of its own document, and the positions that restart at every document of a
-//! packed row.
+//! Attention over packed rows: which tokens a token may attend to (earlier tokens,
+//! within a sliding window if any, of its own document) and the positions that
+//! restart at every document of a row.
+//!
+//! A packed batch puts several documents in one row. A causal mask built once for
+//! `t` tokens lets a document attend to the end of the one before it, and positions
+//! `0..t` give its tokens the wrong rotary angles: the model then trains on
+//! something other than each document alone, without any error. Build both per
+//! batch from the document ids ([`attention_bias`], [`positions_in_documents`]),
+//! as [`Llama`](crate::models::llama::Llama) does.
+//!
+//! ```
+//! # use adabatch_runtime as adabatch;
+//! use adabatch::nn::{attention_bias, positions_in_documents};
+//! use candle_core::{DType, Device, Tensor};
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! // One row holding a document of 3 tokens, then one of 2.
+//! let documents = Tensor::new(&[[7u32, 7, 7, 2, 2]], &Device::Cpu)?;
+//! let positions = positions_in_documents(&documents)?;
+//! assert_eq!(positions.to_vec2::<u32>()?, [[0, 1, 2, 0, 1]]);
+//! let bias = attention_bias(5, Some(&documents), None, DType::F32, &Device::Cpu)?;
+//! let allowed = bias.squeeze(0)?.to_vec2::<f32>()?;
+//! assert_eq!(allowed[3], [f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY]);
+//! assert_eq!(allowed[2], [0.0, 0.0, 0.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
+//! # Ok(()) }
+//! ```
 
 use candle_core::{DType, Device, Result, Tensor};
 
@@ -31,7 +55,10 @@ pub fn positions_in_documents(document_ids: &Tensor) -> Result<Tensor> {
 /// Allowed: `j ≤ i`, `i − j < window` (Hugging Face's sliding window), and with
 /// `document_ids`, `j` in `i`'s document (equal ids, as transformers' packed
 /// sequences). The diagonal is always allowed, so no row is all −∞.
-pub(crate) fn attention_bias(
+///
+/// Add it to the scores `q·kᵀ/√d` (`[b, heads, t, t]`: unsqueeze the heads axis)
+/// before the softmax. It is a plain tensor: no gradient flows into it.
+pub fn attention_bias(
     t: usize,
     document_ids: Option<&Tensor>,
     window: Option<usize>,
