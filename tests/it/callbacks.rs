@@ -226,6 +226,7 @@ fn early_stopping_resumes_where_it_was() {
         eval_steps: Some(2),
         save_steps: 2,
         output_dir: out.clone(),
+        load_best_model_at_end: true,
         ..args(2, 4, 10)
     };
     let factory = |ctx: &RankContext| {
@@ -244,8 +245,27 @@ fn early_stopping_resumes_where_it_was() {
         };
         let resumed =
             Patient::launch_with_eval(&train, &eval, &collate, &resumed_args, factory).unwrap();
-        assert_eq!(resumed.summary.global_step, 8, "{world} ranks");
+        let (summary, expected) = (&resumed.summary, &straight.summary);
+        assert_eq!(summary.global_step, 8, "{world} ranks");
         assert_eq!(resumed.trainer.stop.best(), straight.trainer.stop.best());
+        // The best checkpoint (step 2, before the resume) is the same one, found
+        // beside the checkpoint resumed from; the whole run's evaluations are there.
+        assert_eq!(
+            summary.best_model_checkpoint,
+            expected.best_model_checkpoint
+        );
+        assert_eq!(summary.best_metric, expected.best_metric);
+        let steps = |s: &TrainSummary| s.evaluations.iter().map(|e| e.step).collect::<Vec<_>>();
+        assert_eq!(steps(summary), [2, 4, 6, 8], "{world} ranks");
+        assert_eq!(
+            summary.evaluations[..3],
+            expected.evaluations[..3],
+            "{world} ranks"
+        );
+        assert_eq!(
+            summary.evaluations[3].eval_loss,
+            expected.evaluations[3].eval_loss
+        );
     }
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -21,8 +21,8 @@ use crate::report::logging::Logger;
 use crate::report::record::{EvalLog, SourceLog, StepLog};
 use crate::report::summary::TrainSummary;
 use crate::train::checkpoint::{
-    checkpoint_dir, init_weights, load_best, resume_checkpoint, save_checkpoint, CheckpointState,
-    OutputLock,
+    best_checkpoint_dir, checkpoint_dir, init_weights, load_best, resume_checkpoint,
+    save_checkpoint, CheckpointState, OutputLock,
 };
 use crate::train::control::{Controllers, Steer, StepReport};
 use crate::train::eval::{evaluate, EvalInput};
@@ -173,7 +173,10 @@ where
             controllers,
             length_index,
             progress: Progress::resumed(resumed.as_ref().map(|s| &s.unlogged_losses[..])),
-            evaluations: Vec::new(),
+            evaluations: resumed
+                .as_ref()
+                .map(|s| s.evaluations.clone())
+                .unwrap_or_default(),
             best: resumed.as_ref().and_then(|s| s.best),
             last: LastStep {
                 global_batch: 0,
@@ -505,8 +508,14 @@ where
             return Ok(());
         }
         let losses = self.progress.unlogged_losses();
-        let state =
-            CheckpointState::of(self.settings, &self.planner, controllers, self.best, losses);
+        let state = CheckpointState::of(
+            self.settings,
+            &self.planner,
+            controllers,
+            self.best,
+            losses,
+            &self.evaluations,
+        );
         let (model, optimizer) = self.trainer.parts();
         let config = model.pretrained_config();
         save_checkpoint(
@@ -634,12 +643,7 @@ where
             prefetch,
             skipped_steps: self.controllers.skipped_steps(),
             oom_events: self.controllers.oom.events(),
-            best: best.map(|b| {
-                (
-                    checkpoint_dir(&self.settings.saves.output_dir, b.step),
-                    b.metric,
-                )
-            }),
+            best: best.map(|b| (best_checkpoint_dir(self.settings, b.step), b.metric)),
         };
         let summary = self.progress.summary(
             &self.planner,

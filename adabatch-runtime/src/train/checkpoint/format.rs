@@ -9,6 +9,7 @@ use candle_core::{Device, Var};
 use crate::data::planner::PlannerState;
 use crate::error::{Error, Result};
 use crate::optim::OptimizerState;
+use crate::report::record::EvalLog;
 use crate::train::control::states::ControllerStates;
 use crate::train::settings::strategy::BestCheckpoint;
 use crate::user::weights::save_pretrained;
@@ -41,6 +42,12 @@ pub struct CheckpointState {
     /// a resume averages the same steps as the uninterrupted run's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unlogged_losses: Vec<f64>,
+    /// Every evaluation so far (the eval entries of HF's `log_history`): a
+    /// resumed run's `TrainerState::evaluations`, its summary and the best-model
+    /// rule see the whole run, as the uninterrupted one's do. Absent in older
+    /// checkpoints: such a run resumes with the evaluations after its resume.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evaluations: Vec<EvalLog>,
     /// The checkpoint layout (absent: 1, before manifests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format_version: Option<u32>,

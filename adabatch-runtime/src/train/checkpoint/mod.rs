@@ -11,6 +11,8 @@ mod lock;
 mod manifest;
 mod validate;
 
+use std::path::{Path, PathBuf};
+
 use candle_core::{Device, Var};
 
 use crate::adapt::schedule::{Schedule, ScheduleSpec};
@@ -21,6 +23,7 @@ use crate::dist::parameters::synchronise_parameters;
 use crate::error::{Error, Result};
 use crate::optim::{OptimizerState, TrainOptimizer};
 use crate::report::logging::Logger;
+use crate::report::record::EvalLog;
 use crate::train::control::states::ControllerStates;
 use crate::train::settings::{BestCheckpoint, ResumePoint, RunSettings};
 use crate::user::weights;
@@ -60,6 +63,7 @@ impl CheckpointState {
         controllers: ControllerStates,
         best: Option<BestCheckpoint>,
         unlogged_losses: &[f64],
+        evaluations: &[EvalLog],
     ) -> Self {
         Self {
             planner: planner.state(),
@@ -69,6 +73,7 @@ impl CheckpointState {
             policy: Some(PolicyRecord::of(settings)),
             format_version: Some(manifest::FORMAT_VERSION),
             unlogged_losses: unlogged_losses.to_vec(),
+            evaluations: evaluations.to_vec(),
             controllers,
             best,
         }
@@ -304,7 +309,7 @@ pub(crate) fn load_best(
     device: &Device,
     logger: Option<&Logger>,
 ) -> Result<()> {
-    let dir = checkpoint_dir(&settings.saves.output_dir, best.step);
+    let dir = best_checkpoint_dir(settings, best.step);
     if comm.rank() == 0 {
         verify_files(&dir, &load_state(&dir)?)?;
         load_weights(&dir, params, device)?;
@@ -319,6 +324,20 @@ pub(crate) fn load_best(
         ));
     }
     Ok(())
+}
+
+/// Where the best checkpoint, of `step`, lies: in `--output-dir`, or, when it
+/// was written before the checkpoint this run resumed from and this run writes
+/// elsewhere, beside that checkpoint.
+pub(crate) fn best_checkpoint_dir(settings: &RunSettings, step: usize) -> PathBuf {
+    let here = checkpoint_dir(&settings.saves.output_dir, step);
+    let resumed_from = settings.saves.resume.as_deref().and_then(Path::parent);
+    match resumed_from {
+        Some(earlier) if !here.exists() && checkpoint_dir(earlier, step).exists() => {
+            checkpoint_dir(earlier, step)
+        }
+        _ => here,
+    }
 }
 
 /// Where `args` resume (`latest` resolved to the newest complete checkpoint of
