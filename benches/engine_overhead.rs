@@ -182,7 +182,11 @@ fn profile_only(data: &[Example], spec: &str) {
                 }
                 "fused" => {
                     let mut trainer = fresh_fused_trainer();
-                    black_box(adabatch::train(&mut trainer, data, &collate, &args).expect("epoch"));
+                    black_box(
+                        adabatch::Run::new(data, &collate, &args)
+                            .train(&mut trainer)
+                            .expect("epoch"),
+                    );
                 }
                 _ => panic!("{usage}, got `{spec}`"),
             }
@@ -258,8 +262,9 @@ fn export_for_torch(data: &[Example], dir: &std::path::Path) {
         let json = serde_json::to_string(&batches).expect("plain JSON");
         std::fs::write(dir.join(format!("batches_{batch_size}.json")), json).expect("write");
         let mut trainer = fresh_fused_trainer();
-        let summary =
-            adabatch::train(&mut trainer, data, &collate, &engine_args(batch_size)).expect("epoch");
+        let summary = adabatch::Run::new(data, &collate, &engine_args(batch_size))
+            .train(&mut trainer)
+            .expect("epoch");
         let finals: HashMap<String, Tensor> = trainer
             .model
             .params
@@ -298,7 +303,9 @@ fn optimizer_comparison(data: &[Example], rounds: usize) {
         let args = engine_args(batch_size);
         let mut fused = fresh_fused_trainer();
         let fused_params = fused.model.params.clone();
-        let a = adabatch::train(&mut fused, data, &collate, &args).expect("fused epoch");
+        let a = adabatch::Run::new(data, &collate, &args)
+            .train(&mut fused)
+            .expect("fused epoch");
         let candle = fresh_trainer();
         let candle_params = candle.model.params.clone();
         let b = engine_epoch(candle, data, &args).expect("candle epoch");
@@ -317,7 +324,11 @@ fn optimizer_comparison(data: &[Example], rounds: usize) {
             let time_fused = || {
                 let mut t = fresh_fused_trainer();
                 timed(|| {
-                    black_box(adabatch::train(&mut t, data, &collate, &args).expect("epoch"));
+                    black_box(
+                        adabatch::Run::new(data, &collate, &args)
+                            .train(&mut t)
+                            .expect("epoch"),
+                    );
                 })
                 .0
             };

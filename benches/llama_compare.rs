@@ -41,8 +41,8 @@ use std::time::Instant;
 use adabatch::candle_core::{safetensors, DType, Device, Result, Tensor, Var};
 use adabatch::candle_nn::Optimizer;
 use adabatch::models::llama::{Llama, LlamaConfig, ModelType};
+use adabatch::per_example_token_cross_entropy_sum;
 use adabatch::prelude::*;
-use adabatch::{AdamW, ParamsAdamW};
 
 /// The shared corpus, next to the repository.
 const CORPUS: &str = concat!(

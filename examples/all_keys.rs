@@ -12,10 +12,9 @@
 use std::path::PathBuf;
 
 use adabatch::prelude::*;
-use adabatch::{OnlineMemoryModel, WithLengths};
+use adabatch::{per_example_token_cross_entropy_sum, OnlineMemoryModel};
 use candle_core::{DType, Device, Tensor, Var, D};
 // adabatch's AdamW: candle's update, checkpointable (resumes exactly).
-use adabatch::{AdamW, ParamsAdamW};
 use candle_nn::{Embedding, Linear, Module};
 use clap::{CommandFactory, FromArgMatches, Parser};
 use rand::{Rng, SeedableRng};

@@ -215,7 +215,10 @@ fn run() -> adabatch::Result<()> {
                 let opt = decoder::optimizer(&model, lr)?;
                 Ok(FixedMixTrainer::new(model, opt))
             };
-            adabatch::launch_with_eval(&train, &validation, &collate, &args, factory)?.summary
+            adabatch::Run::new(&train, &collate, &args)
+                .with_eval(&validation)
+                .launch(factory)?
+                .summary
         }
         MixerChoice::Online | MixerChoice::Odm => {
             let factory = |ctx: &RankContext| -> adabatch::Result<MixerTrainer> {
@@ -227,7 +230,10 @@ fn run() -> adabatch::Result<()> {
                 };
                 Ok(MixerTrainer::new(model, opt, mixer))
             };
-            adabatch::launch_with_eval(&train, &validation, &collate, &args, factory)?.summary
+            adabatch::Run::new(&train, &collate, &args)
+                .with_eval(&validation)
+                .launch(factory)?
+                .summary
         }
     };
     report(&cli, &names, &summary)

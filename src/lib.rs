@@ -52,10 +52,9 @@ pub use adabatch_macros::adaptive_trainer;
 pub mod prelude {
     pub use crate::adaptive_trainer;
     pub use adabatch_runtime::{
-        launch, per_example_cross_entropy, per_example_token_cross_entropy,
-        per_example_token_cross_entropy_sum, train, AdaptiveTrainer, Batch, Collate, Dataset,
-        MemoryModel, ParamGroups, Parameters, RankContext, Result, Run, TokenReduction, TrainModel,
-        TrainSummary, Trained, TrainingArgs, WithLengths,
+        per_example_cross_entropy, per_example_token_cross_entropy, AdamW, AdaptiveTrainer, Batch,
+        Collate, Dataset, MemoryModel, ParamGroups, Parameters, ParamsAdamW, RankContext, Result,
+        Run, TokenReduction, TrainModel, TrainSummary, Trained, TrainingArgs, WithLengths,
     };
 }
 
@@ -73,8 +72,8 @@ pub mod __private {
     pub use adabatch_runtime::user::trainer::CollateFor;
     pub use adabatch_runtime::Result;
     pub use adabatch_runtime::{
-        launch, launch_with_eval, train, AdaptiveTrainer, Callback, Collate, Dataset, MemoryModel,
-        Mixer, RankContext, TrainModel, TrainSummary, Trained, TrainingArgs,
+        AdaptiveTrainer, Callback, Collate, Dataset, MemoryModel, Mixer, RankContext, Run,
+        TrainModel, TrainSummary, Trained, TrainingArgs,
     };
     pub use candle_nn::Optimizer;
 }

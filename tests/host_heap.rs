@@ -14,15 +14,11 @@ fn a_run_keeps_freed_memory_unless_told_to_release_it() {
     let run = |release: bool| {
         let mut a = args(2, 3, 1);
         a.release_freed_memory = release;
-        adabatch::launch(
-            &data,
-            &collate,
-            &a,
-            adamw_factory(|model, opt| IntervalTrainer { model, opt }),
-        )
-        .expect("train")
-        .summary
-        .step_losses
+        adabatch::Run::new(&data, &collate, &a)
+            .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+            .expect("train")
+            .summary
+            .step_losses
     };
     let released = run(true);
     assert_eq!(host_heap(), None, "--release-freed-memory touched malloc");

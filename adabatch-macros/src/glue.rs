@@ -180,7 +180,7 @@ impl Methods<'_> {
         let model_bounds = self.model_bounds();
         let stub_bounds = self.stub_bounds();
         let where_ = self.with_where(self.glue(quote!(#model_bounds #stub_bounds)));
-        let body = self.glue(self.body(quote!(#p::train(self, dataset, collate, args))));
+        let body = self.glue(self.body(quote!(#p::Run::new(dataset, collate, args).train(self))));
         quote!(#sig #where_ #body)
     }
 
@@ -213,7 +213,7 @@ impl Methods<'_> {
         });
         let where_ = self.launch_where();
         let body = self.glue(
-            self.body(quote!(#p::launch::<Self, #d, #c, #f>(dataset, collate, args, factory))),
+            self.body(quote!(#p::Run::new(dataset, collate, args).launch::<Self, #f>(factory))),
         );
         quote!(#sig #where_ #body)
     }
@@ -233,13 +233,9 @@ impl Methods<'_> {
             ) -> #p::Result<#p::Trained<Self>>
         });
         let where_ = self.launch_where();
-        let body = self.glue(self.body(quote!(#p::launch_with_eval::<Self, #d, #c, #f>(
-            dataset,
-            eval_dataset,
-            collate,
-            args,
-            factory
-        ))));
+        let body = self.glue(self.body(quote!(#p::Run::new(dataset, collate, args)
+            .with_eval(eval_dataset)
+            .launch::<Self, #f>(factory))));
         quote!(#sig #where_ #body)
     }
 }

@@ -448,8 +448,8 @@ pub enum Error {
         /// The requested number of ranks.
         nproc_per_node: usize,
     },
-    /// `launch_group` was given no rank to run in this process.
-    #[error("launch_group needs at least one rank in this process")]
+    /// `Run::group` was given no rank to run in this process.
+    #[error("Run::group needs at least one rank in this process")]
     EmptyGroup,
     /// Reading or writing JSON (a checkpoint's state, a log) failed.
     #[error("{path}: {source}")]

@@ -76,9 +76,7 @@ pub use report::record::{EvalLog, StepLog};
 pub use report::summary::{TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};
 pub use train::interrupt::INTERRUPTED_EXIT_CODE;
-#[cfg(feature = "nccl")]
-pub use train::launch::launch_nccl;
-pub use train::launch::{launch, launch_group, launch_with_eval, train, RankFactory, Run};
+pub use train::launch::{RankFactory, Run};
 pub use user::callback::{Callback, EarlyStopping, TrainerControl, TrainerState};
 pub use user::data::{Collate, Dataset, WithLengths};
 #[cfg(feature = "tokenizers")]

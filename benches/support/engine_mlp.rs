@@ -176,7 +176,7 @@ pub fn engine_epoch(
     data: &[Example],
     args: &TrainingArgs,
 ) -> adabatch::Result<TrainSummary> {
-    adabatch::train(&mut trainer, data, &collate, args)
+    adabatch::Run::new(data, &collate, args).train(&mut trainer)
 }
 
 /// Flattened values of every parameter, in name order.

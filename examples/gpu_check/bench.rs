@@ -90,12 +90,8 @@ pub fn run(opts: &BenchOpts) -> AnyResult<bool> {
         Transformer::new(opts.model, Parameters::new(opts.seed), &Device::Cpu)?.num_params();
     if opts.warmup_steps > 0 {
         eprintln!("bench: {} warm-up steps ...", opts.warmup_steps);
-        adabatch::launch(
-            &data,
-            &transformer::collate,
-            &args(opts, opts.warmup_steps),
-            factory(opts),
-        )?;
+        adabatch::Run::new(&data, &transformer::collate, &args(opts, opts.warmup_steps))
+            .launch(factory(opts))?;
     }
     let plan: Mutex<Vec<Vec<usize>>> = Mutex::new(Vec::new());
     let recording = |items: &[Example], device: &Device| {
@@ -105,8 +101,9 @@ pub fn run(opts: &BenchOpts) -> AnyResult<bool> {
         transformer::collate(items, device)
     };
     eprintln!("bench: {} timed steps ...", opts.steps);
-    let summary =
-        adabatch::launch(&data, &recording, &args(opts, opts.steps), factory(opts))?.summary;
+    let summary = adabatch::Run::new(&data, &recording, &args(opts, opts.steps))
+        .launch(factory(opts))?
+        .summary;
     let plan = plan.into_inner().unwrap_or_else(|e| e.into_inner());
     let tokens: usize = plan.iter().flatten().map(|&i| data[i].tokens.len()).sum();
     let padded: usize = plan

@@ -1,6 +1,6 @@
 //! `gpu_check nccl`: the NCCL communicator at world size 1 (values, dtypes, flags,
 //! broadcast, typed errors), the time of one all-reduce, and training through
-//! `launch_group` with the NCCL member against the plain CUDA run. Needs the `nccl`
+//! `Run::group` with the NCCL member against the plain CUDA run. Needs the `nccl`
 //! feature; without it the subcommand is an error.
 
 use clap::Args;
@@ -155,7 +155,7 @@ mod with_nccl {
             "note": "world size 1: measures flatten/cat, NCCL launch, scalar read-back; no inter-GPU traffic",
         }));
 
-        // Training through launch_group with the NCCL member (the factory's
+        // Training through Run::group with the NCCL member (the factory's
         // agreement all-reduce runs through NCCL) equals the plain CUDA run.
         let data = dataset(10, 42);
         let args = TrainingArgs {
@@ -167,15 +167,12 @@ mod with_nccl {
             device: format!("cuda:{}", opts.gpu),
             ..TrainingArgs::default()
         };
-        let plain = adabatch::launch(&data, &collate, &args, factory(0.01))?.summary;
-        let via_nccl = adabatch::launch_group(
-            vec![(comm, device.clone())],
-            &data,
-            &collate,
-            &args,
-            factory(0.01),
-        )?
-        .summary;
+        let plain = adabatch::Run::new(&data, &collate, &args)
+            .launch(factory(0.01))?
+            .summary;
+        let via_nccl = adabatch::Run::new(&data, &collate, &args)
+            .group(vec![(comm, device.clone())], factory(0.01))?
+            .summary;
         let same =
             plain.step_losses == via_nccl.step_losses && plain.global_step == via_nccl.global_step;
         report(

@@ -51,7 +51,9 @@ pub fn trace(opts: &ReplayOpts, device: &str) -> AnyResult<(TrainSummary, Vec<Va
         ..TrainingArgs::default()
     };
     let data = dataset(opts.num_train_examples, opts.seed);
-    let summary = adabatch::launch(&data, &collate, &args, factory(opts.learning_rate))?.summary;
+    let summary = adabatch::Run::new(&data, &collate, &args)
+        .launch(factory(opts.learning_rate))?
+        .summary;
     let text = std::fs::read_to_string(&path)?;
     let _ = std::fs::remove_file(&path);
     let lines = text

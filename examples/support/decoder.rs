@@ -234,7 +234,9 @@ where
         let opt = optimizer(&model, lr)?;
         Ok(wrap(model, opt))
     };
-    let mut trained = adabatch::launch_with_eval(data.0, data.1, collate, args, factory)?;
+    let mut trained = adabatch::Run::new(data.0, collate, args)
+        .with_eval(data.1)
+        .launch(factory)?;
     let llama = trained.trainer.parts().0.llama.clone();
     Ok((trained.summary, llama))
 }

@@ -74,11 +74,12 @@ where
     let log = temp_log("adapt");
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
-    let trained = adabatch::launch(&dataset(97, 5), &collate, &a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = resumable_adam(&model)?;
-        Ok(wrap(model, opt))
-    })?;
+    let trained =
+        adabatch::Run::new(&dataset(97, 5), &collate, &a).launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = resumable_adam(&model)?;
+            Ok(wrap(model, opt))
+        })?;
     Ok((trained.summary, read_log(&log)))
 }
 

@@ -33,18 +33,19 @@ fn run_on<D: Dataset<Item = Example> + ?Sized>(data: &D, a: &TrainingArgs) -> Ru
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
     let rank0 = Mutex::new(None);
-    let result = adabatch::launch(data, &collate, &a, |ctx: &RankContext| {
-        let params = ctx.parameters();
-        let model = Regression::new(params.clone(), ctx.device())?;
-        if ctx.rank() == 0 {
-            *rank0.lock().unwrap() = Some(params.clone());
-        }
-        Ok(SgdGrowing {
-            model,
-            opt: SGD::new(params.all_vars(), 0.05)?,
+    let result = adabatch::Run::new(data, &collate, &a)
+        .launch(|ctx: &RankContext| {
+            let params = ctx.parameters();
+            let model = Regression::new(params.clone(), ctx.device())?;
+            if ctx.rank() == 0 {
+                *rank0.lock().unwrap() = Some(params.clone());
+            }
+            Ok(SgdGrowing {
+                model,
+                opt: SGD::new(params.all_vars(), 0.05)?,
+            })
         })
-    })
-    .map(|trained| trained.summary);
+        .map(|trained| trained.summary);
     let weights = rank0
         .into_inner()
         .unwrap()

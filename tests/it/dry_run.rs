@@ -134,12 +134,14 @@ where
         log_jsonl: Some(planned_log.clone()),
         ..base.clone()
     };
-    let dry = adabatch::launch(dataset, &common::collate, &dry_args, adamw_factory(wrap))
+    let dry = adabatch::Run::new(dataset, &common::collate, &dry_args)
+        .launch(adamw_factory(wrap))
         .unwrap()
         .summary;
     assert!(dry.is_dry_run(), "{what}: {dry}");
     let planned = read_log(&planned_log);
-    let real = adabatch::launch(dataset, &common::collate, &base, adamw_factory(wrap))
+    let real = adabatch::Run::new(dataset, &common::collate, &base)
+        .launch(adamw_factory(wrap))
         .unwrap()
         .summary;
     let trained = read_log(base.log_jsonl.as_ref().unwrap());
@@ -252,7 +254,9 @@ fn train_with_dry_run_trains_nothing_and_says_so() {
         model: ctx_model,
         opt,
     };
-    let summary = adabatch::train(&mut trainer, &data, &common::collate, &args).unwrap();
+    let summary = adabatch::Run::new(&data, &common::collate, &args)
+        .train(&mut trainer)
+        .unwrap();
     assert!(summary.is_dry_run());
     assert!(summary.to_string().contains("'dry_run': True"), "{summary}");
     let after = trainer.model.linear.weight().to_vec2::<f32>().unwrap();

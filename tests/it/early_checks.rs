@@ -10,13 +10,9 @@ use adabatch::Error;
 use common::*;
 
 fn start(a: &TrainingArgs) -> adabatch::Result<TrainSummary> {
-    adabatch::launch(
-        &dataset(12, 1),
-        &collate,
-        a,
-        adamw_factory(|model, opt| IntervalTrainer { model, opt }),
-    )
-    .map(|t| t.summary)
+    adabatch::Run::new(&dataset(12, 1), &collate, a)
+        .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+        .map(|t| t.summary)
 }
 
 fn invalid(err: Error, setting: &str) {

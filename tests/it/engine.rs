@@ -24,7 +24,8 @@ fn reference_trace_of_the_design() {
     let mut a = args(2, 1, 10);
     a.max_steps = Some(14);
     a.log_jsonl = Some(log.clone());
-    let summary = adabatch::launch(&data, &collate, &a, interval_factory)
+    let summary = adabatch::Run::new(&data, &collate, &a)
+        .launch(interval_factory)
         .map(|trained| trained.summary)
         .unwrap();
     assert_eq!(summary.global_step, 14);
@@ -76,23 +77,20 @@ fn doubling_run(world: usize, per_device: usize, reweight_tokens: bool) -> adaba
     let data = dataset(37, 5);
     let a = args(world, per_device, 3);
     if reweight_tokens {
-        adabatch::launch(&data, &collate, &a, |ctx: &RankContext| {
-            let mut model = Regression::new(ctx.parameters(), ctx.device())?;
-            model.token_sum = true;
-            let opt = adamw(&model, 0.05)?;
-            Ok(TokenTrainer { model, opt })
-        })
-        .map(|trained| trained.summary)
-        .unwrap()
+        adabatch::Run::new(&data, &collate, &a)
+            .launch(|ctx: &RankContext| {
+                let mut model = Regression::new(ctx.parameters(), ctx.device())?;
+                model.token_sum = true;
+                let opt = adamw(&model, 0.05)?;
+                Ok(TokenTrainer { model, opt })
+            })
+            .map(|trained| trained.summary)
+            .unwrap()
     } else {
-        adabatch::launch(
-            &data,
-            &collate,
-            &a,
-            adamw_factory(|model, opt| DoublingTrainer { model, opt }),
-        )
-        .map(|trained| trained.summary)
-        .unwrap()
+        adabatch::Run::new(&data, &collate, &a)
+            .launch(adamw_factory(|model, opt| DoublingTrainer { model, opt }))
+            .map(|trained| trained.summary)
+            .unwrap()
     }
 }
 
@@ -146,15 +144,15 @@ fn one_sgd_step(world: usize, per_device: usize, rank_mean: bool) -> Vec<f32> {
         Ok((model, SGD::new(params.all_vars(), 0.1)?))
     };
     if rank_mean {
-        adabatch::launch(&data, &collate, &a, |ctx: &RankContext| {
-            build(ctx).map(|(model, opt)| SgdRankMeanTrainer { model, opt })
-        })
-        .map(|trained| trained.summary)
+        adabatch::Run::new(&data, &collate, &a)
+            .launch(|ctx: &RankContext| {
+                build(ctx).map(|(model, opt)| SgdRankMeanTrainer { model, opt })
+            })
+            .map(|trained| trained.summary)
     } else {
-        adabatch::launch(&data, &collate, &a, |ctx: &RankContext| {
-            build(ctx).map(|(model, opt)| SgdTrainer { model, opt })
-        })
-        .map(|trained| trained.summary)
+        adabatch::Run::new(&data, &collate, &a)
+            .launch(|ctx: &RankContext| build(ctx).map(|(model, opt)| SgdTrainer { model, opt }))
+            .map(|trained| trained.summary)
     }
     .unwrap();
     let params = rank0.into_inner().unwrap().unwrap();
@@ -218,20 +216,17 @@ fn rank_mean_update_is_the_mean_of_rank_means() {
 fn train_on_one_rank_matches_launch() {
     let data = dataset(20, 2);
     let a = args(1, 3, 2);
-    let via_launch = adabatch::launch(&data, &collate, &a, interval_factory)
+    let via_launch = adabatch::Run::new(&data, &collate, &a)
+        .launch(interval_factory)
         .map(|trained| trained.summary)
         .unwrap();
     let ctx_model = Regression::new(adabatch::Parameters::new(3), &Device::Cpu).unwrap();
     let opt = adamw(&ctx_model, 0.05).unwrap();
-    let via_train = adabatch::train(
-        &mut IntervalTrainer {
+    let via_train = adabatch::Run::new(&data, &collate, &a)
+        .train(&mut IntervalTrainer {
             model: ctx_model,
             opt,
-        },
-        &data,
-        &collate,
-        &a,
-    )
-    .unwrap();
+        })
+        .unwrap();
     assert_eq!(via_launch.step_losses, via_train.step_losses);
 }

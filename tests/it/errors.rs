@@ -44,7 +44,7 @@
 //! | `TrainNeedsOneRank`             | `train_needs_one_rank_and_empty_group`               |
 //! | `EmptyGroup`                    | `train_needs_one_rank_and_empty_group`               |
 //! | `Comm`                          | `comm_error_on_mismatched_all_reduce`                |
-//! | `Rendezvous`                    | rendezvous.rs unit tests (reachable only through `launch_nccl`, feature `nccl`) |
+//! | `Rendezvous`                    | rendezvous.rs unit tests (reachable only through `Nccl::from_env`, feature `nccl`) |
 //! | `Json`                          | not reachable: serialising a checkpoint's own state cannot fail |
 //! | `NoValidationDocuments`, `MixedTokenizers` | domains.rs `domain_mistakes_are_typed_errors_before_the_first_step` |
 //! | `TokenFileMismatch`             | language_model.rs `damaged_token_files_are_refused_naming_the_file` |
@@ -57,7 +57,9 @@
 use crate::common;
 
 use adabatch::prelude::*;
-use adabatch::{BatchFeatures, Error, GradAccum, Growth, Reweight, ScheduleSpec, TrainerPolicy};
+use adabatch::{
+    BatchFeatures, Error, GradAccum, Growth, MemoryModel, Reweight, ScheduleSpec, TrainerPolicy,
+};
 use candle_core::{Device, Tensor};
 use candle_nn::AdamW;
 use common::*;
@@ -67,7 +69,9 @@ fn factory(ctx: &RankContext) -> adabatch::Result<IntervalTrainer> {
 }
 
 fn run(data: &[Example], a: &TrainingArgs) -> adabatch::Result<TrainSummary> {
-    adabatch::launch(data, &collate, a, factory).map(|trained| trained.summary)
+    adabatch::Run::new(data, &collate, a)
+        .launch(factory)
+        .map(|trained| trained.summary)
 }
 
 #[test]
@@ -183,14 +187,10 @@ hand_trainer!(
 
 #[test]
 fn schedule_returning_zero_names_the_step() {
-    let err = adabatch::launch(
-        &dataset(40, 0),
-        &collate,
-        &args(2, 1, 1),
-        adamw_factory(|model, opt| ZeroTrainer { model, opt }),
-    )
-    .map(|trained| trained.summary)
-    .unwrap_err();
+    let err = adabatch::Run::new(&dataset(40, 0), &collate, &args(2, 1, 1))
+        .launch(adamw_factory(|model, opt| ZeroTrainer { model, opt }))
+        .map(|trained| trained.summary)
+        .unwrap_err();
     assert!(
         matches!(err, Error::ScheduleReturnedZero { step: 3 }),
         "{err}"
@@ -213,14 +213,10 @@ fn non_finite_loss_names_the_step() {
     // The NaN example sits at index 5; no shuffle puts it in step 6 at size 1.
     let mut data = dataset(10, 0);
     data[5].y = f32::NAN;
-    let err = adabatch::launch(
-        &data,
-        &collate,
-        &args(1, 1, 1),
-        adamw_factory(|model, opt| Ordered { model, opt }),
-    )
-    .map(|trained| trained.summary)
-    .unwrap_err();
+    let err = adabatch::Run::new(&data, &collate, &args(1, 1, 1))
+        .launch(adamw_factory(|model, opt| Ordered { model, opt }))
+        .map(|trained| trained.summary)
+        .unwrap_err();
     assert!(matches!(err, Error::NonFiniteLoss { step: 6, .. }), "{err}");
 }
 
@@ -235,14 +231,10 @@ fn a_failing_collate_on_one_rank_stops_every_rank() {
     };
     let mut poisoned = data.clone();
     poisoned[7].tokens = usize::MAX;
-    let err = adabatch::launch(
-        &poisoned,
-        &collate_fails_on_rank_1,
-        &args(2, 2, 1),
-        adamw_factory(|model, opt| Ordered { model, opt }),
-    )
-    .map(|trained| trained.summary)
-    .unwrap_err();
+    let err = adabatch::Run::new(&poisoned, &collate_fails_on_rank_1, &args(2, 2, 1))
+        .launch(adamw_factory(|model, opt| Ordered { model, opt }))
+        .map(|trained| trained.summary)
+        .unwrap_err();
     assert!(err.to_string().contains("poisoned"), "{err}");
 }
 
@@ -253,7 +245,8 @@ fn a_panicking_model_is_reported_not_propagated() {
         assert!(items.len() < 2, "collate refuses batches of two");
         collate(items, device)
     };
-    let err = adabatch::launch(&data, &panicking_collate, &args(2, 2, 1), factory)
+    let err = adabatch::Run::new(&data, &panicking_collate, &args(2, 2, 1))
+        .launch(factory)
         .map(|trained| trained.summary)
         .unwrap_err();
     assert!(matches!(err, Error::RankPanicked { .. }), "{err}");
@@ -262,19 +255,15 @@ fn a_panicking_model_is_reported_not_propagated() {
 
 #[test]
 fn a_failing_factory_on_one_rank_is_reported() {
-    let err = adabatch::launch(
-        &dataset(8, 0),
-        &collate,
-        &args(3, 1, 1),
-        |ctx: &RankContext| {
+    let err = adabatch::Run::new(&dataset(8, 0), &collate, &args(3, 1, 1))
+        .launch(|ctx: &RankContext| {
             if ctx.rank() == 2 {
                 return Err(Error::msg("rank 2 has no model"));
             }
             factory(ctx)
-        },
-    )
-    .map(|trained| trained.summary)
-    .unwrap_err();
+        })
+        .map(|trained| trained.summary)
+        .unwrap_err();
     assert!(err.to_string().contains("rank 2 has no model"), "{err}");
 }
 
@@ -299,18 +288,14 @@ fn wrong_loss_shape_is_a_typed_error() {
             (&mut self.0, &mut self.1)
         }
     }
-    let err = adabatch::launch(
-        &dataset(8, 0),
-        &collate,
-        &args(1, 4, 1),
-        |ctx: &RankContext| {
+    let err = adabatch::Run::new(&dataset(8, 0), &collate, &args(1, 4, 1))
+        .launch(|ctx: &RankContext| {
             let model = Regression::new(ctx.parameters(), ctx.device())?;
             let opt = adamw(&model, 0.05)?;
             Ok(T(Scalar(model), opt))
-        },
-    )
-    .map(|trained| trained.summary)
-    .unwrap_err();
+        })
+        .map(|trained| trained.summary)
+        .unwrap_err();
     assert!(matches!(err, Error::LossShape { examples: 4, .. }), "{err}");
 }
 
@@ -318,13 +303,9 @@ fn wrong_loss_shape_is_a_typed_error() {
 fn train_refuses_several_ranks_and_bad_devices() {
     let model = Regression::new(adabatch::Parameters::new(1), &Device::Cpu).unwrap();
     let opt = adamw(&model, 0.05).unwrap();
-    let err = adabatch::train(
-        &mut IntervalTrainer { model, opt },
-        &dataset(8, 0),
-        &collate,
-        &args(2, 1, 1),
-    )
-    .unwrap_err();
+    let err = adabatch::Run::new(&dataset(8, 0), &collate, &args(2, 1, 1))
+        .train(&mut IntervalTrainer { model, opt })
+        .unwrap_err();
     assert!(err.to_string().contains("launch"), "{err}");
     let mut a = args(1, 1, 1);
     a.device = "tpu".into();
@@ -362,7 +343,8 @@ fn policy_run<T: AdaptiveTrainer<Model = Regression, Optimizer = AdamW> + Send>(
     a: &TrainingArgs,
     wrap: fn(Regression, AdamW) -> T,
 ) -> Error {
-    adabatch::launch(data, &collate, a, adamw_factory(wrap))
+    adabatch::Run::new(data, &collate, a)
+        .launch(adamw_factory(wrap))
         .map(|trained| trained.summary)
         .unwrap_err()
 }
@@ -551,14 +533,10 @@ fn with_lengths(n: usize) -> WithLengths<Vec<Example>> {
 
 #[test]
 fn unsupported_policy() {
-    let err = adabatch::launch(
-        &with_lengths(8),
-        &collate,
-        &args(1, 1, 1),
-        adamw_factory(|model, opt| MemoryAccum { model, opt }),
-    )
-    .map(|t| t.summary)
-    .unwrap_err();
+    let err = adabatch::Run::new(&with_lengths(8), &collate, &args(1, 1, 1))
+        .launch(adamw_factory(|model, opt| MemoryAccum { model, opt }))
+        .map(|t| t.summary)
+        .unwrap_err();
     assert!(
         matches!(&err, Error::UnsupportedPolicy { reason } if reason.contains("grad_accum")),
         "{err}"
@@ -570,14 +548,10 @@ fn unsupported_policy() {
 fn conflicting_settings() {
     let mut a = args(1, 1, 1);
     a.max_tokens_per_batch = Some(64);
-    let err = adabatch::launch(
-        &with_lengths(8),
-        &collate,
-        &a,
-        adamw_factory(|model, opt| Memory { model, opt }),
-    )
-    .map(|t| t.summary)
-    .unwrap_err();
+    let err = adabatch::Run::new(&with_lengths(8), &collate, &a)
+        .launch(adamw_factory(|model, opt| Memory { model, opt }))
+        .map(|t| t.summary)
+        .unwrap_err();
     assert!(
         matches!(
             err,
@@ -590,14 +564,10 @@ fn conflicting_settings() {
         "{err}"
     );
     assert_sentence(&err);
-    let err = adabatch::launch(
-        &with_lengths(8),
-        &collate,
-        &a,
-        adamw_factory(|model, opt| Accum { model, opt }),
-    )
-    .map(|t| t.summary)
-    .unwrap_err();
+    let err = adabatch::Run::new(&with_lengths(8), &collate, &a)
+        .launch(adamw_factory(|model, opt| Accum { model, opt }))
+        .map(|t| t.summary)
+        .unwrap_err();
     assert!(
         matches!(
             err,
@@ -629,7 +599,8 @@ fn lengths_mismatch() {
 #[test]
 fn collate_size() {
     let drops_one = |items: &[Example], device: &Device| collate(&items[1..], device);
-    let err = adabatch::launch(&dataset(8, 0), &drops_one, &args(2, 2, 1), factory)
+    let err = adabatch::Run::new(&dataset(8, 0), &drops_one, &args(2, 2, 1))
+        .launch(factory)
         .map(|t| t.summary)
         .unwrap_err();
     assert!(
@@ -650,7 +621,8 @@ fn candle_errors_keep_their_type() {
     let fails = |_: &[Example], _: &Device| -> candle_core::Result<RegBatch> {
         candle_core::bail!("the collate cannot build this batch")
     };
-    let err = adabatch::launch(&dataset(4, 0), &fails, &args(1, 2, 1), factory)
+    let err = adabatch::Run::new(&dataset(4, 0), &fails, &args(1, 2, 1))
+        .launch(factory)
         .map(|t| t.summary)
         .unwrap_err();
     // The failing rank and step are named; the candle error is kept whole.
@@ -678,7 +650,8 @@ fn a_failure_on_one_rank_names_that_rank_and_its_step() {
         }
         collate(items, device)
     };
-    let err = adabatch::launch(&dataset(12, 0), &fails, &args(2, 2, 1), factory)
+    let err = adabatch::Run::new(&dataset(12, 0), &fails, &args(2, 2, 1))
+        .launch(factory)
         .map(|t| t.summary)
         .unwrap_err();
     let Error::OnRank { rank, step, source } = &err else {
@@ -743,18 +716,14 @@ fn params_run(
     world: usize,
     names: impl Fn(usize) -> fn(&Regression) -> Vec<(String, candle_core::Var)> + Sync,
 ) -> Error {
-    adabatch::launch(
-        &dataset(8, 0),
-        &collate,
-        &args(world, 1, 1),
-        |ctx: &RankContext| {
+    adabatch::Run::new(&dataset(8, 0), &collate, &args(world, 1, 1))
+        .launch(|ctx: &RankContext| {
             let model = Regression::new(ctx.parameters(), ctx.device())?;
             let opt = adamw(&model, 0.05)?;
             Ok(ParamsTrainer(Params(model, names(ctx.rank())), opt))
-        },
-    )
-    .map(|t| t.summary)
-    .unwrap_err()
+        })
+        .map(|t| t.summary)
+        .unwrap_err()
 }
 
 #[test]
@@ -824,13 +793,14 @@ impl AdaptiveTrainer for ByRankTrainer {
 fn regressor_disagrees() {
     let data =
         WithLengths::new(dataset(40, 0), (0..40).map(|i| 10 + (i * 7) % 50).collect()).unwrap();
-    let err = adabatch::launch(&data, &collate, &args(2, 1, 1), |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = adamw(&model, 0.05)?;
-        Ok(ByRankTrainer(model, opt, ByRank(ctx.rank())))
-    })
-    .map(|t| t.summary)
-    .unwrap_err();
+    let err = adabatch::Run::new(&data, &collate, &args(2, 1, 1))
+        .launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = adamw(&model, 0.05)?;
+            Ok(ByRankTrainer(model, opt, ByRank(ctx.rank())))
+        })
+        .map(|t| t.summary)
+        .unwrap_err();
     assert!(
         matches!(err, Error::RegressorDisagrees { epoch: 0 }),
         "{err}"
@@ -858,14 +828,10 @@ fn checkpoint_errors() {
     run(&dataset(8, 0), &a).unwrap();
     let mut b = args(1, 1, 2);
     b.resume_from_checkpoint = Some(dir.join("checkpoint-3"));
-    let err = adabatch::launch(
-        &dataset(8, 0),
-        &collate,
-        &b,
-        adamw_factory(|model, opt| Ordered { model, opt }),
-    )
-    .map(|t| t.summary)
-    .unwrap_err();
+    let err = adabatch::Run::new(&dataset(8, 0), &collate, &b)
+        .launch(adamw_factory(|model, opt| Ordered { model, opt }))
+        .map(|t| t.summary)
+        .unwrap_err();
     assert!(
         matches!(&err, Error::CheckpointMismatch { what, checkpoint, run, .. }
             if what.contains("schedule") && checkpoint.starts_with("Interval") && run == "Constant(None)"),
@@ -882,7 +848,9 @@ fn mid_epoch_length_aware_checkpoint() {
     a.max_steps = Some(2);
     a.save_steps = 2;
     a.output_dir = dir.clone();
-    adabatch::launch(&with_lengths(30), &collate, &a, factory).unwrap();
+    adabatch::Run::new(&with_lengths(30), &collate, &a)
+        .launch(factory)
+        .unwrap();
     // A checkpoint written before checkpoints held the epoch's plan.
     let state = dir.join("checkpoint-2/trainer_state.json");
     let mut json: serde_json::Value =
@@ -897,7 +865,8 @@ fn mid_epoch_length_aware_checkpoint() {
     let mut b = args(1, 1, 1);
     b.max_tokens_per_batch = Some(20);
     b.resume_from_checkpoint = Some(dir.join("checkpoint-2"));
-    let err = adabatch::launch(&with_lengths(30), &collate, &b, factory)
+    let err = adabatch::Run::new(&with_lengths(30), &collate, &b)
+        .launch(factory)
         .map(|t| t.summary)
         .unwrap_err();
     assert!(
@@ -909,16 +878,12 @@ fn mid_epoch_length_aware_checkpoint() {
 
 #[test]
 fn message_from_user_code() {
-    let err = adabatch::launch(
-        &dataset(8, 0),
-        &collate,
-        &args(1, 1, 1),
-        |_: &RankContext| -> adabatch::Result<IntervalTrainer> {
+    let err = adabatch::Run::new(&dataset(8, 0), &collate, &args(1, 1, 1))
+        .launch(|_: &RankContext| -> adabatch::Result<IntervalTrainer> {
             Err(Error::msg("no model for you"))
-        },
-    )
-    .map(|t| t.summary)
-    .unwrap_err();
+        })
+        .map(|t| t.summary)
+        .unwrap_err();
     assert!(
         matches!(&err, Error::Message(m) if m == "no model for you"),
         "{err}"
@@ -927,7 +892,7 @@ fn message_from_user_code() {
 
 #[test]
 fn peer_failed_on_the_rank_that_did_not_fail() {
-    // Two `launch_group` calls share one group: rank 0's factory fails, rank 1
+    // Two `Run::group` calls share one group: rank 0's factory fails, rank 1
     // reports that a peer failed.
     let data = dataset(8, 0);
     let mut members = adabatch::Local::group(2).into_iter();
@@ -935,26 +900,19 @@ fn peer_failed_on_the_rank_that_did_not_fail() {
     let (r0, r1) = std::thread::scope(|s| {
         let data = &data;
         let r0 = s.spawn(move || {
-            adabatch::launch_group(
-                vec![(m0, Device::Cpu)],
-                data,
-                &collate,
-                &args(2, 1, 1),
-                |_: &RankContext| -> adabatch::Result<IntervalTrainer> {
-                    Err(Error::msg("rank 0 cannot build"))
-                },
-            )
-            .map(|t| t.summary)
+            adabatch::Run::new(data, &collate, &args(2, 1, 1))
+                .group(
+                    vec![(m0, Device::Cpu)],
+                    |_: &RankContext| -> adabatch::Result<IntervalTrainer> {
+                        Err(Error::msg("rank 0 cannot build"))
+                    },
+                )
+                .map(|t| t.summary)
         });
         let r1 = s.spawn(move || {
-            adabatch::launch_group(
-                vec![(m1, Device::Cpu)],
-                data,
-                &collate,
-                &args(2, 1, 1),
-                factory,
-            )
-            .map(|t| t.summary)
+            adabatch::Run::new(data, &collate, &args(2, 1, 1))
+                .group(vec![(m1, Device::Cpu)], factory)
+                .map(|t| t.summary)
         });
         (r0.join().unwrap(), r1.join().unwrap())
     });
@@ -992,27 +950,18 @@ fn io_error_names_the_file() {
 fn train_needs_one_rank_and_empty_group() {
     let model = Regression::new(adabatch::Parameters::new(1), &Device::Cpu).unwrap();
     let opt = adamw(&model, 0.05).unwrap();
-    let err = adabatch::train(
-        &mut IntervalTrainer { model, opt },
-        &dataset(8, 0),
-        &collate,
-        &args(3, 1, 1),
-    )
-    .unwrap_err();
+    let err = adabatch::Run::new(&dataset(8, 0), &collate, &args(3, 1, 1))
+        .train(&mut IntervalTrainer { model, opt })
+        .unwrap_err();
     assert!(
         matches!(err, Error::TrainNeedsOneRank { nproc_per_node: 3 }),
         "{err}"
     );
     assert_sentence(&err);
-    let err = adabatch::launch_group(
-        Vec::<(adabatch::Local, Device)>::new(),
-        &dataset(8, 0),
-        &collate,
-        &args(1, 1, 1),
-        factory,
-    )
-    .map(|t| t.summary)
-    .unwrap_err();
+    let err = adabatch::Run::new(&dataset(8, 0), &collate, &args(1, 1, 1))
+        .group(Vec::<(adabatch::Local, Device)>::new(), factory)
+        .map(|t| t.summary)
+        .unwrap_err();
     assert!(matches!(err, Error::EmptyGroup), "{err}");
     assert_sentence(&err);
 }

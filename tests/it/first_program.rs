@@ -57,12 +57,13 @@ fn the_trained_model_comes_back() {
         let mut a = args(world, 2, 2);
         a.save_steps = 1000; // only the final checkpoint
         a.output_dir = out.clone();
-        let mut trained = adabatch::launch(&dataset(24, 3), &collate, &a, |ctx: &RankContext| {
-            let model = Regression::new(ctx.parameters(), ctx.device())?;
-            let opt = Sgd::new(model.params.all_vars(), 0.05);
-            Ok(SgdTrainer { model, opt })
-        })
-        .unwrap();
+        let mut trained = adabatch::Run::new(&dataset(24, 3), &collate, &a)
+            .launch(|ctx: &RankContext| {
+                let model = Regression::new(ctx.parameters(), ctx.device())?;
+                let opt = Sgd::new(model.params.all_vars(), 0.05);
+                Ok(SgdTrainer { model, opt })
+            })
+            .unwrap();
         let params = trained.trainer.parts().0.named_parameters();
         let checkpoint = adabatch::train::checkpoint::latest(&out).unwrap();
         let saved =
@@ -85,7 +86,9 @@ fn the_trained_model_comes_back() {
     let before = values(&model.named_parameters());
     let opt = Sgd::new(model.params.all_vars(), 0.05);
     let mut trainer = SgdTrainer { model, opt };
-    adabatch::train(&mut trainer, &dataset(24, 3), &collate, &args(1, 2, 1)).unwrap();
+    adabatch::Run::new(&dataset(24, 3), &collate, &args(1, 2, 1))
+        .train(&mut trainer)
+        .unwrap();
     assert_ne!(values(&trainer.model.named_parameters()), before);
 }
 
@@ -106,46 +109,50 @@ fn training_nothing_is_refused() {
             .map(|(_, v)| v)
             .collect()
     };
-    let err = adabatch::launch(&data, &collate, &args(2, 2, 1), |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let stranger = Var::zeros(3, DType::F32, ctx.device())?;
-        Ok(SgdTrainer {
-            model,
-            opt: Sgd::new(vec![stranger], 0.1),
+    let err = adabatch::Run::new(&data, &collate, &args(2, 2, 1))
+        .launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let stranger = Var::zeros(3, DType::F32, ctx.device())?;
+            Ok(SgdTrainer {
+                model,
+                opt: Sgd::new(vec![stranger], 0.1),
+            })
         })
-    })
-    .unwrap_err();
+        .unwrap_err();
     assert!(
         matches!(err, Error::OptimizerParameterNotNamed { count: 1, .. }),
         "{err}"
     );
-    let err = adabatch::launch(&data, &collate, &args(1, 2, 1), |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = Sgd::new(weight_only(&model), 0.1);
-        Ok(SgdTrainer { model, opt })
-    })
-    .unwrap_err();
+    let err = adabatch::Run::new(&data, &collate, &args(1, 2, 1))
+        .launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = Sgd::new(weight_only(&model), 0.1);
+            Ok(SgdTrainer { model, opt })
+        })
+        .unwrap_err();
     match err {
         Error::ParametersNotInOptimizer { names } => assert_eq!(names, vec!["linear.bias"]),
         other => panic!("expected ParametersNotInOptimizer, got {other}"),
     }
-    let err = adabatch::launch(&data, &collate, &args(2, 2, 1), |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let stranger = Var::zeros(3, DType::F32, ctx.device())?;
-        let opt = <candle_nn::SGD as candle_nn::Optimizer>::new(vec![stranger], 0.1)?;
-        Ok(CandleSgdTrainer { model, opt })
-    })
-    .unwrap_err();
+    let err = adabatch::Run::new(&data, &collate, &args(2, 2, 1))
+        .launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let stranger = Var::zeros(3, DType::F32, ctx.device())?;
+            let opt = <candle_nn::SGD as candle_nn::Optimizer>::new(vec![stranger], 0.1)?;
+            Ok(CandleSgdTrainer { model, opt })
+        })
+        .unwrap_err();
     assert!(
         matches!(err, Error::OptimizerUpdatesNothing { parameters: 2 }),
         "{err}"
     );
-    let err = adabatch::launch(&data, &collate, &args(1, 2, 1), |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = <candle_nn::SGD as candle_nn::Optimizer>::new(weight_only(&model), 0.1)?;
-        Ok(CandleSgdTrainer { model, opt })
-    })
-    .unwrap_err();
+    let err = adabatch::Run::new(&data, &collate, &args(1, 2, 1))
+        .launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = <candle_nn::SGD as candle_nn::Optimizer>::new(weight_only(&model), 0.1)?;
+            Ok(CandleSgdTrainer { model, opt })
+        })
+        .unwrap_err();
     match err {
         Error::ParametersNotUpdated { names } => assert_eq!(names, vec!["linear.bias"]),
         other => panic!("expected ParametersNotUpdated, got {other}"),
@@ -161,20 +168,22 @@ fn a_checkpoint_of_another_policy_is_refused() {
     a.max_steps = Some(2);
     a.save_steps = 2;
     a.output_dir = out.clone();
-    adabatch::launch(&dataset(20, 2), &collate, &a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = Sgd::new(model.params.all_vars(), 0.05);
-        Ok(UncappedTrainer { model, opt })
-    })
-    .unwrap();
+    adabatch::Run::new(&dataset(20, 2), &collate, &a)
+        .launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = Sgd::new(model.params.all_vars(), 0.05);
+            Ok(UncappedTrainer { model, opt })
+        })
+        .unwrap();
     a.max_steps = Some(4);
     a.resume_from_checkpoint = Some(out.join("checkpoint-2"));
-    let err = adabatch::launch(&dataset(20, 2), &collate, &a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = Sgd::new(model.params.all_vars(), 0.05);
-        Ok(CappedTrainer { model, opt })
-    })
-    .unwrap_err();
+    let err = adabatch::Run::new(&dataset(20, 2), &collate, &a)
+        .launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = Sgd::new(model.params.all_vars(), 0.05);
+            Ok(CappedTrainer { model, opt })
+        })
+        .unwrap_err();
     assert!(
         matches!(&err, Error::CheckpointMismatch { what, .. } if what == "policy key `max_batch`"),
         "{err}"
@@ -198,10 +207,14 @@ fn a_resumed_log_is_continued_and_marked() {
         let opt = Sgd::new(model.params.all_vars(), 0.05);
         Ok(SgdTrainer { model, opt })
     };
-    adabatch::launch(&dataset(20, 2), &collate, &a, build).unwrap();
+    adabatch::Run::new(&dataset(20, 2), &collate, &a)
+        .launch(build)
+        .unwrap();
     a.max_steps = Some(5);
     a.resume_from_checkpoint = Some("latest".into());
-    adabatch::launch(&dataset(20, 2), &collate, &a, build).unwrap();
+    adabatch::Run::new(&dataset(20, 2), &collate, &a)
+        .launch(build)
+        .unwrap();
     let text = std::fs::read_to_string(&log).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 3 + 1 + 2, "{text}");

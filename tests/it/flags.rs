@@ -296,14 +296,10 @@ fn logged_run(a: &TrainingArgs, n: usize) -> (TrainSummary, Vec<StepLog>) {
     let log = temp_log("flags");
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
-    let summary = adabatch::launch(
-        &dataset(n, 3),
-        &collate,
-        &a,
-        adamw_factory(|model, opt| IntervalTrainer { model, opt }),
-    )
-    .unwrap()
-    .summary;
+    let summary = adabatch::Run::new(&dataset(n, 3), &collate, &a)
+        .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+        .unwrap()
+        .summary;
     (summary, read_log(&log))
 }
 
@@ -399,38 +395,29 @@ fn gradient_accumulation_steps_replaces_grad_accum() {
     a.log_jsonl = Some(log.clone());
     a.gradient_accumulation_steps = Some(3);
     let data = dataset(40, 3);
-    let flagged = adabatch::launch(
-        &data,
-        &collate,
-        &a,
-        adamw_factory(|model, opt| IntervalTrainer { model, opt }),
-    )
-    .unwrap()
-    .summary;
+    let flagged = adabatch::Run::new(&data, &collate, &a)
+        .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+        .unwrap()
+        .summary;
     let logs = read_log(&log);
     // Three micro-batches per step; fewer only where an epoch's tail ends a step.
     assert_eq!(logs[0].micro_batches, 3);
     assert!(logs.iter().all(|l| (1..=3).contains(&l.micro_batches)));
     a.gradient_accumulation_steps = None;
     a.log_jsonl = None;
-    let keyed = adabatch::launch(
-        &data,
-        &collate,
-        &a,
-        adamw_factory(|model, opt| AccumulatingTrainer { model, opt }),
-    )
-    .unwrap()
-    .summary;
+    let keyed = adabatch::Run::new(&data, &collate, &a)
+        .launch(adamw_factory(|model, opt| AccumulatingTrainer {
+            model,
+            opt,
+        }))
+        .unwrap()
+        .summary;
     assert_eq!(flagged.step_losses, keyed.step_losses);
     assert_eq!(flagged.global_step, keyed.global_step);
     a.gradient_accumulation_steps = Some(0);
-    let err = adabatch::launch(
-        &data,
-        &collate,
-        &a,
-        adamw_factory(|model, opt| IntervalTrainer { model, opt }),
-    )
-    .unwrap_err();
+    let err = adabatch::Run::new(&data, &collate, &a)
+        .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+        .unwrap_err();
     assert!(
         matches!(
             err,
@@ -525,7 +512,9 @@ where
     a.max_tokens_per_batch = Some(BUDGET);
     a.log_jsonl = Some(log.clone());
     options(&mut a);
-    adabatch::launch(&length_data(), &collate, &a, adamw_factory(wrap)).unwrap();
+    adabatch::Run::new(&length_data(), &collate, &a)
+        .launch(adamw_factory(wrap))
+        .unwrap();
     read_log(&log)
 }
 
@@ -675,13 +664,9 @@ fn memory_margin_scales_the_unfitted_predictions() {
         let mut a = args(1, 2, 1);
         a.memory_margin = margin;
         a.log_jsonl = Some(log.clone());
-        adabatch::launch(
-            &length_data(),
-            &collate,
-            &a,
-            adamw_factory(|model, opt| MemoryTrainer { model, opt }),
-        )
-        .unwrap();
+        adabatch::Run::new(&length_data(), &collate, &a)
+            .launch(adamw_factory(|model, opt| MemoryTrainer { model, opt }))
+            .unwrap();
         let logs = read_log(&log);
         assert_eq!(logs[0].predicted_memory, Some(1.0 + margin));
         for s in &logs {
@@ -771,16 +756,17 @@ fn regressor_run(world: usize, n: usize) -> (Vec<StepLog>, Vec<(usize, BatchFeat
     let mut a = args(world, 2, 2);
     a.log_jsonl = Some(log.clone());
     let data = WithLengths::new(dataset(n, 21), lengths()[..n].to_vec()).unwrap();
-    adabatch::launch(&data, &collate, &a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = adamw(&model, 0.05)?;
-        let rec = Recorder {
-            rank: ctx.rank(),
-            seen: Arc::clone(&seen),
-        };
-        Ok(RecorderTrainer(model, opt, rec))
-    })
-    .unwrap();
+    adabatch::Run::new(&data, &collate, &a)
+        .launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = adamw(&model, 0.05)?;
+            let rec = Recorder {
+                rank: ctx.rank(),
+                seen: Arc::clone(&seen),
+            };
+            Ok(RecorderTrainer(model, opt, rec))
+        })
+        .unwrap();
     let seen = std::mem::take(&mut *seen.lock().unwrap());
     (read_log(&log), seen)
 }
@@ -839,28 +825,22 @@ fn empty_slices_are_not_observed() {
 fn launch_group_with_local_members_matches_launch() {
     let data = dataset(23, 4);
     for world in [1, 2, 3] {
-        let via_launch = adabatch::launch(
-            &data,
-            &collate,
-            &args(world, 2, 2),
-            adamw_factory(|model, opt| IntervalTrainer { model, opt }),
-        )
-        .unwrap()
-        .summary;
+        let via_launch = adabatch::Run::new(&data, &collate, &args(world, 2, 2))
+            .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+            .unwrap()
+            .summary;
         // `nproc_per_node` is ignored: the members decide the world.
         let members: Vec<(adabatch::Local, Device)> = adabatch::Local::group(world)
             .into_iter()
             .map(|c| (c, Device::Cpu))
             .collect();
-        let via_group = adabatch::launch_group(
-            members,
-            &data,
-            &collate,
-            &args(1, 2, 2),
-            adamw_factory(|model, opt| IntervalTrainer { model, opt }),
-        )
-        .unwrap()
-        .summary;
+        let via_group = adabatch::Run::new(&data, &collate, &args(1, 2, 2))
+            .group(
+                members,
+                adamw_factory(|model, opt| IntervalTrainer { model, opt }),
+            )
+            .unwrap()
+            .summary;
         assert_eq!(via_group.world_size, world);
         assert_eq!(via_group.global_step, via_launch.global_step);
         assert_eq!(via_group.examples_seen, via_launch.examples_seen);

@@ -90,14 +90,10 @@ fn run_memory(
     let mut args = args(world, 2, epochs);
     args.log_jsonl = Some(log.clone());
     a(&mut args);
-    let summary = adabatch::launch(
-        &data,
-        &collate,
-        &args,
-        adamw_factory(|model, opt| MemoryTrainer { model, opt }),
-    )
-    .map(|trained| trained.summary)
-    .unwrap();
+    let summary = adabatch::Run::new(&data, &collate, &args)
+        .launch(adamw_factory(|model, opt| MemoryTrainer { model, opt }))
+        .map(|trained| trained.summary)
+        .unwrap();
     (summary, read_log(&log))
 }
 
@@ -150,14 +146,10 @@ fn token_budget_batching_respects_the_budget() {
     let mut a = args(2, 2, 1);
     a.max_tokens_per_batch = Some(600);
     a.log_jsonl = Some(log.clone());
-    adabatch::launch(
-        &data,
-        &collate,
-        &a,
-        adamw_factory(|model, opt| PlainTrainer { model, opt }),
-    )
-    .map(|trained| trained.summary)
-    .unwrap();
+    adabatch::Run::new(&data, &collate, &a)
+        .launch(adamw_factory(|model, opt| PlainTrainer { model, opt }))
+        .map(|trained| trained.summary)
+        .unwrap();
     let logs = read_log(&log);
     assert_each_epoch_exactly_once(&logs, 90, 1);
     for l in &logs {
@@ -202,17 +194,18 @@ fn a_user_regressor_drives_the_plan() {
     let log = temp_log("regressor");
     let mut a = args(2, 2, 1);
     a.log_jsonl = Some(log.clone());
-    adabatch::launch(&data, &collate, &a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = adamw(&model, 0.05)?;
-        Ok(RegressorTrainer {
-            model,
-            opt,
-            regressor: Cautious,
+    adabatch::Run::new(&data, &collate, &a)
+        .launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = adamw(&model, 0.05)?;
+            Ok(RegressorTrainer {
+                model,
+                opt,
+                regressor: Cautious,
+            })
         })
-    })
-    .map(|trained| trained.summary)
-    .unwrap();
+        .map(|trained| trained.summary)
+        .unwrap();
     let cautious = read_log(&log);
     assert_each_epoch_exactly_once(&cautious, 90, 1);
     // Twice as cautious as the built-in model: smaller batches, more steps, and

@@ -383,7 +383,7 @@ fn run_as<T: AdaptiveTrainer<Model = Regression> + Send>(
     let log = temp_log("mixing");
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
-    let trained = adabatch::launch(data, &collate, &a, |ctx: &RankContext| {
+    let trained = adabatch::Run::new(data, &collate, &a).launch(|ctx: &RankContext| {
         let (model, opt) = adam(ctx)?;
         Ok(build(model, opt))
     })?;
@@ -1006,15 +1006,15 @@ fn the_stopping_strategy_flag() {
     let last = log.last().unwrap();
     assert_eq!(last.epoch, 1.0);
     assert_eq!(last.sources.source_epoch.as_ref().unwrap()["new"], 1.0);
-    let err = adabatch::launch(
+    let err = adabatch::Run::new(
         &dataset(10, 1),
         &collate,
         &a(StoppingStrategy::AllExhausted),
-        |ctx: &RankContext| {
-            let (model, opt) = adam(ctx)?;
-            Ok(Mixed::new(model, opt))
-        },
     )
+    .launch(|ctx: &RankContext| {
+        let (model, opt) = adam(ctx)?;
+        Ok(Mixed::new(model, opt))
+    })
     .map(|t| t.summary)
     .unwrap_err();
     assert!(

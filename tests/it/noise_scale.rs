@@ -129,7 +129,7 @@ fn run_with<T: AdaptiveTrainer<Model = Linear, Optimizer = candle_nn::SGD> + Sen
         log_jsonl: Some(log.clone()),
         ..args.clone()
     };
-    adabatch::launch(data, &collate, &args, |ctx: &RankContext| {
+    adabatch::Run::new(data, &collate, &args).launch(|ctx: &RankContext| {
         let w = Var::zeros(D, DType::F32, ctx.device())?;
         let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
         Ok(wrap(Linear { w }, opt))
@@ -227,7 +227,7 @@ fn one_rank_without_accumulation_is_a_typed_error() {
     let logs = run(&args(1, 4, 3), &data).unwrap();
     assert!(logs.iter().all(|l| l.gradient_noise_scale.is_some()));
     // ... a policy with one micro-batch on one rank does not.
-    let result = adabatch::launch(&data, &collate, &args(1, 4, 3), |ctx: &RankContext| {
+    let result = adabatch::Run::new(&data, &collate, &args(1, 4, 3)).launch(|ctx: &RankContext| {
         let w = Var::zeros(D, DType::F32, ctx.device())?;
         let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
         Ok(Single {

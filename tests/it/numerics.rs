@@ -39,19 +39,20 @@ fn sgd_run<T: AdaptiveTrainer<Model = Regression> + Send>(
     a.log_jsonl = Some(log.clone());
     a.learning_rate = LR;
     let rank0 = Mutex::new(None);
-    adabatch::launch(data, &collate, &a, |ctx: &RankContext| {
-        let params = ctx.parameters();
-        let mut model = Regression::new(params.clone(), ctx.device())?;
-        model.token_sum = token_sum;
-        for (_, var) in params.named_parameters() {
-            var.set(&var.as_tensor().zeros_like()?)?;
-        }
-        if ctx.rank() == 0 {
-            *rank0.lock().unwrap() = Some(params.clone());
-        }
-        Ok(wrap(model, SGD::new(params.all_vars(), LR)?))
-    })
-    .unwrap();
+    adabatch::Run::new(data, &collate, &a)
+        .launch(|ctx: &RankContext| {
+            let params = ctx.parameters();
+            let mut model = Regression::new(params.clone(), ctx.device())?;
+            model.token_sum = token_sum;
+            for (_, var) in params.named_parameters() {
+                var.set(&var.as_tensor().zeros_like()?)?;
+            }
+            if ctx.rank() == 0 {
+                *rank0.lock().unwrap() = Some(params.clone());
+            }
+            Ok(wrap(model, SGD::new(params.all_vars(), LR)?))
+        })
+        .unwrap();
     let params = rank0.into_inner().unwrap().unwrap();
     let named = params.named_parameters();
     let value = |name: &str| -> Vec<f64> {
@@ -259,13 +260,9 @@ fn lr_run(a: &TrainingArgs, n: usize) -> Vec<StepLog> {
     let log = temp_log("lr");
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
-    adabatch::launch(
-        &dataset(n, 8),
-        &collate,
-        &a,
-        adamw_factory(|model, opt| IntervalTrainer { model, opt }),
-    )
-    .unwrap();
+    adabatch::Run::new(&dataset(n, 8), &collate, &a)
+        .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+        .unwrap();
     read_log(&log)
 }
 
@@ -330,13 +327,9 @@ fn warmup_steps_warm_up_over_the_examples_of_the_first_steps() {
     a.warmup_steps = 4;
     a.learning_rate = 0.5;
     a.log_jsonl = Some(log.clone());
-    adabatch::launch(
-        &dataset(20, 8),
-        &collate,
-        &a,
-        adamw_factory(|model, opt| Constant { model, opt }),
-    )
-    .unwrap();
+    adabatch::Run::new(&dataset(20, 8), &collate, &a)
+        .launch(adamw_factory(|model, opt| Constant { model, opt }))
+        .unwrap();
     let lrs: Vec<f64> = read_log(&log).iter().map(|l| l.learning_rate).collect();
     assert_eq!(lrs, [0.0, 0.125, 0.25, 0.375, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]);
 }
@@ -351,13 +344,9 @@ fn linear_schedule_with_max_steps_reaches_a_tenth_at_step_ten() {
     a.lr_scheduler_type = LrSchedulerType::Linear;
     a.learning_rate = 0.5;
     a.log_jsonl = Some(log.clone());
-    adabatch::launch(
-        &dataset(50, 8),
-        &collate,
-        &a,
-        adamw_factory(|model, opt| Constant { model, opt }),
-    )
-    .unwrap();
+    adabatch::Run::new(&dataset(50, 8), &collate, &a)
+        .launch(adamw_factory(|model, opt| Constant { model, opt }))
+        .unwrap();
     let logs = read_log(&log);
     assert_eq!(logs.len(), 10);
     // The horizon is the 20 examples the 10 steps take, not 5 epochs of 50.
@@ -380,13 +369,9 @@ fn drop_last_horizon_excludes_dropped_examples() {
     a.lr_scheduler_type = LrSchedulerType::Linear;
     a.learning_rate = 0.6;
     a.log_jsonl = Some(log.clone());
-    adabatch::launch(
-        &dataset(10, 8),
-        &collate,
-        &a,
-        adamw_factory(|model, opt| Constant { model, opt }),
-    )
-    .unwrap();
+    adabatch::Run::new(&dataset(10, 8), &collate, &a)
+        .launch(adamw_factory(|model, opt| Constant { model, opt }))
+        .unwrap();
     let logs = read_log(&log);
     assert_eq!(logs.len(), 6);
     assert!(logs.iter().all(|l| l.global_batch == 3));

@@ -12,12 +12,13 @@ use common::*;
 hand_trainer!(Saving, AdamW, adabatch::TrainerPolicy::DEFAULT);
 
 fn train(a: &TrainingArgs) -> adabatch::Result<TrainSummary> {
-    adabatch::launch(&dataset(20, 4), &collate, a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = AdamW::new(model.params.all_vars(), ParamsAdamW::default())?;
-        Ok(Saving { model, opt })
-    })
-    .map(|t| t.summary)
+    adabatch::Run::new(&dataset(20, 4), &collate, a)
+        .launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = AdamW::new(model.params.all_vars(), ParamsAdamW::default())?;
+            Ok(Saving { model, opt })
+        })
+        .map(|t| t.summary)
 }
 
 /// A callback that holds the first run inside its training until the second
@@ -292,13 +293,14 @@ fn a_diverging_run_is_logged_and_names_its_last_finite_checkpoint() {
     a.learning_rate = 1e6;
     a.output_dir = out.clone();
     a.log_jsonl = Some(log.clone());
-    let err = adabatch::launch(&dataset(20, 4), &collate, &a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = <candle_nn::SGD as candle_nn::Optimizer>::new(model.params.all_vars(), 1e6)?;
-        Ok(SgdTrainer { model, opt })
-    })
-    .map(|t| t.summary)
-    .unwrap_err();
+    let err = adabatch::Run::new(&dataset(20, 4), &collate, &a)
+        .launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = <candle_nn::SGD as candle_nn::Optimizer>::new(model.params.all_vars(), 1e6)?;
+            Ok(SgdTrainer { model, opt })
+        })
+        .map(|t| t.summary)
+        .unwrap_err();
     let last = match &err {
         Error::NonFiniteLoss {
             last_checkpoint, ..

@@ -106,7 +106,7 @@ fn train_normed(
             .collect()
     };
     let before = std::sync::Mutex::new(Vec::new());
-    let result = adabatch::launch(&dataset(24, 5), &collate, args, |ctx: &RankContext| {
+    let result = adabatch::Run::new(&dataset(24, 5), &collate, args).launch(|ctx: &RankContext| {
         let model = Normed::new(ctx.parameters(), ctx.device(), kind)?;
         if ctx.rank() == 0 {
             *before.lock().unwrap() = values(&model.params);
@@ -289,13 +289,14 @@ fn a_run_saves_its_model_and_another_starts_from_it() {
     a.output_dir = dir.clone();
     a.save_steps = 3;
     let config = r#"{"model_type": "normed"}"#;
-    let trained = adabatch::launch(&dataset(24, 5), &collate, &a, |ctx: &RankContext| {
-        let mut model = Normed::new(ctx.parameters(), ctx.device(), Norm::Adabatch)?;
-        model.config = Some(config.into());
-        let opt = all_vars(&model)?;
-        Ok(NormedTrainer { model, opt })
-    })
-    .unwrap();
+    let trained = adabatch::Run::new(&dataset(24, 5), &collate, &a)
+        .launch(|ctx: &RankContext| {
+            let mut model = Normed::new(ctx.parameters(), ctx.device(), Norm::Adabatch)?;
+            model.config = Some(config.into());
+            let opt = all_vars(&model)?;
+            Ok(NormedTrainer { model, opt })
+        })
+        .unwrap();
     // The saved model and each checkpoint carry the weights and config.json.
     for saved in [dir.clone(), dir.join("checkpoint-3")] {
         assert_eq!(

@@ -139,13 +139,9 @@ fn a_run_draws_its_own_plot() {
             plot: Some(out.clone()),
             ..common::args(2, 1, 2)
         };
-        adabatch::launch(
-            &dataset(10, 2),
-            &common::collate,
-            &args,
-            adamw_factory(|model, opt| IntervalTrainer { model, opt }),
-        )
-        .unwrap();
+        adabatch::Run::new(&dataset(10, 2), &common::collate, &args)
+            .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+            .unwrap();
         if ext == "svg" {
             assert!(svg_texts(&out).iter().any(|t| t == "Training loss"));
         } else {
@@ -168,15 +164,11 @@ fn a_sparse_log_has_the_right_examples_axis_and_its_evaluations() {
         eval_steps: Some(10),
         ..common::args(2, 1, 3)
     };
-    let summary = adabatch::launch_with_eval(
-        &dataset(40, 2),
-        &dataset(8, 3),
-        &common::collate,
-        &args,
-        adamw_factory(|model, opt| IntervalTrainer { model, opt }),
-    )
-    .unwrap()
-    .summary;
+    let summary = adabatch::Run::new(&dataset(40, 2), &common::collate, &args)
+        .with_eval(&dataset(8, 3))
+        .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+        .unwrap()
+        .summary;
     assert_eq!(summary.examples_seen, 120);
     assert!(summary.global_step < 40, "the step axis stays below 40");
     let texts = svg_texts(&out);

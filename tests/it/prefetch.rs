@@ -208,12 +208,9 @@ fn a_failing_collate_fails_the_same_step_either_way() {
                     ..args(2, 2, 1)
                 };
                 let collate = failing_collate(panic);
-                let Err(error) = adabatch::launch(
-                    &data,
-                    &collate,
-                    &a,
-                    adamw_factory(|model, opt| GrowingTrainer { model, opt }),
-                ) else {
+                let Err(error) = adabatch::Run::new(&data, &collate, &a)
+                    .launch(adamw_factory(|model, opt| GrowingTrainer { model, opt }))
+                else {
                     panic!("the collate fails");
                 };
                 let steps = read_log(&log).len();

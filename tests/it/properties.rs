@@ -351,17 +351,18 @@ where
     let mut a = common::args(world, per_device, 2);
     a.dataloader_drop_last = Some(drop_last);
     a.log_jsonl = Some(log.clone());
-    let summary = adabatch::launch(&id_dataset(n), &collate, &a, |ctx: &RankContext| {
-        let inner = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = SGD::new(inner.params.all_vars(), 0.01)?;
-        let model = Recording {
-            inner,
-            rank: ctx.rank(),
-            seen: Arc::clone(&seen),
-        };
-        Ok(T::from((model, opt)))
-    })?
-    .summary;
+    let summary = adabatch::Run::new(&id_dataset(n), &collate, &a)
+        .launch(|ctx: &RankContext| {
+            let inner = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = SGD::new(inner.params.all_vars(), 0.01)?;
+            let model = Recording {
+                inner,
+                rank: ctx.rank(),
+                seen: Arc::clone(&seen),
+            };
+            Ok(T::from((model, opt)))
+        })?
+        .summary;
     let logs = common::read_log(&log);
     let _ = std::fs::remove_file(&log);
     let seen = std::mem::take(&mut *seen.lock().unwrap());
@@ -472,23 +473,21 @@ fn per_rank_summaries(n: usize, world: usize, per_device: usize) -> Vec<TrainSum
             .map(|member| {
                 let (data, a, seen) = (&data, &a, &seen);
                 s.spawn(move || {
-                    adabatch::launch_group(
-                        vec![(member, candle_core::Device::Cpu)],
-                        data,
-                        &collate,
-                        a,
-                        |ctx: &RankContext| {
-                            let inner = Regression::new(ctx.parameters(), ctx.device())?;
-                            let opt = SGD::new(inner.params.all_vars(), 0.01)?;
-                            let model = Recording {
-                                inner,
-                                rank: ctx.rank(),
-                                seen: Arc::clone(seen),
-                            };
-                            Ok(GrowingRec(model, opt))
-                        },
-                    )
-                    .map(|t| t.summary)
+                    adabatch::Run::new(data, &collate, a)
+                        .group(
+                            vec![(member, candle_core::Device::Cpu)],
+                            |ctx: &RankContext| {
+                                let inner = Regression::new(ctx.parameters(), ctx.device())?;
+                                let opt = SGD::new(inner.params.all_vars(), 0.01)?;
+                                let model = Recording {
+                                    inner,
+                                    rank: ctx.rank(),
+                                    seen: Arc::clone(seen),
+                                };
+                                Ok(GrowingRec(model, opt))
+                            },
+                        )
+                        .map(|t| t.summary)
                 })
             })
             .collect();

@@ -211,11 +211,12 @@ fn run_ramped(a: &TrainingArgs) -> adabatch::Result<(TrainSummary, Vec<StepLog>)
     let log = temp_log("ramp");
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
-    let trained = adabatch::launch(&dataset(23, 5), &collate, &a, |ctx: &RankContext| {
-        let model = Regression::new(ctx.parameters(), ctx.device())?;
-        let opt = resumable_adam(&model)?;
-        Ok(Ramped { model, opt })
-    })?;
+    let trained =
+        adabatch::Run::new(&dataset(23, 5), &collate, &a).launch(|ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = resumable_adam(&model)?;
+            Ok(Ramped { model, opt })
+        })?;
     Ok((trained.summary, read_log(&log)))
 }
 
@@ -292,7 +293,7 @@ fn flags_parse_and_override_the_trainers_schedule() {
 
     let log = temp_log("ramp-flags");
     let run = |a: &TrainingArgs| {
-        adabatch::launch(&dataset(23, 5), &collate, a, |ctx: &RankContext| {
+        adabatch::Run::new(&dataset(23, 5), &collate, a).launch(|ctx: &RankContext| {
             let model = Regression::new(ctx.parameters(), ctx.device())?;
             let opt = resumable_adam(&model)?;
             Ok(Growing { model, opt })

@@ -41,9 +41,8 @@ where
     let log = temp_log("resume");
     let mut a = a.clone();
     a.log_jsonl = Some(log.clone());
-    let trained = adabatch::launch(&dataset(23, 5), &collate, &a, |ctx: &RankContext| {
-        build(Regression::new(ctx.parameters(), ctx.device())?)
-    })?;
+    let trained = adabatch::Run::new(&dataset(23, 5), &collate, &a)
+        .launch(|ctx: &RankContext| build(Regression::new(ctx.parameters(), ctx.device())?))?;
     let mut trainer = trained.trainer;
     let named = trainer.parts().0.params.named_parameters();
     let weights = flat(named.into_iter().map(|(_, v)| v));
@@ -348,9 +347,10 @@ fn signal_test_child() {
         let out = std::path::PathBuf::from(out);
         let mut a = signal_test_args(&out);
         a.log_jsonl = Some(out.join("log.jsonl"));
-        let result = adabatch::launch(&dataset(23, 5), &collate, &a, |ctx: &RankContext| {
-            kill_test_trainer(Regression::new(ctx.parameters(), ctx.device())?)
-        });
+        let result =
+            adabatch::Run::new(&dataset(23, 5), &collate, &a).launch(|ctx: &RankContext| {
+                kill_test_trainer(Regression::new(ctx.parameters(), ctx.device())?)
+            });
         match result {
             Err(e @ Error::Interrupted { .. }) => {
                 eprintln!("{e}");

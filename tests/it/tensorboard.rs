@@ -182,13 +182,9 @@ fn run_with_tensorboard(dir: &Path, world: usize, dry_run: bool) -> Vec<adabatch
         ..common::args(world, 1, 3)
     };
     let data = dataset(12, 1);
-    adabatch::launch(
-        &data,
-        &common::collate,
-        &args,
-        adamw_factory(|model, opt| IntervalTrainer { model, opt }),
-    )
-    .unwrap();
+    adabatch::Run::new(&data, &common::collate, &args)
+        .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+        .unwrap();
     read_log(&log)
 }
 

@@ -231,7 +231,7 @@ impl Nccl {
     }
 
     /// Opens `cuda:o` for every ordinal (each with its own stream) and creates their
-    /// communicators: the members for [`crate::launch_group`] on one node.
+    /// communicators: the members for [`Run::group`](crate::Run::group) on one node.
     pub fn group_on(ordinals: &[usize]) -> Result<Vec<(Nccl, Device)>> {
         check_distinct(ordinals)?;
         let devices = ordinals

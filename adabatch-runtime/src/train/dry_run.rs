@@ -15,7 +15,7 @@
 //! depend on a model and are planned exactly.
 //!
 //! The entry points [`crate::train()`], [`crate::launch`] and
-//! [`crate::launch_group`] do a dry run instead of training when
+//! [`Run::group`](crate::Run::group) do a dry run instead of training when
 //! `args.dry_run` is set: they print the plan (unless `--quiet`), write the
 //! planned steps to `--log-jsonl`, TensorBoard and `--plot` as a run would, and
 //! return the plan's [`TrainSummary`] (no losses; [`TrainSummary::is_dry_run`]).

@@ -2,8 +2,9 @@
 //! trains one trainer on one rank ([`Run::train`]), ranks as threads or NCCL GPUs
 //! ([`Run::launch`]), or the ranks of a group that may span processes
 //! ([`Run::group`]). Each builds the run's settings once, then runs a
-//! `RankRun` on every rank. [`train`], [`launch`], [`launch_with_eval`],
-//! [`launch_group`] and `launch_nccl` are one-line shorthands for these.
+//! `RankRun` on every rank. It is the one way in besides the methods the
+//! attribute generates (`T::train`, `T::launch`, `T::launch_with_eval`), which
+//! call it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -37,6 +38,9 @@ impl<T, F: Fn(&RankContext) -> Result<T> + Sync> RankFactory<T> for F {}
 /// ```ignore
 /// let trained = Run::new(&train_set, &collate, &args).with_eval(&eval_set).launch(factory)?;
 /// ```
+///
+/// NCCL ranks across processes (under torchrun, feature `nccl`):
+/// `Run::new(&data, &collate, &args).group(Nccl::from_env()?, factory)`.
 pub struct Run<'a, D: ?Sized, C> {
     data: RunData<'a, D, C>,
     args: &'a TrainingArgs,
@@ -180,103 +184,6 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
         }
         run_group(members, self.data, self.args, &settings, factory)
     }
-}
-
-/// Trains `trainer` on one rank: `Run::new(dataset, collate, args).train(trainer)`.
-pub fn train<T, D, C>(
-    trainer: &mut T,
-    dataset: &D,
-    collate: &C,
-    args: &TrainingArgs,
-) -> Result<TrainSummary>
-where
-    T: AdaptiveTrainer,
-    D: Dataset + ?Sized,
-    C: CollateFor<T, D>,
-{
-    Run::new(dataset, collate, args).train(trainer)
-}
-
-/// Trains on `--nproc-per-node` ranks: `Run::new(dataset, collate, args).launch(factory)`.
-pub fn launch<T, D, C, F>(
-    dataset: &D,
-    collate: &C,
-    args: &TrainingArgs,
-    factory: F,
-) -> Result<Trained<T>>
-where
-    T: AdaptiveTrainer + Send,
-    D: Dataset + ?Sized,
-    C: CollateFor<T, D>,
-    F: RankFactory<T>,
-{
-    Run::new(dataset, collate, args).launch(factory)
-}
-
-/// [`launch`] with an eval dataset:
-/// `Run::new(dataset, collate, args).with_eval(eval_dataset).launch(factory)`.
-pub fn launch_with_eval<T, D, C, F>(
-    dataset: &D,
-    eval_dataset: &D,
-    collate: &C,
-    args: &TrainingArgs,
-    factory: F,
-) -> Result<Trained<T>>
-where
-    T: AdaptiveTrainer + Send,
-    D: Dataset + ?Sized,
-    C: CollateFor<T, D>,
-    F: RankFactory<T>,
-{
-    Run::new(dataset, collate, args)
-        .with_eval(eval_dataset)
-        .launch(factory)
-}
-
-/// Trains on the ranks this process hosts:
-/// `Run::new(dataset, collate, args).group(members, factory)`.
-pub fn launch_group<T, D, C, F, M>(
-    members: Vec<(M, Device)>,
-    dataset: &D,
-    collate: &C,
-    args: &TrainingArgs,
-    factory: F,
-) -> Result<Trained<T>>
-where
-    T: AdaptiveTrainer + Send,
-    D: Dataset + ?Sized,
-    C: CollateFor<T, D>,
-    F: RankFactory<T>,
-    M: Communicator,
-{
-    Run::new(dataset, collate, args).group(members, factory)
-}
-
-/// Trains on NCCL ranks: under torchrun (`WORLD_SIZE` set) one rank per process on
-/// GPU `LOCAL_RANK`; otherwise `args.nproc_per_node` GPUs of this node from
-/// `args.device` (`cuda` = from GPU 0, `cuda:N` = from GPU N), one thread each.
-#[cfg(feature = "nccl")]
-pub fn launch_nccl<T, D, C, F>(
-    dataset: &D,
-    collate: &C,
-    args: &TrainingArgs,
-    factory: F,
-) -> Result<Trained<T>>
-where
-    T: AdaptiveTrainer + Send,
-    D: Dataset + ?Sized,
-    C: CollateFor<T, D>,
-    F: RankFactory<T>,
-{
-    use crate::dist::device::DeviceSpec;
-    use crate::dist::nccl::Nccl;
-    let members = if std::env::var_os("WORLD_SIZE").is_some() {
-        Nccl::from_env()?
-    } else {
-        let ordinals = DeviceSpec::parse(&args.device)?.cuda_ordinals(args.nproc_per_node)?;
-        Nccl::group_on(&ordinals)?
-    };
-    Run::new(dataset, collate, args).group(members, factory)
 }
 
 /// One thread per `(communicator, device)` of this process; rank 0 (wherever it

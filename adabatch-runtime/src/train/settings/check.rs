@@ -305,7 +305,7 @@ impl RunSettings {
             (self.eval.every, eval_len, logger)
         {
             logger.event(
-                "warning: evaluations are asked for (--eval-steps / --eval-strategy) but the run has no eval dataset: nothing is evaluated (launch_with_eval adds one)",
+                "warning: evaluations are asked for (--eval-steps / --eval-strategy) but the run has no eval dataset: nothing is evaluated (Run::with_eval or the trainer's launch_with_eval adds one)",
             );
         }
         if trainer_has_mixer && self.sources.is_none() {

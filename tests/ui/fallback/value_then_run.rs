@@ -1,4 +1,4 @@
-// A bad value, in a program that trains through the free functions and the
+// A bad value, in a program that trains through the `Run` builder and the
 // `AdaptiveTrainer` trait: the field roles are valid, so the trait is implemented
 // (under the default policy) and nothing cascades.
 use adabatch::prelude::*;
@@ -21,14 +21,9 @@ fn main() -> adabatch::Result<()> {
     let model = tiny::Tiny::new(params.clone(), &Device::Cpu)?;
     let opt = SGD::new(params.all_vars(), 0.1)?;
     let mut trainer = Trainer::new(model, opt);
-    let summary = adabatch::train(
-        &mut trainer,
-        &tiny::dataset(),
-        &tiny::collate,
-        &tiny::args(),
-    )?;
+    let summary = adabatch::Run::new(&tiny::dataset(), &tiny::collate, &tiny::args()).train(&mut trainer)?;
     println!("{}", summary.global_step);
-    let trained = adabatch::launch(&tiny::dataset(), &tiny::collate, &tiny::args(), |ctx| {
+    let trained = adabatch::Run::new(&tiny::dataset(), &tiny::collate, &tiny::args()).launch(|ctx| {
         let params = ctx.parameters();
         Ok(Trainer::new(
             tiny::Tiny::new(params.clone(), ctx.device())?,
