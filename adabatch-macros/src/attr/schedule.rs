@@ -118,6 +118,7 @@ pub const SCHEDULES: &[&str] = &[
 
 /// The named arguments each schedule accepts (`ramp`'s also by position; a schedule
 /// not listed takes none).
+#[cfg(test)]
 pub const SCHEDULE_ARGS: &[(&str, &[&str])] = &[
     ("linear", LINEAR_ARGS),
     ("memory", MEMORY_ARGS),
