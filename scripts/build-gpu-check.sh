@@ -76,7 +76,7 @@ pack "$bin" "$CARGO_TARGET_DIR/gpu_check.xz"
 say "compressed in $(took): $CARGO_TARGET_DIR/gpu_check.xz ($(du -h "$CARGO_TARGET_DIR/gpu_check.xz" | cut -f1))"
 
 # The language-model example on CUDA (`--device cuda`), for its GPU runs beside
-# transformers (docs/GPU.md); the same features, so only the example is built.
+# transformers (docs/guide/gpu.md); the same features, so only the example is built.
 step_start=$SECONDS
 say "cargo build --release --features nccl --example language_model"
 cargo build --release --features nccl --example language_model
@@ -115,4 +115,4 @@ if [[ "${ADABATCH_SKIP_CLIPPY:-0}" != 1 ]]; then
     say "clippy clean in $(took)"
 fi
 
-say "done. On the GPU machine: see docs/GPU.md"
+say "done. On the GPU machine: see docs/guide/gpu.md"

@@ -1,6 +1,6 @@
 //! One binary for the checks and benchmarks that need a GPU (feature `cuda`; the
 //! `nccl` subcommand needs `nccl`). Build it with `scripts/build-gpu-check.sh`;
-//! how to run it on a GPU machine is in `docs/GPU.md`.
+//! how to run it on a GPU machine is in `docs/guide/gpu.md`.
 //!
 //! ```text
 //! gpu_check replay                 # CUDA vs CPU: same steps, sizes, coverage; losses within tolerance

@@ -5,11 +5,11 @@ use crate::ctxt::Ctxt;
 use crate::parse::Value;
 
 /// `reweight` values.
-const REWEIGHTS: &[&str] = &["sample_count", "token_count", "none"];
+pub const REWEIGHTS: &[&str] = &["sample_count", "token_count", "none"];
 /// `oom` values.
-const OOMS: &[&str] = &["fail", "halve", "split_retry", "skip"];
+pub const OOMS: &[&str] = &["fail", "halve", "split_retry", "skip"];
 /// `lr_scaling` values.
-const LR_SCALINGS: &[&str] = &["none", "linear", "sqrt"];
+pub const LR_SCALINGS: &[&str] = &["none", "linear", "sqrt"];
 
 /// `reweight = ...`
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

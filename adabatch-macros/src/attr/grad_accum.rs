@@ -21,6 +21,8 @@ pub enum GradAccum {
 pub const GRAD_ACCUMS: &[&str] = &["fixed", "target"];
 
 /// The forms, for messages.
+/// The named arguments of `target(..)`.
+pub const TARGET_ARGS: &[&str] = &["global"];
 const FORMS: &str = "expected `fixed(n)` or `target(global = n)`";
 
 /// Reads `grad_accum = ...`.
@@ -104,7 +106,7 @@ fn fixed(call: &Call, cx: &mut Ctxt) -> Option<GradAccum> {
 
 /// `target(global = n)`: as many micro-batches as reach a global batch of `n`.
 fn target(call: &Call, cx: &mut Ctxt) -> Option<GradAccum> {
-    let named = named_args(call, &["global"], cx)?;
+    let named = named_args(call, TARGET_ARGS, cx)?;
     let Some(v) = named.get("global") else {
         cx.at(
             call.paren.span.join(),

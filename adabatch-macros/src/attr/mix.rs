@@ -30,7 +30,9 @@ pub enum Mix {
 /// The forms, for messages.
 const MIX_FORMS: &str =
     "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = 1.0, floor = 0.05, smoothing = 0.9)`, `custom(path::to::fn)`";
-const MIXES: &[&str] = &["fixed", "online", "custom"];
+pub const MIXES: &[&str] = &["fixed", "online", "custom"];
+/// The named arguments of `online(..)`.
+pub const ONLINE_ARGS: &[&str] = &["temperature", "floor", "smoothing"];
 
 /// Reads `mix = ...`.
 pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
@@ -161,7 +163,7 @@ fn custom(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
 
 /// `online(temperature = t, floor = f, smoothing = s)`, each optional.
 fn online(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
-    let named = named_args(call, &["temperature", "floor", "smoothing"], cx)?;
+    let named = named_args(call, ONLINE_ARGS, cx)?;
     let mut read =
         |name: &str, default: f64, ok: fn(f64) -> bool, range: &str| match named.get(name) {
             None => Some(default),

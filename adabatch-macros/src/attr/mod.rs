@@ -24,6 +24,17 @@ use crate::parse::{path_to_string, Arg, AttrArgs, Value};
 use suggest::unknown;
 
 pub use choices::{LrScaling, Oom, Reweight};
+
+/// What the parser accepts, by name: the test `tests::grammar` holds the documented
+/// grammars to these lists.
+#[cfg(test)]
+pub mod accepted {
+    pub use super::choices::{LR_SCALINGS, OOMS, REWEIGHTS};
+    pub use super::grad_accum::{GRAD_ACCUMS, TARGET_ARGS};
+    pub use super::mix::{MIXES, ONLINE_ARGS};
+    pub use super::schedule::{SCHEDULES, SCHEDULE_ARGS};
+    pub use super::KEYS;
+}
 pub use grad_accum::GradAccum;
 pub use mix::Mix;
 pub use schedule::{Growth, Schedule};

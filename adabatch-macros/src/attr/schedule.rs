@@ -116,6 +116,29 @@ pub const SCHEDULES: &[&str] = &[
     "goodput",
 ];
 
+/// The named arguments each schedule accepts (`ramp`'s also by position; a schedule
+/// not listed takes none).
+#[cfg(test)]
+pub const SCHEDULE_ARGS: &[(&str, &[&str])] = &[
+    ("linear", LINEAR_ARGS),
+    ("memory", MEMORY_ARGS),
+    ("ramp", RAMP_ARGS),
+    ("noise_scale", NOISE_SCALE_ARGS),
+    ("goodput", GOODPUT_ARGS),
+];
+const LINEAR_ARGS: &[&str] = &["over"];
+const MEMORY_ARGS: &[&str] = &["threshold", "max_range"];
+const RAMP_ARGS: &[&str] = &["start", "increment", "samples", "tokens", "global"];
+const NOISE_SCALE_ARGS: &[&str] = &["fraction", "min", "max", "factor", "hysteresis", "shrink"];
+const GOODPUT_ARGS: &[&str] = &[
+    "min",
+    "max",
+    "max_local",
+    "max_micro_batches",
+    "hysteresis",
+    "step_time",
+];
+
 /// Every form, for "expected one of".
 const SCHEDULE_FORMS: &str = "expected one of `constant`, `constant(n)`, `interval(every, +k)`, `interval(every, -k)`, `interval(every, *k)`, `linear(from, to, over = n)`, `steps(0 => 8, 100 => 16)`, `custom(path::to::fn)`, `memory(threshold = 0.9, max_range = 2.0)`, `ramp(start = 16, increment = 16, samples = 10000, global = 256)`, `noise_scale(fraction = 1.0, min = 32, max = 4096)`, `goodput(min = 8, max = 1024)`";
 
@@ -321,7 +344,7 @@ fn linear(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
             CallArg::Named { name, .. } => {
                 cx.at(
                     name.span(),
-                    unknown_of("argument", &name.to_string(), " of `linear`", &["over"]),
+                    unknown_of("argument", &name.to_string(), " of `linear`", LINEAR_ARGS),
                 );
                 ok = false;
             }
@@ -431,7 +454,7 @@ fn custom(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
 }
 
 fn memory(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
-    let named = named_args(call, &["threshold", "max_range"], cx)?;
+    let named = named_args(call, MEMORY_ARGS, cx)?;
     let threshold = match named.get("threshold") {
         None => Some(0.9),
         Some(v) => float("threshold", v, cx).and_then(|t| {
@@ -497,11 +520,7 @@ fn ramp(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
 /// position.
 fn ramp_args<'a>(call: &'a Call, cx: &mut Ctxt) -> Option<HashMap<String, &'a Value>> {
     if !call.args.iter().any(|a| matches!(a, CallArg::Plain(_))) {
-        return named_args(
-            call,
-            &["start", "increment", "samples", "tokens", "global"],
-            cx,
-        );
+        return named_args(call, RAMP_ARGS, cx);
     }
     let args = exact_args::<4>(call, RAMP_POSITIONAL, cx)?;
     let mut named = HashMap::new();
@@ -588,11 +607,7 @@ fn stairs_reach_global(
 /// shrinking only with `shrink = true`.
 fn noise_scale(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     const FORM: &str = "noise_scale(fraction = 1.0, min = 32, max = 4096)";
-    let named = named_args(
-        call,
-        &["fraction", "min", "max", "factor", "hysteresis", "shrink"],
-        cx,
-    )?;
+    let named = named_args(call, NOISE_SCALE_ARGS, cx)?;
     let fraction = positive_float("noise_scale", "fraction", named.get("fraction"), 1.0, cx);
     let min = required_count("noise_scale", FORM, call, &named, "min", cx);
     let max = required_count("noise_scale", FORM, call, &named, "max", cx);
@@ -638,18 +653,7 @@ const GOODPUT_FORM: &str = "goodput(min = 8, max = 1024)";
 /// limit) of the highest goodput, changed when the gain beats `h` (default 0.05);
 /// `step_time` replaces the measured step times by a `fn(StepShape) -> f64`.
 fn goodput(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
-    let named = named_args(
-        call,
-        &[
-            "min",
-            "max",
-            "max_local",
-            "max_micro_batches",
-            "hysteresis",
-            "step_time",
-        ],
-        cx,
-    )?;
+    let named = named_args(call, GOODPUT_ARGS, cx)?;
     let min = required_count("goodput", GOODPUT_FORM, call, &named, "min", cx);
     let max = required_count("goodput", GOODPUT_FORM, call, &named, "max", cx);
     let max_local = match named.get("max_local") {

@@ -3,6 +3,7 @@
 
 mod ctxt;
 mod expand;
+mod grammar;
 mod item;
 mod keys;
 mod mix;

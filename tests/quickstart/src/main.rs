@@ -1,174 +1,66 @@
-//! Quickstart: a two-layer MLP on a generated table, trained with a batch size that
-//! grows from 8 to 64 over the first 100 steps, then scored on held-out rows.
-//! `adabatch` is the only dependency: candle and clap come re-exported from it.
-//!
-//! ```text
-//! cargo run --release --example quickstart
-//! cargo run --release --example quickstart -- --nproc-per-node 2 --num-train-epochs 40
-//! ```
+//! A complete adabatch program: a linear classifier on a generated table, its
+//! per-device batch growing from 4 to 32 over the first 50 steps.
+//! `cargo run --release --example readme -- --nproc-per-node 2 --learning-rate 0.05`
 
-use adabatch::candle_core::{self, DType, Device, Tensor, Var, D};
+use adabatch::candle_core::{self, DType, Device, Tensor, Var};
 use adabatch::candle_nn::{linear, Linear, Module};
-use adabatch::clap::{CommandFactory, FromArgMatches};
+use adabatch::clap::Parser;
 use adabatch::prelude::*;
-use adabatch::{AdamW, ParamsAdamW}; // checkpointable: resumes exactly
+use adabatch::{AdamW, ParamsAdamW};
 
-const FEATURES: usize = 4;
-const HIDDEN: usize = 32;
-const CLASSES: usize = 3;
-
-/// One row of the table: four features (two of them noise) and a class.
-#[derive(Clone)]
-struct Row {
-    features: [f32; FEATURES],
-    class: u32,
+/// A collated batch: points `[n, 2]`, classes `[n]`.
+struct Points {
+    xy: Tensor,
+    class: Tensor,
 }
 
-/// `n` seeded rows: class 0 inside a disc, otherwise 1 or 2 by the sign of `x·y`.
-fn table(n: usize, mut seed: u64) -> Vec<Row> {
-    let mut uniform = move || {
-        // splitmix64, mapped to [-1, 1)
-        seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = seed;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    };
-    (0..n)
-        .map(|_| {
-            let features = [uniform(), uniform(), uniform(), uniform()];
-            let [x, y, ..] = features;
-            let class = match (x * x + y * y < 0.35, x * y > 0.0) {
-                (true, _) => 0,
-                (false, true) => 1,
-                (false, false) => 2,
-            };
-            Row { features, class }
-        })
-        .collect()
-}
-
-/// A collated batch: features `[batch, FEATURES]`, classes `[batch]`.
-struct Rows {
-    features: Tensor,
-    classes: Tensor,
-}
-
-impl Batch for Rows {
+impl Batch for Points {
     fn num_examples(&self) -> usize {
-        self.classes.dims()[0]
+        self.class.dims()[0]
     }
 }
 
-struct Mlp {
-    hidden: Linear,
-    out: Linear,
+struct Model {
+    layer: Linear,
     params: Parameters,
 }
 
-impl Mlp {
-    fn new(params: Parameters, device: &Device) -> candle_core::Result<Self> {
-        let vb = params.var_builder(DType::F32, device);
-        Ok(Self {
-            hidden: linear(FEATURES, HIDDEN, vb.pp("hidden"))?,
-            out: linear(HIDDEN, CLASSES, vb.pp("out"))?,
-            params,
-        })
+impl TrainModel for Model {
+    type Batch = Points;
+    // One loss per example: the engine weights and averages them across ranks.
+    fn per_example_loss(&self, batch: &Points) -> candle_core::Result<Tensor> {
+        per_example_cross_entropy(&self.layer.forward(&batch.xy)?, &batch.class)
     }
-
-    fn logits(&self, features: &Tensor) -> candle_core::Result<Tensor> {
-        self.out.forward(&self.hidden.forward(features)?.relu()?)
-    }
-
-    fn device(&self) -> &Device {
-        self.out.weight().device()
-    }
-
-    /// Share of the batch's rows whose most likely class is the true one.
-    fn accuracy(&self, batch: &Rows) -> candle_core::Result<f32> {
-        let predicted = self.logits(&batch.features)?.argmax(D::Minus1)?;
-        predicted
-            .eq(&batch.classes)?
-            .to_dtype(DType::F32)?
-            .mean_all()?
-            .to_scalar::<f32>()
-    }
-}
-
-/// The one trait a model implements: a loss per example (shape `[batch]`; the
-/// engine weights and averages them across ranks) and its variables by name.
-impl TrainModel for Mlp {
-    type Batch = Rows;
-
-    fn per_example_loss(&self, batch: &Rows) -> candle_core::Result<Tensor> {
-        per_example_cross_entropy(&self.logits(&batch.features)?, &batch.classes)
-    }
-
     fn named_parameters(&self) -> Vec<(String, Var)> {
         self.params.named_parameters()
     }
 }
 
-/// The policy is fixed at compile time: the per-device batch goes from 8 to 64,
-/// linearly over the first 100 steps.
-#[adaptive_trainer(schedule = linear(8, 64, over = 100))]
-struct Quickstart {
+#[adaptive_trainer(schedule = linear(4, 32, over = 50), reweight = sample_count)]
+struct Classifier {
     #[model]
-    model: Mlp,
+    model: Model,
     #[optimizer]
     opt: AdamW,
 }
 
-// Errors print as messages (`error: ...`) with a failing exit code.
-fn main() -> std::process::ExitCode {
-    adabatch::exit_code(run())
-}
-
-fn run() -> adabatch::Result<()> {
-    // Every `TrainingArgs` flag (`--help`), with defaults for a quick run.
-    let command = TrainingArgs::command()
-        .mut_arg("num_train_epochs", |a| a.default_value("30"))
-        .mut_arg("learning_rate", |a| a.default_value("0.01"))
-        .mut_arg("logging_steps", |a| a.default_value("50"));
-    let args = TrainingArgs::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
-
-    let mut train_rows = table(600, 7);
-    let test_rows = train_rows.split_off(480);
-
-    // Two `Result`s meet here. Tensor code returns candle's `candle_core::Result`:
-    // the collate below and `per_example_loss` above. The factory (run once per rank,
-    // on the rank's device), `launch` and `run` return `adabatch::Result`, and `?`
-    // turns a candle error into an adabatch one (`adabatch::Error::Candle`).
-    let collate = |items: &[Row], device: &Device| -> candle_core::Result<Rows> {
-        let features: Vec<f32> = items.iter().flat_map(|r| r.features).collect();
-        let classes: Vec<u32> = items.iter().map(|r| r.class).collect();
-        Ok(Rows {
-            features: Tensor::from_vec(features, (items.len(), FEATURES), device)?,
-            classes: Tensor::from_vec(classes, items.len(), device)?,
-        })
+fn main() -> adabatch::Result<()> {
+    let args = TrainingArgs::parse(); // every flag of `TrainingArgs`: --help
+    let grid = (0..1024).map(|i| [i % 32, i / 32].map(|v| v as f32 / 16.0 - 1.0));
+    let data: Vec<[f32; 2]> = grid.collect();
+    let collate = |rows: &[[f32; 2]], device: &Device| -> candle_core::Result<Points> {
+        let class: Vec<u32> = rows.iter().map(|[x, y]| u32::from(x + y > 0.0)).collect();
+        let xy = Tensor::from_vec(rows.concat(), (rows.len(), 2), device)?;
+        let class = Tensor::new(class, device)?;
+        Ok(Points { xy, class })
     };
-    let factory = |ctx: &RankContext| -> adabatch::Result<Quickstart> {
-        let model = Mlp::new(ctx.parameters(), ctx.device())?; // same weights on every rank
-        let opt = AdamW::new(
-            model.params.all_vars(),
-            ParamsAdamW {
-                lr: args.learning_rate,
-                ..Default::default()
-            },
-        )?;
-        Ok(Quickstart::new(model, opt))
-    };
-
-    // `args.nproc_per_node` ranks (threads on CPU); rank 0's trained trainer comes back.
-    let Trained { trainer, summary } = Quickstart::launch(&train_rows, &collate, &args, factory)?;
-    println!("{summary}");
-
-    let test = collate(&test_rows, trainer.model.device())?;
-    let accuracy = trainer.model.accuracy(&test)?;
-    println!(
-        "held-out accuracy: {:.1}% of {} rows",
-        100.0 * accuracy,
-        test_rows.len()
-    );
+    let trained = Classifier::launch(&data, &collate, &args, |ctx: &RankContext| {
+        let params = ctx.parameters(); // seeded: the same weights on every rank
+        let layer = linear(2, 2, params.var_builder(DType::F32, ctx.device()))?;
+        // Its rate is set every step from `--learning-rate` and the LR schedule.
+        let opt = AdamW::new(params.all_vars(), ParamsAdamW::default())?;
+        Ok(Classifier::new(Model { layer, params }, opt))
+    })?;
+    println!("{}", trained.summary); // trained.trainer: rank 0's trained model
     Ok(())
 }
