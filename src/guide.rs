@@ -41,9 +41,6 @@ pub mod checkpoints {}
 #[doc = include_str!("../docs/guide/seeing_a_run.md")]
 pub mod seeing_a_run {}
 
-// Left out of the doctests until docs/porting.md's blocks are complete programs (its
-// fragments name a model and tensors they do not define); documented all the same.
-#[cfg(not(doctest))]
 #[doc = include_str!("../docs/porting.md")]
 pub mod porting {}
 
