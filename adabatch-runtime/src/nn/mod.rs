@@ -16,12 +16,13 @@
 //! backward of their own.
 //!
 //! For models of your own, and candle-transformers' ported to training:
-//! - [`attention_bias`] and [`positions_in_documents`]: the block-diagonal causal
+//! - [`attention_bias`](crate::nn::attention_bias) and
+//!   [`positions_in_documents`](crate::nn::positions_in_documents): the block-diagonal causal
 //!   mask and the restarting positions of packed rows (a mask built once for `t`
 //!   tokens is wrong for packed batches);
-//! - [`RotaryEmbedding`]: rotary angles from per-row positions, full or partial
+//! - [`RotaryEmbedding`](crate::nn::RotaryEmbedding): rotary angles from per-row positions, full or partial
 //!   (Phi's `partial_rotary_factor`);
-//! - [`check_gradients`]: analytic gradients against central finite differences,
+//! - [`check_gradients`](crate::nn::check_gradients): analytic gradients against central finite differences,
 //!   per parameter, in f64 (as `torch.autograd.gradcheck`). The engine's
 //!   coverage guard sees a parameter with *no* gradient; only this check sees one
 //!   whose gradient is partly cut (a fused op without a backward on one of two

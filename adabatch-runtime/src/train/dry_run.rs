@@ -14,12 +14,13 @@
 //! the dry run says so. Token-budget batches (`--max-tokens-per-batch`) do not
 //! depend on a model and are planned exactly.
 //!
-//! The entry points [`crate::train()`], [`crate::launch`] and
-//! [`Run::group`](crate::Run::group) do a dry run instead of training when
+//! The entry points [`Run::train`](crate::Run::train),
+//! [`Run::launch`](crate::Run::launch) and [`Run::group`](crate::Run::group)
+//! (and the methods the attribute generates, which call them) do a dry run instead of training when
 //! `args.dry_run` is set: they print the plan (unless `--quiet`), write the
 //! planned steps to `--log-jsonl`, TensorBoard and `--plot` as a run would, and
 //! return the plan's [`TrainSummary`] (no losses; [`TrainSummary::is_dry_run`]).
-//! `launch` calls the factory once, for rank 0, and returns that untrained trainer.
+//! `Run::launch` calls the factory once, for rank 0, and returns that untrained trainer.
 //! [`dry_run`] returns the whole plan as a value.
 
 use std::fmt;

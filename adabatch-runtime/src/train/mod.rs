@@ -13,6 +13,7 @@ pub(crate) mod eval;
 pub mod interrupt;
 pub mod launch;
 pub mod oom;
+pub(crate) mod payload;
 pub(crate) mod prefetch;
 pub(crate) mod progress;
 pub(crate) mod run;

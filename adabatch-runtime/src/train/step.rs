@@ -15,6 +15,7 @@ use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::train::collate::{collate_indices, guarded};
 use crate::train::interrupt::Interrupts;
 use crate::train::oom::{is_out_of_memory, FaultInjector};
+use crate::train::payload::{PayloadLayout, StepScalars};
 use crate::train::prefetch::{take_chunk, Prefetched};
 use crate::train::settings::RunSettings;
 use crate::train::source_sums;
@@ -119,7 +120,28 @@ pub(crate) enum StepOutcome {
         interrupted: bool,
     },
     /// Some rank ran out of memory; nobody stepped.
-    OutOfMemory { detail: String },
+    OutOfMemory { oom: StepOom },
+}
+
+/// Which ranks ran out of memory in a step.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum StepOom {
+    /// This rank did: the device's message.
+    Here(String),
+    /// Other ranks did, this one did not.
+    Elsewhere {
+        /// How many.
+        ranks: usize,
+    },
+}
+
+impl std::fmt::Display for StepOom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepOom::Here(message) => f.write_str(message),
+            StepOom::Elsewhere { ranks } => write!(f, "{ranks} rank(s) ran out of memory"),
+        }
+    }
 }
 
 impl StepOutcome {
@@ -353,7 +375,7 @@ where
     let small_slots = small_batch_slots(input.noise_scale, plan.batches);
     let mut summed = match gather_checked(comm, params, local, input, small_slots)? {
         Ok(summed) => summed,
-        Err(detail) => return Ok(StepOutcome::OutOfMemory { detail }),
+        Err(oom) => return Ok(StepOutcome::OutOfMemory { oom }),
     };
     let examples_per_token = per_token_mean(&mut summed, input.reweight, &plan)?;
     let source_loss =
@@ -560,14 +582,18 @@ fn gather_checked<D: ?Sized, C>(
     local: Result<LocalGrads>,
     input: &mut StepInput<'_, D, C>,
     small_slots: usize,
-) -> Result<std::result::Result<LocalGrads, String>> {
-    let source_slots = 3 * input.sources.as_ref().map_or(0, |s| s.names.len());
+) -> Result<std::result::Result<LocalGrads, StepOom>> {
     let check = input.check_coverage;
+    let layout = PayloadLayout {
+        source_sums: 3 * input.sources.as_ref().map_or(0, |s| s.names.len()),
+        small: small_slots,
+        coverage: if check { params.len() } else { 0 },
+    };
     let local = local.map(|mut l| {
         l.covered = check.then(|| l.grads.iter().map(Option::is_some).collect());
         l
     });
-    let mut summed = gather(comm, params, local, (source_slots, small_slots, check))?;
+    let mut summed = gather(comm, params, local, layout)?;
     if let Ok(Some(covered)) = summed.as_mut().map(|s| s.covered.take()) {
         input.check_coverage = false;
         check_coverage(params, &covered)?;
@@ -576,100 +602,93 @@ fn gather_checked<D: ?Sized, C>(
 }
 
 /// Every rank's gradients, loss, tokens and sums, summed (on one rank: its own);
-/// `Err(detail)` when some rank ran out of memory.
+/// `Err` when some rank ran out of memory.
 fn gather(
     comm: &impl Communicator,
     params: &[(String, Var)],
     local: Result<LocalGrads>,
-    slots: (usize, usize, bool),
-) -> Result<std::result::Result<LocalGrads, String>> {
+    layout: PayloadLayout,
+) -> Result<std::result::Result<LocalGrads, StepOom>> {
     if comm.world_size() > 1 {
-        return reduce(comm, params, local, slots);
+        return reduce(comm, params, local, layout);
     }
     match local {
         Ok(local) => Ok(Ok(local)),
-        Err(e) if is_out_of_memory(&e) => Ok(Err(e.to_string())),
+        Err(e) if is_out_of_memory(&e) => Ok(Err(StepOom::Here(e.to_string()))),
         Err(e) => Err(e),
     }
 }
 
-/// Loss, tokens, the failure and OOM flags, the previous step's seconds, the
-/// signal flag: the scalars every step's all-reduce carries before the
-/// variable-length parts.
-const FIXED_SCALARS: usize = 6;
-
-/// All-reduces gradients (zeros where a rank has none), loss, tokens and the
-/// failure / OOM flags in one collective; `slots`: the number of per-source sums
-/// and of small-batch slots, and whether gradient coverage (a flag per parameter)
-/// rides along.
+/// All-reduces gradients (zeros where a rank has none) and the step's scalars
+/// (loss, tokens, the failure / OOM flags, ..., laid out by `layout`) in one
+/// collective.
 fn reduce(
     comm: &impl Communicator,
     params: &[(String, Var)],
     local: Result<LocalGrads>,
-    (source_slots, small_slots, coverage): (usize, usize, bool),
-) -> Result<std::result::Result<LocalGrads, String>> {
-    let (mut tensors, mut scalars) =
-        outgoing(&local, params, (source_slots, small_slots, coverage))?;
-    comm.all_reduce_sum(&mut tensors, &mut scalars)?;
-    let covered = scalars.split_off(FIXED_SCALARS + small_slots + source_slots);
-    let source_sums = scalars.split_off(FIXED_SCALARS + small_slots);
-    let small = scalars.split_off(FIXED_SCALARS);
-    let [loss, tokens, failed, oom, seconds, interrupt] = scalars[..] else {
-        unreachable!("the fixed scalars")
-    };
+    layout: PayloadLayout,
+) -> Result<std::result::Result<LocalGrads, StepOom>> {
+    let (mut tensors, scalars) = outgoing(&local, params)?;
+    let mut flat = layout.write(&scalars);
+    comm.all_reduce_sum(&mut tensors, &mut flat)?;
+    let summed = layout.read(&flat);
     match local {
         Err(e) if !is_out_of_memory(&e) => Err(e),
-        _ if failed > 0.0 => Err(Error::PeerFailed { rank: comm.rank() }),
-        Err(e) => Ok(Err(e.to_string())),
-        Ok(_) if oom > 0.0 => Ok(Err(format!("{oom} rank(s) ran out of memory"))),
+        _ if summed.failed > 0.0 => Err(Error::PeerFailed { rank: comm.rank() }),
+        Err(e) => Ok(Err(StepOom::Here(e.to_string()))),
+        Ok(_) if summed.out_of_memory > 0.0 => Ok(Err(StepOom::Elsewhere {
+            ranks: summed.out_of_memory as usize,
+        })),
         Ok(_) => Ok(Ok(LocalGrads {
             grads: tensors.into_iter().map(Some).collect(),
-            loss,
-            tokens,
-            small,
-            source_sums,
-            covered: coverage.then(|| covered.iter().map(|&c| c > 0.0).collect()),
-            seconds,
-            interrupt,
+            loss: summed.loss,
+            tokens: summed.tokens,
+            small: summed.small,
+            source_sums: summed.source_sums,
+            covered: (layout.coverage > 0)
+                .then(|| summed.covered.iter().map(|&c| c > 0.0).collect()),
+            seconds: summed.seconds,
+            interrupt: summed.interrupt,
         })),
     }
 }
 
 /// What this rank puts into the step's all-reduce: its gradients (zeros where it
-/// has none, all zeros after a failure) and its scalars in order: the fixed ones,
-/// the small batches', the per-source sums, the coverage flags (every rank asks
-/// for coverage on the same step, a failed rank included).
+/// has none, all zeros after a failure) and its scalars (only the flags after a
+/// failure).
 fn outgoing(
     local: &Result<LocalGrads>,
     params: &[(String, Var)],
-    (source_slots, small_slots, coverage): (usize, usize, bool),
-) -> Result<(Vec<Tensor>, Vec<f64>)> {
+) -> Result<(Vec<Tensor>, StepScalars)> {
     let zeros = |var: &Var| var.as_tensor().zeros_like();
-    let oom = matches!(local, Err(e) if is_out_of_memory(e));
-    let failed = f64::from(u8::from(local.is_err() && !oom));
-    let oom = f64::from(u8::from(oom));
     let Ok(l) = local else {
+        let oom = matches!(local, Err(e) if is_out_of_memory(e));
         let tensors = params.iter().map(|(_, v)| zeros(v));
-        let coverage_slots = if coverage { params.len() } else { 0 };
-        let mut scalars = vec![0.0, 0.0, failed, oom, 0.0, 0.0];
-        scalars.resize(
-            FIXED_SCALARS + small_slots + source_slots + coverage_slots,
-            0.0,
-        );
+        let scalars = StepScalars {
+            failed: f64::from(u8::from(!oom)),
+            out_of_memory: f64::from(u8::from(oom)),
+            ..StepScalars::default()
+        };
         return Ok((tensors.collect::<candle_core::Result<Vec<_>>>()?, scalars));
     };
     let tensors = (l.grads.iter().zip(params))
         .map(|(g, (_, var))| g.as_ref().map_or_else(|| zeros(var), |g| Ok(g.clone())))
         .collect::<candle_core::Result<Vec<_>>>()?;
-    let mut scalars = vec![l.loss, l.tokens, failed, oom, l.seconds, l.interrupt];
-    scalars.extend(&l.small);
-    scalars.extend(&l.source_sums);
-    scalars.extend(
-        l.covered
+    let scalars = StepScalars {
+        loss: l.loss,
+        tokens: l.tokens,
+        seconds: l.seconds,
+        interrupt: l.interrupt,
+        small: l.small.clone(),
+        source_sums: l.source_sums.clone(),
+        covered: l
+            .covered
             .iter()
             .flatten()
-            .map(|&got| f64::from(u8::from(got))),
-    );
+            .map(|&got| f64::from(u8::from(got)))
+            .collect(),
+        ..StepScalars::default()
+    };
     Ok((tensors, scalars))
 }
 

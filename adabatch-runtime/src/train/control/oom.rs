@@ -113,14 +113,15 @@ impl OomControl {
 
 impl Controller for OomControl {
     fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
-        let StepOutcome::OutOfMemory { detail } = report.outcome else {
+        let StepOutcome::OutOfMemory { oom } = report.outcome else {
             self.step_trained();
             return Ok(());
         };
         let (step, batches) = (report.step, report.batches);
         self.events += 1;
         self.events_since_log += 1;
-        let action = self.recover(steer.planner, batches, step, detail)?;
+        let detail = oom.to_string();
+        let action = self.recover(steer.planner, batches, step, &detail)?;
         if let Some(logger) = steer.logger {
             logger.event(&format!("step {step}: out of memory ({detail}); {action}"));
             if self.policy == OomPolicy::Skip {
