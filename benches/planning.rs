@@ -16,7 +16,7 @@
 use std::time::Instant;
 
 use adabatch::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex, LengthOptions};
-use adabatch::memory::model::{cpu_memory_proxy, PaddedTokens};
+use adabatch::memory::memory_model::{cpu_memory_proxy, PaddedTokens};
 use adabatch::{BatchFeatures, MemoryModel, OnlineMemoryModel};
 use clap::Parser;
 

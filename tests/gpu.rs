@@ -15,7 +15,7 @@ mod gpu_check;
 
 use std::io::Write;
 
-use adabatch::memory::device::{memory_info, PeakSampler};
+use adabatch::memory::device_memory::{memory_info, PeakSampler};
 use candle_core::{DType, Device, Tensor};
 
 /// The CUDA device; a test that asked for one fails without it.

@@ -13,7 +13,7 @@
 //! |---|---|
 //! | `user` | what a user implements or builds: model, data, trainer, parameters, callbacks, losses |
 //! | `config` | settings: `TrainingArgs` (run time) and `TrainerPolicy` (the attribute) |
-//! | `adapt` | what decides sizes and weights: schedules and ramps, the noise-scale estimator, mixers, learning rate |
+//! | `adapt` | the policies, what decides sizes and weights: schedules and ramps, the noise-scale estimator, goodput, mixers, learning rate |
 //! | `data` | which examples go into which step: sampler, sources, length-aware epochs, planner |
 //! | `memory` | predicting and measuring peak memory |
 //! | `optim` | checkpointable optimizers ([`AdamW`], [`Sgd`]), their state, mixed precision |
@@ -61,15 +61,15 @@ pub use config::args::{IntervalStrategy, ReportTo, TrainingArgs};
 pub use config::policy::{
     GradAccum, MixSpec, OomPolicy, Reweight, StoppingStrategy, TrainerPolicy,
 };
-pub use data::sources::MixUnit;
+pub use data::source_spec::MixUnit;
+pub use data::token_files::{TokenDocuments, TokenFile, TokenWidth, TokenWindows};
 #[cfg(feature = "tokenizers")]
 pub use data::tokenize;
-pub use data::tokens::{TokenDocuments, TokenFile, TokenWidth, TokenWindows};
 pub use dist::communicator::{Communicator, Local, Single};
 #[cfg(feature = "nccl")]
 pub use dist::nccl::Nccl;
 pub use error::{exit_code, Error, Result};
-pub use memory::model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
+pub use memory::memory_model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
 pub use optim::precision::{autocast, autocast_linear, Precision};
 pub use optim::{AdamW, HeldParameters, ParamGroups, ParamsAdamW, Sgd, TrainOptimizer};
 pub use report::record::{EvalLog, StepLog};
@@ -85,11 +85,11 @@ pub use user::loss::{
     count_target_tokens, per_example_cross_entropy, per_example_token_cross_entropy,
     per_example_token_cross_entropy_sum, TokenReduction,
 };
-pub use user::model::{Batch, TrainModel};
 pub use user::params::Parameters;
 pub use user::sources::Sources;
-pub use user::tokens::{
+pub use user::token_batches::{
     Document, PackedBatch, PackedCollate, PackedRows, WindowBatch, WindowCollate, IGNORE_INDEX,
 };
+pub use user::train_model::{Batch, TrainModel};
 pub use user::trainer::{AdaptiveTrainer, RankContext};
 pub use user::weights::{load_weights, save_pretrained, LoadReport};

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use adabatch::memory::device::PeakSampler;
+use adabatch::memory::device_memory::PeakSampler;
 use adabatch::prelude::*;
 use candle_core::Device;
 use candle_nn::AdamW;
@@ -59,7 +59,7 @@ fn fits(opts: &BatchingOpts, sorted: &[Example], size: usize) -> AnyResult<bool>
     let result = FixedTrainer::launch(&data, &transformer::collate, &a, fixed_trainer(opts.model));
     match result {
         Ok(_) => Ok(true),
-        Err(e) if adabatch::train::oom::is_out_of_memory(&e) => Ok(false),
+        Err(e) if adabatch::train::out_of_memory::is_out_of_memory(&e) => Ok(false),
         Err(e) => Err(e.into()),
     }
 }

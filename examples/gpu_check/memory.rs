@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use adabatch::memory::device::PeakSampler;
+use adabatch::memory::device_memory::PeakSampler;
 use adabatch::{Parameters, TrainModel};
 use candle_core::Device;
 use candle_nn::Optimizer;
@@ -29,7 +29,7 @@ pub struct MemoryOpts {
 
 pub fn run(opts: &MemoryOpts) -> AnyResult<bool> {
     let device = parse_device(&opts.device)?;
-    let info = adabatch::memory::device::memory_info(&device);
+    let info = adabatch::memory::device_memory::memory_info(&device);
     let info_ok = match (&device, info) {
         (Device::Cpu, None) => true,
         (_, Some(m)) => m.total_bytes > 0 && m.free_bytes <= m.total_bytes,

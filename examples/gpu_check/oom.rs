@@ -33,7 +33,7 @@ pub struct OomOpts {
 
 pub fn run(opts: &OomOpts) -> AnyResult<bool> {
     let device = parse_device(&opts.device)?;
-    let info = adabatch::memory::device::memory_info(&device)
+    let info = adabatch::memory::device_memory::memory_info(&device)
         .ok_or("no device memory figures: needs a CUDA device")?;
     let ballast_bytes = info
         .free_bytes

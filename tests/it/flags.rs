@@ -15,7 +15,7 @@
 //! | `--memory-margin`                  | `memory_margin_scales_the_unfitted_predictions`         |
 //! | `launch_group`                     | `launch_group_with_local_members_matches_launch`,       |
 //! |                                    | properties.rs `every_rank_runs_the_same_steps`          |
-//! | `memory::model::MostConservative`  | `most_conservative_takes_the_largest_prediction`        |
+//! | `memory::memory_model::MostConservative`  | `most_conservative_takes_the_largest_prediction`        |
 //! | `MemoryModel::observe` (regressor) | `a_user_regressor_observes_every_ranks_batches`,        |
 //! |                                    | `empty_slices_are_not_observed` (ignored: bug)          |
 //! | `--max-grad-norm`                  | numerics.rs `max_grad_norm_clips_to_the_given_norm`     |
@@ -50,7 +50,7 @@ use crate::common;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use adabatch::memory::model::{cpu_memory_proxy, MostConservative};
+use adabatch::memory::memory_model::{cpu_memory_proxy, MostConservative};
 use adabatch::prelude::*;
 use adabatch::{
     BatchFeatures, LrSchedulerType, MemoryModel, OnlineMemoryModel, OomPolicy, ScheduleSpec,

@@ -8,7 +8,7 @@ use crate::common;
 use adabatch::adapt::schedule::BatchLimits;
 use adabatch::data::planner::{PlannerState, RunLength, StepPlanner};
 use adabatch::data::sampler::GlobalBatchSampler;
-use adabatch::data::sources::{MixUnit, SourceSpec};
+use adabatch::data::source_spec::{MixUnit, SourceSpec};
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
 use adabatch::AdaptiveTrainer;

@@ -6,7 +6,7 @@ use crate::common;
 use std::sync::Mutex;
 
 use adabatch::prelude::*;
-use adabatch::train::oom::FaultInjector;
+use adabatch::train::out_of_memory::FaultInjector;
 use adabatch::Run;
 use adabatch::{Error, GradAccum, Growth, LrScaling, OomPolicy, ScheduleSpec, TrainerPolicy};
 use candle_nn::AdamW;

@@ -6,7 +6,7 @@
 use crate::common;
 
 use adabatch::prelude::*;
-use adabatch::train::oom::FaultInjector;
+use adabatch::train::out_of_memory::FaultInjector;
 use adabatch::Run;
 use adabatch::{Growth, OomPolicy, ScheduleSpec, TrainerPolicy, WithLengths};
 use candle_core::Device;

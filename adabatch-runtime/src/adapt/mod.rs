@@ -1,5 +1,7 @@
-//! The controllers: what decides the next step's batch size, learning rate and
-//! mixing weights.
+//! The policies: the rules that decide a step's batch size, learning rate and
+//! mixing weights (schedules and ramps, the noise-scale estimator, goodput,
+//! mixers). They hold no run: the controllers of `train::control` apply them
+//! after each step, in one order.
 
 pub mod goodput;
 pub mod lr;

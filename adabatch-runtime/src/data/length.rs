@@ -11,7 +11,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use crate::memory::model::{BatchFeatures, MemoryModel};
+use crate::memory::memory_model::{BatchFeatures, MemoryModel};
 
 /// How a length-aware epoch is cut into global batches.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -336,7 +336,7 @@ fn round_size(size: usize, options: &LengthOptions) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::model::PaddedTokens;
+    use crate::memory::memory_model::PaddedTokens;
 
     #[test]
     fn friendly_sizes() {

@@ -8,7 +8,7 @@ pub mod mixture;
 pub mod permutation;
 pub mod planner;
 pub mod sampler;
-pub mod sources;
+pub mod source_spec;
+pub mod token_files;
 #[cfg(feature = "tokenizers")]
 pub mod tokenize;
-pub mod tokens;

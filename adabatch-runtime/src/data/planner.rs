@@ -8,7 +8,7 @@ use crate::adapt::schedule::{BatchLimits, Schedule};
 use crate::config::policy::GradAccum;
 use crate::data::length::LengthAwareEpoch;
 use crate::data::sampler::{GlobalBatch, GlobalBatchSampler, PlannedRemainder};
-use crate::data::sources::{SourcesState, StoppingStrategy};
+use crate::data::source_spec::{SourcesState, StoppingStrategy};
 use crate::error::{Error, Result};
 
 /// How long a run lasts.

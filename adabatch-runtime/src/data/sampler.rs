@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 
 use crate::data::permutation::Permutation;
-use crate::data::sources::{MixedSources, SourceSpec, SourcesState, StoppingStrategy};
+use crate::data::source_spec::{MixedSources, SourceSpec, SourcesState, StoppingStrategy};
 use crate::error::{Error, Result};
 
 /// The source key of the single-source sampler's permutations (a mixture keys
@@ -247,7 +247,7 @@ impl GlobalBatchSampler {
 
     /// A sampler over several sources: epochs are passes over the first (primary)
     /// source; each global batch is divided between the sources by their weights
-    /// (see [`crate::data::sources`]). Indices are the dataset's (sources in order).
+    /// (see [`crate::data::source_spec`]). Indices are the dataset's (sources in order).
     pub fn over_sources(
         spec: &SourceSpec,
         world_size: usize,

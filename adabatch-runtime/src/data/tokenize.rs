@@ -1,7 +1,7 @@
 //! Text to token files, with Hugging Face's `tokenizers`: a byte-level BPE trained on
 //! the corpus (GPT-2's scheme: any text encodes, nothing is unknown) or a
 //! `tokenizer.json` loaded as is. [`prepare_corpus`] writes a directory the
-//! [`TokenDocuments`](super::tokens::TokenDocuments) views read:
+//! [`TokenDocuments`](super::token_files::TokenDocuments) views read:
 //!
 //! ```text
 //! DIR/tokenizer.json    the tokenizer (transformers' PreTrainedTokenizerFast loads it)
@@ -26,7 +26,7 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 pub use tokenizers::Tokenizer;
 use tokenizers::{AddedToken, TokenizerBuilder};
 
-use super::tokens::{TokenDocuments, TokenFile, TokenWidth};
+use super::token_files::{TokenDocuments, TokenFile, TokenWidth};
 use crate::error::{Error, Result};
 
 /// Where the tokenizer comes from.

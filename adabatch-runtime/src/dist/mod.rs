@@ -3,7 +3,7 @@
 
 pub mod communicator;
 pub(crate) mod cpu_threads;
-pub mod device;
+pub mod device_spec;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub(crate) mod parameters;

@@ -1,6 +1,6 @@
-//! Predicting a batch's peak memory ([`model`]), measuring it on the device
-//! ([`device`]), and keeping freed host memory between steps ([`host`]).
+//! Predicting a batch's peak memory ([`memory_model`]), measuring it on the device
+//! ([`device_memory`]), and keeping freed host memory between steps ([`host`]).
 
-pub mod device;
+pub mod device_memory;
 pub mod host;
-pub mod model;
+pub mod memory_model;

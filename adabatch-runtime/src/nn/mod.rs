@@ -33,21 +33,21 @@
 //! these: which calls to swap, why rope tables and masks must be plain tensors,
 //! packing and positions, configs, attention without `sdpa`, and the check.
 
-mod attention;
 mod cpu;
 mod cross_entropy;
 mod gradcheck;
 mod norm;
+mod packed_attention;
 mod rope;
 pub(crate) mod rotary_embedding;
 mod softmax;
 #[cfg(test)]
 mod testing;
 
-pub use attention::{attention_bias, positions_in_documents};
 pub use cross_entropy::cross_entropy_rows;
 pub use gradcheck::{check_gradients, GradCheck, GradCheckOptions, ParamCheck};
 pub use norm::{layer_norm, rms_norm, LayerNorm, RmsNorm};
+pub use packed_attention::{attention_bias, positions_in_documents};
 pub use rope::{rope, rope_i, rope_thd};
 pub use rotary_embedding::RotaryEmbedding;
 pub use softmax::softmax_last_dim;

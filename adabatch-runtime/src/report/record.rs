@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::adapt::goodput::GoodputLog;
-use crate::data::sources::MixedSources;
+use crate::data::source_spec::MixedSources;
 
 /// One logged optimisation step.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -7,7 +7,7 @@ use candle_core::Device;
 
 use crate::error::{Error, Result};
 use crate::user::data::{Collate, Dataset};
-use crate::user::model::Batch;
+use crate::user::train_model::Batch;
 
 /// Runs `f`, turning a panic into this rank's error.
 pub(crate) fn guarded<R>(rank: usize, f: impl FnOnce() -> Result<R>) -> Result<R> {

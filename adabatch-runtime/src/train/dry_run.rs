@@ -32,7 +32,7 @@ use crate::config::args::TrainingArgs;
 use crate::data::length::LengthBatching;
 use crate::data::planner::{StepBatches, StepPlanner};
 use crate::error::Result;
-use crate::memory::model::{MemoryModel, OnlineMemoryModel};
+use crate::memory::memory_model::{MemoryModel, OnlineMemoryModel};
 use crate::report::logging::Logger;
 use crate::report::record::StepLog;
 use crate::report::summary::{TrainSummary, Trained};

@@ -4,14 +4,14 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::config::policy::Reweight;
-use crate::data::sources::SourceSpec;
+use crate::data::source_spec::SourceSpec;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::report::record::EvalLog;
 use crate::train::source_sums;
 use crate::user::data::Dataset;
-use crate::user::model::{Batch, TrainModel};
+use crate::user::train_model::{Batch, TrainModel};
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
 
 /// The eval examples of `rank`: a contiguous share of `0..len`, the first

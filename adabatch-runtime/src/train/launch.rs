@@ -18,7 +18,7 @@ use crate::report::summary::{TrainSummary, Trained};
 use crate::train::checkpoint::resume_point;
 use crate::train::collate::panic_message;
 use crate::train::dry_run::{dry_run_launch, dry_run_trainer};
-use crate::train::oom::FaultInjector;
+use crate::train::out_of_memory::FaultInjector;
 use crate::train::run::{RankRun, RunData};
 use crate::train::settings::RunSettings;
 use crate::user::data::Dataset;

@@ -12,7 +12,7 @@ pub mod dry_run;
 pub(crate) mod eval;
 pub mod interrupt;
 pub mod launch;
-pub mod oom;
+pub mod out_of_memory;
 pub(crate) mod payload;
 pub(crate) mod prefetch;
 pub(crate) mod progress;

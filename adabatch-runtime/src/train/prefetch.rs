@@ -17,7 +17,7 @@ use crate::data::planner::{StepBatches, StepPlanner};
 use crate::error::{Error, Result};
 use crate::train::collate::{collate_indices, guarded, panic_message};
 use crate::user::data::{Collate, Dataset};
-use crate::user::model::Batch;
+use crate::user::train_model::Batch;
 
 /// This rank's collation work of a step, in the order the step runs it: each
 /// micro-batch's local share cut in `chunks` pieces (empty shares skipped).

@@ -14,7 +14,7 @@ use crate::data::planner::{PlannerState, StepBatches, StepPlanner};
 use crate::dist::communicator::Communicator;
 use crate::dist::parameters::synchronise_parameters;
 use crate::error::{Error, Result};
-use crate::memory::device::PeakSampler;
+use crate::memory::device_memory::PeakSampler;
 use crate::memory::host::keep_freed_memory;
 use crate::optim::TrainOptimizer;
 use crate::report::logging::Logger;
@@ -33,7 +33,7 @@ use crate::train::settings::{BestCheckpoint, Interval, RunSettings};
 use crate::train::step::{train_step, StepInput, StepOutcome, StepPlan};
 use crate::user::callback::{TrainerControl, TrainerState};
 use crate::user::data::Dataset;
-use crate::user::model::TrainModel;
+use crate::user::train_model::TrainModel;
 use crate::user::trainer::{AdaptiveTrainer, BatchOf, CollateFor};
 use crate::user::weights::save_pretrained;
 
@@ -369,7 +369,7 @@ where
         step: usize,
         batches: &StepBatches,
         outcome: &StepOutcome,
-        memory: Option<(crate::memory::model::BatchFeatures, u64)>,
+        memory: Option<(crate::memory::memory_model::BatchFeatures, u64)>,
     ) -> Result<()> {
         let report = StepReport {
             step,

@@ -2,7 +2,7 @@
 //! in one all-reduce: each source's loss sum, then its example count, then its
 //! tokens (the targets that carry loss, when the batches know them).
 
-use crate::data::sources::SourceSpec;
+use crate::data::source_spec::SourceSpec;
 
 /// Flat sums of `sources` sources: `3 · sources` values.
 pub(crate) fn zeroed(sources: usize) -> Vec<f64> {
@@ -70,7 +70,7 @@ mod tests {
             sizes: vec![2, 2],
             weights: vec![1.0, 1.0],
             stopping: StoppingStrategy::Primary,
-            unit: crate::data::sources::MixUnit::Examples,
+            unit: crate::data::source_spec::MixUnit::Examples,
             tokens: vec![2, 2],
         };
         let mut sums = zeroed(2);

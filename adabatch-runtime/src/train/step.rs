@@ -8,19 +8,19 @@ use candle_core::{DType, Device, Tensor, Var};
 use crate::adapt::noise_scale::{NoiseScaleEstimator, SmallBatchSums};
 use crate::config::policy::Reweight;
 use crate::data::planner::StepBatches;
-use crate::data::sources::SourceSpec;
+use crate::data::source_spec::SourceSpec;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::train::collate::{collate_indices, guarded};
 use crate::train::interrupt::Interrupts;
-use crate::train::oom::{is_out_of_memory, FaultInjector};
+use crate::train::out_of_memory::{is_out_of_memory, FaultInjector};
 use crate::train::payload::{PayloadLayout, StepScalars};
 use crate::train::prefetch::{take_chunk, Prefetched};
 use crate::train::settings::RunSettings;
 use crate::train::source_sums;
 use crate::user::data::{Collate, Dataset};
-use crate::user::model::{Batch, TrainModel};
+use crate::user::train_model::{Batch, TrainModel};
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
 
 /// What one rank needs besides the model to run a step.

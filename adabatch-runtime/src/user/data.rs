@@ -3,9 +3,9 @@
 
 use candle_core::Device;
 
-use crate::data::sources::SourceSpec;
+use crate::data::source_spec::SourceSpec;
 use crate::error::{Error, Result};
-use crate::user::model::Batch;
+use crate::user::train_model::Batch;
 
 /// Random-access training examples, shared by every rank.
 #[diagnostic::on_unimplemented(

@@ -21,12 +21,12 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::data::sources::MixUnit;
+use crate::data::source_spec::MixUnit;
+use crate::data::token_files::TokenDocuments;
 use crate::data::tokenize::{
     build_tokenizer, read_documents, read_json, remove_if_present, split_held_out, write_prepared,
     write_whole, CorpusInfo, CorpusSource, PrepareOptions,
 };
-use crate::data::tokens::TokenDocuments;
 use crate::error::{Error, Result};
 use crate::user::sources::Sources;
 

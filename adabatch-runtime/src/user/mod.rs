@@ -6,9 +6,9 @@ pub mod data;
 #[cfg(feature = "tokenizers")]
 pub mod domains;
 pub mod loss;
-pub mod model;
 pub mod params;
 pub mod sources;
-pub mod tokens;
+pub mod token_batches;
+pub mod train_model;
 pub mod trainer;
 pub mod weights;

@@ -1,8 +1,8 @@
 //! A dataset of several named sources (e.g. `new` and `replay`), mixed in every
 //! global batch by weights (HF `interleave_datasets` with `probabilities`, but
-//! deterministic: see [`crate::data::sources`]).
+//! deterministic: see [`crate::data::source_spec`]).
 
-use crate::data::sources::{check_weights, MixUnit, SourceSpec, StoppingStrategy};
+use crate::data::source_spec::{check_weights, MixUnit, SourceSpec, StoppingStrategy};
 use crate::error::{Error, Result};
 use crate::user::data::Dataset;
 

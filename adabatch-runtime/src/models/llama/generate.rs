@@ -10,7 +10,7 @@ use rand::distr::Distribution;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::model::Llama;
+use super::decoder::Llama;
 
 /// How the next token is chosen from the logits.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -6,7 +6,7 @@ use candle_nn::VarBuilder;
 use super::attention::{Attention, Frame};
 use super::config::LlamaConfig;
 use super::mlp::Mlp;
-use super::norm::Norm;
+use super::rms_norm::Norm;
 
 /// `x + attn(norm(x))`, then `x + mlp(norm(x))`.
 #[derive(Clone, Debug)]

@@ -33,22 +33,22 @@
 //! and Qwen2 classes) and candle-transformers' models.
 //!
 //! Files, from the bottom up: `config` (the configuration and its checks),
-//! `linear` (layers initialised as transformers does), `norm`, `mlp`, `attention`, `layer` (one decoder layer), `model` ([`Llama`]), `generate`
+//! `linear` (layers initialised as transformers does), `rms_norm`, `mlp`, `attention`, `layer` (one decoder layer), `decoder` ([`Llama`]), `generate`
 //! (greedy and temperature sampling). The rotary angles and the causal,
 //! sliding-window and document masks are [`crate::nn`]'s, public for models of
 //! your own.
 
 mod attention;
 mod config;
+mod decoder;
 mod generate;
 mod layer;
 mod linear;
 mod mlp;
-mod model;
-mod norm;
+mod rms_norm;
 #[cfg(test)]
 mod tests;
 
 pub use config::{ConfigError, LlamaConfig, ModelType, TokenIds};
+pub use decoder::Llama;
 pub use generate::{generate, Sampling};
-pub use model::Llama;

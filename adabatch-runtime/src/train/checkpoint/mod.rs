@@ -242,7 +242,7 @@ fn check_sources(
         (None, None) => Ok(()),
         (Some(spec), Some(sources)) => {
             let fresh =
-                crate::data::sources::MixedSources::new(spec, settings.seed, settings.shuffle)?;
+                crate::data::source_spec::MixedSources::new(spec, settings.seed, settings.shuffle)?;
             if let Err(detail) = fresh.check(sources) {
                 return Err(Error::CorruptCheckpoint {
                     path: dir.join(STATE),

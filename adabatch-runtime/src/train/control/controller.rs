@@ -7,7 +7,7 @@ use crate::adapt::schedule::ScheduleSpec;
 use crate::data::planner::{StepBatches, StepPlanner};
 use crate::dist::communicator::Communicator;
 use crate::error::Result;
-use crate::memory::model::{BatchFeatures, MemoryModel};
+use crate::memory::memory_model::{BatchFeatures, MemoryModel};
 use crate::report::logging::Logger;
 use crate::report::record::{EvalLog, StepLog};
 use crate::train::control::states::ControllerStates;

@@ -8,7 +8,7 @@ use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex};
 use crate::data::planner::StepBatches;
 use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result};
-use crate::memory::model::{
+use crate::memory::memory_model::{
     cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel,
     OnlineMemoryState,
 };

@@ -5,13 +5,13 @@
 //! controllers act on it in one fixed order, written once in
 //! [`Controllers::in_order`]:
 //!
-//! 1. OOM recovery ([`oom`]): the cap a failure imposes (halve, split, skip), or
+//! 1. OOM recovery ([`oom_control`]): the cap a failure imposes (halve, split, skip), or
 //!    the end of a retry;
 //! 2. the loss scaler ([`loss_scale`], `--fp16`): skip or rescale;
-//! 3. the gradient noise scale ([`noise_scale`]): the estimate, and under
+//! 3. the gradient noise scale ([`noise_scale_control`]): the estimate, and under
 //!    `schedule = noise_scale(..)` the next global batch;
 //! 4. the mixer ([`mixing`]): the sources' weights of step t+1;
-//! 5. the schedule or ramp ([`schedule`]): the next size, clamped by
+//! 5. the schedule or ramp ([`schedule_control`]): the next size, clamped by
 //!    `min_batch` / `max_batch`;
 //! 6. the memory model ([`memory`]): this step's measured peak, from which the
 //!    next length-aware epoch is planned.
@@ -23,13 +23,13 @@
 //! controllers', with no field kept twice.
 
 pub(crate) mod controller;
-pub(crate) mod goodput;
+pub(crate) mod goodput_control;
 pub(crate) mod loss_scale;
 pub(crate) mod memory;
 pub(crate) mod mixing;
-pub(crate) mod noise_scale;
-pub(crate) mod oom;
-pub(crate) mod schedule;
+pub(crate) mod noise_scale_control;
+pub(crate) mod oom_control;
+pub(crate) mod schedule_control;
 pub(crate) mod states;
 
 use crate::dist::communicator::Communicator;
@@ -41,9 +41,9 @@ pub(crate) use controller::{Controller, Steer, StepReport, UserControllers};
 use loss_scale::LossScaleControl;
 use memory::MemoryControl;
 use mixing::MixingControl;
-use noise_scale::NoiseScaleControl;
-use oom::OomControl;
-use schedule::ScheduleControl;
+use noise_scale_control::NoiseScaleControl;
+use oom_control::OomControl;
+use schedule_control::ScheduleControl;
 pub(crate) use states::ControllerStates;
 
 /// Every controller of a run, each present when the run uses it.

@@ -2,7 +2,7 @@
 
 use crate::adapt::goodput::GoodputState;
 use crate::adapt::noise_scale::NoiseScaleEstimator;
-use crate::memory::model::OnlineMemoryState;
+use crate::memory::memory_model::OnlineMemoryState;
 use crate::optim::precision::LossScaler;
 
 /// The controllers' parts of a checkpoint (flattened into its trainer state, one

@@ -15,12 +15,12 @@ use crate::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
 use crate::data::length::{LengthBatching, LengthIndex, LengthOptions};
 use crate::data::planner::{RunLength, StepBatches, StepPlanner};
 use crate::data::sampler::GlobalBatchSampler;
-use crate::data::sources::SourceSpec;
-use crate::dist::device::DeviceSpec;
+use crate::data::source_spec::SourceSpec;
+use crate::dist::device_spec::DeviceSpec;
 use crate::error::Result;
 use crate::optim::precision::{LossScaler, Precision};
 use crate::report::logging::Logger;
-use crate::train::oom::FaultInjector;
+use crate::train::out_of_memory::FaultInjector;
 use crate::user::data::Dataset;
 use check::{
     check_args, check_batching, check_global_schedule, check_goodput, check_noise_scale,

@@ -8,7 +8,7 @@ use crate::adapt::schedule::{Schedule, ScheduleSpec};
 use crate::config::args::TrainingArgs;
 use crate::config::policy::{MixSpec, TrainerPolicy};
 use crate::data::length::{LengthBatching, LengthOptions};
-use crate::data::sources::SourceSpec;
+use crate::data::source_spec::SourceSpec;
 use crate::error::{Error, Result};
 use crate::optim::precision::{LossScaler, Precision};
 use crate::user::data::Dataset;

@@ -18,10 +18,10 @@
 
 use candle_core::{Device, Tensor};
 
-use crate::data::tokens::{TokenDocuments, TokenWindows};
+use crate::data::token_files::{TokenDocuments, TokenWindows};
 use crate::user::data::{Collate, Dataset};
 use crate::user::loss::{per_example_token_cross_entropy, TokenReduction};
-use crate::user::model::Batch;
+use crate::user::train_model::Batch;
 
 /// The target of a position that predicts nothing (Hugging Face's `-100`).
 pub const IGNORE_INDEX: i64 = -100;
@@ -565,7 +565,7 @@ mod tests {
 
     #[test]
     fn token_files_are_datasets_with_lengths_in_positions() {
-        use crate::data::tokens::{TokenFile, TokenWidth};
+        use crate::data::token_files::{TokenFile, TokenWidth};
         let dir = std::env::temp_dir().join(format!("adabatch-user-tokens-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("docs.bin");

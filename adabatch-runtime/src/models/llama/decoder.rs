@@ -7,7 +7,7 @@ use super::attention::Frame;
 use super::config::LlamaConfig;
 use super::layer::DecoderLayer;
 use super::linear::{embedding, linear, push_linear};
-use super::norm::Norm;
+use super::rms_norm::Norm;
 use crate::nn::{positions_in_documents, RotaryEmbedding};
 
 /// A trainable Llama-family decoder (Llama, Mistral, Qwen2 shapes) for causal

@@ -11,7 +11,7 @@ use crate::train::settings::RunSettings;
 use crate::train::step::StepOutcome;
 
 use super::controller::{Controller, Steer, StepReport, UserControllers};
-use super::goodput::GoodputControl;
+use super::goodput_control::GoodputControl;
 use super::states::ControllerStates;
 
 /// The estimator, and what resizes the batch from it.
