@@ -62,6 +62,15 @@ struct LastStep {
     learning_rate: f64,
 }
 
+impl LastStep {
+    /// Before the first step of this process (a resumed run's too).
+    const NONE: Self = Self {
+        global_batch: 0,
+        loss: f64::NAN,
+        learning_rate: 0.0,
+    };
+}
+
 /// The prefetcher of a run's step loop.
 type RunPrefetcher<'s, 'e, D, C> = Prefetcher<'s, 'e, D, C, ScheduleSpec>;
 
@@ -178,11 +187,7 @@ where
                 .map(|s| s.evaluations.clone())
                 .unwrap_or_default(),
             best: resumed.as_ref().and_then(|s| s.best),
-            last: LastStep {
-                global_batch: 0,
-                loss: f64::NAN,
-                learning_rate: 0.0,
-            },
+            last: LastStep::NONE,
             // A resumed run starts from its checkpoint: one that trains nothing
             // more neither evaluates again nor writes the checkpoint again.
             last_evaluated: resumed.as_ref().map(|s| s.planner.global_step),
