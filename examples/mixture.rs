@@ -190,11 +190,11 @@ fn run() -> adabatch::Result<()> {
     let mut train = domains.train.with_unit(unit);
     if cli.mixer == MixerChoice::Uniform {
         if !args.mix_weights.is_empty() {
-            return Err(adabatch::Error::ConflictingSettings {
+            return Err(adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings {
                 first: "--mix-weights",
                 second: "--mixer uniform",
                 reason: "uniform gives every domain an equal share: drop one of them (stratified with --mix-weights trains at fixed shares)",
-            });
+            }));
         }
         let equal: Vec<(String, f64)> = names.iter().map(|n| (n.clone(), 1.0)).collect();
         train = train.with_weights(&equal)?;
@@ -252,10 +252,11 @@ fn open_domains(cli: &Cli) -> adabatch::Result<Domains> {
         return Domains::open_split(&domains, cli.tokens.max_document_tokens);
     }
     if let Some((name, path)) = domains.iter().find(|(_, p)| p.is_dir() && !prepared(p)) {
-        return Err(adabatch::Error::TokenSetting(format!(
-            "domain `{name}`: {} is a folder without tokens.json (prepare it with adabatch tokenize --domain)",
-            path.display()
-        )));
+        return Err(adabatch::Error::Data(adabatch::DataError::InvalidTokenSetting {
+            name: "--domain",
+            value: format!("{name}={}", path.display()),
+            expected: "a corpus file, or a folder prepared by adabatch tokenize --domain (it has tokens.json)".into(),
+        }));
     }
     use adabatch::tokenize::{PrepareOptions, TokenizerSource};
     let options = PrepareOptions {

@@ -68,7 +68,10 @@ pub use data::tokenize;
 pub use dist::communicator::{Communicator, Local, Single};
 #[cfg(feature = "nccl")]
 pub use dist::nccl::Nccl;
-pub use error::{exit_code, Error, Result};
+pub use error::{
+    exit_code, CheckpointError, DataError, DistributedError, Error, ModelError, RendezvousError,
+    Result, SettingsError, TrainingError,
+};
 pub use memory::memory_model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
 pub use optim::precision::{autocast, autocast_linear, Precision};
 pub use optim::{AdamW, HeldParameters, ParamGroups, ParamsAdamW, Sgd, TrainOptimizer};

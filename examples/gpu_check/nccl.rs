@@ -108,7 +108,12 @@ mod with_nccl {
         let bad_root = comm.broadcast(&mut weights, 1);
         row(
             "broadcast_bad_root_is_error",
-            matches!(bad_root, Err(adabatch::Error::Comm(_))),
+            matches!(
+                bad_root,
+                Err(adabatch::Error::Distributed(
+                    adabatch::DistributedError::CollectiveInput { .. }
+                ))
+            ),
             format!("{bad_root:?}"),
         );
 
@@ -117,7 +122,12 @@ mod with_nccl {
         let refused = comm.all_reduce_sum(&mut cpu, &mut []);
         row(
             "cpu_tensor_refused",
-            matches!(refused, Err(adabatch::Error::Comm(_))),
+            matches!(
+                refused,
+                Err(adabatch::Error::Distributed(
+                    adabatch::DistributedError::CollectiveInput { .. }
+                ))
+            ),
             format!("{refused:?}"),
         );
         Ok(rows)

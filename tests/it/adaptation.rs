@@ -9,7 +9,7 @@ use adabatch::optim::AdamW;
 use adabatch::prelude::*;
 use adabatch::{
     Error, GoodputSpec, LrScaling, LrSchedulerType, Ramp, ScheduleSpec, StepLog, StepShape,
-    TrainerPolicy,
+    TrainerPolicy, TrainingError,
 };
 use common::*;
 
@@ -281,6 +281,9 @@ fn a_goodput_run_killed_and_resumed_equals_the_uninterrupted_run() {
 #[test]
 fn a_step_time_that_is_not_a_positive_number_is_a_typed_error() {
     let err = run(&goodput_args(), |model, opt| BrokenGoodput { model, opt }).unwrap_err();
-    assert!(matches!(err, Error::GoodputStepTime { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Training(TrainingError::GoodputStepTime { .. })),
+        "{err}"
+    );
     assert!(err.to_string().contains("-1 s"), "{err}");
 }

@@ -192,10 +192,10 @@ fn load_best_model_needs_an_eval_dataset() {
     assert!(
         matches!(
             err,
-            adabatch::Error::ConflictingSettings {
+            adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings {
                 first: "--load-best-model-at-end",
                 ..
-            }
+            })
         ),
         "{err}"
     );

@@ -6,7 +6,7 @@ use crate::common;
 use std::sync::Mutex;
 
 use adabatch::prelude::*;
-use adabatch::{Error, Growth, ScheduleSpec, StepLog, TrainerPolicy};
+use adabatch::{CheckpointError, Error, Growth, ScheduleSpec, StepLog, TrainerPolicy};
 use candle_nn::{Optimizer, SGD};
 use common::*;
 
@@ -125,13 +125,13 @@ fn resume_refuses_a_checkpoint_of_another_run() {
     other.resume_from_checkpoint = Some(out.join("checkpoint-3"));
     let err = run(&other).0.unwrap_err();
     assert!(
-        matches!(err, Error::CheckpointMismatch { ref what, .. } if what == "seed"),
+        matches!(err, Error::Checkpoint(CheckpointError::CheckpointMismatch { ref what, .. }) if what == "seed"),
         "{err}"
     );
     other.resume_from_checkpoint = Some(out.join("checkpoint-99"));
     assert!(matches!(
         run(&other).0.unwrap_err(),
-        Error::NoSuchCheckpoint { .. }
+        Error::Checkpoint(CheckpointError::NoSuchCheckpoint { .. })
     ));
 }
 
@@ -194,7 +194,7 @@ fn length_aware_runs_resume_mid_epoch() {
     let (err, _, _) = run_on(&data, &resumed);
     let err = err.unwrap_err();
     assert!(
-        matches!(&err, Error::CorruptCheckpoint { path: p, .. } if *p == path),
+        matches!(&err, Error::Checkpoint(CheckpointError::CorruptCheckpoint { path: p, .. }) if *p == path),
         "{err}"
     );
     assert!(
@@ -205,7 +205,13 @@ fn length_aware_runs_resume_mid_epoch() {
     adabatch::train::checkpoint::write_manifest(&out.join("checkpoint-3")).unwrap();
     let (err, _, _) = run_on(&data, &resumed);
     let err = err.unwrap_err();
-    assert!(matches!(err, Error::CorruptCheckpoint { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Checkpoint(CheckpointError::CorruptCheckpoint { .. })
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("remaining batches"), "{err}");
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 
 use adabatch::prelude::*;
 use adabatch::tokenize::{PrepareOptions, TokenizerSource};
-use adabatch::{prepare_domains, Domains, Error, Exp3Mixer, PackedCollate, StepLog};
+use adabatch::{
+    prepare_domains, DataError, Domains, Error, Exp3Mixer, PackedCollate, SettingsError, StepLog,
+};
 
 use crate::common::{read_log, temp_log};
 
@@ -291,7 +293,10 @@ fn domain_mistakes_are_typed_errors_before_the_first_step() {
         ("verse".into(), b.join("verse")),
     ])
     .unwrap_err();
-    assert!(matches!(err, Error::MixedTokenizers { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Data(DataError::MixedTokenizers { .. })),
+        "{err}"
+    );
     assert!(err.to_string().contains("`en` and `verse`"), "{err}");
     // The same vocabulary size but another tokenizer (merges learnt on other
     // text): caught by its checksum.
@@ -316,7 +321,7 @@ fn domain_mistakes_are_typed_errors_before_the_first_step() {
     )
     .unwrap_err();
     assert!(
-        matches!(err, Error::NoValidationDocuments { ref domain } if domain == "tiny"),
+        matches!(err, Error::Data(DataError::NoValidationDocuments { ref domain }) if domain == "tiny"),
         "{err}"
     );
     // An empty corpus, a bad name, a repeated one.
@@ -327,12 +332,12 @@ fn domain_mistakes_are_typed_errors_before_the_first_step() {
     let bad = [("a b".to_string(), files[0].1.clone())];
     assert!(matches!(
         prepare_domains(&bad, &dir.join("e"), &options(300)),
-        Err(Error::TokenSetting(_))
+        Err(Error::Data(DataError::InvalidTokenSetting { .. }))
     ));
     let twice = [files[0].clone(), files[0].clone()];
     assert!(matches!(
         prepare_domains(&twice, &dir.join("f"), &options(300)),
-        Err(Error::DuplicateSource { .. })
+        Err(Error::Data(DataError::DuplicateSource { .. }))
     ));
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -347,16 +352,19 @@ fn mix_weights_for_an_unknown_domain_or_a_mixer_and_bad_budgets_are_refused() {
     assert!(
         matches!(
             err,
-            Error::ConflictingSettings {
+            Error::Settings(SettingsError::ConflictingSettings {
                 first: "--mix-weights",
                 ..
-            }
+            })
         ),
         "{err}"
     );
     given.mix_weights = vec!["python=1".into()];
     let err = try_train(&p, &given).err().unwrap();
-    assert!(matches!(err, Error::UnknownSource { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Data(DataError::UnknownSource { .. })),
+        "{err}"
+    );
     // A token budget of 0, or beside --max-steps.
     given.mix_weights.clear();
     given.max_train_tokens = Some(0);
@@ -368,10 +376,10 @@ fn mix_weights_for_an_unknown_domain_or_a_mixer_and_bad_budgets_are_refused() {
     assert!(
         matches!(
             err,
-            Error::ConflictingSettings {
+            Error::Settings(SettingsError::ConflictingSettings {
                 second: "--max-train-tokens",
                 ..
-            }
+            })
         ),
         "{err}"
     );

@@ -6,7 +6,7 @@ use crate::common;
 
 use adabatch::clap::Parser;
 use adabatch::prelude::*;
-use adabatch::Error;
+use adabatch::{CheckpointError, Error, SettingsError};
 use common::*;
 
 fn start(a: &TrainingArgs) -> adabatch::Result<TrainSummary> {
@@ -17,7 +17,7 @@ fn start(a: &TrainingArgs) -> adabatch::Result<TrainSummary> {
 
 fn invalid(err: Error, setting: &str) {
     assert!(
-        matches!(&err, Error::InvalidSetting { name, .. } if *name == setting),
+        matches!(&err, Error::Settings(SettingsError::InvalidSetting { name, .. }) if *name == setting),
         "{setting}: {err}"
     );
 }
@@ -45,7 +45,7 @@ fn outputs_and_steps_are_checked_before_training() {
     a.save_steps = 1000;
     let err = start(&a).unwrap_err();
     assert!(
-        matches!(&err, Error::NotADirectory { flag: "--output-dir", path } if *path == file),
+        matches!(&err, Error::Checkpoint(CheckpointError::NotADirectory { flag: "--output-dir", path }) if *path == file),
         "{err}"
     );
 }

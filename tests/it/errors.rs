@@ -1,55 +1,62 @@
 //! Every bad input gets a typed error, never a panic or a hang. Each variant of
-//! `adabatch::Error` reachable from the public API has a test matching the variant
-//! and its fields; `assert_sentence` checks its message reads as a sentence.
+//! `adabatch::Error` and of its area enums (`SettingsError`, `DataError`,
+//! `CheckpointError`, `ModelError`, `TrainingError`, `DistributedError`)
+//! reachable from the public API has a test matching the variant and its fields;
+//! `assert_sentence` checks its message reads as a sentence.
 //!
 //! | variant                         | test                                                 |
 //! |---------------------------------|------------------------------------------------------|
 //! | `Candle`                        | `candle_errors_keep_their_type`                      |
-//! | `EmptyDataset`                  | `empty_dataset`                                      |
-//! | `MoreRanksThanExamples`         | `more_ranks_than_examples`                           |
-//! | `ZeroBatchSize`                 | `zero_batch_size`, `invalid_settings_name_the_setting` |
-//! | `ZeroEpochs`                    | `zero_epochs_and_zero_ranks`                         |
-//! | `ScheduleReturnedZero`          | `schedule_returning_zero_names_the_step`             |
-//! | `GlobalBatchTooLarge`           | `drop_last_with_a_global_batch_larger_than_the_data` |
-//! | `NonFiniteLoss`                 | `non_finite_loss_names_the_step`                     |
-//! | `InvalidSetting`                | `invalid_settings_name_the_setting`, `zero_epochs_and_zero_ranks`, `batch_limits_crossed` |
-//! | `BatchLimitsCrossed`            | `batch_limits_crossed`                               |
-//! | `InvalidSchedule`               | `invalid_schedule`                                   |
-//! | `UnsupportedPolicy`             | `unsupported_policy`                                 |
-//! | `ConflictingSettings`           | `conflicting_settings`                               |
-//! | `LengthsMismatch`               | `lengths_mismatch`                                   |
-//! | `CollateSize`                   | `collate_size`                                       |
-//! | `NoTokens`                      | `no_tokens`                                          |
-//! | `DuplicateParameter`            | `duplicate_parameter`                                |
-//! | `RegressorDisagrees`            | `regressor_disagrees`                                |
-//! | `CorruptCheckpoint`             | `checkpoint_errors` (+ checkpoint.rs)                |
-//! | `CheckpointMismatch`            | `checkpoint_errors` (+ checkpoint.rs)                |
-//! | `MidEpochLengthAwareCheckpoint` | `mid_epoch_length_aware_checkpoint`                  |
+//! | `DataError::EmptyDataset`                  | `empty_dataset`                                      |
+//! | `DataError::MoreRanksThanExamples`         | `more_ranks_than_examples`                           |
+//! | `SettingsError::ZeroBatchSize`                 | `zero_batch_size`, `invalid_settings_name_the_setting` |
+//! | `SettingsError::ZeroEpochs`                    | `zero_epochs_and_zero_ranks`                         |
+//! | `TrainingError::ScheduleReturnedZero`          | `schedule_returning_zero_names_the_step`             |
+//! | `DataError::GlobalBatchTooLarge`           | `drop_last_with_a_global_batch_larger_than_the_data` |
+//! | `TrainingError::NonFiniteLoss`                 | `non_finite_loss_names_the_step`                     |
+//! | `SettingsError::InvalidSetting`                | `invalid_settings_name_the_setting`, `zero_epochs_and_zero_ranks`, `batch_limits_crossed` |
+//! | `SettingsError::BatchLimitsCrossed`            | `batch_limits_crossed`                               |
+//! | `SettingsError::InvalidSchedule`               | `invalid_schedule`                                   |
+//! | `SettingsError::UnsupportedPolicy`             | `unsupported_policy`                                 |
+//! | `SettingsError::ConflictingSettings`           | `conflicting_settings`                               |
+//! | `DataError::LengthsMismatch`               | `lengths_mismatch`                                   |
+//! | `DataError::CollateSize`                   | `collate_size`                                       |
+//! | `DataError::NoTokens`                      | `no_tokens`                                          |
+//! | `ModelError::DuplicateParameter`            | `duplicate_parameter`                                |
+//! | `TrainingError::RegressorDisagrees`            | `regressor_disagrees`                                |
+//! | `CheckpointError::CorruptCheckpoint`             | `checkpoint_errors` (+ checkpoint.rs)                |
+//! | `CheckpointError::CheckpointMismatch`            | `checkpoint_errors` (+ checkpoint.rs)                |
+//! | `CheckpointError::MidEpochLengthAwareCheckpoint` | `mid_epoch_length_aware_checkpoint`                  |
 //! | `Message`                       | `message_from_user_code`, `a_failing_factory_on_one_rank_is_reported` |
-//! | `LossShape`                     | `wrong_loss_shape_is_a_typed_error`                  |
-//! | `NoParameters`                  | `no_parameters`                                      |
-//! | `EvalSetTooSmall`               | eval.rs `bad_eval_settings_are_typed_errors`         |
-//! | `EvalMetric`                    | eval.rs `bad_eval_settings_are_typed_errors`         |
-//! | `NoSources`, `EmptySource`, `DuplicateSource`, `UnknownSource` | user::sources unit tests, mixing.rs `mix_weights_flag_and_mistakes` |
-//! | `InvalidMixWeights`             | mixing.rs (flag and mixer), data::mixture unit tests |
-//! | `MixerWithoutSources`           | mixing.rs `bad_mixer_weights_name_the_step_and_a_mixer_needs_sources` |
-//! | `AutocastUnused`                | precision.rs `a_model_that_never_casts_is_refused`  |
-//! | `LossScaleUnderflow`            | optim::precision unit test `the_scale_backs_off_grows_and_gives_up` |
-//! | `ParameterMismatch`             | `parameter_mismatch`                                 |
-//! | `PeerFailed`                    | `peer_failed_on_the_rank_that_did_not_fail`          |
-//! | `RankPanicked`                  | `a_panicking_model_is_reported_not_propagated`       |
-//! | `Device`                        | `train_refuses_several_ranks_and_bad_devices`, `displays_of_fielded_variants_are_sentences` |
-//! | `OutOfMemory`                   | `out_of_memory_with_fail` (+ oom.rs)                 |
+//! | `ModelError::LossShape`                     | `wrong_loss_shape_is_a_typed_error`                  |
+//! | `ModelError::NoParameters`                  | `no_parameters`                                      |
+//! | `DataError::EvalSetTooSmall`               | eval.rs `bad_eval_settings_are_typed_errors`         |
+//! | `ModelError::EvalMetric`                    | eval.rs `bad_eval_settings_are_typed_errors`         |
+//! | `DataError::NoSources`, `DataError::EmptySource`, `DataError::DuplicateSource`, `DataError::UnknownSource` | user::sources unit tests, mixing.rs `mix_weights_flag_and_mistakes` |
+//! | `DataError::InvalidMixWeights`             | mixing.rs (flag and mixer), data::mixture unit tests |
+//! | `DataError::MixerWithoutSources`           | mixing.rs `bad_mixer_weights_name_the_step_and_a_mixer_needs_sources` |
+//! | `ModelError::AutocastUnused`                | precision.rs `a_model_that_never_casts_is_refused`  |
+//! | `TrainingError::LossScaleUnderflow`            | optim::precision unit test `the_scale_backs_off_grows_and_gives_up` |
+//! | `DistributedError::ParameterMismatch`             | `parameter_mismatch`                                 |
+//! | `DistributedError::PeerFailed`                    | `peer_failed_on_the_rank_that_did_not_fail`          |
+//! | `DistributedError::RankPanicked`                  | `a_panicking_model_is_reported_not_propagated`       |
+//! | `DistributedError::Device`                        | `train_refuses_several_ranks_and_bad_devices`, `displays_of_fielded_variants_are_sentences` |
+//! | `TrainingError::OutOfMemory`                   | `out_of_memory_with_fail` (+ oom.rs)                 |
 //! | `Io`                            | `io_error_names_the_file`                            |
-//! | `TrainNeedsOneRank`             | `train_needs_one_rank_and_empty_group`               |
-//! | `EmptyGroup`                    | `train_needs_one_rank_and_empty_group`               |
-//! | `Comm`                          | `comm_error_on_mismatched_all_reduce`                |
-//! | `Rendezvous`                    | rendezvous.rs unit tests (reachable only through `Nccl::from_env`, feature `nccl`) |
+//! | `SettingsError::TrainNeedsOneRank`             | `train_needs_one_rank_and_empty_group`               |
+//! | `SettingsError::EmptyGroup`                    | `train_needs_one_rank_and_empty_group`               |
+//! | `DistributedError::AllReduceSizeMismatch`                          | `comm_error_on_mismatched_all_reduce`                |
+//! | `DistributedError::Rendezvous`                    | rendezvous.rs unit tests (reachable only through `Nccl::from_env`, feature `nccl`) |
 //! | `Json`                          | not reachable: serialising a checkpoint's own state cannot fail |
-//! | `NoValidationDocuments`, `MixedTokenizers` | domains.rs `domain_mistakes_are_typed_errors_before_the_first_step` |
-//! | `TokenFileMismatch`             | language_model.rs `damaged_token_files_are_refused_naming_the_file` |
-//! | `TokenDirMismatch`              | language_model.rs `a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model` |
-//! | `Interrupted`                   | resume.rs `a_signal_stops_every_rank_with_a_checkpoint` |
+//! | `Plot`                          | plot.rs |
+//! | `DataError::InvalidTokenSetting` | domains.rs `domain_mistakes_are_typed_errors_before_the_first_step`, data::token_files unit tests |
+//! | `DataError::TokenizerTraining`  | not reachable from a test: the tokenizers crate's BPE trainer fails only on its own internal errors |
+//! | `ModelError::Config`            | models::llama unit tests (a bad config.json) |
+//! | `DistributedError::Library`, `PeersTimedOut`, `CollectiveInput` | train::out_of_memory unit test; the NCCL rows of examples/gpu_check (feature `nccl`) |
+//! | `DataError::NoValidationDocuments`, `DataError::MixedTokenizers` | domains.rs `domain_mistakes_are_typed_errors_before_the_first_step` |
+//! | `DataError::TokenFileMismatch`             | language_model.rs `damaged_token_files_are_refused_naming_the_file` |
+//! | `DataError::TokenDirMismatch`              | language_model.rs `a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model` |
+//! | `TrainingError::Interrupted`                   | resume.rs `a_signal_stops_every_rank_with_a_checkpoint` |
 //!
 //! A file named alone is a module of this binary (`tests/it/`), except where the
 //! row says unit tests. Flags and their tests are tabled in tests/it/flags.rs.
@@ -58,7 +65,8 @@ use crate::common;
 
 use adabatch::prelude::*;
 use adabatch::{
-    BatchFeatures, Error, GradAccum, Growth, MemoryModel, Reweight, ScheduleSpec, TrainerPolicy,
+    BatchFeatures, CheckpointError, DataError, DistributedError, Error, GradAccum, Growth,
+    MemoryModel, ModelError, Reweight, ScheduleSpec, SettingsError, TrainerPolicy, TrainingError,
 };
 use candle_core::{Device, Tensor};
 use candle_nn::AdamW;
@@ -77,7 +85,7 @@ fn run(data: &[Example], a: &TrainingArgs) -> adabatch::Result<TrainSummary> {
 #[test]
 fn empty_dataset() {
     let err = run(&[], &args(1, 2, 1)).unwrap_err();
-    assert!(matches!(err, Error::EmptyDataset), "{err}");
+    assert!(matches!(err, Error::Data(DataError::EmptyDataset)), "{err}");
 }
 
 #[test]
@@ -86,9 +94,9 @@ fn zero_batch_size() {
     assert!(
         matches!(
             err,
-            Error::ZeroBatchSize {
+            Error::Settings(SettingsError::ZeroBatchSize {
                 what: "per_device_train_batch_size"
-            }
+            })
         ),
         "{err}"
     );
@@ -100,10 +108,10 @@ fn more_ranks_than_examples() {
     assert!(
         matches!(
             err,
-            Error::MoreRanksThanExamples {
+            Error::Data(DataError::MoreRanksThanExamples {
                 world_size: 4,
                 examples: 3
-            }
+            })
         ),
         "{err}"
     );
@@ -114,23 +122,23 @@ fn more_ranks_than_examples() {
 fn zero_epochs_and_zero_ranks() {
     assert!(matches!(
         run(&dataset(4, 0), &args(1, 1, 0)).unwrap_err(),
-        Error::ZeroEpochs
+        Error::Settings(SettingsError::ZeroEpochs)
     ));
     assert!(matches!(
         run(&dataset(4, 0), &args(0, 1, 1)).unwrap_err(),
-        Error::InvalidSetting {
+        Error::Settings(SettingsError::InvalidSetting {
             name: "nproc_per_node",
             ..
-        }
+        })
     ));
     let mut a = args(1, 1, 1);
     a.max_steps = Some(0);
     assert!(matches!(
         run(&dataset(4, 0), &a).unwrap_err(),
-        Error::InvalidSetting {
+        Error::Settings(SettingsError::InvalidSetting {
             name: "max_steps",
             ..
-        }
+        })
     ));
 }
 
@@ -142,11 +150,11 @@ fn drop_last_with_a_global_batch_larger_than_the_data() {
     assert!(
         matches!(
             err,
-            Error::GlobalBatchTooLarge {
+            Error::Data(DataError::GlobalBatchTooLarge {
                 global_batch: 6,
                 after_step: None,
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -158,11 +166,11 @@ fn drop_last_with_a_global_batch_larger_than_the_data() {
     assert!(
         matches!(
             err,
-            Error::GlobalBatchTooLarge {
+            Error::Data(DataError::GlobalBatchTooLarge {
                 global_batch: 10,
                 after_step: Some(30),
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -192,7 +200,10 @@ fn schedule_returning_zero_names_the_step() {
         .map(|trained| trained.summary)
         .unwrap_err();
     assert!(
-        matches!(err, Error::ScheduleReturnedZero { step: 3 }),
+        matches!(
+            err,
+            Error::Training(TrainingError::ScheduleReturnedZero { step: 3 })
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("after step 3"));
@@ -217,7 +228,13 @@ fn non_finite_loss_names_the_step() {
         .launch(adamw_factory(|model, opt| Ordered { model, opt }))
         .map(|trained| trained.summary)
         .unwrap_err();
-    assert!(matches!(err, Error::NonFiniteLoss { step: 6, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Training(TrainingError::NonFiniteLoss { step: 6, .. })
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -249,7 +266,13 @@ fn a_panicking_model_is_reported_not_propagated() {
         .launch(factory)
         .map(|trained| trained.summary)
         .unwrap_err();
-    assert!(matches!(err, Error::RankPanicked { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Distributed(DistributedError::RankPanicked { .. })
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("refuses batches of two"));
 }
 
@@ -296,7 +319,10 @@ fn wrong_loss_shape_is_a_typed_error() {
         })
         .map(|trained| trained.summary)
         .unwrap_err();
-    assert!(matches!(err, Error::LossShape { examples: 4, .. }), "{err}");
+    assert!(
+        matches!(err, Error::Model(ModelError::LossShape { examples: 4, .. })),
+        "{err}"
+    );
 }
 
 #[test]
@@ -311,7 +337,7 @@ fn train_refuses_several_ranks_and_bad_devices() {
     a.device = "tpu".into();
     assert!(matches!(
         run(&dataset(8, 0), &a).unwrap_err(),
-        Error::Device { .. }
+        Error::Distributed(DistributedError::Device { .. })
     ));
 }
 
@@ -382,7 +408,7 @@ fn invalid_settings_name_the_setting() {
         set(&mut a);
         let err = run(&dataset(4, 0), &a).unwrap_err();
         assert!(
-            matches!(err, Error::InvalidSetting { name, .. } if name == setting),
+            matches!(err, Error::Settings(SettingsError::InvalidSetting { name, .. }) if name == setting),
             "{setting}: {err}"
         );
         assert!(err.to_string().starts_with(setting), "{err}");
@@ -397,9 +423,9 @@ fn invalid_settings_name_the_setting() {
     assert!(
         matches!(
             err,
-            Error::ZeroBatchSize {
+            Error::Settings(SettingsError::ZeroBatchSize {
                 what: "max_tokens_per_batch"
-            }
+            })
         ),
         "{err}"
     );
@@ -438,7 +464,10 @@ fn batch_limits_crossed() {
         opt,
     });
     assert!(
-        matches!(err, Error::BatchLimitsCrossed { min: 5, max: 2 }),
+        matches!(
+            err,
+            Error::Settings(SettingsError::BatchLimitsCrossed { min: 5, max: 2 })
+        ),
         "{err}"
     );
     assert_sentence(&err);
@@ -449,10 +478,10 @@ fn batch_limits_crossed() {
     assert!(
         matches!(
             err,
-            Error::InvalidSetting {
+            Error::Settings(SettingsError::InvalidSetting {
                 name: "min_batch",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -463,10 +492,10 @@ fn batch_limits_crossed() {
     assert!(
         matches!(
             err,
-            Error::InvalidSetting {
+            Error::Settings(SettingsError::InvalidSetting {
                 name: "grad_accum",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -491,7 +520,7 @@ fn invalid_schedule() {
         opt,
     });
     assert!(
-        matches!(&err, Error::InvalidSchedule { schedule: "interval", reason } if reason.contains("every")),
+        matches!(&err, Error::Settings(SettingsError::InvalidSchedule { schedule: "interval", reason }) if reason.contains("every")),
         "{err}"
     );
     assert_sentence(&err);
@@ -538,7 +567,7 @@ fn unsupported_policy() {
         .map(|t| t.summary)
         .unwrap_err();
     assert!(
-        matches!(&err, Error::UnsupportedPolicy { reason } if reason.contains("grad_accum")),
+        matches!(&err, Error::Settings(SettingsError::UnsupportedPolicy { reason }) if reason.contains("grad_accum")),
         "{err}"
     );
     assert_sentence(&err);
@@ -555,11 +584,11 @@ fn conflicting_settings() {
     assert!(
         matches!(
             err,
-            Error::ConflictingSettings {
+            Error::Settings(SettingsError::ConflictingSettings {
                 first: "--max-tokens-per-batch",
                 second: "schedule = memory(..)",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -571,10 +600,10 @@ fn conflicting_settings() {
     assert!(
         matches!(
             err,
-            Error::ConflictingSettings {
+            Error::Settings(SettingsError::ConflictingSettings {
                 second: "grad_accum",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -586,10 +615,10 @@ fn lengths_mismatch() {
     assert!(
         matches!(
             err,
-            Error::LengthsMismatch {
+            Error::Data(DataError::LengthsMismatch {
                 lengths: 3,
                 examples: 4
-            }
+            })
         ),
         "{err}"
     );
@@ -606,10 +635,10 @@ fn collate_size() {
     assert!(
         matches!(
             err,
-            Error::CollateSize {
+            Error::Data(DataError::CollateSize {
                 returned: 1,
                 items: 2
-            }
+            })
         ),
         "{err}"
     );
@@ -684,7 +713,10 @@ fn no_tokens() {
     data[2].tokens = 0;
     data[3].tokens = 0;
     let err = policy_run(&data, &args(1, 2, 1), |model, opt| Tokens { model, opt });
-    assert!(matches!(err, Error::NoTokens { step: 2 }), "{err}");
+    assert!(
+        matches!(err, Error::Data(DataError::NoTokens { step: 2 })),
+        "{err}"
+    );
     assert_sentence(&err);
 }
 
@@ -729,7 +761,10 @@ fn params_run(
 #[test]
 fn no_parameters() {
     let err = params_run(1, |_| |_| Vec::new());
-    assert!(matches!(err, Error::NoParameters), "{err}");
+    assert!(
+        matches!(err, Error::Model(ModelError::NoParameters)),
+        "{err}"
+    );
     assert_sentence(&err);
 }
 
@@ -743,7 +778,7 @@ fn duplicate_parameter() {
         }
     });
     assert!(
-        matches!(&err, Error::DuplicateParameter { name } if name == "linear.bias"),
+        matches!(&err, Error::Model(ModelError::DuplicateParameter { name }) if name == "linear.bias"),
         "{err}"
     );
     assert_sentence(&err);
@@ -759,7 +794,13 @@ fn parameter_mismatch() {
             |m| m.named_parameters()
         }
     });
-    assert!(matches!(err, Error::ParameterMismatch { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Distributed(DistributedError::ParameterMismatch { .. })
+        ),
+        "{err}"
+    );
     assert_sentence(&err);
 }
 
@@ -802,7 +843,10 @@ fn regressor_disagrees() {
         .map(|t| t.summary)
         .unwrap_err();
     assert!(
-        matches!(err, Error::RegressorDisagrees { epoch: 0 }),
+        matches!(
+            err,
+            Error::Training(TrainingError::RegressorDisagrees { epoch: 0 })
+        ),
         "{err}"
     );
     assert_sentence(&err);
@@ -816,7 +860,7 @@ fn checkpoint_errors() {
     a.resume_from_checkpoint = Some(dir.join("checkpoint-404"));
     let err = run(&dataset(8, 0), &a).unwrap_err();
     assert!(
-        matches!(&err, Error::NoSuchCheckpoint { path } if path.ends_with("checkpoint-404")),
+        matches!(&err, Error::Checkpoint(CheckpointError::NoSuchCheckpoint { path }) if path.ends_with("checkpoint-404")),
         "{err}"
     );
     assert_sentence(&err);
@@ -833,7 +877,7 @@ fn checkpoint_errors() {
         .map(|t| t.summary)
         .unwrap_err();
     assert!(
-        matches!(&err, Error::CheckpointMismatch { what, checkpoint, run, .. }
+        matches!(&err, Error::Checkpoint(CheckpointError::CheckpointMismatch { what, checkpoint, run, .. })
             if what.contains("schedule") && checkpoint.starts_with("Interval") && run == "Constant(None)"),
         "{err}"
     );
@@ -870,7 +914,7 @@ fn mid_epoch_length_aware_checkpoint() {
         .map(|t| t.summary)
         .unwrap_err();
     assert!(
-        matches!(&err, Error::MidEpochLengthAwareCheckpoint { path } if path.ends_with("checkpoint-2")),
+        matches!(&err, Error::Checkpoint(CheckpointError::MidEpochLengthAwareCheckpoint { path }) if path.ends_with("checkpoint-2")),
         "{err}"
     );
     assert_sentence(&err);
@@ -918,7 +962,13 @@ fn peer_failed_on_the_rank_that_did_not_fail() {
     });
     assert!(matches!(r0, Err(Error::Message(_))), "{r0:?}");
     let err = r1.unwrap_err();
-    assert!(matches!(err, Error::PeerFailed { rank: 1 }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Distributed(DistributedError::PeerFailed { rank: 1 })
+        ),
+        "{err}"
+    );
     assert_sentence(&err);
 }
 
@@ -927,7 +977,13 @@ fn out_of_memory_with_fail() {
     let mut a = args(1, 2, 1);
     a.inject_oom_at_steps = vec![2];
     let err = run(&dataset(8, 0), &a).unwrap_err();
-    assert!(matches!(err, Error::OutOfMemory { step: 2, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Training(TrainingError::OutOfMemory { step: 2, .. })
+        ),
+        "{err}"
+    );
     assert_sentence(&err);
 }
 
@@ -954,7 +1010,10 @@ fn train_needs_one_rank_and_empty_group() {
         .train(&mut IntervalTrainer { model, opt })
         .unwrap_err();
     assert!(
-        matches!(err, Error::TrainNeedsOneRank { nproc_per_node: 3 }),
+        matches!(
+            err,
+            Error::Settings(SettingsError::TrainNeedsOneRank { nproc_per_node: 3 })
+        ),
         "{err}"
     );
     assert_sentence(&err);
@@ -962,7 +1021,10 @@ fn train_needs_one_rank_and_empty_group() {
         .group(Vec::<(adabatch::Local, Device)>::new(), factory)
         .map(|t| t.summary)
         .unwrap_err();
-    assert!(matches!(err, Error::EmptyGroup), "{err}");
+    assert!(
+        matches!(err, Error::Settings(SettingsError::EmptyGroup)),
+        "{err}"
+    );
     assert_sentence(&err);
 }
 
@@ -985,7 +1047,14 @@ fn comm_error_on_mismatched_all_reduce() {
     for r in results {
         let err = r.unwrap_err();
         assert!(
-            matches!(&err, Error::Comm(m) if m.contains("rank 0 sent 1 values, rank 1 sent 2")),
+            matches!(
+                &err,
+                Error::Distributed(DistributedError::AllReduceSizeMismatch {
+                    expected: 1,
+                    rank: 1,
+                    sent: 2
+                })
+            ),
             "{err}"
         );
         assert_sentence(&err);
@@ -1002,7 +1071,7 @@ fn displays_of_fielded_variants_are_sentences() {
     })
     .unwrap_err();
     assert!(
-        matches!(&err, Error::Device { spec, .. } if spec == "tpu"),
+        matches!(&err, Error::Distributed(DistributedError::Device { spec, .. }) if spec == "tpu"),
         "{err}"
     );
     assert_sentence(&err);
@@ -1012,13 +1081,13 @@ fn displays_of_fielded_variants_are_sentences() {
     assert!(
         matches!(
             err,
-            Error::GlobalBatchTooLarge {
+            Error::Data(DataError::GlobalBatchTooLarge {
                 global_batch: 6,
                 per_device: 3,
                 world_size: 2,
                 examples: 5,
                 after_step: None
-            }
+            })
         ),
         "{err}"
     );

@@ -7,7 +7,7 @@ use crate::common;
 
 use adabatch::candle_nn::{Linear, Module, Optimizer, SGD};
 use adabatch::prelude::*;
-use adabatch::{Error, EvalLog};
+use adabatch::{DataError, Error, EvalLog, ModelError, SettingsError};
 use candle_core::{DType, Device, Tensor, Var};
 use common::{collate, dataset, Example, RegBatch, FEATURES};
 
@@ -220,10 +220,10 @@ fn bad_eval_settings_are_typed_errors() {
     assert!(
         matches!(
             err,
-            Error::EvalSetTooSmall {
+            Error::Data(DataError::EvalSetTooSmall {
                 world_size: 3,
                 examples: 2
-            }
+            })
         ),
         "{err}"
     );
@@ -231,7 +231,10 @@ fn bad_eval_settings_are_typed_errors() {
     let err = Evaluated::launch_with_eval(&train, &empty, &collate, &args(1, None), factory(false))
         .unwrap_err();
     assert!(
-        matches!(err, Error::EvalSetTooSmall { examples: 0, .. }),
+        matches!(
+            err,
+            Error::Data(DataError::EvalSetTooSmall { examples: 0, .. })
+        ),
         "{err}"
     );
     let zero_batch = TrainingArgs {
@@ -243,9 +246,9 @@ fn bad_eval_settings_are_typed_errors() {
     assert!(
         matches!(
             err,
-            Error::ZeroBatchSize {
+            Error::Settings(SettingsError::ZeroBatchSize {
                 what: "per_device_eval_batch_size"
-            }
+            })
         ),
         "{err}"
     );
@@ -255,7 +258,10 @@ fn bad_eval_settings_are_typed_errors() {
     assert!(err.to_string().contains("eval_steps"), "{err}");
     let err = Evaluated::launch_with_eval(&train, &tiny, &collate, &args(2, None), factory(true))
         .unwrap_err();
-    assert!(matches!(err, Error::EvalMetric { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Model(ModelError::EvalMetric { .. })),
+        "{err}"
+    );
     assert!(err.to_string().contains("target"), "{err}");
 }
 
@@ -296,10 +302,10 @@ fn eval_on_start_evaluates_the_untrained_model() {
     assert!(
         matches!(
             err,
-            Error::ConflictingSettings {
+            Error::Settings(SettingsError::ConflictingSettings {
                 first: "--eval-on-start",
                 ..
-            }
+            })
         ),
         "{err}"
     );

@@ -6,7 +6,7 @@ use crate::common;
 
 use adabatch::optim::Sgd;
 use adabatch::prelude::*;
-use adabatch::{Error, Growth, ScheduleSpec, TrainerPolicy};
+use adabatch::{CheckpointError, Error, Growth, ModelError, ScheduleSpec, TrainerPolicy};
 use candle_core::{DType, Device, Var};
 use common::*;
 
@@ -120,7 +120,10 @@ fn training_nothing_is_refused() {
         })
         .unwrap_err();
     assert!(
-        matches!(err, Error::OptimizerParameterNotNamed { count: 1, .. }),
+        matches!(
+            err,
+            Error::Model(ModelError::OptimizerParameterNotNamed { count: 1, .. })
+        ),
         "{err}"
     );
     let err = adabatch::Run::new(&data, &collate, &args(1, 2, 1))
@@ -131,7 +134,9 @@ fn training_nothing_is_refused() {
         })
         .unwrap_err();
     match err {
-        Error::ParametersNotInOptimizer { names } => assert_eq!(names, vec!["linear.bias"]),
+        Error::Model(ModelError::ParametersNotInOptimizer { names }) => {
+            assert_eq!(names, vec!["linear.bias"])
+        }
         other => panic!("expected ParametersNotInOptimizer, got {other}"),
     }
     let err = adabatch::Run::new(&data, &collate, &args(2, 2, 1))
@@ -143,7 +148,10 @@ fn training_nothing_is_refused() {
         })
         .unwrap_err();
     assert!(
-        matches!(err, Error::OptimizerUpdatesNothing { parameters: 2 }),
+        matches!(
+            err,
+            Error::Model(ModelError::OptimizerUpdatesNothing { parameters: 2 })
+        ),
         "{err}"
     );
     let err = adabatch::Run::new(&data, &collate, &args(1, 2, 1))
@@ -154,7 +162,9 @@ fn training_nothing_is_refused() {
         })
         .unwrap_err();
     match err {
-        Error::ParametersNotUpdated { names } => assert_eq!(names, vec!["linear.bias"]),
+        Error::Model(ModelError::ParametersNotUpdated { names }) => {
+            assert_eq!(names, vec!["linear.bias"])
+        }
         other => panic!("expected ParametersNotUpdated, got {other}"),
     }
 }
@@ -185,7 +195,7 @@ fn a_checkpoint_of_another_policy_is_refused() {
         })
         .unwrap_err();
     assert!(
-        matches!(&err, Error::CheckpointMismatch { what, .. } if what == "policy key `max_batch`"),
+        matches!(&err, Error::Checkpoint(CheckpointError::CheckpointMismatch { what, .. }) if what == "policy key `max_batch`"),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&out);

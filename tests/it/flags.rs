@@ -421,10 +421,10 @@ fn gradient_accumulation_steps_replaces_grad_accum() {
     assert!(
         matches!(
             err,
-            adabatch::Error::InvalidSetting {
+            adabatch::Error::Settings(adabatch::SettingsError::InvalidSetting {
                 name: "gradient_accumulation_steps",
                 ..
-            }
+            })
         ),
         "{err}"
     );

@@ -6,7 +6,7 @@
 use adabatch::models::llama::{generate, Sampling};
 use adabatch::prelude::*;
 use adabatch::tokenize::{prepare_corpus, CorpusInfo, PrepareOptions, TokenizerSource};
-use adabatch::{Error, PackedCollate};
+use adabatch::{DataError, Error, PackedCollate};
 
 use crate::common::{read_log, temp_log};
 
@@ -78,7 +78,10 @@ fn a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model() {
     std::fs::copy(&grown, &corpus).unwrap();
     for vocab in [300, 320] {
         let err = prepare(vocab, false).unwrap_err();
-        assert!(matches!(err, Error::TokenDirMismatch { .. }), "{err}");
+        assert!(
+            matches!(err, Error::Data(DataError::TokenDirMismatch { .. })),
+            "{err}"
+        );
         assert!(err.to_string().contains("--retokenize"), "{err}");
     }
     assert_eq!(std::fs::read(tokens.join("train.bin")).unwrap(), bytes);
@@ -163,7 +166,8 @@ fn preparation_errors_are_typed() {
     std::fs::write(&blank, "\n  \n").unwrap();
     let err = prepare_corpus(&[blank], &dir.join("a"), &options).unwrap_err();
     assert!(
-        matches!(err, Error::Tokenizer { .. }) && err.to_string().contains("no document"),
+        matches!(err, Error::Data(DataError::Tokenizer { .. }))
+            && err.to_string().contains("no document"),
         "{err}"
     );
 
@@ -181,7 +185,7 @@ fn preparation_errors_are_typed() {
     let err =
         prepare_corpus(std::slice::from_ref(&corpus), &dir.join("c"), &from_file).unwrap_err();
     assert!(
-        matches!(&err, Error::Tokenizer { path, .. } if *path == missing),
+        matches!(&err, Error::Data(DataError::Tokenizer { path, .. }) if *path == missing),
         "{err}"
     );
 
@@ -228,7 +232,7 @@ fn damaged_token_files_are_refused_naming_the_file() {
     std::fs::write(cut.join("train.bin"), &bytes[..bytes.len() / 2]).unwrap();
     let err = info.open_documents(&cut).unwrap_err();
     assert!(
-        matches!(&err, Error::TokenFileMismatch { path, .. } if path.ends_with("train.bin")),
+        matches!(&err, Error::Data(DataError::TokenFileMismatch { path, .. }) if path.ends_with("train.bin")),
         "{err}"
     );
     // The EOS id, or the vocabulary, edited in tokens.json.
@@ -241,7 +245,7 @@ fn damaged_token_files_are_refused_naming_the_file() {
         }
         let err = info.open_documents(&to).unwrap_err();
         assert!(
-            matches!(&err, Error::TokenFileMismatch { path, .. } if path.ends_with("tokens.json")),
+            matches!(&err, Error::Data(DataError::TokenFileMismatch { path, .. }) if path.ends_with("tokens.json")),
             "{edit}: {err}"
         );
     }

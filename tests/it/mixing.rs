@@ -11,7 +11,7 @@ use adabatch::data::sampler::GlobalBatchSampler;
 use adabatch::data::source_spec::{MixUnit, SourceSpec};
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
-use adabatch::AdaptiveTrainer;
+use adabatch::{AdaptiveTrainer, DataError, SettingsError};
 use adabatch::{
     CurriculumMixer, Error, Mixer, OnlineMixer, ScheduleSpec, SourceStats, Sources, StepLog,
     StoppingStrategy,
@@ -111,7 +111,7 @@ proptest! {
     fn every_source_exactly_once_per_source_epoch(c in cases(), world in 1usize..4) {
         prop_assume!(c.spec.weights[0] > 0.0);
         if c.drop_last && c.per_device * world > c.spec.sizes[0] {
-            let refused = matches!(try_planner(&c, world, world), Err(Error::GlobalBatchTooLarge { .. }));
+            let refused = matches!(try_planner(&c, world, world), Err(Error::Data(DataError::GlobalBatchTooLarge { .. })));
             prop_assert!(refused, "a global batch larger than the primary source with drop_last");
             return Ok(());
         }
@@ -330,7 +330,7 @@ fn stopping_strategies_refuse_what_would_never_end() {
             .err()
             .unwrap();
         assert!(
-            matches!(&err, Error::InvalidMixWeights { step: 0, reason } if reason.contains(paused)),
+            matches!(&err, Error::Data(DataError::InvalidMixWeights { step: 0, reason }) if reason.contains(paused)),
             "{err}"
         );
     }
@@ -510,7 +510,13 @@ fn mix_weights_flag_and_mistakes() {
         ..args(1, 4, 1)
     };
     let err = run(&data, &a).unwrap_err();
-    assert!(matches!(err, Error::ConflictingSettings { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Settings(SettingsError::ConflictingSettings { .. })
+        ),
+        "{err}"
+    );
 }
 
 #[adaptive_trainer]
@@ -626,11 +632,17 @@ fn bad_mixer_weights_name_the_step_and_a_mixer_needs_sources() {
     let data = sources(&[("new", 0.75), ("replay", 0.25)]);
     let err = BrokenMix::launch(&data, &collate, &args(2, 4, 2), factory).unwrap_err();
     assert!(
-        matches!(err, Error::InvalidMixWeights { step: 3, .. }),
+        matches!(
+            err,
+            Error::Data(DataError::InvalidMixWeights { step: 3, .. })
+        ),
         "{err}"
     );
     let err = BrokenMix::launch(&dataset(10, 1), &collate, &args(1, 4, 1), factory).unwrap_err();
-    assert!(matches!(err, Error::MixerWithoutSources), "{err}");
+    assert!(
+        matches!(err, Error::Data(DataError::MixerWithoutSources)),
+        "{err}"
+    );
 }
 
 /// An eval set of several sources reports each source's loss beside the whole.
@@ -728,7 +740,7 @@ fn the_mix_key() {
     .map(|t| t.summary)
     .unwrap_err();
     assert!(
-        matches!(&err, Error::UnknownSource { name, .. } if name == "old"),
+        matches!(&err, Error::Data(DataError::UnknownSource { name, .. }) if name == "old"),
         "{err}"
     );
     assert!(err.to_string().contains(r#"["new", "replay"]"#), "{err}");
@@ -774,7 +786,10 @@ fn the_mix_key() {
     )
     .map(|t| t.summary)
     .unwrap_err();
-    assert!(matches!(err, Error::MixerWithoutSources), "{err}");
+    assert!(
+        matches!(err, Error::Data(DataError::MixerWithoutSources)),
+        "{err}"
+    );
 }
 
 #[adaptive_trainer(mix = online)]
@@ -799,10 +814,10 @@ fn a_mix_key_and_a_mixer_field_conflict() {
     assert!(
         matches!(
             err,
-            Error::ConflictingSettings {
+            Error::Settings(SettingsError::ConflictingSettings {
                 second: "#[mixer]",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -965,7 +980,7 @@ fn a_custom_mix_function_decides_the_weights() {
         .map(|(s, _)| s)
         .unwrap_err();
     assert!(
-        matches!(&err, Error::InvalidMixWeights { step: 2, reason } if reason.contains("`new`")),
+        matches!(&err, Error::Data(DataError::InvalidMixWeights { step: 2, reason }) if reason.contains("`new`")),
         "{err}"
     );
     let bounded = TrainingArgs {
@@ -983,7 +998,13 @@ fn a_custom_mix_function_decides_the_weights() {
     })
     .map(|(s, _)| s)
     .unwrap_err();
-    assert!(matches!(err, Error::ConflictingSettings { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Settings(SettingsError::ConflictingSettings { .. })
+        ),
+        "{err}"
+    );
 }
 
 /// `--stopping-strategy` through the engine: `all_exhausted` trains until the
@@ -1020,10 +1041,10 @@ fn the_stopping_strategy_flag() {
     assert!(
         matches!(
             err,
-            Error::InvalidSetting {
+            Error::Settings(SettingsError::InvalidSetting {
                 name: "stopping_strategy",
                 ..
-            }
+            })
         ),
         "{err}"
     );

@@ -239,7 +239,10 @@ fn one_rank_without_accumulation_is_a_typed_error() {
         panic!("one rank without accumulation must be refused")
     };
     assert!(
-        matches!(err, adabatch::Error::NoiseScaleNeedsSmallBatches { .. }),
+        matches!(
+            err,
+            adabatch::Error::Settings(adabatch::SettingsError::NoiseScaleNeedsSmallBatches { .. })
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("accumulate at least 2"), "{err}");
@@ -444,7 +447,10 @@ fn a_rank_mean_cannot_measure_the_noise_scale() {
     })
     .unwrap_err();
     assert!(
-        matches!(err, adabatch::Error::ConflictingSettings { .. }),
+        matches!(
+            err,
+            adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings { .. })
+        ),
         "{err}"
     );
     assert!(err.to_string().contains("reweight = none"), "{err}");

@@ -7,8 +7,8 @@ use std::sync::Mutex;
 
 use adabatch::prelude::*;
 use adabatch::train::out_of_memory::FaultInjector;
-use adabatch::Run;
 use adabatch::{Error, GradAccum, Growth, LrScaling, OomPolicy, ScheduleSpec, TrainerPolicy};
+use adabatch::{Run, TrainingError};
 use candle_nn::AdamW;
 use common::*;
 use proptest::prelude::*;
@@ -212,7 +212,7 @@ fn split_retry_gives_up_at_one_example_per_chunk() {
     let (result, _, _) = run_faulty(&data, &a, FaultInjector::none().above_local_batch(0));
     assert!(matches!(
         result.unwrap_err(),
-        Error::OutOfMemory { step: 1, .. }
+        Error::Training(TrainingError::OutOfMemory { step: 1, .. })
     ));
 }
 
@@ -223,7 +223,13 @@ fn fail_policy_stops_with_the_step() {
     a.inject_oom_at_steps = vec![2];
     let (result, _, _) = run_with(&data, &a, growing);
     let err = result.unwrap_err();
-    assert!(matches!(err, Error::OutOfMemory { step: 2, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Training(TrainingError::OutOfMemory { step: 2, .. })
+        ),
+        "{err}"
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ use crate::common;
 use std::sync::{Arc, Barrier};
 
 use adabatch::prelude::*;
-use adabatch::{AdamW, Callback, Error, ParamsAdamW};
+use adabatch::{AdamW, Callback, CheckpointError, Error, ParamsAdamW, TrainingError};
 use common::*;
 
 hand_trainer!(Saving, AdamW, adabatch::TrainerPolicy::DEFAULT);
@@ -80,10 +80,19 @@ fn a_second_run_in_the_same_output_dir_is_refused() {
     let read_err = train(&reader).unwrap_err();
     barrier.wait();
     assert!(
-        matches!(read_err, Error::OutputDirBusy { .. }),
+        matches!(
+            read_err,
+            Error::Checkpoint(CheckpointError::OutputDirBusy { .. })
+        ),
         "{read_err}"
     );
-    assert!(matches!(err, Error::OutputDirBusy { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Checkpoint(CheckpointError::OutputDirBusy { .. })
+        ),
+        "{err}"
+    );
     assert!(
         err.to_string()
             .contains("another run is using the output directory"),
@@ -210,7 +219,10 @@ fn a_checkpoint_is_verified_before_anything_trains() {
     for (field, edit, want) in edits {
         let err = resume_edited(&out, &a, edit);
         assert!(
-            matches!(err, Error::CorruptCheckpoint { .. }),
+            matches!(
+                err,
+                Error::Checkpoint(CheckpointError::CorruptCheckpoint { .. })
+            ),
             "{field}: {err}"
         );
         assert!(err.to_string().contains(want), "{field}: {err}");
@@ -244,7 +256,7 @@ fn a_checkpoint_is_verified_before_anything_trains() {
     resume.resume_from_checkpoint = Some(out.join("checkpoint-4"));
     let err = train(&resume).unwrap_err();
     assert!(
-        matches!(&err, Error::CorruptCheckpoint { path, .. } if *path == weights),
+        matches!(&err, Error::Checkpoint(CheckpointError::CorruptCheckpoint { path, .. }) if *path == weights),
         "{err}"
     );
     // A missing manifest in a checkpoint of this format.
@@ -302,12 +314,12 @@ fn a_diverging_run_is_logged_and_names_its_last_finite_checkpoint() {
         .map(|t| t.summary)
         .unwrap_err();
     let last = match &err {
-        Error::NonFiniteLoss {
+        Error::Training(TrainingError::NonFiniteLoss {
             last_checkpoint, ..
-        }
-        | Error::NonFiniteWeights {
+        })
+        | Error::Training(TrainingError::NonFiniteWeights {
             last_checkpoint, ..
-        } => last_checkpoint
+        }) => last_checkpoint
             .clone()
             .expect("a checkpoint was written before"),
         other => panic!("expected a divergence, got {other:?}"),
@@ -406,10 +418,10 @@ fn a_file_where_a_directory_belongs_is_named_as_such() {
     assert!(
         matches!(
             &err,
-            Error::NotADirectory {
+            Error::Checkpoint(CheckpointError::NotADirectory {
                 flag: "--output-dir",
                 ..
-            }
+            })
         ),
         "{err}"
     );
@@ -424,10 +436,10 @@ fn a_file_where_a_directory_belongs_is_named_as_such() {
     assert!(
         matches!(
             &err,
-            Error::NotADirectory {
+            Error::Checkpoint(CheckpointError::NotADirectory {
                 flag: "--resume-from-checkpoint",
                 ..
-            }
+            })
         ),
         "{err}"
     );

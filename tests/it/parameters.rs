@@ -5,7 +5,7 @@
 use crate::common;
 
 use adabatch::prelude::*;
-use adabatch::{AdamW, Error, ParamGroups, ParamsAdamW, TrainOptimizer};
+use adabatch::{AdamW, Error, ModelError, ParamGroups, ParamsAdamW, TrainOptimizer};
 use candle_core::{DType, Device, Module, Tensor, Var};
 use candle_nn::Linear;
 use common::*;
@@ -132,7 +132,7 @@ fn candle_nn_rms_norm_trips_the_guard_and_adabatch_nn_passes_it() {
     for world in [1, 2] {
         let (result, _, _) = train_normed(Norm::Candle, &args(world, 2, 1), all_vars);
         match result {
-            Err(Error::ParametersWithoutGradient { names }) => {
+            Err(Error::Model(ModelError::ParametersWithoutGradient { names })) => {
                 assert_eq!(
                     names,
                     ["norm.weight", "proj.bias", "proj.weight"],
@@ -245,7 +245,7 @@ fn the_optimizer_must_hold_exactly_the_models_trainable_parameters() {
         .0
         .unwrap_err();
     assert!(
-        matches!(&err, Error::OptimizerParameterNotNamed { count: 1, shapes } if shapes == &[vec![3, 2]]),
+        matches!(&err, Error::Model(ModelError::OptimizerParameterNotNamed { count: 1, shapes }) if shapes == &[vec![3, 2]]),
         "{err}"
     );
     let partial = |model: &Normed| {
@@ -259,7 +259,7 @@ fn the_optimizer_must_hold_exactly_the_models_trainable_parameters() {
         .0
         .unwrap_err();
     assert!(
-        matches!(&err, Error::ParametersNotInOptimizer { names } if names == &["head.bias", "head.weight"]),
+        matches!(&err, Error::Model(ModelError::ParametersNotInOptimizer { names }) if names == &["head.bias", "head.weight"]),
         "{err}"
     );
     // What the held set says, for an optimizer of one's own.
@@ -273,7 +273,10 @@ fn freeze_patterns_that_match_nothing_are_errors() {
     let model = Normed::new(Parameters::new(1), &Device::Cpu, Norm::Adabatch).unwrap();
     let named = model.params.named_parameters();
     let err = ParamGroups::new(&named).freeze(r"^embed").unwrap_err();
-    assert!(matches!(err, Error::ParameterPattern { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Model(ModelError::ParameterPattern { .. })),
+        "{err}"
+    );
     assert!(
         err.to_string()
             .contains("matches none of the model's 5 parameters"),
@@ -353,7 +356,10 @@ fn a_run_saves_its_model_and_another_starts_from_it() {
     let mut bad = b.clone();
     bad.init_from = Some(dir.join("missing"));
     let err = train_normed(Norm::Adabatch, &bad, all_vars).0.unwrap_err();
-    assert!(matches!(err, Error::WeightsFile { .. }), "{err}");
+    assert!(
+        matches!(err, Error::Model(ModelError::WeightsFile { .. })),
+        "{err}"
+    );
 }
 
 #[test]
@@ -377,11 +383,11 @@ fn init_from_strict_and_not() {
     a.init_from = Some(dir.join("model.safetensors"));
     let err = train_normed(Norm::Adabatch, &a, all_vars).0.unwrap_err();
     match &err {
-        Error::WeightsMismatch {
+        Error::Model(ModelError::WeightsMismatch {
             missing,
             unexpected,
             ..
-        } => {
+        }) => {
             assert_eq!(
                 missing,
                 &["head.bias", "norm.weight", "proj.bias", "proj.weight"]
@@ -425,7 +431,7 @@ fn init_from_weights_with_nan_or_inf_is_refused_naming_the_tensors() {
     let (result, _, _) = train_normed(Norm::Adabatch, &a, all_vars);
     let err = result.unwrap_err();
     match &err {
-        Error::NonFiniteInitWeights { tensors, .. } => {
+        Error::Model(ModelError::NonFiniteInitWeights { tensors, .. }) => {
             assert_eq!(tensors, &["`head.weight`: 2 of 8"]);
         }
         other => panic!("expected non-finite weights to be refused, got {other:?}"),

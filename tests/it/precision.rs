@@ -6,7 +6,7 @@ use crate::digits;
 
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
-use adabatch::{Error, StepLog};
+use adabatch::{Error, ModelError, SettingsError, StepLog};
 use digits::{Digit, Mlp};
 
 #[adaptive_trainer(schedule = constant, drop_last = false)]
@@ -289,7 +289,10 @@ fn a_model_that_never_casts_is_refused() {
     let Err(error) = NoCastTrainer::launch(&data, &collate, &a, build) else {
         panic!("--bf16 on a model without casts must fail");
     };
-    assert!(matches!(error, Error::AutocastUnused { flag: "--bf16" }));
+    assert!(matches!(
+        error,
+        Error::Model(ModelError::AutocastUnused { flag: "--bf16" })
+    ));
     assert!(error.to_string().contains("autocast"), "{error}");
     let both = TrainingArgs {
         bf16: true,
@@ -301,7 +304,10 @@ fn a_model_that_never_casts_is_refused() {
         panic!("--bf16 with --fp16 must fail");
     };
     assert!(
-        matches!(error, Error::ConflictingSettings { .. }),
+        matches!(
+            error,
+            Error::Settings(SettingsError::ConflictingSettings { .. })
+        ),
         "{error}"
     );
 }

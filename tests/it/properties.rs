@@ -450,7 +450,7 @@ proptest! {
         let r = match result {
             // With drop_last a global batch larger than the data is the documented,
             // typed stop (the schedule may start or grow there).
-            Err(adabatch::Error::GlobalBatchTooLarge { global_batch, examples, .. }) if drop_last => {
+            Err(adabatch::Error::Data(adabatch::DataError::GlobalBatchTooLarge { global_batch, examples, .. })) if drop_last => {
                 prop_assert!(global_batch > examples);
                 return Ok(());
             }

@@ -340,10 +340,12 @@ fn flags_parse_and_override_the_trainers_schedule() {
     };
     assert!(matches!(
         run(&no_end),
-        Err(adabatch::Error::InvalidSetting {
-            name: "rampup_batch_size",
-            ..
-        })
+        Err(adabatch::Error::Settings(
+            adabatch::SettingsError::InvalidSetting {
+                name: "rampup_batch_size",
+                ..
+            }
+        ))
     ));
     let uneven = TrainingArgs {
         rampup_batch_size: Some(vec![2, 4, 20]),
@@ -351,9 +353,11 @@ fn flags_parse_and_override_the_trainers_schedule() {
     };
     assert!(matches!(
         run(&uneven),
-        Err(adabatch::Error::InvalidSchedule {
-            schedule: "ramp",
-            ..
-        })
+        Err(adabatch::Error::Settings(
+            adabatch::SettingsError::InvalidSchedule {
+                schedule: "ramp",
+                ..
+            }
+        ))
     ));
 }

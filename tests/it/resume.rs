@@ -6,7 +6,10 @@ use crate::common;
 
 use adabatch::optim::{AdamW, Sgd};
 use adabatch::prelude::*;
-use adabatch::{Error, GradAccum, Growth, OomPolicy, ScheduleSpec, StepLog, TrainerPolicy};
+use adabatch::{
+    CheckpointError, Error, GradAccum, Growth, OomPolicy, ScheduleSpec, StepLog, TrainerPolicy,
+    TrainingError,
+};
 use common::*;
 
 const GROWING: TrainerPolicy = TrainerPolicy {
@@ -133,7 +136,7 @@ fn candle_adamw_needs_the_opt_in() {
     resume.resume_from_checkpoint = Some(out.join("checkpoint-4"));
     assert!(matches!(
         run(&resume, build).unwrap_err(),
-        Error::OptimizerStateMissing { .. }
+        Error::Checkpoint(CheckpointError::OptimizerStateMissing { .. })
     ));
     resume.ignore_optimizer_state = true;
     let (summary, _, _) = run(&resume, build).unwrap();
@@ -167,7 +170,7 @@ fn save_total_limit_keeps_the_newest_and_latest_finds_it() {
     let _ = std::fs::remove_dir_all(&out);
     assert!(matches!(
         adabatch::train::checkpoint::latest(&out).unwrap_err(),
-        Error::NoCheckpoint { .. }
+        Error::Checkpoint(CheckpointError::NoCheckpoint { .. })
     ));
 }
 
@@ -352,7 +355,7 @@ fn signal_test_child() {
                 kill_test_trainer(Regression::new(ctx.parameters(), ctx.device())?)
             });
         match result {
-            Err(e @ Error::Interrupted { .. }) => {
+            Err(e @ Error::Training(TrainingError::Interrupted { .. })) => {
                 eprintln!("{e}");
                 std::process::exit(i32::from(adabatch::train::interrupt::INTERRUPTED_EXIT_CODE));
             }

@@ -9,7 +9,7 @@ use adabatch::data::planner::{PlannerState, RunLength, StepPlanner};
 use adabatch::data::sampler::GlobalBatchSampler;
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
-use adabatch::{Error, GradAccum, Ramp, ScheduleSpec};
+use adabatch::{Error, GradAccum, Ramp, ScheduleSpec, SettingsError};
 use common::*;
 use proptest::prelude::*;
 
@@ -213,10 +213,10 @@ fn the_engine_climbs_over_the_tokens_of_the_examples_it_trained() {
     assert!(
         matches!(
             err,
-            Error::InvalidSetting {
+            Error::Settings(SettingsError::InvalidSetting {
                 name: "rampup_in_tokens",
                 ..
-            }
+            })
         ),
         "{err}"
     );

@@ -104,10 +104,10 @@ fn a_packed_token_budget_needs_a_budget() {
     assert!(
         matches!(
             err,
-            adabatch::Error::InvalidSetting {
+            adabatch::Error::Settings(adabatch::SettingsError::InvalidSetting {
                 name: "packed_token_budget",
                 ..
-            }
+            })
         ),
         "{err}"
     );

@@ -27,7 +27,7 @@
 //! observations) or with a step-time model given as a function
 //! (`goodput(.., step_time = path::to::fn)`), which replaces the measurements.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SettingsError, TrainingError};
 
 /// What a step's time depends on: its global batch, the micro-batches it is split
 /// into on every rank, and the number of ranks.
@@ -116,10 +116,10 @@ impl GoodputSpec {
     /// The checks `goodput(..)`'s values must pass.
     pub fn validate(&self) -> Result<()> {
         let bad = |reason: String| {
-            Err(Error::InvalidSchedule {
+            Err(Error::Settings(SettingsError::InvalidSchedule {
                 schedule: "goodput",
                 reason,
-            })
+            }))
         };
         if self.min == 0 || self.max < self.min {
             return bad(format!(
@@ -149,13 +149,13 @@ impl GoodputSpec {
 
     /// The shape a run starts with: the smallest batch, split as it must be.
     pub fn first_shape(&self, world: usize) -> Result<StepShape> {
-        self.shape_for(self.min, world).ok_or_else(|| Error::InvalidSchedule {
+        self.shape_for(self.min, world).ok_or_else(|| Error::Settings(SettingsError::InvalidSchedule {
             schedule: "goodput",
             reason: format!(
                 "the first global batch, min = {}, does not fit max_local = {} in at most {} micro-batches on {world} rank(s)",
                 self.min, self.max_local, self.max_micro_batches
             ),
-        })
+        }))
     }
 
     /// The shape of `global` with the fewest micro-batches that fit.
@@ -431,12 +431,12 @@ pub fn decide(
     let score = |shape: StepShape| -> Result<f64> {
         let seconds = predict(shape);
         if !(seconds.is_finite() && seconds > 0.0) {
-            return Err(Error::GoodputStepTime {
+            return Err(Error::Training(TrainingError::GoodputStepTime {
                 detail: format!(
                     "the step-time model gives {seconds} s for a global batch of {} in {} micro-batch(es) on {} rank(s): a step time must be a positive number of seconds",
                     shape.global, shape.micro_batches, shape.world
                 ),
-            });
+            }));
         }
         Ok(goodput(spec, phi, shape, seconds))
     };
@@ -448,13 +448,13 @@ pub fn decide(
         }
     }
     let Some((best, best_goodput)) = best else {
-        return Err(Error::InvalidSchedule {
+        return Err(Error::Settings(SettingsError::InvalidSchedule {
             schedule: "goodput",
             reason: format!(
                 "no global batch in [{}, {}] fits max_local = {} with at most {} micro-batches on {world} rank(s)",
                 spec.min, spec.max, spec.max_local, spec.max_micro_batches
             ),
-        });
+        }));
     };
     let current_goodput = score(current)?;
     let (shape, reason, g) = if best_goodput > current_goodput * (1.0 + spec.hysteresis) {
@@ -603,7 +603,10 @@ mod tests {
             &StepTime::Given(broken),
         )
         .unwrap_err();
-        assert!(matches!(err, Error::GoodputStepTime { .. }), "{err}");
+        assert!(
+            matches!(err, Error::Training(TrainingError::GoodputStepTime { .. })),
+            "{err}"
+        );
         assert!(err.to_string().contains("positive"), "{err}");
         assert!(GoodputSpec { min: 0, ..s }.validate().is_err());
         assert!(GoodputSpec { max: 2, ..s }.validate().is_err());

@@ -343,7 +343,12 @@ impl CurriculumMixer {
     /// Points in strictly increasing order of examples, each with one weight per
     /// source (finite, >= 0, not all 0); otherwise a typed error.
     pub fn new(points: Vec<(usize, Vec<f64>)>) -> crate::error::Result<Self> {
-        let bad = |reason: String| crate::error::Error::InvalidMixWeights { step: 0, reason };
+        let bad = |reason: String| {
+            crate::error::Error::Data(crate::error::DataError::InvalidMixWeights {
+                step: 0,
+                reason,
+            })
+        };
         let Some(sources) = points.first().map(|p| p.1.len()) else {
             return Err(bad("a curriculum needs at least one point".into()));
         };

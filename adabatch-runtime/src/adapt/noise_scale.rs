@@ -23,7 +23,7 @@
 //! sums can use the big batch's size, which with `reweight = token_count` (sizes in
 //! target tokens) is known only after it.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SettingsError};
 
 /// `schedule = noise_scale(..)`: the global batch follows the critical batch,
 /// estimated as `fraction · B_simple`, without overshooting it.
@@ -70,10 +70,10 @@ impl NoiseScalePolicy {
     /// The checks the values must pass (the macro checks them at compile time).
     pub fn validate(&self) -> Result<()> {
         let bad = |reason: String| {
-            Err(Error::InvalidSchedule {
+            Err(Error::Settings(SettingsError::InvalidSchedule {
                 schedule: "noise_scale",
                 reason,
-            })
+            }))
         };
         let Self {
             fraction,
@@ -176,10 +176,10 @@ impl NoiseScaleEstimator {
     /// A fresh estimator.
     pub fn new(beta: f64) -> Result<Self> {
         if !(0.0..1.0).contains(&beta) {
-            return Err(Error::InvalidSchedule {
+            return Err(Error::Settings(SettingsError::InvalidSchedule {
                 schedule: "noise_scale",
                 reason: format!("beta = {beta} must be in [0, 1)"),
-            });
+            }));
         }
         Ok(Self {
             beta,
@@ -207,9 +207,11 @@ impl NoiseScaleEstimator {
             .map(|&b| b as f64)
             .collect();
         if used.len() < 2 {
-            return Err(Error::NoiseScaleNeedsSmallBatches {
-                small_batches: used.len(),
-            });
+            return Err(Error::Settings(
+                SettingsError::NoiseScaleNeedsSmallBatches {
+                    small_batches: used.len(),
+                },
+            ));
         }
         let bb = big as f64;
         let k = used.len() as f64;
@@ -299,7 +301,7 @@ mod tests {
             .unwrap_err();
         assert!(matches!(
             err,
-            Error::NoiseScaleNeedsSmallBatches { small_batches: 0 }
+            Error::Settings(SettingsError::NoiseScaleNeedsSmallBatches { small_batches: 0 })
         ));
         assert!(err.to_string().contains("accumulate"), "{err}");
         assert!(NoiseScaleEstimator::new(1.0).is_err());

@@ -8,7 +8,7 @@
 //! `G` after. The arithmetic is Megatron's own (`f64` division, truncation), so the
 //! staircase matches it step for step, boundaries included.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SettingsError};
 
 /// A global-batch ramp; see the module docs. `start == global` is a constant global
 /// batch (`--global-batch-size` alone).
@@ -44,10 +44,10 @@ impl Ramp {
     /// `global − start` a multiple of `increment`.
     pub fn validate(&self) -> Result<()> {
         let bad = |reason: String| {
-            Err(Error::InvalidSchedule {
+            Err(Error::Settings(SettingsError::InvalidSchedule {
                 schedule: "ramp",
                 reason,
-            })
+            }))
         };
         let Ramp {
             start,

@@ -11,7 +11,7 @@
 pub use crate::adapt::goodput::GoodputSpec;
 pub use crate::adapt::noise_scale::NoiseScalePolicy;
 pub use crate::adapt::ramp::Ramp;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SettingsError, TrainingError};
 
 /// How `interval` changes the size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -226,15 +226,18 @@ impl BatchLimits {
     /// Checks the bounds themselves.
     pub fn new(min: usize, max: Option<usize>) -> Result<Self> {
         if min == 0 {
-            return Err(Error::InvalidSetting {
+            return Err(Error::Settings(SettingsError::InvalidSetting {
                 name: "min_batch",
                 value: "0".into(),
                 expected: "at least 1",
-            });
+            }));
         }
         if let Some(max) = max {
             if max < min {
-                return Err(Error::BatchLimitsCrossed { min, max });
+                return Err(Error::Settings(SettingsError::BatchLimitsCrossed {
+                    min,
+                    max,
+                }));
             }
         }
         Ok(Self { min, max })
@@ -244,7 +247,9 @@ impl BatchLimits {
     /// silently clamping it would hide a broken schedule.
     pub fn apply(&self, step: usize, raw: usize) -> Result<usize> {
         if raw == 0 {
-            return Err(Error::ScheduleReturnedZero { step });
+            return Err(Error::Training(TrainingError::ScheduleReturnedZero {
+                step,
+            }));
         }
         let clamped = raw.max(self.min);
         Ok(self.max.map_or(clamped, |max| clamped.min(max)))
@@ -254,8 +259,12 @@ impl BatchLimits {
 /// Checks a schedule's own arguments (the macro checks the same at compile time;
 /// this catches specs built by hand).
 pub fn validate_spec(spec: &ScheduleSpec) -> Result<()> {
-    let bad =
-        |schedule: &'static str, reason: String| Err(Error::InvalidSchedule { schedule, reason });
+    let bad = |schedule: &'static str, reason: String| {
+        Err(Error::Settings(SettingsError::InvalidSchedule {
+            schedule,
+            reason,
+        }))
+    };
     match *spec {
         ScheduleSpec::Constant(Some(0)) => {
             bad("constant", "a batch size must be at least 1".into())
@@ -372,7 +381,9 @@ mod tests {
         assert_eq!(limits.apply(3, 9).unwrap(), 6);
         assert!(matches!(
             limits.apply(7, 0),
-            Err(Error::ScheduleReturnedZero { step: 7 })
+            Err(Error::Training(TrainingError::ScheduleReturnedZero {
+                step: 7
+            }))
         ));
         assert!(BatchLimits::new(0, None).is_err());
         assert!(BatchLimits::new(5, Some(4)).is_err());

@@ -20,7 +20,7 @@
 //! retroactively). A zero weight pauses a source: it keeps its count while the
 //! others move on. `the_drift_after_the_weights_move_is_bounded` shows both.
 
-use crate::error::{Error, Result};
+use crate::error::{DataError, Error, Result};
 
 /// The allocator's state: what each source was promised and what it got.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -93,7 +93,7 @@ impl Mixture {
 
 /// Checks and normalises the weights of step `step`.
 fn normalised(step: usize, weights: &[f64], sources: usize) -> Result<Vec<f64>> {
-    let bad = |reason: String| Error::InvalidMixWeights { step, reason };
+    let bad = |reason: String| Error::Data(DataError::InvalidMixWeights { step, reason });
     if weights.len() != sources {
         return Err(bad(format!(
             "{} weights for {sources} sources",
@@ -231,7 +231,7 @@ mod tests {
         for weights in [[f64::NAN, 1.0], [-0.5, 1.0], [0.0, 0.0]] {
             assert!(matches!(
                 mix.allocate(7, 4, &weights),
-                Err(Error::InvalidMixWeights { step: 7, .. })
+                Err(Error::Data(DataError::InvalidMixWeights { step: 7, .. }))
             ));
         }
         assert!(mix.allocate(1, 4, &[1.0]).is_err(), "one weight per source");

@@ -9,7 +9,7 @@ use crate::config::policy::GradAccum;
 use crate::data::length::LengthAwareEpoch;
 use crate::data::sampler::{GlobalBatch, GlobalBatchSampler, PlannedRemainder};
 use crate::data::source_spec::{SourcesState, StoppingStrategy};
-use crate::error::{Error, Result};
+use crate::error::{DataError, Error, Result};
 
 /// How long a run lasts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,13 +203,13 @@ impl<S: Schedule> StepPlanner<S> {
             StoppingStrategy::FirstExhausted => None,
         };
         if let Some(s) = stalled {
-            return Err(Error::InvalidMixWeights {
+            return Err(Error::Data(DataError::InvalidMixWeights {
                 step,
                 reason: format!(
                     "source `{}` has weight 0, so the epoch (ended by {:?}) would never end and the run never stop: give it a positive weight, or bound the run with --max-steps",
                     spec.names[s], spec.stopping
                 ),
-            });
+            }));
         }
         Ok(())
     }
@@ -269,13 +269,13 @@ impl<S: Schedule> StepPlanner<S> {
             self.per_device = global_batch.div_ceil(self.units_world);
             let examples = self.sampler.num_examples();
             if self.drop_last && global_batch > examples {
-                return Err(Error::GlobalBatchTooLarge {
+                return Err(Error::Data(DataError::GlobalBatchTooLarge {
                     global_batch,
                     per_device: self.per_device,
                     world_size: self.units_world,
                     examples,
                     after_step,
-                });
+                }));
             }
             return Ok(());
         }
@@ -538,7 +538,7 @@ impl<S: Schedule> StepPlanner<S> {
         self.check_primary_weight(step, weights)?;
         match self.sampler.sources_mut() {
             Some(sources) => sources.set_weights(step, weights),
-            None => Err(Error::MixerWithoutSources),
+            None => Err(Error::Data(DataError::MixerWithoutSources)),
         }
     }
 
@@ -597,13 +597,13 @@ pub fn check_fits(
 ) -> Result<()> {
     let global_batch = per_device.saturating_mul(world_size);
     if drop_last && global_batch > examples {
-        return Err(Error::GlobalBatchTooLarge {
+        return Err(Error::Data(DataError::GlobalBatchTooLarge {
             global_batch,
             per_device,
             world_size,
             examples,
             after_step,
-        });
+        }));
     }
     Ok(())
 }

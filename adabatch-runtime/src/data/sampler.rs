@@ -30,7 +30,7 @@ use std::ops::Range;
 
 use crate::data::permutation::Permutation;
 use crate::data::source_spec::{MixedSources, SourceSpec, SourcesState, StoppingStrategy};
-use crate::error::{Error, Result};
+use crate::error::{DataError, Error, Result, SettingsError};
 
 /// The source key of the single-source sampler's permutations (a mixture keys
 /// each source's permutations by its own number).
@@ -217,14 +217,14 @@ impl GlobalBatchSampler {
         drop_last: bool,
     ) -> Result<Self> {
         if num_examples == 0 {
-            return Err(Error::EmptyDataset);
+            return Err(Error::Data(DataError::EmptyDataset));
         }
         if world_size == 0 {
-            return Err(Error::InvalidSetting {
+            return Err(Error::Settings(SettingsError::InvalidSetting {
                 name: "world_size",
                 value: "0".into(),
                 expected: "a sampler needs at least one rank",
-            });
+            }));
         }
         let mut sampler = Self {
             num_examples,

@@ -13,7 +13,7 @@ pub use crate::adapt::mixer::MixUnit;
 pub use crate::config::policy::StoppingStrategy;
 use crate::data::mixture::Mixture;
 use crate::data::permutation::Permutation;
-use crate::error::{Error, Result};
+use crate::error::{DataError, Error, Result};
 
 /// Keys of the sources' permutations start here (the single-source sampler's is 0).
 const SOURCE_KEY_BASE: u64 = 1 << 32;
@@ -75,10 +75,10 @@ impl SourceSpec {
         let mut out = vec![0.0; self.names.len()];
         for (name, w) in weights {
             let Some(s) = self.names.iter().position(|n| n == name) else {
-                return Err(Error::UnknownSource {
+                return Err(Error::Data(DataError::UnknownSource {
                     name: name.clone(),
                     known: self.names.clone(),
-                });
+                }));
             };
             out[s] = *w;
         }
@@ -92,7 +92,7 @@ impl SourceSpec {
 
 /// Finite, >= 0, not all 0.
 pub(crate) fn check_weights(step: usize, weights: &[f64]) -> Result<()> {
-    let bad = |reason: String| Err(Error::InvalidMixWeights { step, reason });
+    let bad = |reason: String| Err(Error::Data(DataError::InvalidMixWeights { step, reason }));
     if let Some(w) = weights.iter().find(|w| !w.is_finite() || **w < 0.0) {
         return bad(format!("weight {w} is not a finite number >= 0"));
     }
@@ -172,12 +172,12 @@ impl MixedSources {
     /// The sources of `spec`, nothing drawn.
     pub fn new(spec: &SourceSpec, seed: u64, shuffle: bool) -> Result<Self> {
         if spec.names.is_empty() || spec.names.len() != spec.sizes.len() {
-            return Err(Error::NoSources);
+            return Err(Error::Data(DataError::NoSources));
         }
         if let Some(s) = spec.sizes.iter().position(|&n| n == 0) {
-            return Err(Error::EmptySource {
+            return Err(Error::Data(DataError::EmptySource {
                 name: spec.names[s].clone(),
-            });
+            }));
         }
         check_weights(0, &spec.weights)?;
         let offsets = (0..spec.sizes.len()).map(|s| spec.offset(s)).collect();
@@ -239,14 +239,14 @@ impl MixedSources {
     /// Sets the weights of the next draws (a mixer's, after step `step`).
     pub fn set_weights(&mut self, step: usize, weights: &[f64]) -> Result<()> {
         if weights.len() != self.weights.len() {
-            return Err(Error::InvalidMixWeights {
+            return Err(Error::Data(DataError::InvalidMixWeights {
                 step,
                 reason: format!(
                     "{} weights for {} sources",
                     weights.len(),
                     self.weights.len()
                 ),
-            });
+            }));
         }
         check_weights(step, weights)?;
         self.weights = weights.to_vec();

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
-use crate::error::{Error, Result};
+use crate::error::{DataError, Error, Result};
 
 /// How a token file stores each id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,9 +64,11 @@ impl TokenFile {
     pub fn open(path: impl AsRef<Path>, width: TokenWidth, vocab_size: u32) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         if vocab_size == 0 {
-            return Err(Error::TokenSetting(
-                "the vocabulary size must be at least 1".into(),
-            ));
+            return Err(Error::Data(DataError::InvalidTokenSetting {
+                name: "vocab_size",
+                value: "0".into(),
+                expected: "at least 1".into(),
+            }));
         }
         let io = |source| Error::Io {
             path: path.clone(),
@@ -75,18 +77,18 @@ impl TokenFile {
         let file = File::open(&path).map_err(io)?;
         let bytes = file.metadata().map_err(io)?.len();
         if bytes % width.bytes() as u64 != 0 {
-            return Err(Error::TokenFileSize {
+            return Err(Error::Data(DataError::TokenFileSize {
                 path,
                 bytes,
                 width: width.bytes(),
-            });
+            }));
         }
         if bytes == 0 {
-            return Err(Error::TokenFileTooShort {
+            return Err(Error::Data(DataError::TokenFileTooShort {
                 path,
                 tokens: 0,
                 need: "one token".into(),
-            });
+            }));
         }
         // SAFETY: the map is read-only and lives as long as `self`; the module's
         // contract is that a token file is not modified while it is open.
@@ -144,12 +146,12 @@ impl TokenFile {
         };
         match bad {
             None => Ok(()),
-            Some((position, token)) => Err(Error::TokenOutOfVocab {
+            Some((position, token)) => Err(Error::Data(DataError::TokenOutOfVocab {
                 path: self.path.clone(),
                 position,
                 token,
                 vocab_size: self.vocab_size,
-            }),
+            })),
         }
     }
 }
@@ -196,16 +198,20 @@ impl TokenWindows {
     /// vocabulary in one pass.
     pub fn new(file: TokenFile, seq_len: usize) -> Result<Self> {
         if seq_len == 0 {
-            return Err(Error::TokenSetting("seq_len must be at least 1".into()));
+            return Err(Error::Data(DataError::InvalidTokenSetting {
+                name: "seq_len",
+                value: "0".into(),
+                expected: "at least 1".into(),
+            }));
         }
         let span = seq_len + 1;
         let windows = file.len() / span;
         if windows == 0 {
-            return Err(Error::TokenFileTooShort {
+            return Err(Error::Data(DataError::TokenFileTooShort {
                 path: file.path.clone(),
                 tokens: file.len() as u64,
                 need: format!("one window of seq_len + 1 = {span} tokens"),
-            });
+            }));
         }
         file.scan(|_, _| {})?;
         Ok(Self {
@@ -259,10 +265,11 @@ impl TokenDocuments {
     /// every id against the vocabulary); keeps 16 bytes per document.
     pub fn new(file: TokenFile, eos_id: u32) -> Result<Self> {
         if eos_id >= file.vocab_size {
-            return Err(Error::TokenSetting(format!(
-                "the EOS id {eos_id} is outside the vocabulary of {} ids",
-                file.vocab_size
-            )));
+            return Err(Error::Data(DataError::InvalidTokenSetting {
+                name: "eos_id",
+                value: eos_id.to_string(),
+                expected: format!("an id inside the vocabulary of {} ids", file.vocab_size),
+            }));
         }
         let mut spans = Vec::new();
         let mut start = 0u64;
@@ -279,11 +286,11 @@ impl TokenDocuments {
             spans.push((start, end));
         }
         if spans.is_empty() {
-            return Err(Error::TokenFileTooShort {
+            return Err(Error::Data(DataError::TokenFileTooShort {
                 path: file.path.clone(),
                 tokens: end,
                 need: format!("one document (an id other than the EOS id {eos_id})"),
-            });
+            }));
         }
         spans.shrink_to_fit();
         Ok(Self {
@@ -303,9 +310,11 @@ impl TokenDocuments {
     /// is a typed error.
     pub fn with_max_len(mut self, max_len: usize) -> Result<Self> {
         if max_len < 2 {
-            return Err(Error::TokenSetting(format!(
-                "a maximum document length of {max_len} tokens: it must be at least 2 (a token and its target)"
-            )));
+            return Err(Error::Data(DataError::InvalidTokenSetting {
+                name: "maximum document length",
+                value: format!("{max_len} tokens"),
+                expected: "at least 2 (a token and its target)".into(),
+            }));
         }
         let max = max_len as u64;
         let mut spans = Vec::with_capacity(self.spans.len());
@@ -426,7 +435,7 @@ mod tests {
             TokenDocuments::new(file(&tokens, TokenWidth::U16, 60).unwrap(), 0)
                 .unwrap()
                 .with_max_len(1),
-            Err(Error::TokenSetting(_))
+            Err(Error::Data(DataError::InvalidTokenSetting { .. }))
         ));
     }
 
@@ -443,7 +452,7 @@ mod tests {
         let f = file(&[1, 2, 3], TokenWidth::U16, 10).unwrap();
         let err = TokenWindows::new(f, 3).unwrap_err();
         assert!(
-            matches!(err, Error::TokenFileTooShort { tokens: 3, ref need, .. } if need.contains("4 tokens")),
+            matches!(err, Error::Data(DataError::TokenFileTooShort { tokens: 3, ref need, .. }) if need.contains("4 tokens")),
             "{err}"
         );
         // Exactly one window is enough.
@@ -455,7 +464,10 @@ mod tests {
     fn an_empty_file_is_an_error() {
         let err = TokenFile::open(temp_file(&[]), TokenWidth::U16, 10).unwrap_err();
         assert!(
-            matches!(err, Error::TokenFileTooShort { tokens: 0, .. }),
+            matches!(
+                err,
+                Error::Data(DataError::TokenFileTooShort { tokens: 0, .. })
+            ),
             "{err}"
         );
     }
@@ -467,11 +479,11 @@ mod tests {
         assert!(
             matches!(
                 err,
-                Error::TokenFileSize {
+                Error::Data(DataError::TokenFileSize {
                     bytes: 6,
                     width: 4,
                     ..
-                }
+                })
             ),
             "{err}"
         );
@@ -483,11 +495,11 @@ mod tests {
         let err = TokenFile::open(temp_file(&[0; 3]), TokenWidth::U16, 10).unwrap_err();
         assert!(matches!(
             err,
-            Error::TokenFileSize {
+            Error::Data(DataError::TokenFileSize {
                 bytes: 3,
                 width: 2,
                 ..
-            }
+            })
         ));
     }
 
@@ -500,18 +512,21 @@ mod tests {
             assert!(
                 matches!(
                     err,
-                    Error::TokenOutOfVocab {
+                    Error::Data(DataError::TokenOutOfVocab {
                         position: 5,
                         token: 10,
                         vocab_size: 10,
                         ..
-                    }
+                    })
                 ),
                 "{err}"
             );
             let err = TokenDocuments::new(file(&tokens, width, 10).unwrap(), 0).unwrap_err();
             assert!(
-                matches!(err, Error::TokenOutOfVocab { position: 5, .. }),
+                matches!(
+                    err,
+                    Error::Data(DataError::TokenOutOfVocab { position: 5, .. })
+                ),
                 "{err}"
             );
             let ok = [1, 2, 3, 0, 9, 9];
@@ -532,16 +547,19 @@ mod tests {
     #[test]
     fn settings_that_cannot_work_are_errors() {
         let err = TokenFile::open(temp_file(&[0, 0]), TokenWidth::U16, 0).unwrap_err();
-        assert!(matches!(err, Error::TokenSetting(_)), "{err}");
+        assert!(
+            matches!(err, Error::Data(DataError::InvalidTokenSetting { .. })),
+            "{err}"
+        );
         let f = file(&[1, 2, 3], TokenWidth::U16, 10).unwrap();
         assert!(matches!(
             TokenWindows::new(f, 0),
-            Err(Error::TokenSetting(_))
+            Err(Error::Data(DataError::InvalidTokenSetting { .. }))
         ));
         let f = file(&[1, 2, 3], TokenWidth::U16, 10).unwrap();
         assert!(matches!(
             TokenDocuments::new(f, 10),
-            Err(Error::TokenSetting(_))
+            Err(Error::Data(DataError::InvalidTokenSetting { .. }))
         ));
     }
 
@@ -574,7 +592,10 @@ mod tests {
         let err =
             TokenDocuments::new(file(&[0, 0, 0], TokenWidth::U16, 10).unwrap(), 0).unwrap_err();
         assert!(
-            matches!(err, Error::TokenFileTooShort { tokens: 3, .. }),
+            matches!(
+                err,
+                Error::Data(DataError::TokenFileTooShort { tokens: 3, .. })
+            ),
             "{err}"
         );
     }

@@ -27,7 +27,7 @@ pub use tokenizers::Tokenizer;
 use tokenizers::{AddedToken, TokenizerBuilder};
 
 use super::token_files::{TokenDocuments, TokenFile, TokenWidth};
-use crate::error::{Error, Result};
+use crate::error::{DataError, Error, Result};
 
 /// Where the tokenizer comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -213,9 +213,11 @@ impl CorpusInfo {
         match self.width_bytes {
             2 => Ok(TokenWidth::U16),
             4 => Ok(TokenWidth::U32),
-            n => Err(Error::TokenSetting(format!(
-                "tokens.json: width_bytes is {n}; it must be 2 (u16) or 4 (u32)"
-            ))),
+            n => Err(Error::Data(DataError::InvalidTokenSetting {
+                name: "tokens.json width_bytes",
+                value: n.to_string(),
+                expected: "2 (u16) or 4 (u32)".into(),
+            })),
         }
     }
 }
@@ -230,22 +232,22 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
 }
 
 fn mismatch(path: &Path, detail: String) -> Error {
-    Error::TokenFileMismatch {
+    Error::Data(DataError::TokenFileMismatch {
         path: path.to_path_buf(),
         detail,
-    }
+    })
 }
 
 fn tokenizer_error(path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Tokenizer {
+    Error::Data(DataError::Tokenizer {
         path: path.to_path_buf(),
         detail: e.to_string(),
-    }
+    })
 }
 
 /// Whether a run may (re)write token files in `dir`: only where it does not exist
 /// yet, is empty, or the run was asked to (`retokenize`). Token directories are
-/// the user's data: otherwise a [`Error::TokenDirMismatch`] with `detail` (what
+/// the user's data: otherwise a [`DataError::TokenDirMismatch`] with `detail` (what
 /// the directory holds against what the run asks for), and nothing is written.
 pub fn may_prepare(dir: &Path, retokenize: bool, detail: impl FnOnce() -> String) -> Result<()> {
     let empty = match std::fs::read_dir(dir) {
@@ -261,10 +263,10 @@ pub fn may_prepare(dir: &Path, retokenize: bool, detail: impl FnOnce() -> String
     if empty || retokenize {
         Ok(())
     } else {
-        Err(Error::TokenDirMismatch {
+        Err(Error::Data(DataError::TokenDirMismatch {
             dir: dir.to_path_buf(),
             detail: detail(),
-        })
+        }))
     }
 }
 
@@ -332,10 +334,14 @@ pub fn train_byte_level_bpe(
 ) -> Result<Tokenizer> {
     let alphabet = ByteLevel::alphabet();
     if vocab_size < alphabet.len() + 1 {
-        return Err(Error::TokenSetting(format!(
-            "a byte-level BPE needs a vocabulary of at least {} ids (256 bytes and the EOS token); {vocab_size} given",
-            alphabet.len() + 1
-        )));
+        return Err(Error::Data(DataError::InvalidTokenSetting {
+            name: "vocab_size",
+            value: vocab_size.to_string(),
+            expected: format!(
+                "at least {} ids for a byte-level BPE (256 bytes and the EOS token)",
+                alphabet.len() + 1
+            ),
+        }));
     }
     let mut trainer = BpeTrainerBuilder::new()
         .show_progress(false)
@@ -354,10 +360,18 @@ pub fn train_byte_level_bpe(
             .with_post_processor(Some(byte_level))
             .with_decoder(Some(byte_level))
             .build()
-            .map_err(|e| Error::TokenSetting(e.to_string()))?;
+            .map_err(|e| {
+                Error::Data(DataError::TokenizerTraining {
+                    detail: e.to_string(),
+                })
+            })?;
     tokenizer
         .train(&mut trainer, documents.iter())
-        .map_err(|e| Error::TokenSetting(format!("training the BPE: {e}")))?;
+        .map_err(|e| {
+            Error::Data(DataError::TokenizerTraining {
+                detail: e.to_string(),
+            })
+        })?;
     Ok(Tokenizer::from(tokenizer))
 }
 
@@ -480,13 +494,18 @@ pub fn prepare_corpus(
     options: &PrepareOptions,
 ) -> Result<CorpusInfo> {
     if !(0.0..1.0).contains(&options.validation_fraction) {
-        return Err(Error::TokenSetting(format!(
-            "validation fraction {} is not in [0, 1)",
-            options.validation_fraction
-        )));
+        return Err(Error::Data(DataError::InvalidTokenSetting {
+            name: "validation fraction",
+            value: options.validation_fraction.to_string(),
+            expected: "in [0, 1)".into(),
+        }));
     }
     if corpus.is_empty() {
-        return Err(Error::TokenSetting("no corpus file given".into()));
+        return Err(Error::Data(DataError::InvalidTokenSetting {
+            name: "corpus",
+            value: "none".into(),
+            expected: "at least one corpus file".into(),
+        }));
     }
     let source = CorpusSource::of(corpus, options)?;
     let mut documents = Vec::new();
@@ -521,10 +540,11 @@ pub fn write_prepared(
     options: &PrepareOptions,
 ) -> Result<CorpusInfo> {
     let eos_id = tokenizer.token_to_id(&options.eos_token).ok_or_else(|| {
-        Error::TokenSetting(format!(
-            "the tokenizer has no token {:?} to end documents with (--eos-token)",
-            options.eos_token
-        ))
+        Error::Data(DataError::InvalidTokenSetting {
+            name: "--eos-token",
+            value: format!("{:?}", options.eos_token),
+            expected: "a token of the tokenizer, to end documents with".into(),
+        })
     })?;
     let vocab_size = tokenizer.get_vocab_size(true) as u32;
     let width = if vocab_size <= 1 << 16 {

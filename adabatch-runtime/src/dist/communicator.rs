@@ -5,7 +5,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use candle_core::Tensor;
 
-use crate::error::{Error, Result};
+use crate::error::{DistributedError, Error, Result};
 
 /// Collective operations every rank calls in the same order.
 ///
@@ -76,7 +76,7 @@ struct GroupState {
     deposits: Vec<Option<Vec<f64>>>,
     arrived: usize,
     generation: u64,
-    result: Arc<std::result::Result<Vec<f64>, String>>,
+    result: Arc<std::result::Result<Vec<f64>, SizeMismatch>>,
     aborted: bool,
 }
 
@@ -110,7 +110,9 @@ impl Local {
     fn all_reduce_flat(&self, buffer: &mut Vec<f64>) -> Result<()> {
         let mut state = self.lock();
         if state.aborted {
-            return Err(Error::PeerFailed { rank: self.rank });
+            return Err(Error::Distributed(DistributedError::PeerFailed {
+                rank: self.rank,
+            }));
         }
         state.deposits[self.rank] = Some(std::mem::take(buffer));
         state.arrived += 1;
@@ -134,7 +136,9 @@ impl Local {
                     .unwrap_or_else(|e| e.into_inner());
             }
             if state.generation == generation {
-                return Err(Error::PeerFailed { rank: self.rank });
+                return Err(Error::Distributed(DistributedError::PeerFailed {
+                    rank: self.rank,
+                }));
             }
         }
         match &*state.result {
@@ -142,22 +146,36 @@ impl Local {
                 buffer.clone_from(sum);
                 Ok(())
             }
-            Err(msg) => Err(Error::Comm(msg.clone())),
+            Err(m) => Err(Error::Distributed(
+                DistributedError::AllReduceSizeMismatch {
+                    expected: m.expected,
+                    rank: m.rank,
+                    sent: m.sent,
+                },
+            )),
         }
     }
 }
 
-fn sum_in_rank_order(deposits: Vec<Vec<f64>>) -> std::result::Result<Vec<f64>, String> {
+/// Ranks that sent all-reduces of different lengths (shared by every rank of the
+/// group, hence a plain copyable record rather than the error itself).
+#[derive(Clone, Copy, Debug)]
+struct SizeMismatch {
+    expected: usize,
+    rank: usize,
+    sent: usize,
+}
+
+fn sum_in_rank_order(deposits: Vec<Vec<f64>>) -> std::result::Result<Vec<f64>, SizeMismatch> {
     let mut iter = deposits.into_iter();
     let mut sum = iter.next().unwrap_or_default();
     for (rank, buffer) in iter.enumerate() {
         if buffer.len() != sum.len() {
-            return Err(format!(
-                "all-reduce size mismatch: rank 0 sent {} values, rank {} sent {}",
-                sum.len(),
-                rank + 1,
-                buffer.len()
-            ));
+            return Err(SizeMismatch {
+                expected: sum.len(),
+                rank: rank + 1,
+                sent: buffer.len(),
+            });
         }
         sum.iter_mut().zip(&buffer).for_each(|(s, b)| *s += b);
     }
@@ -212,9 +230,11 @@ pub fn unflatten(flat: &[f64], tensors: &mut [Tensor]) -> Result<()> {
     let mut offset = 0;
     for t in tensors.iter_mut() {
         let n = t.elem_count();
-        let values = flat
-            .get(offset..offset + n)
-            .ok_or_else(|| Error::Comm("all-reduce returned fewer values than sent".into()))?;
+        let values = flat.get(offset..offset + n).ok_or_else(|| {
+            Error::Distributed(DistributedError::CollectiveInput {
+                detail: "all-reduce returned fewer values than sent".into(),
+            })
+        })?;
         *t = Tensor::from_slice(values, t.shape(), t.device())?.to_dtype(t.dtype())?;
         offset += n;
     }
@@ -269,7 +289,7 @@ mod tests {
             comms[1].abort();
             assert!(matches!(
                 waiter.join().unwrap(),
-                Err(Error::PeerFailed { rank: 0 })
+                Err(Error::Distributed(DistributedError::PeerFailed { rank: 0 }))
             ));
         });
     }

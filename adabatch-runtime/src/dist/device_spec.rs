@@ -3,7 +3,7 @@
 
 use candle_core::Device;
 
-use crate::error::{Error, Result};
+use crate::error::{DistributedError, Error, Result};
 
 /// A parsed `--device` spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,10 +25,10 @@ impl DeviceSpec {
             "cuda" => Ok(Self::Cuda { first: 0 }),
             _ => match spec.strip_prefix("cuda:").map(str::parse::<usize>) {
                 Some(Ok(first)) => Ok(Self::Cuda { first }),
-                _ => Err(Error::Device {
+                _ => Err(Error::Distributed(DistributedError::Device {
                     spec: spec.into(),
                     reason: "expected `cpu`, `cuda` or `cuda:N`".into(),
-                }),
+                })),
             },
         }
     }
@@ -42,10 +42,10 @@ impl DeviceSpec {
     pub fn cuda_ordinals(&self, count: usize) -> Result<Vec<usize>> {
         match *self {
             Self::Cuda { first } => Ok((first..first + count).collect()),
-            Self::Cpu => Err(Error::Device {
+            Self::Cpu => Err(Error::Distributed(DistributedError::Device {
                 spec: "cpu".into(),
                 reason: "expected `cuda` or `cuda:N` for GPU ranks".into(),
-            }),
+            })),
         }
     }
 
@@ -55,9 +55,11 @@ impl DeviceSpec {
             Self::Cpu => Ok(Device::Cpu),
             Self::Cuda { first } => {
                 let ordinal = first + rank;
-                Device::new_cuda(ordinal).map_err(|e| Error::Device {
-                    spec: format!("cuda:{ordinal}"),
-                    reason: e.to_string(),
+                Device::new_cuda(ordinal).map_err(|e| {
+                    Error::Distributed(DistributedError::Device {
+                        spec: format!("cuda:{ordinal}"),
+                        reason: e.to_string(),
+                    })
                 })
             }
         }
@@ -84,7 +86,10 @@ mod tests {
         );
         for bad in ["cuda:", "cuda:x", "gpu", "CPU"] {
             assert!(
-                matches!(DeviceSpec::parse(bad), Err(Error::Device { .. })),
+                matches!(
+                    DeviceSpec::parse(bad),
+                    Err(Error::Distributed(DistributedError::Device { .. }))
+                ),
                 "{bad}"
             );
         }

@@ -32,7 +32,7 @@ use cudarc::nccl::{result as nccl, sys as nccl_sys, NcclType};
 
 use crate::dist::communicator::Communicator;
 use crate::dist::rendezvous::{self, RendezvousError, TorchrunEnv};
-use crate::error::{Error, Result};
+use crate::error::{DistributedError, Error, Result, SettingsError};
 
 /// How long a rank waits for a collective before it declares the group broken.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -126,37 +126,49 @@ fn nccl_err(what: &str) -> impl FnOnce(nccl::NcclError) -> Error + '_ {
                 .to_string_lossy()
                 .into_owned()
         };
-        Error::Comm(format!(
-            "NCCL {what}: {:?}{}",
-            e.0,
-            if last.is_empty() {
-                String::new()
-            } else {
-                format!(" ({last})")
-            }
-        ))
+        Error::Distributed(DistributedError::Library {
+            library: "NCCL",
+            call: what.to_string(),
+            detail: format!(
+                "{:?}{}",
+                e.0,
+                if last.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({last})")
+                }
+            ),
+        })
     }
 }
 
 fn cuda_err(what: &str) -> impl FnOnce(cudarc::driver::DriverError) -> Error + '_ {
-    move |e| Error::Comm(format!("CUDA {what}: {e}"))
+    move |e| {
+        Error::Distributed(DistributedError::Library {
+            library: "CUDA",
+            call: what.to_string(),
+            detail: e.to_string(),
+        })
+    }
 }
 
 fn ordinal(device: &Device) -> Result<usize> {
     match device.location() {
         DeviceLocation::Cuda { gpu_id } => Ok(gpu_id),
-        other => Err(Error::Device {
+        other => Err(Error::Distributed(DistributedError::Device {
             spec: format!("{other:?}"),
             reason: "the NCCL communicator needs CUDA devices".into(),
-        }),
+        })),
     }
 }
 
 /// A CUDA device with its own stream (NCCL and candle then share that stream).
 fn open_device(ordinal: usize) -> Result<Device> {
-    Device::new_cuda_with_stream(ordinal).map_err(|e| Error::Device {
-        spec: format!("cuda:{ordinal}"),
-        reason: e.to_string(),
+    Device::new_cuda_with_stream(ordinal).map_err(|e| {
+        Error::Distributed(DistributedError::Device {
+            spec: format!("cuda:{ordinal}"),
+            reason: e.to_string(),
+        })
     })
 }
 
@@ -164,10 +176,10 @@ fn check_distinct(ordinals: &[usize]) -> Result<()> {
     let mut seen = ordinals.to_vec();
     seen.sort_unstable();
     if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
-        return Err(Error::Device {
+        return Err(Error::Distributed(DistributedError::Device {
             spec: format!("cuda:{}", w[0]),
             reason: "appears twice: NCCL needs one GPU per rank".into(),
-        });
+        }));
     }
     Ok(())
 }
@@ -199,16 +211,25 @@ impl Nccl {
     /// preferred (see [`Nccl::group_on`]).
     pub fn group(devices: &[Device]) -> Result<Vec<Nccl>> {
         if devices.is_empty() {
-            return Err(Error::EmptyGroup);
+            return Err(Error::Settings(SettingsError::EmptyGroup));
         }
         let ordinals = devices.iter().map(ordinal).collect::<Result<Vec<_>>>()?;
         check_distinct(&ordinals)?;
         let list: Vec<i32> = ordinals
             .iter()
-            .map(|&o| i32::try_from(o).map_err(|_| Error::Comm(format!("GPU ordinal {o}"))))
+            .map(|&o| {
+                i32::try_from(o).map_err(|_| {
+                    Error::Distributed(DistributedError::CollectiveInput {
+                        detail: format!("GPU ordinal {o}"),
+                    })
+                })
+            })
             .collect::<Result<_>>()?;
-        let n = i32::try_from(devices.len())
-            .map_err(|_| Error::Comm(format!("{} devices", devices.len())))?;
+        let n = i32::try_from(devices.len()).map_err(|_| {
+            Error::Distributed(DistributedError::CollectiveInput {
+                detail: format!("{} devices", devices.len()),
+            })
+        })?;
         let mut comms = vec![std::ptr::null_mut(); devices.len()];
         // SAFETY: `comms` has room for `n` handles and `list` holds `n` ordinals.
         unsafe { nccl::comm_init_all(comms.as_mut_ptr(), n, list.as_ptr()) }
@@ -269,11 +290,11 @@ impl Nccl {
     ) -> Result<Vec<(Nccl, Device)>> {
         let g = gpus_per_process;
         if g == 0 {
-            return Err(Error::InvalidSetting {
+            return Err(Error::Settings(SettingsError::InvalidSetting {
                 name: "gpus_per_process",
                 value: "0".into(),
                 expected: "at least 1",
-            });
+            }));
         }
         let world = env.world_size * g;
         let ordinals: Vec<usize> = (env.local_rank * g..env.local_rank * g + g).collect();
@@ -293,8 +314,11 @@ impl Nccl {
             rendezvous::exchange(&env.rendezvous(rendezvous_timeout), fresh_id)?
         };
         let id = unique_id(&id)?;
-        let world_i32 =
-            i32::try_from(world).map_err(|_| Error::Comm(format!("world size {world}")))?;
+        let world_i32 = i32::try_from(world).map_err(|_| {
+            Error::Distributed(DistributedError::CollectiveInput {
+                detail: format!("world size {world}"),
+            })
+        })?;
         let mut comms = vec![std::ptr::null_mut(); g];
         nccl::group_start().map_err(nccl_err("ncclGroupStart"))?;
         let mut init = Ok(());
@@ -352,7 +376,9 @@ impl Nccl {
 
     fn check_alive(&self) -> Result<()> {
         if self.shared.aborted.load(Ordering::SeqCst) || self.comm.aborted.load(Ordering::SeqCst) {
-            return Err(Error::PeerFailed { rank: self.rank });
+            return Err(Error::Distributed(DistributedError::PeerFailed {
+                rank: self.rank,
+            }));
         }
         Ok(())
     }
@@ -369,7 +395,11 @@ impl Nccl {
                 cu::CUresult::CUDA_ERROR_NOT_READY => {}
                 e => {
                     self.abort_group();
-                    return Err(Error::Comm(format!("{what}: CUDA stream error {e:?}")));
+                    return Err(Error::Distributed(DistributedError::Library {
+                        library: "CUDA",
+                        call: what.to_string(),
+                        detail: format!("stream error {e:?}"),
+                    }));
                 }
             }
             let mut async_err = nccl_sys::ncclResult_t::ncclSuccess;
@@ -385,21 +415,25 @@ impl Nccl {
                 nccl_sys::ncclResult_t::ncclSuccess | nccl_sys::ncclResult_t::ncclInProgress
             ) {
                 self.abort_group();
-                return Err(Error::Comm(format!(
-                    "{what}: NCCL reported {async_err:?} on rank {}",
-                    self.rank
-                )));
+                return Err(Error::Distributed(DistributedError::Library {
+                    library: "NCCL",
+                    call: what.to_string(),
+                    detail: format!("reported {async_err:?} on rank {}", self.rank),
+                }));
             }
             if self.shared.aborted.load(Ordering::SeqCst) {
                 self.comm.abort();
-                return Err(Error::PeerFailed { rank: self.rank });
+                return Err(Error::Distributed(DistributedError::PeerFailed {
+                    rank: self.rank,
+                }));
             }
             if started.elapsed() > self.timeout {
                 self.abort_group();
-                return Err(Error::Comm(format!(
-                    "{what}: rank {} waited {:?} for its peers (a rank died or stopped calling collectives); communicator aborted",
-                    self.rank, self.timeout
-                )));
+                return Err(Error::Distributed(DistributedError::PeersTimedOut {
+                    collective: what.to_string(),
+                    rank: self.rank,
+                    waited: self.timeout,
+                }));
             }
             spins += 1;
             if spins < 200 {
@@ -421,7 +455,9 @@ impl Nccl {
     fn grouped(&self, enqueue: impl FnOnce(nccl_sys::ncclComm_t) -> Result<()>) -> Result<()> {
         let guard = self.comm.lock();
         if self.comm.aborted.load(Ordering::SeqCst) {
-            return Err(Error::PeerFailed { rank: self.rank });
+            return Err(Error::Distributed(DistributedError::PeerFailed {
+                rank: self.rank,
+            }));
         }
         nccl::group_start().map_err(nccl_err("ncclGroupStart"))?;
         let enqueued = enqueue(guard.0);
@@ -488,21 +524,23 @@ impl Nccl {
 fn cuda_device(device: &Device) -> Result<&CudaDevice> {
     match device {
         Device::Cuda(d) => Ok(d),
-        other => Err(Error::Device {
+        other => Err(Error::Distributed(DistributedError::Device {
             spec: format!("{:?}", other.location()),
             reason: "the NCCL communicator needs a CUDA device".into(),
-        }),
+        })),
     }
 }
 
 fn unique_id(bytes: &[u8]) -> Result<nccl_sys::ncclUniqueId> {
     let mut internal = [0 as std::ffi::c_char; 128];
     if bytes.len() != internal.len() {
-        return Err(Error::Comm(format!(
-            "the NCCL id from rank 0 has {} bytes, expected {}",
-            bytes.len(),
-            internal.len()
-        )));
+        return Err(Error::Distributed(DistributedError::CollectiveInput {
+            detail: format!(
+                "the NCCL id from rank 0 has {} bytes, expected {}",
+                bytes.len(),
+                internal.len()
+            ),
+        }));
     }
     for (dst, &src) in internal.iter_mut().zip(bytes) {
         *dst = src as std::ffi::c_char;
@@ -564,10 +602,12 @@ impl Packed {
         let mut parts = Vec::with_capacity(tensors.len());
         for (i, t) in tensors.iter().enumerate() {
             if !t.device().same_device(device) {
-                return Err(Error::Comm(format!(
-                    "tensor {i} is on {:?} but this NCCL rank is on {home:?}",
-                    t.device().location()
-                )));
+                return Err(Error::Distributed(DistributedError::CollectiveInput {
+                    detail: format!(
+                        "tensor {i} is on {:?} but this NCCL rank is on {home:?}",
+                        t.device().location()
+                    ),
+                }));
             }
             parts.push((t.elem_count(), t.dtype(), t.shape().clone()));
             flats.push(t.flatten_all()?.to_dtype(dtype)?);
@@ -595,11 +635,15 @@ impl Packed {
         let n = self.flat.elem_count();
         let (storage, layout) = self.flat.storage_and_layout();
         let Storage::Cuda(storage) = &*storage else {
-            return Err(Error::Comm("the packed buffer is not on CUDA".into()));
+            return Err(Error::Distributed(DistributedError::CollectiveInput {
+                detail: "the packed buffer is not on CUDA".into(),
+            }));
         };
-        let (start, end) = layout
-            .contiguous_offsets()
-            .ok_or_else(|| Error::Comm("the packed buffer is not contiguous".into()))?;
+        let (start, end) = layout.contiguous_offsets().ok_or_else(|| {
+            Error::Distributed(DistributedError::CollectiveInput {
+                detail: "the packed buffer is not contiguous".into(),
+            })
+        })?;
         let src = storage.as_cuda_slice::<T>()?.slice(start..end);
         // SAFETY: every element of `out` is written by the collective before use.
         let mut out = unsafe { stream.alloc::<T>(n) }.map_err(cuda_err("alloc"))?;
@@ -671,10 +715,12 @@ impl Communicator for Nccl {
     }
     fn broadcast(&self, tensors: &mut [Tensor], root: usize) -> Result<()> {
         if root >= self.world_size {
-            return Err(Error::Comm(format!(
-                "broadcast root {root} is not a rank of a world of {}",
-                self.world_size
-            )));
+            return Err(Error::Distributed(DistributedError::CollectiveInput {
+                detail: format!(
+                    "broadcast root {root} is not a rank of a world of {}",
+                    self.world_size
+                ),
+            }));
         }
         self.collective(tensors, &mut [], Kind::Broadcast(root), "broadcast")
     }
@@ -707,7 +753,10 @@ mod tests {
     fn unique_ids_must_have_128_bytes() {
         let id = unique_id(&[7u8; 128]).unwrap();
         assert!(id.internal.iter().all(|&c| c as u8 == 7));
-        assert!(matches!(unique_id(&[0u8; 127]), Err(Error::Comm(_))));
+        assert!(matches!(
+            unique_id(&[0u8; 127]),
+            Err(Error::Distributed(DistributedError::CollectiveInput { .. }))
+        ));
     }
 
     #[test]
@@ -751,9 +800,12 @@ mod tests {
     fn non_cuda_devices_are_refused() {
         assert!(matches!(
             Nccl::group(&[Device::Cpu]),
-            Err(Error::Device { reason, .. }) if reason.contains("CUDA")
+            Err(Error::Distributed(DistributedError::Device { reason, .. })) if reason.contains("CUDA")
         ));
-        assert!(matches!(Nccl::group(&[]), Err(Error::EmptyGroup)));
+        assert!(matches!(
+            Nccl::group(&[]),
+            Err(Error::Settings(SettingsError::EmptyGroup))
+        ));
     }
 
     #[test]
@@ -762,10 +814,13 @@ mod tests {
             eprintln!("skipping: a CUDA device is present");
             return;
         }
-        assert!(matches!(Nccl::group_on(&[0]), Err(Error::Device { .. })));
+        assert!(matches!(
+            Nccl::group_on(&[0]),
+            Err(Error::Distributed(DistributedError::Device { .. }))
+        ));
         assert!(matches!(
             Nccl::group_on(&[1, 1]),
-            Err(Error::Device { reason, .. }) if reason.contains("twice")
+            Err(Error::Distributed(DistributedError::Device { reason, .. })) if reason.contains("twice")
         ));
     }
 }

@@ -3,7 +3,7 @@
 use candle_core::{Tensor, Var};
 
 use crate::dist::communicator::Communicator;
-use crate::error::{Error, Result};
+use crate::error::{DistributedError, Error, Result};
 
 /// Makes every rank start from rank 0's weights, after checking they agree on the
 /// parameter set.
@@ -19,13 +19,13 @@ pub(crate) fn synchronise_parameters(
     comm.all_reduce_sum(&mut [], &mut totals)?;
     let world = comm.world_size() as f64;
     if totals != [params.len() as f64 * world, elems as f64 * world] {
-        return Err(Error::ParameterMismatch {
+        return Err(Error::Distributed(DistributedError::ParameterMismatch {
             rank: comm.rank(),
             detail: format!(
                 "this rank has {} tensors / {elems} values; the group disagrees",
                 params.len()
             ),
-        });
+        }));
     }
     let mut tensors: Vec<Tensor> = params.iter().map(|(_, v)| v.as_tensor().clone()).collect();
     comm.broadcast(&mut tensors, 0)?;

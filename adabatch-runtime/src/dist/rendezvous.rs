@@ -604,7 +604,7 @@ mod tests {
             waited: Duration::from_millis(300),
         });
         assert!(
-            matches!(&err, crate::Error::Rendezvous(RendezvousError::Timeout { missing, .. }) if missing == &[1, 3]),
+            matches!(&err, crate::Error::Distributed(crate::DistributedError::Rendezvous(RendezvousError::Timeout { missing, .. })) if missing == &[1, 3]),
             "{err}"
         );
     }

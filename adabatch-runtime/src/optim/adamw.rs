@@ -256,11 +256,13 @@ impl AdamW {
         };
         let (was, now) = (frozen(Some(saved)), frozen(self.groups.as_ref()));
         if was != now {
-            return Err(crate::error::Error::OptimizerStateMismatch {
-                detail: format!(
-                    "the checkpoint's optimizer froze {was:?}, this run's freezes {now:?}"
-                ),
-            });
+            return Err(crate::error::Error::Checkpoint(
+                crate::error::CheckpointError::OptimizerStateMismatch {
+                    detail: format!(
+                        "the checkpoint's optimizer froze {was:?}, this run's freezes {now:?}"
+                    ),
+                },
+            ));
         }
         for slot in &mut self.slots {
             if let Some(name) = name_of(params, &slot.var) {
@@ -389,13 +391,15 @@ impl TrainOptimizer for AdamW {
             let load = |key: &str| -> Result<Tensor> {
                 let t = state.tensor(name, key)?;
                 if t.shape() != shape {
-                    return Err(crate::error::Error::OptimizerStateMismatch {
-                        detail: format!(
-                            "`{name}.{key}` has shape {:?}, the parameter {:?}",
-                            t.shape(),
-                            shape
-                        ),
-                    });
+                    return Err(crate::error::Error::Checkpoint(
+                        crate::error::CheckpointError::OptimizerStateMismatch {
+                            detail: format!(
+                                "`{name}.{key}` has shape {:?}, the parameter {:?}",
+                                t.shape(),
+                                shape
+                            ),
+                        },
+                    ));
                 }
                 Ok(t.to_dtype(slot.var.dtype())?.to_device(slot.var.device())?)
             };

@@ -15,7 +15,7 @@ use candle_core::Var;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ModelError, Result};
 
 /// Hugging Face's `forbidden_name_patterns` (biases and norms), plus `ln` layers
 /// (`ln_1`, `ln_f`, `ln1`), which HF recognises by their `nn.LayerNorm` type and a
@@ -43,10 +43,12 @@ pub struct ParamGroups {
 
 /// Compiles `pattern` for names lower-cased first, as HF matches them.
 fn compile(pattern: &str, what: &'static str) -> Result<Regex> {
-    Regex::new(pattern).map_err(|e| Error::ParameterPattern {
-        pattern: pattern.into(),
-        what,
-        detail: format!("not a regular expression: {e}"),
+    Regex::new(pattern).map_err(|e| {
+        Error::Model(ModelError::ParameterPattern {
+            pattern: pattern.into(),
+            what,
+            detail: format!("not a regular expression: {e}"),
+        })
     })
 }
 
@@ -86,7 +88,7 @@ impl ParamGroups {
             .cloned()
             .collect();
         if found.is_empty() {
-            return Err(Error::ParameterPattern {
+            return Err(Error::Model(ModelError::ParameterPattern {
                 pattern: pattern.into(),
                 what,
                 detail: format!(
@@ -99,7 +101,7 @@ impl ParamGroups {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-            });
+            }));
         }
         Ok(found)
     }
@@ -195,10 +197,10 @@ impl HeldParameters {
             .map(|v| v.dims().to_vec())
             .collect();
         if !strangers.is_empty() {
-            return Err(Error::OptimizerParameterNotNamed {
+            return Err(Error::Model(ModelError::OptimizerParameterNotNamed {
                 count: strangers.len(),
                 shapes: strangers,
-            });
+            }));
         }
         let held: HashSet<_> = self.vars.iter().map(|v| v.as_tensor().id()).collect();
         let frozen: BTreeSet<&str> = self.frozen.iter().map(String::as_str).collect();
@@ -212,7 +214,9 @@ impl HeldParameters {
             }
         }
         if !orphans.is_empty() {
-            return Err(Error::ParametersNotInOptimizer { names: orphans });
+            return Err(Error::Model(ModelError::ParametersNotInOptimizer {
+                names: orphans,
+            }));
         }
         Ok(trainable)
     }
@@ -298,7 +302,7 @@ mod tests {
         };
         let err = undeclared.trainable(&params).unwrap_err();
         assert!(
-            matches!(&err, Error::ParametersNotInOptimizer { names } if names == &["model.embed_tokens.weight"]),
+            matches!(&err, Error::Model(ModelError::ParametersNotInOptimizer { names }) if names == &["model.embed_tokens.weight"]),
             "{err}"
         );
         // A variable the model does not name.

@@ -48,9 +48,11 @@ pub trait TrainOptimizer: candle_nn::Optimizer {
     /// Restores a state this kind of optimizer exported. The default refuses.
     fn import_state(&mut self, params: &[(String, Var)], state: &OptimizerState) -> Result<()> {
         let _ = params;
-        Err(crate::error::Error::OptimizerStateUnsupported {
-            kind: state.kind.clone(),
-        })
+        Err(crate::error::Error::Checkpoint(
+            crate::error::CheckpointError::OptimizerStateUnsupported {
+                kind: state.kind.clone(),
+            },
+        ))
     }
 }
 

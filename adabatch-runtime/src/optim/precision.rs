@@ -24,7 +24,7 @@ use std::cell::Cell;
 
 use candle_core::{DType, Tensor};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ModelError, Result, SettingsError, TrainingError};
 
 /// The dtype a run's model computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -111,9 +111,9 @@ impl AutocastScope {
     /// while the user believes otherwise: a typed error instead.
     pub(crate) fn check_used(&self, precision: Precision) -> Result<()> {
         if self.active && AUTOCAST.get().1 == 0 {
-            return Err(Error::AutocastUnused {
+            return Err(Error::Model(ModelError::AutocastUnused {
                 flag: precision.flag(),
-            });
+            }));
         }
         Ok(())
     }
@@ -159,12 +159,12 @@ impl LossScaler {
     /// A scaler starting at 2^`initial_power`.
     pub fn new(initial_power: i32, growth_interval: usize) -> Result<Self> {
         if !(-24..=120).contains(&initial_power) || growth_interval == 0 {
-            return Err(Error::InvalidSetting {
+            return Err(Error::Settings(SettingsError::InvalidSetting {
                 name: "fp16_initial_scale_power",
                 value: format!("{initial_power} (growth interval {growth_interval})"),
                 expected:
                     "a power of two between 2^-24 and 2^120, and a growth interval of at least 1",
-            });
+            }));
         }
         Ok(Self {
             scale: 2f64.powi(initial_power),
@@ -189,7 +189,7 @@ impl LossScaler {
         self.good_steps = 0;
         self.scale *= 0.5;
         if self.scale < SMALLEST_SCALE {
-            return Err(Error::LossScaleUnderflow { step });
+            return Err(Error::Training(TrainingError::LossScaleUnderflow { step }));
         }
         Ok(())
     }
@@ -247,7 +247,9 @@ mod tests {
         let mut tiny = LossScaler::new(-24, 3)?;
         assert!(matches!(
             tiny.update(false, 9),
-            Err(Error::LossScaleUnderflow { step: 9 })
+            Err(Error::Training(TrainingError::LossScaleUnderflow {
+                step: 9
+            }))
         ));
         Ok(())
     }

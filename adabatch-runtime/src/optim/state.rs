@@ -8,7 +8,7 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 
 use super::groups::ParamGroups;
-use crate::error::{Error, Result};
+use crate::error::{CheckpointError, Error, Result};
 
 /// Version of the file layout; a checkpoint of another version is refused.
 pub const FORMAT_VERSION: &str = "1";
@@ -46,29 +46,28 @@ impl OptimizerState {
         if self.kind == kind {
             Ok(())
         } else {
-            Err(Error::OptimizerStateMismatch {
+            Err(Error::Checkpoint(CheckpointError::OptimizerStateMismatch {
                 detail: format!("written by `{}`, this run uses `{kind}`", self.kind),
-            })
+            }))
         }
     }
 
     /// The tensor of `slot` for parameter `name`.
     pub fn tensor(&self, name: &str, slot: &str) -> Result<&Tensor> {
-        self.tensors
-            .get(&format!("{name}.{slot}"))
-            .ok_or_else(|| Error::OptimizerStateMismatch {
+        self.tensors.get(&format!("{name}.{slot}")).ok_or_else(|| {
+            Error::Checkpoint(CheckpointError::OptimizerStateMismatch {
                 detail: format!("no `{slot}` state for parameter `{name}`"),
             })
+        })
     }
 
     /// A hyper-parameter.
     pub fn hyper(&self, name: &str) -> Result<f64> {
-        self.hyper
-            .get(name)
-            .copied()
-            .ok_or_else(|| Error::OptimizerStateMismatch {
+        self.hyper.get(name).copied().ok_or_else(|| {
+            Error::Checkpoint(CheckpointError::OptimizerStateMismatch {
                 detail: format!("no hyper-parameter `{name}`"),
             })
+        })
     }
 
     /// Writes `path` (safetensors with the metadata in its header).
@@ -98,18 +97,20 @@ impl OptimizerState {
             .map(|n| (n.as_str(), &self.tensors[*n]))
             .collect();
         safetensors::serialize_to_file(views, Some(metadata), path).map_err(|e| {
-            Error::CorruptCheckpoint {
+            Error::Checkpoint(CheckpointError::CorruptCheckpoint {
                 path: path.into(),
                 detail: format!("cannot write the optimizer state: {e}"),
-            }
+            })
         })
     }
 
     /// Reads `path` onto `device`.
     pub fn load(path: &Path, device: &Device) -> Result<Self> {
-        let corrupt = |detail: String| Error::CorruptCheckpoint {
-            path: path.into(),
-            detail,
+        let corrupt = |detail: String| {
+            Error::Checkpoint(CheckpointError::CorruptCheckpoint {
+                path: path.into(),
+                detail,
+            })
         };
         let bytes = std::fs::read(path).map_err(|e| corrupt(e.to_string()))?;
         let (_, header) = safetensors::SafeTensors::read_metadata(&bytes)

@@ -160,7 +160,10 @@ fn read_log(path: &Path) -> Result<(Vec<StepLog>, Vec<Evaluation>)> {
 /// Draws `runs` to `out`: SVG for `.svg`, PNG for `.png` (other extensions are an
 /// error). The directory is created if needed.
 pub fn plot_runs(runs: &[RunLog], out: &Path) -> Result<()> {
-    let fail = |what: String| Error::Message(format!("plot {}: {what}", out.display()));
+    let fail = |detail: String| Error::Plot {
+        path: out.to_path_buf(),
+        detail,
+    };
     if runs.is_empty() {
         return Err(fail("no run to draw".into()));
     }
@@ -603,6 +606,17 @@ fn format_tick(v: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nothing_to_draw_and_an_unknown_format_are_typed_errors() {
+        let out = std::env::temp_dir().join(format!("adabatch-plot-{}.svg", std::process::id()));
+        let err = plot_runs(&[], &out).unwrap_err();
+        assert!(
+            matches!(&err, Error::Plot { path, detail } if path == &out && detail == "no run to draw"),
+            "{err}"
+        );
+        assert!(err.to_string().starts_with("plot "), "{err}");
+    }
 
     fn entry(step: usize, global_batch: usize, epoch: f64, coverage: f64) -> StepLog {
         StepLog {

@@ -5,17 +5,17 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use candle_core::Device;
 
-use crate::error::{Error, Result};
+use crate::error::{DataError, DistributedError, Error, Result};
 use crate::user::data::{Collate, Dataset};
 use crate::user::train_model::Batch;
 
 /// Runs `f`, turning a panic into this rank's error.
 pub(crate) fn guarded<R>(rank: usize, f: impl FnOnce() -> Result<R>) -> Result<R> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        Err(Error::RankPanicked {
+        Err(Error::Distributed(DistributedError::RankPanicked {
             rank,
             message: panic_message(&*p),
-        })
+        }))
     })
 }
 
@@ -42,10 +42,10 @@ where
     let items: Vec<D::Item> = indices.iter().map(|&i| dataset.get(i)).collect();
     let batch = collate.collate(&items, device)?;
     if batch.num_examples() != items.len() {
-        return Err(Error::CollateSize {
+        return Err(Error::Data(DataError::CollateSize {
             returned: batch.num_examples(),
             items: items.len(),
-        });
+        }));
     }
     Ok(batch)
 }

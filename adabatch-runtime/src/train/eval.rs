@@ -6,7 +6,7 @@ use candle_core::{DType, Device, Tensor};
 use crate::config::policy::Reweight;
 use crate::data::source_spec::SourceSpec;
 use crate::dist::communicator::Communicator;
-use crate::error::{Error, Result};
+use crate::error::{Error, ModelError, Result};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::report::record::EvalLog;
 use crate::train::source_sums;
@@ -26,12 +26,12 @@ pub(crate) fn eval_share(len: usize, rank: usize, world: usize) -> std::ops::Ran
 /// The sum of a per-example tensor of `n` entries, in f64.
 fn per_example_sum(values: &Tensor, n: usize, what: &str) -> Result<f64> {
     if values.dims() != [n] {
-        return Err(Error::EvalMetric {
+        return Err(Error::Model(ModelError::EvalMetric {
             detail: format!(
                 "{what} has shape {:?}; expected one value per example, [{n}]",
                 values.dims()
             ),
-        });
+        }));
     }
     Ok(values.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?)
 }
@@ -104,9 +104,9 @@ impl EvalSums {
         if metrics.len() != self.names.len()
             || metrics.iter().zip(&self.names).any(|(m, n)| m.0 != *n)
         {
-            return Err(Error::EvalMetric {
+            return Err(Error::Model(ModelError::EvalMetric {
                 detail: "eval_metrics returned different names for different batches".into(),
-            });
+            }));
         }
         for ((name, values), sum) in metrics.iter().zip(&mut self.metrics) {
             *sum += per_example_sum(values, n, name)?;
@@ -190,9 +190,9 @@ fn check_metric_names(comm: &impl Communicator, names: &[&str]) -> Result<()> {
     comm.all_reduce_sum(&mut [], &mut agreement)?;
     let world = comm.world_size() as f64;
     if agreement != [names.len() as f64 * world, names_fingerprint(names) * world] {
-        return Err(Error::EvalMetric {
+        return Err(Error::Model(ModelError::EvalMetric {
             detail: format!("rank {} reports other metrics than its peers", comm.rank()),
-        });
+        }));
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 //! The first signal is counted; every rank reads the count when it all-reduces its
 //! step (the flag rides in the step's collective), so all ranks learn of it after
 //! the same step, even ranks in other processes that got no signal. The run then
-//! saves a checkpoint at that step and stops with [`Error::Interrupted`], which
+//! saves a checkpoint at that step and stops with [`TrainingError::Interrupted`], which
 //! [`crate::exit_code`] turns into exit code [`INTERRUPTED_EXIT_CODE`]. A second
 //! signal while the first is being handled exits at once (code 130), as a second
 //! Ctrl-C does elsewhere.
@@ -14,7 +14,7 @@
 //! (signal-hook's handlers chain with others; a run started later in the same
 //! process is stopped only by signals that arrive after it started).
 //!
-//! [`Error::Interrupted`]: crate::error::Error::Interrupted
+//! [`TrainingError::Interrupted`]: crate::TrainingError::Interrupted
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};

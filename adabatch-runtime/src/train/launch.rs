@@ -12,7 +12,7 @@ use candle_core::Device;
 
 use crate::config::args::TrainingArgs;
 use crate::dist::communicator::{Communicator, Local, Single};
-use crate::error::{Error, Result};
+use crate::error::{DistributedError, Error, Result, SettingsError};
 use crate::report::logging::Logger;
 use crate::report::summary::{TrainSummary, Trained};
 use crate::train::checkpoint::resume_point;
@@ -94,9 +94,9 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
         C: CollateFor<T, D>,
     {
         if self.args.nproc_per_node != 1 {
-            return Err(Error::TrainNeedsOneRank {
+            return Err(Error::Settings(SettingsError::TrainNeedsOneRank {
                 nproc_per_node: self.args.nproc_per_node,
-            });
+            }));
         }
         let settings = self.settings::<T>(1)?;
         if self.args.dry_run {
@@ -171,7 +171,7 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
         M: Communicator,
     {
         let Some((first, _)) = members.first() else {
-            return Err(Error::EmptyGroup);
+            return Err(Error::Settings(SettingsError::EmptyGroup));
         };
         let settings = self.settings::<T>(first.world_size())?;
         if self.args.dry_run {
@@ -232,10 +232,10 @@ where
             .into_iter()
             .map(|(rank, h)| {
                 let result = h.join().unwrap_or_else(|p| {
-                    Err(Error::RankPanicked {
+                    Err(Error::Distributed(DistributedError::RankPanicked {
                         rank,
                         message: panic_message(&*p),
-                    })
+                    }))
                 });
                 (rank, result)
             })
@@ -272,14 +272,14 @@ where
                 Ok(Trained { trainer, summary })
             }
             (_, Err(e)) => Err(e),
-            (true, Ok(_)) => Err(Error::PeerFailed { rank }),
+            (true, Ok(_)) => Err(Error::Distributed(DistributedError::PeerFailed { rank })),
         }
     }));
     outcome.unwrap_or_else(|payload| {
-        Err(Error::RankPanicked {
+        Err(Error::Distributed(DistributedError::RankPanicked {
             rank,
             message: panic_message(&*payload),
-        })
+        }))
     })
 }
 
@@ -297,14 +297,14 @@ fn pick_result<T>(mut results: Vec<(usize, Result<Trained<T>>)>) -> Result<Train
     }
     if let Some(root) = errors
         .iter()
-        .position(|e| !matches!(e, Error::PeerFailed { .. }))
+        .position(|e| !matches!(e, Error::Distributed(DistributedError::PeerFailed { .. })))
     {
         return Err(errors.swap_remove(root));
     }
     match (errors.pop(), first) {
         (Some(e), _) => Err(e),
         (None, Some(t)) => Ok(t),
-        (None, None) => Err(Error::EmptyGroup),
+        (None, None) => Err(Error::Settings(SettingsError::EmptyGroup)),
     }
 }
 

@@ -3,16 +3,19 @@
 
 use std::collections::BTreeSet;
 
-use crate::error::{Error, Result};
+use crate::error::{DistributedError, Error, Result, TrainingError};
 
 /// Whether an error is the device running out of memory (candle surfaces CUDA's
 /// `CUDA_ERROR_OUT_OF_MEMORY` and allocator failures as messages).
 pub fn is_out_of_memory(error: &Error) -> bool {
     match error {
-        Error::OutOfMemory { .. } => true,
+        Error::Training(TrainingError::OutOfMemory { .. }) => true,
         Error::Candle(e) => names_out_of_memory(&e.to_string()),
         // Packing buffers of a collective can run out too.
-        Error::Comm(msg) => names_out_of_memory(msg),
+        Error::Distributed(DistributedError::Library { detail, .. })
+        | Error::Distributed(DistributedError::CollectiveInput { detail }) => {
+            names_out_of_memory(detail)
+        }
         _ => false,
     }
 }
@@ -90,18 +93,18 @@ impl FaultInjector {
         examples: usize,
     ) -> Result<(), Error> {
         if step % active_ranks.max(1) == rank && self.at_steps.remove(&step) {
-            return Err(Error::OutOfMemory {
+            return Err(Error::Training(TrainingError::OutOfMemory {
                 step,
                 detail: format!("injected at step {step} on rank {rank}"),
-            });
+            }));
         }
         match self.above_local_batch {
-            Some(limit) if examples > limit => Err(Error::OutOfMemory {
+            Some(limit) if examples > limit => Err(Error::Training(TrainingError::OutOfMemory {
                 step,
                 detail: format!(
                     "injected: {examples} examples exceed the limit of {limit} on rank {rank}"
                 ),
-            }),
+            })),
             _ => Ok(()),
         }
     }
@@ -150,9 +153,19 @@ mod tests {
                 text.into()
             ))));
         }
-        assert!(is_out_of_memory(&Error::Comm(
-            "packing: DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")".into()
+        assert!(is_out_of_memory(&Error::Distributed(
+            DistributedError::Library {
+                library: "CUDA",
+                call: "packing".into(),
+                detail: "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")".into(),
+            }
         )));
-        assert!(!is_out_of_memory(&Error::Comm("NCCL timeout".into())));
+        assert!(!is_out_of_memory(&Error::Distributed(
+            DistributedError::PeersTimedOut {
+                collective: "all_reduce".into(),
+                rank: 0,
+                waited: std::time::Duration::from_secs(1),
+            }
+        )));
     }
 }

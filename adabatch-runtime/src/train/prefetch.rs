@@ -14,7 +14,7 @@ use candle_core::Device;
 
 use crate::adapt::schedule::Schedule;
 use crate::data::planner::{StepBatches, StepPlanner};
-use crate::error::{Error, Result};
+use crate::error::{DataError, DistributedError, Error, Result};
 use crate::train::collate::{collate_indices, guarded, panic_message};
 use crate::user::data::{Collate, Dataset};
 use crate::user::train_model::Batch;
@@ -108,9 +108,11 @@ where
                 // `guarded` already turns a collate panic into an error; this is a
                 // panic outside it, reported the same way on the step that needs it.
                 let message = panic_message(&*payload);
-                let error = || Error::RankPanicked {
-                    rank: self.rank,
-                    message: message.clone(),
+                let error = || {
+                    Error::Distributed(DistributedError::RankPanicked {
+                        rank: self.rank,
+                        message: message.clone(),
+                    })
                 };
                 next.chunks.into_iter().map(|c| (c, Err(error()))).collect()
             });
@@ -134,7 +136,7 @@ where
                 ahead
                     .next_step_with(|_| {
                         if length_aware {
-                            Err(Error::EmptyDataset) // any error: stop looking ahead
+                            Err(Error::Data(DataError::EmptyDataset)) // any error: stop looking ahead
                         } else {
                             Ok(None)
                         }

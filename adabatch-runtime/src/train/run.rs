@@ -13,7 +13,7 @@ use crate::data::length::LengthIndex;
 use crate::data::planner::{PlannerState, StepBatches, StepPlanner};
 use crate::dist::communicator::Communicator;
 use crate::dist::parameters::synchronise_parameters;
-use crate::error::{Error, Result};
+use crate::error::{Error, ModelError, Result, TrainingError};
 use crate::memory::device_memory::PeakSampler;
 use crate::memory::host::keep_freed_memory;
 use crate::optim::TrainOptimizer;
@@ -501,11 +501,13 @@ where
         // Every rank holds the same weights: all refuse together.
         let not_finite = non_finite(&self.params)?;
         if !not_finite.is_empty() {
-            return Err(self.diverged(Error::NonFiniteWeights {
-                step,
-                names: not_finite,
-                last_checkpoint: None,
-            }));
+            return Err(
+                self.diverged(Error::Training(TrainingError::NonFiniteWeights {
+                    step,
+                    names: not_finite,
+                    last_checkpoint: None,
+                })),
+            );
         }
         let controllers = self.controllers.save(self.comm, &mut *self.trainer)?;
         self.last_saved = Some(step);
@@ -542,11 +544,11 @@ where
             self.save()?;
         }
         Interrupts::handled();
-        Ok(Error::Interrupted {
+        Ok(Error::Training(TrainingError::Interrupted {
             signal: Interrupts::last_signal(),
             step,
             checkpoint: checkpoint_dir(&self.settings.saves.output_dir, step),
-        })
+        }))
     }
 
     /// A divergence error with the last checkpoint of this run (its weights were
@@ -558,20 +560,25 @@ where
             .map(|s| checkpoint_dir(&self.settings.saves.output_dir, s))
             .filter(|dir| dir.is_dir());
         let error = match error {
-            Error::NonFiniteLoss { step, loss, .. } => Error::NonFiniteLoss {
-                step,
-                loss,
-                last_checkpoint: last,
-            },
-            Error::NonFiniteWeights { step, names, .. } => Error::NonFiniteWeights {
-                step,
-                names,
-                last_checkpoint: last,
-            },
+            Error::Training(TrainingError::NonFiniteLoss { step, loss, .. }) => {
+                Error::Training(TrainingError::NonFiniteLoss {
+                    step,
+                    loss,
+                    last_checkpoint: last,
+                })
+            }
+            Error::Training(TrainingError::NonFiniteWeights { step, names, .. }) => {
+                Error::Training(TrainingError::NonFiniteWeights {
+                    step,
+                    names,
+                    last_checkpoint: last,
+                })
+            }
             other => return other,
         };
         if let Some(logger) = self.logger.as_deref_mut() {
-            let (Error::NonFiniteLoss { step, .. } | Error::NonFiniteWeights { step, .. }) = error
+            let (Error::Training(TrainingError::NonFiniteLoss { step, .. })
+            | Error::Training(TrainingError::NonFiniteWeights { step, .. })) = error
             else {
                 unreachable!("a divergence error")
             };
@@ -715,13 +722,13 @@ fn trainable_parameters(
 fn sorted_parameters<M: TrainModel>(model: &M) -> Result<Vec<(String, Var)>> {
     let mut params = model.named_parameters();
     if params.is_empty() {
-        return Err(Error::NoParameters);
+        return Err(Error::Model(ModelError::NoParameters));
     }
     params.sort_by(|a, b| a.0.cmp(&b.0));
     if let Some(w) = params.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(Error::DuplicateParameter {
+        return Err(Error::Model(ModelError::DuplicateParameter {
             name: w[0].0.clone(),
-        });
+        }));
     }
     Ok(params)
 }

@@ -10,7 +10,7 @@ use crate::config::policy::Reweight;
 use crate::data::planner::StepBatches;
 use crate::data::source_spec::SourceSpec;
 use crate::dist::communicator::Communicator;
-use crate::error::{Error, Result};
+use crate::error::{DataError, DistributedError, Error, ModelError, Result, TrainingError};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::train::collate::{collate_indices, guarded};
 use crate::train::interrupt::Interrupts;
@@ -304,10 +304,10 @@ where
     drop(autocast);
     let losses = loss_in_f32(losses)?;
     if losses.dims() != [chunk.len()] {
-        return Err(Error::LossShape {
+        return Err(Error::Model(ModelError::LossShape {
             shape: losses.dims().to_vec(),
             examples: chunk.len(),
-        });
+        }));
     }
     if let Some(spec) = &input.sources {
         let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
@@ -399,11 +399,11 @@ where
         });
     };
     if !update.loss.is_finite() {
-        return Err(Error::NonFiniteLoss {
+        return Err(Error::Training(TrainingError::NonFiniteLoss {
             step: plan.step,
             loss: update.loss,
             last_checkpoint: None,
-        });
+        }));
     }
     let grad_norm = norm_and_clip(
         &mut update,
@@ -476,7 +476,7 @@ fn per_token_mean<B>(
         return Ok(None);
     }
     if summed.tokens <= 0.0 {
-        return Err(Error::NoTokens { step: plan.step });
+        return Err(Error::Data(DataError::NoTokens { step: plan.step }));
     }
     summed.grads = scale_grads(std::mem::take(&mut summed.grads), 1.0 / summed.tokens)?;
     summed.loss /= summed.tokens;
@@ -634,7 +634,9 @@ fn reduce(
     let summed = layout.read(&flat);
     match local {
         Err(e) if !is_out_of_memory(&e) => Err(e),
-        _ if summed.failed > 0.0 => Err(Error::PeerFailed { rank: comm.rank() }),
+        _ if summed.failed > 0.0 => Err(Error::Distributed(DistributedError::PeerFailed {
+            rank: comm.rank(),
+        })),
         Err(e) => Ok(Err(StepOom::Here(e.to_string()))),
         Ok(_) if summed.out_of_memory > 0.0 => Ok(Err(StepOom::Elsewhere {
             ranks: summed.out_of_memory as usize,
@@ -736,7 +738,9 @@ fn check_coverage(params: &[(String, Var)], covered: &[bool]) -> Result<()> {
     if names.is_empty() {
         Ok(())
     } else {
-        Err(Error::ParametersWithoutGradient { names })
+        Err(Error::Model(ModelError::ParametersWithoutGradient {
+            names,
+        }))
     }
 }
 
@@ -755,9 +759,11 @@ fn check_updated(before: &[(String, Var, Tensor)]) -> Result<()> {
     }
     match stale.len() {
         0 => Ok(()),
-        n if n == before.len() => Err(Error::OptimizerUpdatesNothing {
+        n if n == before.len() => Err(Error::Model(ModelError::OptimizerUpdatesNothing {
             parameters: stale.len(),
-        }),
-        _ => Err(Error::ParametersNotUpdated { names: stale }),
+        })),
+        _ => Err(Error::Model(ModelError::ParametersNotUpdated {
+            names: stale,
+        })),
     }
 }

@@ -4,7 +4,7 @@
 use candle_core::Device;
 
 use crate::data::source_spec::SourceSpec;
-use crate::error::{Error, Result};
+use crate::error::{DataError, Error, Result};
 use crate::user::train_model::Batch;
 
 /// Random-access training examples, shared by every rank.
@@ -46,10 +46,10 @@ impl<D: Dataset> WithLengths<D> {
     /// Attaches one length per example.
     pub fn new(inner: D, lengths: Vec<usize>) -> Result<Self> {
         if lengths.len() != inner.len() {
-            return Err(Error::LengthsMismatch {
+            return Err(Error::Data(DataError::LengthsMismatch {
                 lengths: lengths.len(),
                 examples: inner.len(),
-            });
+            }));
         }
         Ok(Self { inner, lengths })
     }

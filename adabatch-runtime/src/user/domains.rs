@@ -27,7 +27,7 @@ use crate::data::tokenize::{
     build_tokenizer, read_documents, read_json, remove_if_present, split_held_out, write_prepared,
     write_whole, CorpusInfo, CorpusSource, PrepareOptions,
 };
-use crate::error::{Error, Result};
+use crate::error::{DataError, Error, Result};
 use crate::user::sources::Sources;
 
 /// What [`prepare_domains`] wrote: `domains.json`.
@@ -70,9 +70,11 @@ fn check_name(name: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::TokenSetting(format!(
-            "domain name {name:?}: use letters, digits, `_` and `-` (it names a folder and the logs' keys)"
-        )))
+        Err(Error::Data(DataError::InvalidTokenSetting {
+            name: "domain name",
+            value: format!("{name:?}"),
+            expected: "letters, digits, `_` and `-` (it names a folder and the logs' keys)".into(),
+        }))
     }
 }
 
@@ -82,12 +84,14 @@ fn check_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<()> {
     for name in names {
         check_name(name)?;
         if seen.contains(&name) {
-            return Err(Error::DuplicateSource { name: name.into() });
+            return Err(Error::Data(DataError::DuplicateSource {
+                name: name.into(),
+            }));
         }
         seen.push(name);
     }
     if seen.is_empty() {
-        return Err(Error::NoSources);
+        return Err(Error::Data(DataError::NoSources));
     }
     Ok(())
 }
@@ -113,9 +117,9 @@ pub fn prepare_domains(
         .collect();
     for ((name, _), (_, validation)) in domains.iter().zip(&splits) {
         if options.validation_fraction > 0.0 && validation.is_empty() {
-            return Err(Error::NoValidationDocuments {
+            return Err(Error::Data(DataError::NoValidationDocuments {
                 domain: name.clone(),
-            });
+            }));
         }
     }
     let all_train: Vec<&str> = splits.iter().flat_map(|(t, _)| t.iter().copied()).collect();
@@ -136,9 +140,11 @@ pub fn prepare_domains(
         infos.push(info);
         sources.push(source);
     }
-    let text = tokenizer.to_string(false).map_err(|e| Error::Tokenizer {
-        path: dir.join("tokenizer.json"),
-        detail: e.to_string(),
+    let text = tokenizer.to_string(false).map_err(|e| {
+        Error::Data(DataError::Tokenizer {
+            path: dir.join("tokenizer.json"),
+            detail: e.to_string(),
+        })
     })?;
     write_whole(&dir.join("tokenizer.json"), text.as_bytes())?;
     let info = DomainsInfo {
@@ -191,20 +197,20 @@ impl Domains {
         let first = &infos[0];
         for ((name, _), info) in domains.iter().zip(&infos).skip(1) {
             if let Some(detail) = tokenizer_difference(first, info) {
-                return Err(Error::MixedTokenizers {
+                return Err(Error::Data(DataError::MixedTokenizers {
                     first: domains[0].0.clone(),
                     other: name.clone(),
                     detail,
-                });
+                }));
             }
         }
         let mut train = Vec::with_capacity(domains.len());
         let mut validation = Vec::with_capacity(domains.len());
         for ((name, dir), info) in domains.iter().zip(&infos) {
             if info.validation_documents == 0 {
-                return Err(Error::NoValidationDocuments {
+                return Err(Error::Data(DataError::NoValidationDocuments {
                     domain: name.clone(),
-                });
+                }));
             }
             let (mut t, mut v) = info.open_documents(dir)?;
             if let Some(max) = max_len {
@@ -270,12 +276,18 @@ mod tests {
     fn names_are_checked() {
         assert!(check_names(["en", "py_3", "kjv-1611"]).is_ok());
         for bad in [vec!["a b"], vec![""], vec!["a/b"]] {
-            assert!(matches!(check_names(bad), Err(Error::TokenSetting(_))));
+            assert!(matches!(
+                check_names(bad),
+                Err(Error::Data(DataError::InvalidTokenSetting { .. }))
+            ));
         }
         assert!(matches!(
             check_names(["a", "a"]),
-            Err(Error::DuplicateSource { .. })
+            Err(Error::Data(DataError::DuplicateSource { .. }))
         ));
-        assert!(matches!(check_names([]), Err(Error::NoSources)));
+        assert!(matches!(
+            check_names([]),
+            Err(Error::Data(DataError::NoSources))
+        ));
     }
 }

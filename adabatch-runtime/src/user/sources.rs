@@ -3,7 +3,7 @@
 //! deterministic: see [`crate::data::source_spec`]).
 
 use crate::data::source_spec::{check_weights, MixUnit, SourceSpec, StoppingStrategy};
-use crate::error::{Error, Result};
+use crate::error::{DataError, Error, Result};
 use crate::user::data::Dataset;
 
 /// Named sources of one item type. The first is the primary: a run's epochs are
@@ -28,14 +28,16 @@ impl<D: Dataset> Sources<D> {
         let (names, parts): (Vec<String>, Vec<D>) =
             sources.into_iter().map(|(n, d)| (n.into(), d)).unzip();
         if names.is_empty() {
-            return Err(Error::NoSources);
+            return Err(Error::Data(DataError::NoSources));
         }
         for (i, name) in names.iter().enumerate() {
             if names[..i].contains(name) {
-                return Err(Error::DuplicateSource { name: name.clone() });
+                return Err(Error::Data(DataError::DuplicateSource {
+                    name: name.clone(),
+                }));
             }
             if parts[i].is_empty() {
-                return Err(Error::EmptySource { name: name.clone() });
+                return Err(Error::Data(DataError::EmptySource { name: name.clone() }));
             }
         }
         let mut offsets = Vec::with_capacity(parts.len());
@@ -174,24 +176,27 @@ mod tests {
     #[test]
     fn mistakes_are_typed_errors() {
         let none: Vec<(&str, Vec<u8>)> = Vec::new();
-        assert!(matches!(Sources::new(none), Err(Error::NoSources)));
+        assert!(matches!(
+            Sources::new(none),
+            Err(Error::Data(DataError::NoSources))
+        ));
         assert!(matches!(
             Sources::new([("a", vec![1]), ("a", vec![2])]),
-            Err(Error::DuplicateSource { .. })
+            Err(Error::Data(DataError::DuplicateSource { .. }))
         ));
         assert!(matches!(
             Sources::new([("a", vec![1]), ("b", vec![])]),
-            Err(Error::EmptySource { name }) if name == "b"
+            Err(Error::Data(DataError::EmptySource { name })) if name == "b"
         ));
         let s = Sources::new([("a", vec![1]), ("b", vec![2])]).unwrap();
         assert!(matches!(
             s.clone().with_weights(&[("c", 1.0)]),
-            Err(Error::UnknownSource { .. })
+            Err(Error::Data(DataError::UnknownSource { .. }))
         ));
         for w in [f64::NAN, -1.0, 0.0] {
             assert!(matches!(
                 s.clone().with_weights(&[("a", w)]),
-                Err(Error::InvalidMixWeights { step: 0, .. })
+                Err(Error::Data(DataError::InvalidMixWeights { step: 0, .. }))
             ));
         }
     }

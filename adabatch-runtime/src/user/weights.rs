@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{Tensor, Var};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ModelError, Result};
 
 /// The weights file of a saved model or checkpoint directory.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
@@ -65,9 +65,11 @@ impl std::fmt::Display for LoadReport {
 /// The safetensors files of `source`: the file itself, or a directory's
 /// `model.safetensors`, or the shards its `model.safetensors.index.json` lists.
 pub fn weight_files(source: &Path) -> Result<Vec<PathBuf>> {
-    let not_found = |detail: String| Error::WeightsFile {
-        path: source.to_path_buf(),
-        detail,
+    let not_found = |detail: String| {
+        Error::Model(ModelError::WeightsFile {
+            path: source.to_path_buf(),
+            detail,
+        })
     };
     if source.is_file() {
         return Ok(vec![source.to_path_buf()]);
@@ -104,9 +106,11 @@ pub fn load_weights(params: &[(String, Var)], source: &Path, strict: bool) -> Re
     let files = weight_files(source)?;
     // SAFETY: the files are mapped read-only for the duration of this call; a
     // concurrent writer truncating them is outside what any loader can guard.
-    let mapped = unsafe { MmapedSafetensors::multi(&files) }.map_err(|e| Error::WeightsFile {
-        path: source.to_path_buf(),
-        detail: format!("not a safetensors file: {e}"),
+    let mapped = unsafe { MmapedSafetensors::multi(&files) }.map_err(|e| {
+        Error::Model(ModelError::WeightsFile {
+            path: source.to_path_buf(),
+            detail: format!("not a safetensors file: {e}"),
+        })
     })?;
     let shapes: HashMap<String, Vec<usize>> = mapped
         .tensors()
@@ -115,24 +119,24 @@ pub fn load_weights(params: &[(String, Var)], source: &Path, strict: bool) -> Re
         .collect();
     let report = plan_load(params, &shapes);
     if strict && !report.is_exact() {
-        return Err(Error::WeightsMismatch {
+        return Err(Error::Model(ModelError::WeightsMismatch {
             path: source.to_path_buf(),
             missing: report.missing,
             unexpected: report.unexpected,
             shapes: report.mismatched,
-        });
+        }));
     }
     // Every tensor is read and checked before any parameter changes: a file with
     // a NaN leaves the model as it was.
     let mut loaded = Vec::new();
     let mut non_finite = Vec::new();
     for (name, var) in params.iter().filter(|(n, _)| report.loaded.contains(n)) {
-        let tensor = mapped
-            .load(name, var.device())
-            .map_err(|e| Error::WeightsFile {
+        let tensor = mapped.load(name, var.device()).map_err(|e| {
+            Error::Model(ModelError::WeightsFile {
                 path: source.to_path_buf(),
                 detail: format!("cannot read `{name}`: {e}"),
-            })?;
+            })
+        })?;
         let bad = count_non_finite(&tensor)?;
         if bad > 0 {
             non_finite.push(format!("`{name}`: {bad} of {}", tensor.elem_count()));
@@ -140,10 +144,10 @@ pub fn load_weights(params: &[(String, Var)], source: &Path, strict: bool) -> Re
         loaded.push((var, tensor));
     }
     if !non_finite.is_empty() {
-        return Err(Error::NonFiniteInitWeights {
+        return Err(Error::Model(ModelError::NonFiniteInitWeights {
             path: source.to_path_buf(),
             tensors: non_finite,
-        });
+        }));
     }
     for (var, tensor) in loaded {
         var.set(&tensor.to_dtype(var.dtype())?)?;
@@ -182,9 +186,11 @@ fn plan_load(params: &[(String, Var)], shapes: &HashMap<String, Vec<usize>>) -> 
 pub fn save_pretrained(params: &[(String, Var)], config: Option<&str>, dir: &Path) -> Result<()> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |e: std::io::Error| Error::WeightsFile {
-            path,
-            detail: e.to_string(),
+        move |e: std::io::Error| {
+            Error::Model(ModelError::WeightsFile {
+                path,
+                detail: e.to_string(),
+            })
         }
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;

@@ -96,7 +96,9 @@ impl From<ConfigError> for candle_core::Error {
 
 impl From<ConfigError> for crate::error::Error {
     fn from(e: ConfigError) -> Self {
-        crate::error::Error::Message(e.to_string())
+        crate::error::Error::Model(crate::error::ModelError::Config {
+            detail: e.to_string(),
+        })
     }
 }
 

@@ -435,3 +435,13 @@ fn under_bf16_autocast_the_decoder_follows_f32_and_every_weight_gets_an_f32_grad
     assert_eq!(max_abs_diff(&full, &again)?, 0.0);
     Ok(())
 }
+
+#[test]
+fn a_bad_config_is_a_model_error_of_the_engine() {
+    let config = LlamaConfig::from_json_str("{\"hidden_size\": 0}").unwrap_err();
+    let error = crate::error::Error::from(config);
+    assert!(
+        matches!(&error, crate::error::Error::Model(crate::error::ModelError::Config { detail }) if detail.contains("config")),
+        "{error}"
+    );
+}

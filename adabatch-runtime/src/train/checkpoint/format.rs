@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{Device, Var};
 
 use crate::data::planner::PlannerState;
-use crate::error::{Error, Result};
+use crate::error::{CheckpointError, Error, Result};
 use crate::optim::OptimizerState;
 use crate::report::record::EvalLog;
 use crate::train::control::states::ControllerStates;
@@ -263,8 +263,10 @@ pub fn latest(output_dir: &Path) -> Result<PathBuf> {
     complete_checkpoints(output_dir)?
         .pop()
         .map(|(_, path)| path)
-        .ok_or_else(|| Error::NoCheckpoint {
-            output_dir: output_dir.to_path_buf(),
+        .ok_or_else(|| {
+            Error::Checkpoint(CheckpointError::NoCheckpoint {
+                output_dir: output_dir.to_path_buf(),
+            })
         })
 }
 
@@ -318,13 +320,17 @@ pub(crate) fn remove_partial_saves(output_dir: &Path) -> Result<()> {
 /// Reads a checkpoint's state.
 pub fn load_state(dir: &Path) -> Result<CheckpointState> {
     let path = dir.join(STATE);
-    let bytes = std::fs::read(&path).map_err(|e| Error::CorruptCheckpoint {
-        path: dir.to_path_buf(),
-        detail: format!("cannot read {STATE}: {e}"),
+    let bytes = std::fs::read(&path).map_err(|e| {
+        Error::Checkpoint(CheckpointError::CorruptCheckpoint {
+            path: dir.to_path_buf(),
+            detail: format!("cannot read {STATE}: {e}"),
+        })
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| Error::CorruptCheckpoint {
-        path: dir.to_path_buf(),
-        detail: format!("{STATE} is not a trainer state: {e}"),
+    serde_json::from_slice(&bytes).map_err(|e| {
+        Error::Checkpoint(CheckpointError::CorruptCheckpoint {
+            path: dir.to_path_buf(),
+            detail: format!("{STATE} is not a trainer state: {e}"),
+        })
     })
 }
 
@@ -332,25 +338,28 @@ pub fn load_state(dir: &Path) -> Result<CheckpointState> {
 /// same shape).
 pub fn load_weights(dir: &Path, params: &[(String, Var)], device: &Device) -> Result<()> {
     let path = dir.join(WEIGHTS);
-    let tensors =
-        candle_core::safetensors::load(&path, device).map_err(|e| Error::CorruptCheckpoint {
+    let tensors = candle_core::safetensors::load(&path, device).map_err(|e| {
+        Error::Checkpoint(CheckpointError::CorruptCheckpoint {
             path: dir.to_path_buf(),
             detail: format!("cannot load {WEIGHTS}: {e}"),
-        })?;
+        })
+    })?;
     for (name, var) in params {
-        let tensor = tensors.get(name).ok_or_else(|| Error::CheckpointMismatch {
-            path: dir.to_path_buf(),
-            what: format!("parameter `{name}`"),
-            checkpoint: "absent".into(),
-            run: format!("{:?}", var.shape()),
+        let tensor = tensors.get(name).ok_or_else(|| {
+            Error::Checkpoint(CheckpointError::CheckpointMismatch {
+                path: dir.to_path_buf(),
+                what: format!("parameter `{name}`"),
+                checkpoint: "absent".into(),
+                run: format!("{:?}", var.shape()),
+            })
         })?;
         if tensor.shape() != var.shape() {
-            return Err(Error::CheckpointMismatch {
+            return Err(Error::Checkpoint(CheckpointError::CheckpointMismatch {
                 path: dir.to_path_buf(),
                 what: format!("the shape of `{name}`"),
                 checkpoint: format!("{:?}", tensor.shape()),
                 run: format!("{:?}", var.shape()),
-            });
+            }));
         }
         var.set(&tensor.to_dtype(var.dtype())?)?;
     }

@@ -15,7 +15,7 @@ use std::path::Path;
 use fs4::fs_std::FileExt;
 
 use super::format::remove_partial_saves;
-use crate::error::{Error, Result};
+use crate::error::{CheckpointError, Error, Result};
 
 const LOCK_FILE: &str = ".adabatch.lock";
 
@@ -36,10 +36,10 @@ impl OutputLock {
             move |source| Error::Io { path, source }
         };
         if output_dir.exists() && !output_dir.is_dir() {
-            return Err(Error::NotADirectory {
+            return Err(Error::Checkpoint(CheckpointError::NotADirectory {
                 flag: "--output-dir",
                 path: output_dir.to_path_buf(),
-            });
+            }));
         }
         std::fs::create_dir_all(output_dir).map_err(io(output_dir))?;
         let path = output_dir.join(LOCK_FILE);
@@ -53,10 +53,10 @@ impl OutputLock {
         if !FileExt::try_lock_exclusive(&file).map_err(io(&path))? {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
-            return Err(Error::OutputDirBusy {
+            return Err(Error::Checkpoint(CheckpointError::OutputDirBusy {
                 path: output_dir.to_path_buf(),
                 holder: holder.trim().to_string(),
-            });
+            }));
         }
         // Who holds it, for the message a second run shows.
         file.set_len(0).map_err(io(&path))?;
@@ -86,10 +86,10 @@ pub(crate) fn check_not_busy(output_dir: &Path) -> Result<()> {
         Ok(false) => {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
-            Err(Error::OutputDirBusy {
+            Err(Error::Checkpoint(CheckpointError::OutputDirBusy {
                 path: output_dir.to_path_buf(),
                 holder: holder.trim().to_string(),
-            })
+            }))
         }
         Err(source) => Err(Error::Io { path, source }),
     }
@@ -129,7 +129,7 @@ mod tests {
         std::fs::write(&file, b"x").unwrap();
         assert!(matches!(
             OutputLock::acquire(&file),
-            Err(Error::NotADirectory { .. })
+            Err(Error::Checkpoint(CheckpointError::NotADirectory { .. }))
         ));
     }
 }

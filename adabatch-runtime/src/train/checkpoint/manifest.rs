@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{CheckpointError, Error, Result};
 
 /// The manifest's file name.
 pub(crate) const MANIFEST: &str = "manifest.json";
@@ -31,10 +31,10 @@ struct FileRecord {
 }
 
 fn corrupt(path: &Path, detail: impl Into<String>) -> Error {
-    Error::CorruptCheckpoint {
+    Error::Checkpoint(CheckpointError::CorruptCheckpoint {
         path: path.to_path_buf(),
         detail: detail.into(),
-    }
+    })
 }
 
 /// Size and CRC-32C of a file, read in blocks (weights can be gigabytes).
@@ -149,7 +149,7 @@ mod tests {
         std::fs::write(dir.join("b.json"), b"{}").unwrap();
         assert!(matches!(
             verify(&dir, true),
-            Err(Error::CorruptCheckpoint { .. })
+            Err(Error::Checkpoint(CheckpointError::CorruptCheckpoint { .. }))
         ));
         verify(&dir, false).unwrap();
         write(&dir).unwrap();

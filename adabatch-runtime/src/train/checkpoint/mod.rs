@@ -20,7 +20,7 @@ use crate::config::args::TrainingArgs;
 use crate::data::planner::StepPlanner;
 use crate::dist::communicator::Communicator;
 use crate::dist::parameters::synchronise_parameters;
-use crate::error::{Error, Result};
+use crate::error::{CheckpointError, Error, Result};
 use crate::optim::{OptimizerState, TrainOptimizer};
 use crate::report::logging::Logger;
 use crate::report::record::EvalLog;
@@ -183,25 +183,25 @@ pub(crate) fn resume_checkpoint(
     if optimizer_file.is_file() {
         let saved = OptimizerState::load(&optimizer_file, device)?;
         match optimizer.import_state(params, &saved) {
-            Err(Error::OptimizerStateUnsupported { .. })
+            Err(Error::Checkpoint(CheckpointError::OptimizerStateUnsupported { .. }))
                 if settings.saves.ignore_optimizer_state => {}
             other => other?,
         }
     } else if !settings.saves.ignore_optimizer_state {
-        return Err(Error::OptimizerStateMissing {
+        return Err(Error::Checkpoint(CheckpointError::OptimizerStateMissing {
             path: dir.to_path_buf(),
-        });
+        }));
     }
     Ok(state)
 }
 
 fn mismatch(dir: &std::path::Path, what: &str, theirs: String, ours: String) -> Error {
-    Error::CheckpointMismatch {
+    Error::Checkpoint(CheckpointError::CheckpointMismatch {
         path: dir.to_path_buf(),
         what: what.into(),
         checkpoint: theirs,
         run: ours,
-    }
+    })
 }
 
 /// The same dataset size, seed and policy: a resumed run never silently takes
@@ -244,10 +244,10 @@ fn check_sources(
             let fresh =
                 crate::data::source_spec::MixedSources::new(spec, settings.seed, settings.shuffle)?;
             if let Err(detail) = fresh.check(sources) {
-                return Err(Error::CorruptCheckpoint {
+                return Err(Error::Checkpoint(CheckpointError::CorruptCheckpoint {
                     path: dir.join(STATE),
                     detail,
-                });
+                }));
             }
             // A mixer's weights change while training: the checkpoint's continue.
             if state.controllers.mixer.is_none() && sources.weights != spec.weights {
@@ -286,14 +286,18 @@ fn check_planned_epoch(
     match &state.planner.planned_epoch {
         Some(remainder) => remainder
             .check(settings.num_examples, position)
-            .map_err(|detail| Error::CorruptCheckpoint {
-                path: dir.join(STATE),
-                detail,
+            .map_err(|detail| {
+                Error::Checkpoint(CheckpointError::CorruptCheckpoint {
+                    path: dir.join(STATE),
+                    detail,
+                })
             }),
         None if settings.batching.is_some() && position > 0 && position < settings.num_examples => {
-            Err(Error::MidEpochLengthAwareCheckpoint {
-                path: dir.to_path_buf(),
-            })
+            Err(Error::Checkpoint(
+                CheckpointError::MidEpochLengthAwareCheckpoint {
+                    path: dir.to_path_buf(),
+                },
+            ))
         }
         None => Ok(()),
     }
@@ -360,13 +364,15 @@ pub(crate) fn resume_point(args: &TrainingArgs, world_size: usize) -> Result<Res
     let units_world = match &dir {
         Some(dir) => {
             if dir.exists() && !dir.is_dir() {
-                return Err(Error::NotADirectory {
+                return Err(Error::Checkpoint(CheckpointError::NotADirectory {
                     flag: "--resume-from-checkpoint",
                     path: dir.clone(),
-                });
+                }));
             }
             if !dir.is_dir() {
-                return Err(Error::NoSuchCheckpoint { path: dir.clone() });
+                return Err(Error::Checkpoint(CheckpointError::NoSuchCheckpoint {
+                    path: dir.clone(),
+                }));
             }
             // Once per process, before any rank starts: the checksums read every
             // byte of the weights.

@@ -8,17 +8,17 @@
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{CheckpointError, Error, Result};
 
 use super::format::{CheckpointState, STATE};
 use super::manifest::FORMAT_VERSION;
 
 /// An error naming the trainer state file and what is wrong in it.
 fn invalid(dir: &Path, detail: String) -> Error {
-    Error::CorruptCheckpoint {
+    Error::Checkpoint(CheckpointError::CorruptCheckpoint {
         path: dir.join(STATE),
         detail,
-    }
+    })
 }
 
 /// Checks `state` (read from `dir`). A state past this run's end (resumed with

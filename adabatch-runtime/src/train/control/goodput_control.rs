@@ -11,7 +11,7 @@ use crate::adapt::goodput::{
     decide, GoodputDecision, GoodputLog, GoodputReason, GoodputSpec, GoodputState, StepShape,
     StepTime,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TrainingError};
 use crate::report::record::StepLog;
 use crate::train::step::StepOutcome;
 
@@ -85,12 +85,12 @@ impl GoodputControl {
             return Ok(());
         };
         if !(seconds.is_finite() && seconds > 0.0) {
-            return Err(Error::GoodputStepTime {
+            return Err(Error::Training(TrainingError::GoodputStepTime {
                 detail: format!(
                     "a step of {} examples in {} micro-batch(es) measured {seconds} s",
                     shape.global, shape.micro_batches
                 ),
-            });
+            }));
         }
         self.state.times.observe(shape, seconds);
         self.last_seconds = Some(seconds);

@@ -7,7 +7,7 @@ use candle_core::Device;
 use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex};
 use crate::data::planner::StepBatches;
 use crate::dist::communicator::Communicator;
-use crate::error::{Error, Result};
+use crate::error::{DistributedError, Error, Result, TrainingError};
 use crate::memory::memory_model::{
     cpu_memory_proxy, BatchFeatures, MemoryModel, MostConservative, OnlineMemoryModel,
     OnlineMemoryState,
@@ -156,9 +156,9 @@ fn gather_memory_models(
         .map(|r| {
             let segment = &numbers[offsets[r]..offsets[r] + lengths[r] as usize];
             OnlineMemoryState::from_numbers(segment).ok_or_else(|| {
-                Error::Comm(format!(
-                    "rank {r}'s online memory model did not arrive whole"
-                ))
+                Error::Distributed(DistributedError::CollectiveInput {
+                    detail: format!("rank {r}'s online memory model did not arrive whole"),
+                })
             })
         })
         .collect()
@@ -200,7 +200,7 @@ pub(crate) fn length_aware_epoch(
                     epoch_plan.sizes.len() as f64 * world as f64,
                 ]
             {
-                return Err(Error::RegressorDisagrees { epoch });
+                return Err(Error::Training(TrainingError::RegressorDisagrees { epoch }));
             }
         }
         return Ok(Some(epoch_plan));

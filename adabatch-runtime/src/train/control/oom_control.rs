@@ -6,7 +6,7 @@ use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::OomPolicy;
 use crate::data::planner::{StepBatches, StepPlanner};
 use crate::dist::communicator::Communicator;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TrainingError};
 use crate::report::record::StepLog;
 use crate::train::step::StepOutcome;
 
@@ -64,7 +64,8 @@ impl OomControl {
         step: usize,
         detail: &str,
     ) -> Result<String> {
-        let out_of_memory = |detail: String| Error::OutOfMemory { step, detail };
+        let out_of_memory =
+            |detail: String| Error::Training(TrainingError::OutOfMemory { step, detail });
         match self.policy {
             OomPolicy::Fail => Err(out_of_memory(detail.into())),
             OomPolicy::Halve | OomPolicy::SplitRetry => {

@@ -7,7 +7,7 @@
 use crate::adapt::goodput::GoodputSpec;
 use crate::config::args::TrainingArgs;
 use crate::config::policy::{GradAccum, Reweight, TrainerPolicy};
-use crate::error::{Error, Result};
+use crate::error::{DataError, Error, Result, SettingsError};
 use crate::report::logging::Logger;
 
 use super::resolve::require;
@@ -45,11 +45,11 @@ fn check_outputs(args: &TrainingArgs) -> Result<()> {
         .collect();
     names.sort_unstable();
     if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
-        return Err(Error::InvalidSetting {
+        return Err(Error::Settings(SettingsError::InvalidSetting {
             name: "mix_weights",
             value: format!("{} given twice", twice[0]),
             expected: "each source named once",
-        });
+        }));
     }
     Ok(())
 }
@@ -62,18 +62,18 @@ pub(super) fn check_args(
 ) -> Result<()> {
     require(world_size > 0, "nproc_per_node", world_size, "at least 1")?;
     if num_examples == 0 {
-        return Err(Error::EmptyDataset);
+        return Err(Error::Data(DataError::EmptyDataset));
     }
     if world_size > num_examples {
-        return Err(Error::MoreRanksThanExamples {
+        return Err(Error::Data(DataError::MoreRanksThanExamples {
             world_size,
             examples: num_examples,
-        });
+        }));
     }
     if args.per_device_train_batch_size == 0 {
-        return Err(Error::ZeroBatchSize {
+        return Err(Error::Settings(SettingsError::ZeroBatchSize {
             what: "per_device_train_batch_size",
-        });
+        }));
     }
     require(args.max_steps != Some(0), "max_steps", 0, "at least 1")?;
     require(
@@ -83,21 +83,21 @@ pub(super) fn check_args(
         "at least 1",
     )?;
     if args.max_steps.is_some() && args.max_train_tokens.is_some() {
-        return Err(Error::ConflictingSettings {
+        return Err(Error::Settings(SettingsError::ConflictingSettings {
             first: "--max-steps",
             second: "--max-train-tokens",
             reason: "a run ends after a number of steps or of tokens: keep one",
-        });
+        }));
     }
     if args.num_train_epochs == 0 && args.max_steps.is_none() && args.max_train_tokens.is_none() {
-        return Err(Error::ZeroEpochs);
+        return Err(Error::Settings(SettingsError::ZeroEpochs));
     }
     require(args.logging_steps > 0, "logging_steps", 0, "at least 1")?;
     require(args.eval_steps != Some(0), "eval_steps", 0, "at least 1")?;
     if args.per_device_eval_batch_size == 0 {
-        return Err(Error::ZeroBatchSize {
+        return Err(Error::Settings(SettingsError::ZeroBatchSize {
             what: "per_device_eval_batch_size",
-        });
+        }));
     }
     require(
         args.save_total_limit != Some(0),
@@ -142,11 +142,11 @@ pub(super) fn effective_policy(
 ) -> Result<TrainerPolicy> {
     let grad_accum = match args.gradient_accumulation_steps {
         Some(0) => {
-            return Err(Error::InvalidSetting {
+            return Err(Error::Settings(SettingsError::InvalidSetting {
                 name: "gradient_accumulation_steps",
                 value: "0".into(),
                 expected: "at least 1 micro-batch per step",
-            })
+            }))
         }
         Some(n) => GradAccum::Fixed(n),
         None => policy.grad_accum,
@@ -157,21 +157,21 @@ pub(super) fn effective_policy(
         ..*policy
     };
     if args.lr_reference_batch == Some(0) {
-        return Err(Error::InvalidSetting {
+        return Err(Error::Settings(SettingsError::InvalidSetting {
             name: "lr_reference_batch",
             value: "0".into(),
             expected: "a global batch of at least 1 example",
-        });
+        }));
     }
     if let Some(reason) = policy.unsupported() {
-        return Err(Error::UnsupportedPolicy { reason });
+        return Err(Error::Settings(SettingsError::UnsupportedPolicy { reason }));
     }
     if let GradAccum::Fixed(0) | GradAccum::Target { global: 0 } = policy.grad_accum {
-        return Err(Error::InvalidSetting {
+        return Err(Error::Settings(SettingsError::InvalidSetting {
             name: "grad_accum",
             value: "0".into(),
             expected: "at least one micro-batch / example",
-        });
+        }));
     }
     Ok(policy)
 }
@@ -184,18 +184,18 @@ pub(super) fn check_global_schedule(
     args: &TrainingArgs,
 ) -> Result<()> {
     if first_global.is_some() && matches!(policy.grad_accum, GradAccum::Target { .. }) {
-        return Err(Error::ConflictingSettings {
+        return Err(Error::Settings(SettingsError::ConflictingSettings {
             first: "a schedule in global units (ramp, noise_scale)",
             second: "grad_accum = target(..)",
             reason: "the schedule sets each step's global batch itself: use grad_accum = fixed(n) to split it into n micro-batches",
-        });
+        }));
     }
     if first_global.is_some() && args.max_tokens_per_batch.is_some() {
-        return Err(Error::ConflictingSettings {
+        return Err(Error::Settings(SettingsError::ConflictingSettings {
             first: "a schedule in global units (ramp, noise_scale)",
             second: "--max-tokens-per-batch",
             reason: "both size the batches: choose one",
-        });
+        }));
     }
     Ok(())
 }
@@ -208,20 +208,20 @@ pub(super) fn check_batching(
     mixed: bool,
 ) -> Result<()> {
     if length_aware && policy.grad_accum != GradAccum::Fixed(1) {
-        return Err(Error::ConflictingSettings {
+        return Err(Error::Settings(SettingsError::ConflictingSettings {
             first: "length-aware batching",
             second: "grad_accum",
             reason:
                 "length-aware batching sizes each global batch itself: use grad_accum = fixed(1)",
-        });
+        }));
     }
     if mixed && length_aware {
-        return Err(Error::ConflictingSettings {
+        return Err(Error::Settings(SettingsError::ConflictingSettings {
             first: "several sources",
             second: "length-aware batching",
             reason:
                 "a mixed global batch is divided by weights, a length-aware one by lengths: use one",
-        });
+        }));
     }
     Ok(())
 }
@@ -235,11 +235,11 @@ pub(super) fn check_goodput(
     world_size: usize,
 ) -> Result<()> {
     if policy.grad_accum != GradAccum::Fixed(1) || args.gradient_accumulation_steps.is_some() {
-        return Err(Error::ConflictingSettings {
+        return Err(Error::Settings(SettingsError::ConflictingSettings {
             first: "schedule = goodput(..)",
             second: "grad_accum / --gradient-accumulation-steps",
             reason: "goodput chooses each step's micro-batches itself (bound them with max_local and max_micro_batches)",
-        });
+        }));
     }
     spec.first_shape(world_size).map(|_| ())
 }
@@ -257,14 +257,16 @@ pub(super) fn check_noise_scale(
     }
     // A mean of per-rank means has no small batch of a known size.
     if policy.reweight == Reweight::RankMean {
-        return Err(Error::ConflictingSettings {
+        return Err(Error::Settings(SettingsError::ConflictingSettings {
             first: "--log-gradient-noise-scale",
             second: "reweight = none",
             reason: "the estimator needs each small batch's mean gradient over examples or tokens",
-        });
+        }));
     }
     if world_size == 1 && policy.grad_accum == GradAccum::Fixed(1) {
-        return Err(Error::NoiseScaleNeedsSmallBatches { small_batches: 1 });
+        return Err(Error::Settings(
+            SettingsError::NoiseScaleNeedsSmallBatches { small_batches: 1 },
+        ));
     }
     Ok(())
 }
@@ -281,25 +283,25 @@ impl RunSettings {
         logger: Option<&Logger>,
     ) -> Result<()> {
         if let Some(examples) = eval_len.filter(|&n| n < world_size) {
-            return Err(Error::EvalSetTooSmall {
+            return Err(Error::Data(DataError::EvalSetTooSmall {
                 world_size,
                 examples,
-            });
+            }));
         }
         if self.saves.best_model.is_some() && eval_len.is_none() {
-            return Err(Error::ConflictingSettings {
+            return Err(Error::Settings(SettingsError::ConflictingSettings {
                 first: "--load-best-model-at-end",
                 second: "a run without an eval dataset",
                 reason: "the best checkpoint is the one whose evaluation scored best: train with an eval dataset (launch_with_eval)",
-            });
+            }));
         }
         if self.eval.on_start && eval_len.is_none() {
-            return Err(Error::ConflictingSettings {
+            return Err(Error::Settings(SettingsError::ConflictingSettings {
                 first: "--eval-on-start",
                 second: "a run without an eval dataset",
                 reason:
                     "there is nothing to evaluate: train with an eval dataset (launch_with_eval)",
-            });
+            }));
         }
         if let (Interval::Steps(_) | Interval::Epoch, None, Some(logger)) =
             (self.eval.every, eval_len, logger)
@@ -309,23 +311,23 @@ impl RunSettings {
             );
         }
         if trainer_has_mixer && self.sources.is_none() {
-            return Err(Error::MixerWithoutSources);
+            return Err(Error::Data(DataError::MixerWithoutSources));
         }
         if self.mix_weights_given && (trainer_has_mixer || self.builtin_mixer.is_some()) {
-            return Err(Error::ConflictingSettings {
+            return Err(Error::Settings(SettingsError::ConflictingSettings {
                 first: "--mix-weights",
                 second: "a mixer (#[mixer], mix = online(..) or custom(..))",
                 reason: "the mixer decides every step's weights, so these would be ignored: drop --mix-weights, or train without the mixer",
-            });
+            }));
         }
         // `mix = online(..)` / `custom(..)`: the engine's own mixer, unless the
         // trainer has one.
         if let (Some(asked), true) = (self.builtin_mixer, trainer_has_mixer) {
-            return Err(Error::ConflictingSettings {
+            return Err(Error::Settings(SettingsError::ConflictingSettings {
                 first: asked.key(),
                 second: "#[mixer]",
                 reason: "two mixers would decide the same weights: keep one",
-            });
+            }));
         }
         Ok(())
     }

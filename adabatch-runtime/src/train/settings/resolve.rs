@@ -9,7 +9,7 @@ use crate::config::args::TrainingArgs;
 use crate::config::policy::{MixSpec, TrainerPolicy};
 use crate::data::length::{LengthBatching, LengthOptions};
 use crate::data::source_spec::SourceSpec;
-use crate::error::{Error, Result};
+use crate::error::{DataError, Error, Result, SettingsError};
 use crate::optim::precision::{LossScaler, Precision};
 use crate::user::data::Dataset;
 
@@ -23,11 +23,11 @@ pub(super) fn require(
     if ok {
         Ok(())
     } else {
-        Err(Error::InvalidSetting {
+        Err(Error::Settings(SettingsError::InvalidSetting {
             name,
             value: value.to_string(),
             expected,
-        })
+        }))
     }
 }
 
@@ -40,21 +40,21 @@ pub(super) fn run_sources<D: Dataset + ?Sized>(
 ) -> Result<Option<SourceSpec>> {
     let Some(mut spec) = dataset.sources() else {
         if !args.mix_weights.is_empty() {
-            return Err(Error::InvalidSetting {
+            return Err(Error::Settings(SettingsError::InvalidSetting {
                 name: "mix_weights",
                 value: args.mix_weights.join(","),
                 expected: "a dataset of several sources (adabatch::Sources)",
-            });
+            }));
         }
         if let Some(stopping) = args.stopping_strategy {
-            return Err(Error::InvalidSetting {
+            return Err(Error::Settings(SettingsError::InvalidSetting {
                 name: "stopping_strategy",
                 value: format!("{stopping:?}"),
                 expected: "a dataset of several sources (adabatch::Sources)",
-            });
+            }));
         }
         if *mix != MixSpec::Dataset {
-            return Err(Error::MixerWithoutSources);
+            return Err(Error::Data(DataError::MixerWithoutSources));
         }
         return Ok(None);
     };
@@ -75,10 +75,12 @@ pub(super) fn run_sources<D: Dataset + ?Sized>(
             let parsed = pair.split_once('=').and_then(|(name, w)| {
                 Some((name.trim().to_string(), w.trim().parse::<f64>().ok()?))
             });
-            parsed.ok_or_else(|| Error::InvalidSetting {
-                name: "mix_weights",
-                value: pair.clone(),
-                expected: "source=weight pairs, e.g. new=0.75,replay=0.25",
+            parsed.ok_or_else(|| {
+                Error::Settings(SettingsError::InvalidSetting {
+                    name: "mix_weights",
+                    value: pair.clone(),
+                    expected: "source=weight pairs, e.g. new=0.75,replay=0.25",
+                })
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -89,11 +91,11 @@ pub(super) fn run_sources<D: Dataset + ?Sized>(
 /// `--rampup-batch-size`) replaces it with a global-batch ramp.
 pub(super) fn run_schedule(policy: &TrainerPolicy, args: &TrainingArgs) -> Result<ScheduleSpec> {
     if args.rampup_in_tokens && args.rampup_batch_size.is_none() {
-        return Err(Error::InvalidSetting {
+        return Err(Error::Settings(SettingsError::InvalidSetting {
             name: "rampup_in_tokens",
             value: "true".into(),
             expected: "together with --rampup-batch-size START INCR TOKENS",
-        });
+        }));
     }
     match (&args.rampup_batch_size, args.global_batch_size) {
         (None, None) => Ok(policy.schedule),
@@ -112,13 +114,13 @@ pub(super) fn run_schedule(policy: &TrainerPolicy, args: &TrainingArgs) -> Resul
                     ScheduleSpec::Ramp(ramp)
                 })
             }
-            other => Err(Error::InvalidSetting {
+            other => Err(Error::Settings(SettingsError::InvalidSetting {
                 name: "rampup_batch_size",
                 value: format!("{other:?}"),
                 expected: "three values: START INCR SAMPLES",
-            }),
+            })),
         },
-        (Some(values), None) => Err(Error::InvalidSetting {
+        (Some(values), None) => Err(Error::Settings(SettingsError::InvalidSetting {
             name: "rampup_batch_size",
             value: values
                 .iter()
@@ -126,7 +128,7 @@ pub(super) fn run_schedule(policy: &TrainerPolicy, args: &TrainingArgs) -> Resul
                 .collect::<Vec<_>>()
                 .join(" "),
             expected: "together with --global-batch-size G (the size the ramp ends at)",
-        }),
+        })),
     }
 }
 
@@ -153,19 +155,19 @@ pub(super) fn length_batching(
 ) -> Result<Option<(LengthBatching, LengthOptions)>> {
     let baseline_size = initial_per_device * world_size;
     if args.packed_token_budget && args.max_tokens_per_batch.is_none() {
-        return Err(Error::InvalidSetting {
+        return Err(Error::Settings(SettingsError::InvalidSetting {
             name: "packed_token_budget",
             value: "true".into(),
             expected: "together with --max-tokens-per-batch N",
-        });
+        }));
     }
     let batching = match (*schedule, args.max_tokens_per_batch) {
         (ScheduleSpec::Memory { .. }, Some(_)) => {
-            return Err(Error::ConflictingSettings {
+            return Err(Error::Settings(SettingsError::ConflictingSettings {
                 first: "--max-tokens-per-batch",
                 second: "schedule = memory(..)",
                 reason: "both size the batches: choose one",
-            })
+            }))
         }
         (
             ScheduleSpec::Memory {
@@ -183,9 +185,9 @@ pub(super) fn length_batching(
             },
         },
         (_, Some(0)) => {
-            return Err(Error::ZeroBatchSize {
+            return Err(Error::Settings(SettingsError::ZeroBatchSize {
                 what: "max_tokens_per_batch",
-            })
+            }))
         }
         (_, Some(max_tokens)) if args.packed_token_budget => {
             LengthBatching::PackedTokens { max_tokens }
@@ -256,11 +258,11 @@ impl BuiltinMixer {
 /// built in code is checked here).
 pub(super) fn precision(args: &TrainingArgs) -> Result<Precision> {
     match (args.bf16, args.fp16) {
-        (true, true) => Err(Error::ConflictingSettings {
+        (true, true) => Err(Error::Settings(SettingsError::ConflictingSettings {
             first: "--bf16",
             second: "--fp16",
             reason: "a run computes in one half-precision type: pick one",
-        }),
+        })),
         (true, false) => Ok(Precision::Bf16),
         (false, true) => Ok(Precision::F16),
         (false, false) => Ok(Precision::F32),

@@ -3,7 +3,7 @@
 //! `--save-total-limit`; the checkpoint module loads it when training ends).
 
 use crate::config::args::{IntervalStrategy, TrainingArgs};
-use crate::error::{Error, Result};
+use crate::error::{Error, ModelError, Result, SettingsError};
 use crate::report::record::EvalLog;
 
 /// When an evaluation or a checkpoint is due during the run.
@@ -32,11 +32,11 @@ impl Interval {
             (Some(IntervalStrategy::No), _) | (None, 0) => Interval::Never,
             (Some(IntervalStrategy::Epoch), _) => Interval::Epoch,
             (Some(IntervalStrategy::Steps), 0) => {
-                return Err(Error::InvalidSetting {
+                return Err(Error::Settings(SettingsError::InvalidSetting {
                     name: "save_steps",
                     value: "0".into(),
                     expected: "at least 1 with --save-strategy steps",
-                })
+                }))
             }
             (_, k) => Interval::Steps(k),
         })
@@ -76,10 +76,12 @@ impl BestModel {
         if !args.load_best_model_at_end {
             return Ok(None);
         }
-        let conflict = |second, reason| Error::ConflictingSettings {
-            first: "--load-best-model-at-end",
-            second,
-            reason,
+        let conflict = |second, reason| {
+            Error::Settings(SettingsError::ConflictingSettings {
+                first: "--load-best-model-at-end",
+                second,
+                reason,
+            })
         };
         match (eval, save) {
             (_, Interval::Never) => {
@@ -129,13 +131,13 @@ impl BestModel {
         let Some(value) = evaluation.get(&self.metric) else {
             let mut known: Vec<&str> = evaluation.metrics.keys().map(String::as_str).collect();
             known.insert(0, "eval_loss");
-            return Err(Error::EvalMetric {
+            return Err(Error::Model(ModelError::EvalMetric {
                 detail: format!(
                     "--metric-for-best-model `{}` is not among the evaluation's metrics ({})",
                     self.metric,
                     known.join(", ")
                 ),
-            });
+            }));
         };
         let better = match best {
             None => !value.is_nan(),
@@ -251,7 +253,10 @@ mod tests {
             &["--eval-strategy", "epoch", "--save-steps", "4"],
         ] {
             assert!(
-                matches!(rule(bad), Err(Error::ConflictingSettings { .. })),
+                matches!(
+                    rule(bad),
+                    Err(Error::Settings(SettingsError::ConflictingSettings { .. }))
+                ),
                 "{bad:?}"
             );
         }
@@ -262,10 +267,10 @@ mod tests {
         );
         assert!(matches!(
             Interval::of_save(&args(&["--save-strategy", "steps"])),
-            Err(Error::InvalidSetting {
+            Err(Error::Settings(SettingsError::InvalidSetting {
                 name: "save_steps",
                 ..
-            })
+            }))
         ));
     }
 

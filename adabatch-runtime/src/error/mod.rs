@@ -1,0 +1,158 @@
+//! Typed errors of the runtime, by area: [`Error`] holds one enum per area
+//! (settings, data, checkpoints, the model, the training run, the distributed
+//! setup) through `#[from]`, beside the errors every area meets (candle, files,
+//! JSON) and the user's own.
+
+mod checkpoint;
+mod data;
+mod distributed;
+mod model;
+mod settings;
+mod training;
+
+pub use checkpoint::CheckpointError;
+pub use data::DataError;
+pub use distributed::{DistributedError, RendezvousError};
+pub use model::ModelError;
+pub use settings::SettingsError;
+pub use training::TrainingError;
+
+use std::path::PathBuf;
+
+/// Everything that can stop a training run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A tensor operation failed inside candle.
+    #[error("candle: {0}")]
+    Candle(#[from] candle_core::Error),
+    /// An error raised by the user's own code (a factory, a callback).
+    #[error("{0}")]
+    Message(String),
+    /// A rank's share of a step failed (its collate or its model).
+    #[error("rank {rank}, step {step}: {source}")]
+    OnRank {
+        /// The rank.
+        rank: usize,
+        /// The step (1-based).
+        step: usize,
+        /// What failed.
+        source: Box<Error>,
+    },
+    /// Writing a log or checkpoint failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Drawing a run's plot failed.
+    #[error("plot {}: {detail}", path.display())]
+    Plot {
+        /// The image being drawn.
+        path: PathBuf,
+        /// What failed.
+        detail: String,
+    },
+    /// Reading or writing JSON (a checkpoint's state, a log) failed.
+    #[error("{path}: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: serde_json::Error,
+    },
+    /// A setting or a combination of settings that cannot run, found before the first step.
+    #[error(transparent)]
+    Settings(#[from] SettingsError),
+    /// The data: the dataset, its sources, batches, token files and tokenizers.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// Checkpoints and output directories: finding, reading and resuming them.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// The model, its parameters, its optimizer and the weights it loads.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The run while it trains: divergence, out of memory, schedules and controllers, signals.
+    #[error(transparent)]
+    Training(#[from] TrainingError),
+    /// Ranks, devices and communicators.
+    #[error(transparent)]
+    Distributed(#[from] DistributedError),
+}
+
+/// The end of a `main`: `Ok` exits 0; an error prints as `error: <message>` and
+/// its causes (`caused by: ...`, one per line) on stderr, not a Debug dump, and
+/// exits 1. `fn main() -> ExitCode { adabatch::exit_code(run()) }`.
+pub fn exit_code(result: Result<()>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("{}", error.report());
+            match error {
+                // Saved and stopped: a scheduler may run it again.
+                Error::Training(TrainingError::Interrupted { .. }) => {
+                    std::process::ExitCode::from(crate::train::interrupt::INTERRUPTED_EXIT_CODE)
+                }
+                _ => std::process::ExitCode::FAILURE,
+            }
+        }
+    }
+}
+
+impl Error {
+    /// `error: <message>`, then `caused by: <source>` for each underlying cause
+    /// that the line before does not already end with.
+    pub fn report(&self) -> String {
+        let mut last = self.to_string();
+        let mut text = format!("error: {last}");
+        let mut cause = std::error::Error::source(self);
+        while let Some(source) = cause {
+            let message = source.to_string();
+            if !last.ends_with(&message) {
+                text.push_str(&format!("\ncaused by: {message}"));
+            }
+            last = message;
+            cause = source.source();
+        }
+        text
+    }
+
+    /// An error of the user's own code, with its message.
+    pub fn msg(message: impl std::fmt::Display) -> Self {
+        Self::Message(message.to_string())
+    }
+}
+
+impl From<RendezvousError> for Error {
+    fn from(error: RendezvousError) -> Self {
+        Self::Distributed(DistributedError::Rendezvous(error))
+    }
+}
+
+/// `Result` with the runtime's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_names_each_cause_once() {
+        let io = Error::Io {
+            path: PathBuf::from("out/.checkpoint-3.partial"),
+            source: std::io::Error::other("Not a directory"),
+        };
+        assert_eq!(
+            io.report(),
+            "error: out/.checkpoint-3.partial: Not a directory"
+        );
+        let json = Error::Json {
+            path: PathBuf::from("trainer_state.json"),
+            source: serde_json::from_str::<u8>("x").unwrap_err(),
+        };
+        assert_eq!(json.report().lines().count(), 1, "{}", json.report());
+    }
+}

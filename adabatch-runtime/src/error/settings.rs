@@ -1,0 +1,75 @@
+//! A setting or a combination of settings that cannot run, found before the first step.
+
+/// A setting or a combination of settings that cannot run, found before the first step.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettingsError {
+    /// A batch size of zero was configured.
+    #[error("{what} must be at least 1, got 0")]
+    ZeroBatchSize {
+        /// Which setting was zero.
+        what: &'static str,
+    },
+    /// `num_train_epochs = 0` and no `max_steps`.
+    #[error(
+        "num_train_epochs is 0: the run would not train (set it to at least 1, or set max_steps)"
+    )]
+    ZeroEpochs,
+    /// A run-time setting is out of its range.
+    #[error("{name} = {value}: {expected}")]
+    InvalidSetting {
+        /// The setting (the `TrainingArgs` field or DSL key).
+        name: &'static str,
+        /// The value given.
+        value: String,
+        /// What it must be.
+        expected: &'static str,
+    },
+    /// `min_batch` is above `max_batch`.
+    #[error("min_batch ({min}) is larger than max_batch ({max})")]
+    BatchLimitsCrossed {
+        /// The lower clamp.
+        min: usize,
+        /// The upper clamp.
+        max: usize,
+    },
+    /// A schedule's own arguments are invalid (a spec built by hand).
+    #[error("schedule {schedule}: {reason}")]
+    InvalidSchedule {
+        /// The schedule's form, e.g. `interval`.
+        schedule: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// This runtime cannot run the trainer's policy.
+    #[error("unsupported policy: {reason}")]
+    UnsupportedPolicy {
+        /// Why.
+        reason: &'static str,
+    },
+    /// Two settings that decide the same thing were both given.
+    #[error("{first} and {second} cannot be combined: {reason}")]
+    ConflictingSettings {
+        /// One setting.
+        first: &'static str,
+        /// The other.
+        second: &'static str,
+        /// Why not.
+        reason: &'static str,
+    },
+    /// The gradient noise scale was asked for without two small batches per step.
+    #[error("the gradient noise scale needs at least two small batches per step (each rank's share, or each micro-batch's), found {small_batches}: on one rank, accumulate at least 2 micro-batches (grad_accum = fixed(2)) or run on 2 or more ranks")]
+    NoiseScaleNeedsSmallBatches {
+        /// Small batches (smaller than the step's global batch) per step.
+        small_batches: usize,
+    },
+    /// `train` runs one rank; more were asked for.
+    #[error("nproc_per_node = {nproc_per_node} needs one trainer per rank: use `launch` with a factory instead of `train`")]
+    TrainNeedsOneRank {
+        /// The requested number of ranks.
+        nproc_per_node: usize,
+    },
+    /// `Run::group` was given no rank to run in this process.
+    #[error("Run::group needs at least one rank in this process")]
+    EmptyGroup,
+}
