@@ -61,7 +61,7 @@ pub use config::args::{IntervalStrategy, ReportTo, TrainingArgs};
 pub use config::policy::{
     GradAccum, MixSpec, OomPolicy, Reweight, StoppingStrategy, TrainerPolicy,
 };
-pub use data::source_spec::MixUnit;
+pub use data::source_spec::{MixUnit, SourceSpec};
 pub use data::token_files::{TokenDocuments, TokenFile, TokenWidth, TokenWindows};
 #[cfg(feature = "tokenizers")]
 pub use data::tokenize;
@@ -75,6 +75,7 @@ pub use error::{
 pub use memory::memory_model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
 pub use optim::precision::{autocast, autocast_linear, Precision};
 pub use optim::{AdamW, HeldParameters, ParamGroups, ParamsAdamW, Sgd, TrainOptimizer};
+pub use report::plot::{plot_runs, RunLog};
 pub use report::record::{EvalLog, StepLog};
 pub use report::summary::{TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};

@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use adabatch::report::plot::{plot_runs, RunLog};
+use adabatch::{plot_runs, RunLog};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]

@@ -11,7 +11,7 @@ use adabatch::data::sampler::GlobalBatchSampler;
 use adabatch::data::source_spec::{MixUnit, SourceSpec};
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
-use adabatch::{AdaptiveTrainer, DataError, SettingsError};
+use adabatch::{AdaptiveTrainer, CheckpointError, DataError, SettingsError};
 use adabatch::{
     CurriculumMixer, Error, Mixer, OnlineMixer, ScheduleSpec, SourceStats, Sources, StepLog,
     StoppingStrategy,
@@ -596,6 +596,53 @@ fn the_online_mixer_follows_the_per_source_loss() {
         assert_eq!((&r.indices, &r.sources), (&s.indices, &s.sources));
         assert_eq!(r.loss.to_bits(), s.loss.to_bits(), "step {}", r.step);
     }
+
+    // The checkpoint keeps each controller's entry by name, versioned.
+    let dir = out.join("checkpoint-4");
+    let path = dir.join("trainer_state.json");
+    let written = std::fs::read_to_string(&path).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&written).unwrap();
+    let mixer = &state["controllers"]["mixer"];
+    assert_eq!(mixer["version"], 1, "{state}");
+    assert!(mixer["state"]["smoothed"].is_array(), "{mixer}");
+    // Written as an older adabatch wrote it (flat keys, the mixer's bare list):
+    // it resumes alike.
+    let mut legacy = state.clone();
+    let object = legacy.as_object_mut().unwrap();
+    let controllers = object.remove("controllers").unwrap();
+    for (name, entry) in controllers.as_object().unwrap() {
+        let key = if name == "oom" {
+            "oom_events"
+        } else {
+            name.as_str()
+        };
+        let value = match name.as_str() {
+            "mixer" => entry["state"]["smoothed"].clone(),
+            _ => entry["state"].clone(),
+        };
+        object.insert(key.to_string(), value);
+    }
+    let edit = |json: &serde_json::Value| {
+        std::fs::write(&path, json.to_string()).unwrap();
+        adabatch::train::checkpoint::write_manifest(&dir).unwrap();
+    };
+    edit(&legacy);
+    let (_, from_legacy) = run_online(&data, &resumed_args).unwrap();
+    assert_eq!(from_legacy.len(), resumed.len());
+    for (r, s) in from_legacy.iter().zip(&resumed) {
+        assert_eq!((&r.indices, &r.sources), (&s.indices, &s.sources));
+        assert_eq!(r.loss.to_bits(), s.loss.to_bits(), "step {}", r.step);
+    }
+    // An entry of a version this adabatch does not know is refused, named.
+    let mut future = state.clone();
+    future["controllers"]["mixer"]["version"] = 7.into();
+    edit(&future);
+    let err = run_online(&data, &resumed_args).unwrap_err();
+    assert!(
+        matches!(&err, Error::Checkpoint(CheckpointError::ControllerState { name, .. }) if name == "mixer"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("version 7"), "{err}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -96,14 +96,36 @@ pub struct SourceStats<'a> {
 pub trait Mixer: Send {
     /// The weights of the next step.
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64>;
-    /// The mixer's state, for checkpoints (none by default).
-    fn state(&self) -> Vec<f64> {
-        Vec::new()
+    /// The mixer's state, for checkpoints (its `controllers.mixer` entry); `None`
+    /// (the default): nothing.
+    fn state(&self) -> Option<serde_json::Value> {
+        None
     }
-    /// Continues from a checkpoint's [`Mixer::state`].
-    fn restore(&mut self, state: &[f64]) {
+    /// Continues from a checkpoint's [`Mixer::state`]; a state it cannot read is
+    /// an error (the run refuses the checkpoint, naming the entry). Checkpoints
+    /// of older versions hand the built-in mixers their bare list of numbers.
+    fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
         let _ = state;
+        Ok(())
     }
+}
+
+/// A list of numbers in a mixer's state (`null` for NaN, as JSON writes it).
+fn numbers(value: &serde_json::Value) -> Result<Vec<f64>, String> {
+    let list = value
+        .as_array()
+        .ok_or_else(|| format!("expected a list of numbers, found {value}"))?;
+    list.iter()
+        .map(|v| match v {
+            serde_json::Value::Null => Ok(f64::NAN),
+            v => v.as_f64().ok_or_else(|| format!("{v} is not a number")),
+        })
+        .collect()
+}
+
+/// `state[key]`, or an error naming the key.
+fn field<'v>(state: &'v serde_json::Value, key: &str) -> Result<&'v serde_json::Value, String> {
+    state.get(key).ok_or_else(|| format!("has no `{key}`"))
 }
 
 /// A mixer chosen at run time (`--mixer exp3`) behind one `#[mixer]` field.
@@ -111,11 +133,11 @@ impl Mixer for Box<dyn Mixer> {
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
         (**self).weights(stats)
     }
-    fn state(&self) -> Vec<f64> {
+    fn state(&self) -> Option<serde_json::Value> {
         (**self).state()
     }
-    fn restore(&mut self, state: &[f64]) {
-        (**self).restore(state);
+    fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        (**self).restore(state)
     }
 }
 
@@ -211,12 +233,17 @@ impl Mixer for OnlineMixer {
             .collect()
     }
 
-    fn state(&self) -> Vec<f64> {
-        self.smoothed.clone()
+    /// The smoothed losses.
+    fn state(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({ "smoothed": self.smoothed }))
     }
 
-    fn restore(&mut self, state: &[f64]) {
-        self.smoothed = state.to_vec();
+    fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        self.smoothed = match state {
+            serde_json::Value::Array(_) => numbers(state)?,
+            _ => numbers(field(state, "smoothed")?)?,
+        };
+        Ok(())
     }
 }
 
@@ -311,22 +338,43 @@ impl Mixer for Exp3Mixer {
         self.last.clone()
     }
 
-    /// The step count, the last weights, then the rewards.
-    fn state(&self) -> Vec<f64> {
-        let mut state = vec![self.steps as f64];
-        state.extend(&self.last);
-        state.extend(&self.rewards);
-        state
+    /// The step count, the last weights and the rewards.
+    fn state(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({
+            "steps": self.steps,
+            "last": self.last,
+            "rewards": self.rewards,
+        }))
     }
 
-    fn restore(&mut self, state: &[f64]) {
-        let Some((&steps, rest)) = state.split_first() else {
-            return;
-        };
-        let (last, rewards) = rest.split_at(rest.len() / 2);
-        self.steps = steps as usize;
-        self.last = last.to_vec();
-        self.rewards = rewards.to_vec();
+    /// Also reads the older layout: the step count, the last weights, then the
+    /// rewards, in one list.
+    fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        if state.is_array() {
+            let all = numbers(state)?;
+            let Some((&steps, rest)) = all.split_first() else {
+                return Err("is an empty list".into());
+            };
+            let (last, rewards) = rest.split_at(rest.len() / 2);
+            (self.steps, self.last, self.rewards) =
+                (steps as usize, last.to_vec(), rewards.to_vec());
+            return Ok(());
+        }
+        let steps = field(state, "steps")?;
+        self.steps = steps
+            .as_u64()
+            .ok_or_else(|| format!("`steps` is {steps}, not a count"))?
+            as usize;
+        self.last = numbers(field(state, "last")?)?;
+        self.rewards = numbers(field(state, "rewards")?)?;
+        if self.last.len() != self.rewards.len() {
+            return Err(format!(
+                "has {} weights for {} rewards",
+                self.last.len(),
+                self.rewards.len()
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -436,7 +484,7 @@ mod tests {
         assert!(w[0] > w[1], "the higher loss earns more");
         // Its state round-trips: a restored mixer decides alike.
         let mut other = Exp3Mixer::new(0.5);
-        other.restore(&mixer.state());
+        other.restore(&mixer.state().unwrap()).unwrap();
         let next = stats(&names, &[1.5, f64::NAN]);
         assert_eq!(other.weights(&next), mixer.weights(&next));
         // A source absent from the step keeps its reward.
@@ -491,7 +539,7 @@ mod tests {
         mixer.weights(&stats(&names, &[3.0, 1.0]));
         assert_eq!(mixer.smoothed_losses(), &[2.0, 1.0]);
         let mut other = OnlineMixer::new(1.0, 0.0, 0.5);
-        other.restore(&mixer.state());
+        other.restore(&mixer.state().unwrap()).unwrap();
         let next = stats(&names, &[1.0, 1.0]);
         assert_eq!(other.weights(&next), mixer.weights(&next));
     }

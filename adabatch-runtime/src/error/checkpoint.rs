@@ -20,6 +20,15 @@ pub enum CheckpointError {
         /// The path given.
         path: PathBuf,
     },
+    /// A controller's entry of a checkpoint (`controllers.<name>`) is of a version
+    /// this adabatch does not read, or does not parse.
+    #[error("checkpoint: the `{name}` controller's state {detail}")]
+    ControllerState {
+        /// The entry's name (`oom`, `mixer`, ...).
+        name: String,
+        /// What is wrong with it.
+        detail: String,
+    },
     /// A checkpoint cannot be read (missing or unparsable files).
     #[error("checkpoint {path}: {detail}")]
     CorruptCheckpoint {

@@ -158,7 +158,7 @@ where
         match &resumed {
             Some(state) => {
                 planner.restore(&state.planner);
-                controllers.restore(&state.controllers, comm.rank(), &mut *trainer);
+                controllers.restore(&state.controllers, comm.rank(), &mut *trainer)?;
             }
             None => controllers.begin(&mut Steer {
                 planner: &mut planner,

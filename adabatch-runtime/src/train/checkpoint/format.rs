@@ -10,7 +10,7 @@ use crate::data::planner::PlannerState;
 use crate::error::{CheckpointError, Error, Result};
 use crate::optim::OptimizerState;
 use crate::report::record::EvalLog;
-use crate::train::control::states::ControllerStates;
+use crate::train::control::states::{ControllerStates, LegacyControllerStates};
 use crate::train::settings::strategy::BestCheckpoint;
 use crate::user::weights::save_pretrained;
 
@@ -28,10 +28,14 @@ pub struct CheckpointState {
     pub world_size: usize,
     /// Dataset size.
     pub num_examples: usize,
-    /// The controllers' parts: OOM events, the memory models, the noise scale,
-    /// the mixer and the loss scale.
-    #[serde(flatten)]
+    /// Each controller's part, by name (`controllers.oom`, `.mixer`, ...):
+    /// typed, versioned entries.
+    #[serde(default, skip_serializing_if = "ControllerStates::is_empty")]
     pub controllers: ControllerStates,
+    /// The parts as flat keys, as checkpoints before the named entries wrote
+    /// them: read only, moved into `controllers` when the checkpoint is loaded.
+    #[serde(flatten, default, skip_serializing)]
+    pub legacy_controllers: LegacyControllerStates,
     /// `--load-best-model-at-end`: the checkpoint that scored best so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best: Option<BestCheckpoint>,
@@ -326,12 +330,16 @@ pub fn load_state(dir: &Path) -> Result<CheckpointState> {
             detail: format!("cannot read {STATE}: {e}"),
         })
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| {
+    let mut state: CheckpointState = serde_json::from_slice(&bytes).map_err(|e| {
         Error::Checkpoint(CheckpointError::CorruptCheckpoint {
             path: dir.to_path_buf(),
             detail: format!("{STATE} is not a trainer state: {e}"),
         })
-    })
+    })?;
+    if state.controllers.is_empty() {
+        state.controllers = std::mem::take(&mut state.legacy_controllers).into_states();
+    }
+    Ok(state)
 }
 
 /// Loads a checkpoint's weights into `params` (every name must be present with the

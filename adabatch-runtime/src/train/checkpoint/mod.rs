@@ -24,7 +24,7 @@ use crate::error::{CheckpointError, Error, Result};
 use crate::optim::{OptimizerState, TrainOptimizer};
 use crate::report::logging::Logger;
 use crate::report::record::EvalLog;
-use crate::train::control::states::ControllerStates;
+use crate::train::control::states::{ControllerStates, MIXER};
 use crate::train::settings::{BestCheckpoint, ResumePoint, RunSettings};
 use crate::user::weights;
 
@@ -75,6 +75,7 @@ impl CheckpointState {
             unlogged_losses: unlogged_losses.to_vec(),
             evaluations: evaluations.to_vec(),
             controllers,
+            legacy_controllers: Default::default(),
             best,
         }
     }
@@ -250,7 +251,7 @@ fn check_sources(
                 }));
             }
             // A mixer's weights change while training: the checkpoint's continue.
-            if state.controllers.mixer.is_none() && sources.weights != spec.weights {
+            if !state.controllers.contains(MIXER) && sources.weights != spec.weights {
                 let (theirs, ours) = (&sources.weights, &spec.weights);
                 return Err(mismatch(
                     dir,

@@ -84,12 +84,14 @@ pub(crate) trait Controller {
     ) -> Result<()> {
         Ok(())
     }
-    /// Continues from a checkpoint's part, on `rank`.
+    /// Continues from a checkpoint's part, on `rank`; an entry it cannot read is
+    /// an error.
     fn restore(
         &mut self,
         _from: &ControllerStates,
         _rank: usize,
         _trainer: &mut dyn UserControllers,
-    ) {
+    ) -> Result<()> {
+        Ok(())
     }
 }

@@ -8,7 +8,7 @@ use crate::report::record::StepLog;
 use crate::train::step::StepOutcome;
 
 use super::controller::{Controller, Steer, StepReport, UserControllers};
-use super::states::ControllerStates;
+use super::states::{self, ControllerStates};
 
 /// The loss scaler, the scale the last step ran with, and the skipped updates
 /// since the last logged step.
@@ -69,13 +69,18 @@ impl Controller for LossScaleControl {
         _trainer: &mut dyn UserControllers,
         into: &mut ControllerStates,
     ) -> Result<()> {
-        into.loss_scaler = Some(self.scaler);
-        Ok(())
+        into.put(states::LOSS_SCALE, 1, &self.scaler)
     }
 
-    fn restore(&mut self, from: &ControllerStates, _rank: usize, _: &mut dyn UserControllers) {
-        if let Some(saved) = from.loss_scaler {
+    fn restore(
+        &mut self,
+        from: &ControllerStates,
+        _rank: usize,
+        _: &mut dyn UserControllers,
+    ) -> Result<()> {
+        if let Some(saved) = from.get(states::LOSS_SCALE, 1)? {
             self.scaler = saved;
         }
+        Ok(())
     }
 }

@@ -17,7 +17,7 @@ use crate::train::settings::RunSettings;
 use crate::user::data::Dataset;
 
 use super::controller::{Controller, Steer, StepReport, UserControllers};
-use super::states::ControllerStates;
+use super::states::{self, ControllerStates, MemoryEntry};
 
 /// This rank's online memory model, whether the run is memory-aware, and the
 /// last step's measured peak.
@@ -105,16 +105,28 @@ impl Controller for MemoryControl {
         into: &mut ControllerStates,
     ) -> Result<()> {
         if self.memory_mode {
-            into.memory_fit = Some(self.online.snapshot());
-            into.memory_models = Some(gather_memory_models(comm, &self.online)?);
+            let entry = MemoryEntry {
+                fit: Some(self.online.snapshot()),
+                model: None,
+                models: Some(gather_memory_models(comm, &self.online)?),
+            };
+            into.put(states::MEMORY, 1, &entry)?;
         }
         Ok(())
     }
 
     /// Rank `r` continues rank `r % world_size`'s model (older checkpoints: rank
     /// 0's whole model, or only its fit).
-    fn restore(&mut self, from: &ControllerStates, rank: usize, _: &mut dyn UserControllers) {
-        match (&from.memory_models, &from.memory_model, from.memory_fit) {
+    fn restore(
+        &mut self,
+        from: &ControllerStates,
+        rank: usize,
+        _: &mut dyn UserControllers,
+    ) -> Result<()> {
+        let Some(entry) = from.get::<MemoryEntry>(states::MEMORY, 1)? else {
+            return Ok(());
+        };
+        match (&entry.models, &entry.model, entry.fit) {
             (Some(models), _, _) if !models.is_empty() => {
                 self.online = OnlineMemoryModel::from_state(&models[rank % models.len()]);
             }
@@ -122,6 +134,7 @@ impl Controller for MemoryControl {
             (_, _, Some(fit)) => self.online = OnlineMemoryModel::from_snapshot(fit),
             _ => {}
         }
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@ use crate::train::settings::RunSettings;
 use crate::train::step::StepOutcome;
 
 use super::controller::{Controller, Steer, StepReport, UserControllers};
-use super::states::ControllerStates;
+use super::states::{self, ControllerStates};
 
 /// The engine's own mixer, if the policy asks for one, of a run of `sources`
 /// sources.
@@ -83,7 +83,9 @@ impl Controller for MixingControl {
         trainer: &mut dyn UserControllers,
         into: &mut ControllerStates,
     ) -> Result<()> {
-        into.mixer = self.mixer(trainer).map(|m| m.state());
+        if let Some(state) = self.mixer(trainer).and_then(|m| m.state()) {
+            into.put_value(states::MIXER, 1, state);
+        }
         Ok(())
     }
 
@@ -92,10 +94,24 @@ impl Controller for MixingControl {
         from: &ControllerStates,
         _rank: usize,
         trainer: &mut dyn UserControllers,
-    ) {
-        if let (Some(saved), Some(mixer)) = (&from.mixer, self.mixer(trainer)) {
-            mixer.restore(saved);
+    ) -> Result<()> {
+        let (Some(entry), Some(mixer)) = (from.entry(states::MIXER), self.mixer(trainer)) else {
+            return Ok(());
+        };
+        // Version 0: the bare list of numbers of older checkpoints, which the
+        // built-in mixers read as well.
+        if entry.version > 1 {
+            return Err(states::entry_error(
+                states::MIXER,
+                format!(
+                    "is version {}, this adabatch reads versions 0 and 1",
+                    entry.version
+                ),
+            ));
         }
+        mixer
+            .restore(&entry.state)
+            .map_err(|detail| states::entry_error(states::MIXER, detail))
     }
 }
 

@@ -114,7 +114,9 @@ impl Controllers {
         for controller in self.in_order().into_iter().flatten() {
             controller.save(comm, trainer, &mut states)?;
         }
-        states.callback = trainer.callback().and_then(|c| c.state());
+        if let Some(state) = trainer.callback().and_then(|c| c.state()) {
+            states.put_value(states::CALLBACK, 1, state);
+        }
         Ok(states)
     }
 
@@ -124,13 +126,15 @@ impl Controllers {
         from: &ControllerStates,
         rank: usize,
         trainer: &mut dyn UserControllers,
-    ) {
+    ) -> Result<()> {
         for controller in self.in_order().into_iter().flatten() {
-            controller.restore(from, rank, trainer);
+            controller.restore(from, rank, trainer)?;
         }
-        if let (Some(state), Some(callback)) = (&from.callback, trainer.callback()) {
-            callback.restore(state);
+        let state = from.get::<serde_json::Value>(states::CALLBACK, 1)?;
+        if let (Some(state), Some(callback)) = (state, trainer.callback()) {
+            callback.restore(&state);
         }
+        Ok(())
     }
 
     /// The loss scale of the next step (1 unless `--fp16`).

@@ -12,7 +12,7 @@ use crate::train::step::StepOutcome;
 
 use super::controller::{Controller, Steer, StepReport, UserControllers};
 use super::goodput_control::GoodputControl;
-use super::states::ControllerStates;
+use super::states::{self, ControllerStates};
 
 /// The estimator, and what resizes the batch from it.
 pub(crate) struct NoiseScaleControl {
@@ -89,19 +89,27 @@ impl Controller for NoiseScaleControl {
         _trainer: &mut dyn UserControllers,
         into: &mut ControllerStates,
     ) -> Result<()> {
-        into.noise_scale = Some(self.estimator);
+        into.put(states::NOISE_SCALE, 1, &self.estimator)?;
         if let Resize::Goodput(goodput) = &self.resize {
-            into.goodput = Some(goodput.state());
+            into.put(states::GOODPUT, 1, &goodput.state())?;
         }
         Ok(())
     }
 
-    fn restore(&mut self, from: &ControllerStates, _rank: usize, _: &mut dyn UserControllers) {
-        if let Some(saved) = from.noise_scale {
+    fn restore(
+        &mut self,
+        from: &ControllerStates,
+        _rank: usize,
+        _: &mut dyn UserControllers,
+    ) -> Result<()> {
+        if let Some(saved) = from.get(states::NOISE_SCALE, 1)? {
             self.estimator = saved;
         }
-        if let (Resize::Goodput(goodput), Some(saved)) = (&mut self.resize, &from.goodput) {
-            goodput.restore(saved);
+        if let Resize::Goodput(goodput) = &mut self.resize {
+            if let Some(saved) = from.get(states::GOODPUT, 1)? {
+                goodput.restore(&saved);
+            }
         }
+        Ok(())
     }
 }

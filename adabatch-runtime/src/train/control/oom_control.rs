@@ -11,7 +11,7 @@ use crate::report::record::StepLog;
 use crate::train::step::StepOutcome;
 
 use super::controller::{Controller, Steer, StepReport, UserControllers};
-use super::states::ControllerStates;
+use super::states::{self, ControllerStates};
 
 /// What the loop does after a step ran out of memory on some rank: the recovery
 /// state of the step being retried.
@@ -142,11 +142,16 @@ impl Controller for OomControl {
         _trainer: &mut dyn UserControllers,
         into: &mut ControllerStates,
     ) -> Result<()> {
-        into.oom_events = self.events;
-        Ok(())
+        into.put(states::OOM, 1, &self.events)
     }
 
-    fn restore(&mut self, from: &ControllerStates, _rank: usize, _: &mut dyn UserControllers) {
-        self.events = from.oom_events;
+    fn restore(
+        &mut self,
+        from: &ControllerStates,
+        _rank: usize,
+        _: &mut dyn UserControllers,
+    ) -> Result<()> {
+        self.events = from.get(states::OOM, 1)?.unwrap_or(0);
+        Ok(())
     }
 }
