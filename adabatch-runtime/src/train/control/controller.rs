@@ -63,6 +63,14 @@ pub(crate) struct Steer<'a> {
     pub(crate) logger: Option<&'a Logger>,
 }
 
+/// What a controller restores from: the checkpoint's entries, on `rank`, with
+/// the trainer's own parts (its mixer, its callback).
+pub(crate) struct Restore<'a> {
+    pub(crate) from: &'a ControllerStates,
+    pub(crate) rank: usize,
+    pub(crate) trainer: &'a mut dyn UserControllers,
+}
+
 /// One thing that adapts the run after a step. Every method runs on every rank
 /// with the same inputs, so every rank adapts alike.
 pub(crate) trait Controller {
@@ -84,14 +92,9 @@ pub(crate) trait Controller {
     ) -> Result<()> {
         Ok(())
     }
-    /// Continues from a checkpoint's part, on `rank`; an entry it cannot read is
-    /// an error.
-    fn restore(
-        &mut self,
-        _from: &ControllerStates,
-        _rank: usize,
-        _trainer: &mut dyn UserControllers,
-    ) -> Result<()> {
+    /// Continues from its entry of a checkpoint; an entry it cannot read is an
+    /// error.
+    fn restore(&mut self, _at: &mut Restore<'_>) -> Result<()> {
         Ok(())
     }
 }

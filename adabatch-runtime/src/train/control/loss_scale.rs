@@ -7,7 +7,7 @@ use crate::optim::precision::LossScaler;
 use crate::report::record::StepLog;
 use crate::train::step::StepOutcome;
 
-use super::controller::{Controller, Steer, StepReport, UserControllers};
+use super::controller::{Controller, Restore, Steer, StepReport, UserControllers};
 use super::states::{self, ControllerStates};
 
 /// The loss scaler, the scale the last step ran with, and the skipped updates
@@ -72,13 +72,8 @@ impl Controller for LossScaleControl {
         into.put(states::LOSS_SCALE, 1, &self.scaler)
     }
 
-    fn restore(
-        &mut self,
-        from: &ControllerStates,
-        _rank: usize,
-        _: &mut dyn UserControllers,
-    ) -> Result<()> {
-        if let Some(saved) = from.get(states::LOSS_SCALE, 1)? {
+    fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {
+        if let Some(saved) = at.from.get(states::LOSS_SCALE, 1)? {
             self.scaler = saved;
         }
         Ok(())

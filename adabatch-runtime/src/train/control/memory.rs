@@ -16,7 +16,7 @@ use crate::report::record::StepLog;
 use crate::train::settings::RunSettings;
 use crate::user::data::Dataset;
 
-use super::controller::{Controller, Steer, StepReport, UserControllers};
+use super::controller::{Controller, Restore, Steer, StepReport, UserControllers};
 use super::states::{self, ControllerStates, MemoryEntry};
 
 /// This rank's online memory model, whether the run is memory-aware, and the
@@ -117,18 +117,13 @@ impl Controller for MemoryControl {
 
     /// Rank `r` continues rank `r % world_size`'s model (older checkpoints: rank
     /// 0's whole model, or only its fit).
-    fn restore(
-        &mut self,
-        from: &ControllerStates,
-        rank: usize,
-        _: &mut dyn UserControllers,
-    ) -> Result<()> {
-        let Some(entry) = from.get::<MemoryEntry>(states::MEMORY, 1)? else {
+    fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {
+        let Some(entry) = at.from.get::<MemoryEntry>(states::MEMORY, 1)? else {
             return Ok(());
         };
         match (&entry.models, &entry.model, entry.fit) {
             (Some(models), _, _) if !models.is_empty() => {
-                self.online = OnlineMemoryModel::from_state(&models[rank % models.len()]);
+                self.online = OnlineMemoryModel::from_state(&models[at.rank % models.len()]);
             }
             (_, Some(model), _) => self.online = OnlineMemoryModel::from_state(model),
             (_, _, Some(fit)) => self.online = OnlineMemoryModel::from_snapshot(fit),

@@ -11,7 +11,7 @@ use crate::report::record::EvalLog;
 use crate::train::settings::RunSettings;
 use crate::train::step::StepOutcome;
 
-use super::controller::{Controller, Steer, StepReport, UserControllers};
+use super::controller::{Controller, Restore, Steer, StepReport, UserControllers};
 use super::states::{self, ControllerStates};
 
 /// The engine's own mixer, if the policy asks for one, of a run of `sources`
@@ -89,13 +89,9 @@ impl Controller for MixingControl {
         Ok(())
     }
 
-    fn restore(
-        &mut self,
-        from: &ControllerStates,
-        _rank: usize,
-        trainer: &mut dyn UserControllers,
-    ) -> Result<()> {
-        let (Some(entry), Some(mixer)) = (from.entry(states::MIXER), self.mixer(trainer)) else {
+    fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {
+        let (Some(entry), Some(mixer)) = (at.from.entry(states::MIXER), self.mixer(at.trainer))
+        else {
             return Ok(());
         };
         // Version 0: the bare list of numbers of older checkpoints, which the

@@ -37,7 +37,7 @@ use crate::error::Result;
 use crate::report::record::StepLog;
 use crate::train::settings::RunSettings;
 
-pub(crate) use controller::{Controller, Steer, StepReport, UserControllers};
+pub(crate) use controller::{Controller, Restore, Steer, StepReport, UserControllers};
 use loss_scale::LossScaleControl;
 use memory::MemoryControl;
 use mixing::MixingControl;
@@ -127,9 +127,15 @@ impl Controllers {
         rank: usize,
         trainer: &mut dyn UserControllers,
     ) -> Result<()> {
+        let mut at = Restore {
+            from,
+            rank,
+            trainer,
+        };
         for controller in self.in_order().into_iter().flatten() {
-            controller.restore(from, rank, trainer)?;
+            controller.restore(&mut at)?;
         }
+        let trainer = at.trainer;
         let state = from.get::<serde_json::Value>(states::CALLBACK, 1)?;
         if let (Some(state), Some(callback)) = (state, trainer.callback()) {
             callback.restore(&state);

@@ -10,7 +10,7 @@ use crate::report::record::StepLog;
 use crate::train::settings::RunSettings;
 use crate::train::step::StepOutcome;
 
-use super::controller::{Controller, Steer, StepReport, UserControllers};
+use super::controller::{Controller, Restore, Steer, StepReport, UserControllers};
 use super::goodput_control::GoodputControl;
 use super::states::{self, ControllerStates};
 
@@ -96,17 +96,12 @@ impl Controller for NoiseScaleControl {
         Ok(())
     }
 
-    fn restore(
-        &mut self,
-        from: &ControllerStates,
-        _rank: usize,
-        _: &mut dyn UserControllers,
-    ) -> Result<()> {
-        if let Some(saved) = from.get(states::NOISE_SCALE, 1)? {
+    fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {
+        if let Some(saved) = at.from.get(states::NOISE_SCALE, 1)? {
             self.estimator = saved;
         }
         if let Resize::Goodput(goodput) = &mut self.resize {
-            if let Some(saved) = from.get(states::GOODPUT, 1)? {
+            if let Some(saved) = at.from.get(states::GOODPUT, 1)? {
                 goodput.restore(&saved);
             }
         }

@@ -10,7 +10,7 @@ use crate::error::{Error, Result, TrainingError};
 use crate::report::record::StepLog;
 use crate::train::step::StepOutcome;
 
-use super::controller::{Controller, Steer, StepReport, UserControllers};
+use super::controller::{Controller, Restore, Steer, StepReport, UserControllers};
 use super::states::{self, ControllerStates};
 
 /// What the loop does after a step ran out of memory on some rank: the recovery
@@ -145,13 +145,8 @@ impl Controller for OomControl {
         into.put(states::OOM, 1, &self.events)
     }
 
-    fn restore(
-        &mut self,
-        from: &ControllerStates,
-        _rank: usize,
-        _: &mut dyn UserControllers,
-    ) -> Result<()> {
-        self.events = from.get(states::OOM, 1)?.unwrap_or(0);
+    fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {
+        self.events = at.from.get(states::OOM, 1)?.unwrap_or(0);
         Ok(())
     }
 }
