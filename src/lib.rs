@@ -172,19 +172,11 @@ pub mod prelude {
 /// Paths used by the code `#[adaptive_trainer]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use adabatch_runtime::adapt::goodput::{GoodputSpec, StepTimeFn};
-    pub use adabatch_runtime::adapt::lr::LrScaling;
-    pub use adabatch_runtime::adapt::mixer::MixFn;
-    pub use adabatch_runtime::adapt::noise_scale::NoiseScalePolicy;
-    pub use adabatch_runtime::adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
-    pub use adabatch_runtime::config::policy::{
-        GradAccum, MixSpec, OomPolicy, Reweight, TrainerPolicy,
-    };
-    pub use adabatch_runtime::user::trainer::CollateFor;
-    pub use adabatch_runtime::Result;
     pub use adabatch_runtime::{
-        AdaptiveTrainer, Callback, Collate, Dataset, MemoryModel, Mixer, RankContext, Run,
-        TrainModel, TrainSummary, Trained, TrainingArgs,
+        AdaptiveTrainer, Callback, Collate, CollateFor, Dataset, GoodputSpec, GradAccum, Growth,
+        LrScaling, MemoryModel, MixFn, MixSpec, Mixer, NoiseScalePolicy, OomPolicy, Ramp,
+        RankContext, Result, Reweight, Run, ScheduleFn, ScheduleSpec, StepTimeFn, TrainModel,
+        TrainSummary, Trained, TrainerPolicy, TrainingArgs,
     };
     pub use candle_nn::Optimizer;
 }

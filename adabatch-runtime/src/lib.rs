@@ -6,8 +6,9 @@
 //!
 //! The crate root is the stable surface: what a program needs. The folders below
 //! it are the design, each concept in a file named after it, imports only running
-//! downward; they are `#[doc(hidden)]` internals, reachable by their paths for
-//! tests, benchmarks and tools, and may change between releases:
+//! downward; they are crate-private, public (and hidden from the docs) only under
+//! the `internals` feature that the workspace's tests, benchmarks and tools
+//! enable, and may change between releases:
 //!
 //! | module | what it holds |
 //! |---|---|
@@ -22,35 +23,47 @@
 //! | `train` | on top of everything: the run's settings and every check of them, one step, evaluation, checkpoints, the controllers that adapt the run after a step (one interface, one order), the rank run as an object, the entry point ([`Run`]) |
 
 #![warn(missing_docs)]
+// Every type a public signature names can be named from the root (checked in
+// every build without `internals`: the published crate, the docs, a user's).
+#![cfg_attr(not(feature = "internals"), deny(unnameable_types))]
 
-#[doc(hidden)]
-pub mod adapt;
-#[doc(hidden)]
-pub mod config;
-#[doc(hidden)]
-pub mod data;
-#[doc(hidden)]
-pub mod dist;
-#[doc(hidden)]
-pub mod error;
-#[doc(hidden)]
-pub mod memory;
+/// Declares an internal module: crate-private, and public (hidden from the docs)
+/// under the `internals` feature, which the workspace's own tests, benchmarks and
+/// tools enable to reach the engine's parts; a program uses the crate root.
+macro_rules! internal_mod {
+    ($name:ident) => {
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        pub mod $name;
+        // Parts only the workspace's tests and tools call (or only the `nccl`
+        // feature) are unused without the feature, as they were unseen when
+        // every module was public.
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unused_imports)]
+        mod $name;
+    };
+}
+
+internal_mod!(adapt);
+internal_mod!(config);
+internal_mod!(data);
+internal_mod!(dist);
+internal_mod!(error);
+internal_mod!(memory);
 /// Models built on the differentiable ops, under Hugging Face's weight names: a
 /// Llama-family decoder ([`models::llama`]).
 pub mod models;
 /// Differentiable fused ops and layers (norms, softmax, ropes) for models from
 /// candle's world.
 pub mod nn;
-#[doc(hidden)]
-pub mod optim;
-#[doc(hidden)]
-pub mod report;
-#[doc(hidden)]
-pub mod train;
-#[doc(hidden)]
-pub mod user;
+internal_mod!(optim);
+internal_mod!(report);
+internal_mod!(train);
+internal_mod!(user);
 
-pub use adapt::goodput::{GoodputSpec, StepShape, StepTimeFn};
+pub use adapt::goodput::{
+    GoodputLog, GoodputReason, GoodputSpec, StepShape, StepTimeFit, StepTimeFn,
+};
 pub use adapt::lr::{LrScaling, LrSchedulerType};
 pub use adapt::mixer::{
     CurriculumMixer, Exp3Mixer, FnMixer, LastEval, MixFn, Mixer, OnlineMixer, SourceStats,
@@ -72,11 +85,13 @@ pub use error::{
     exit_code, CheckpointError, DataError, DistributedError, Error, ModelError, RendezvousError,
     Result, SettingsError, TrainingError,
 };
-pub use memory::memory_model::{BatchFeatures, MemoryModel, OnlineMemoryModel};
+pub use memory::memory_model::{BatchFeatures, MemoryModel, OnlineMemoryModel, OnlineMemoryState};
 pub use optim::precision::{autocast, autocast_linear, Precision};
-pub use optim::{AdamW, HeldParameters, ParamGroups, ParamsAdamW, Sgd, TrainOptimizer};
+pub use optim::{
+    AdamW, HeldParameters, OptimizerState, ParamGroups, ParamsAdamW, Sgd, TrainOptimizer,
+};
 pub use report::plot::{plot_runs, RunLog};
-pub use report::record::{EvalLog, StepLog};
+pub use report::record::{EvalLog, SourceLog, StepLog};
 pub use report::summary::{TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};
 pub use train::interrupt::INTERRUPTED_EXIT_CODE;
@@ -95,5 +110,15 @@ pub use user::token_batches::{
     Document, PackedBatch, PackedCollate, PackedRows, WindowBatch, WindowCollate, IGNORE_INDEX,
 };
 pub use user::train_model::{Batch, TrainModel};
-pub use user::trainer::{AdaptiveTrainer, RankContext};
+pub use user::trainer::{AdaptiveTrainer, CollateFor, RankContext};
 pub use user::weights::{load_weights, save_pretrained, LoadReport};
+
+// Reachable from public signatures (the sampler's sources, the checkpointed
+// mixture, the fault-injection hook of tests), named here so that they can be
+// named; not a stable API.
+#[doc(hidden)]
+pub use data::mixture::Mixture;
+#[doc(hidden)]
+pub use data::source_spec::{MixedSources, SourceCursor, SourcesState};
+#[doc(hidden)]
+pub use train::out_of_memory::FaultInjector;

@@ -63,7 +63,7 @@ pub enum ScheduleSpec {
     /// units; starts at `min`); see [`NoiseScalePolicy`].
     NoiseScale(NoiseScalePolicy),
     /// The global batch and micro-batches of the highest goodput (Pollux), from
-    /// the noise scale and the step times; see [`crate::adapt::goodput`].
+    /// the noise scale and the step times; see [`GoodputSpec`](crate::GoodputSpec).
     Goodput(GoodputSpec),
     /// Grow while the memory model predicts room (needs the memory model).
     Memory {

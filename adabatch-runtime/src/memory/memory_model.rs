@@ -95,7 +95,7 @@ fn terms(f: &BatchFeatures) -> [f64; TERMS] {
 /// `bytes = c0 + c1·padded_tokens + c2·batch_size·max_len²`, refitted at every
 /// observation, with a safety margin: predictions are raised by the configured
 /// margin plus the largest relative under-prediction seen so far. Until it has
-/// enough observations it answers like [`PaddedTokens`].
+/// enough observations it answers like the padded-tokens prior.
 #[derive(Debug, Clone)]
 pub struct OnlineMemoryModel {
     margin: f64,

@@ -54,7 +54,7 @@ fn compile(pattern: &str, what: &'static str) -> Result<Regex> {
 
 impl ParamGroups {
     /// Every parameter of `named` trains; biases and norm weights
-    /// ([`NO_DECAY_PATTERNS`]) do not decay, as in Hugging Face's Trainer.
+    /// (`NO_DECAY_PATTERNS`: biases and norm weights) do not decay, as in Hugging Face's Trainer.
     pub fn new(named: &[(String, Var)]) -> Self {
         let names: BTreeSet<String> = named.iter().map(|(n, _)| n.clone()).collect();
         let patterns: Vec<Regex> = NO_DECAY_PATTERNS

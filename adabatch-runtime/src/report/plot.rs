@@ -28,7 +28,7 @@ pub struct RunLog {
 }
 
 impl RunLog {
-    /// Reads a JSONL step log ([`read_step_log`]), labelled with the file's stem.
+    /// Reads a JSONL step log (`--log-jsonl`), labelled with the file's stem.
     pub fn read(path: &Path) -> Result<Self> {
         let label = path.file_stem().map_or_else(
             || path.display().to_string(),

@@ -98,8 +98,9 @@ pub fn weight_files(source: &Path) -> Result<Vec<PathBuf>> {
     Ok(shards.into_iter().map(|s| source.join(s)).collect())
 }
 
-/// Loads the weights of `source` (see [`weight_files`]) into `params` by name,
-/// converting dtypes. `strict`: a parameter the file lacks, a tensor the model
+/// Loads the weights of `source` (a safetensors file, or a directory's
+/// `model.safetensors` or the shards its `model.safetensors.index.json` lists)
+/// into `params` by name, converting dtypes. `strict`: a parameter the file lacks, a tensor the model
 /// does not have, or a shape that differs is an error and nothing is set;
 /// otherwise those are skipped and listed in the report.
 pub fn load_weights(params: &[(String, Var)], source: &Path, strict: bool) -> Result<LoadReport> {
