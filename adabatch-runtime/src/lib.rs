@@ -81,6 +81,8 @@ pub use data::tokenize;
 pub use dist::communicator::{Communicator, Local, Single};
 #[cfg(feature = "nccl")]
 pub use dist::nccl::Nccl;
+#[cfg(feature = "nccl")]
+pub use dist::rendezvous::{Rendezvous, TorchrunEnv};
 pub use error::{
     exit_code, CheckpointError, DataError, DistributedError, Error, ModelError, RendezvousError,
     Result, SettingsError, TrainingError,
