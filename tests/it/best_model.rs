@@ -31,20 +31,6 @@ fn factory(ctx: &RankContext) -> adabatch::Result<Plain> {
     Ok(Plain::new(model, opt))
 }
 
-/// Training data, and eval data whose targets are the training targets negated:
-/// as the model learns, the eval loss rises after the first evaluations.
-fn data() -> (Vec<Example>, Vec<Example>) {
-    let train = dataset(40, 1);
-    let eval = train
-        .iter()
-        .map(|e| Example {
-            y: -e.y,
-            ..e.clone()
-        })
-        .collect();
-    (train, eval)
-}
-
 fn weights(model: &Regression) -> Vec<f32> {
     flat(model.params.named_parameters().into_iter().map(|(_, v)| v))
 }
@@ -81,7 +67,7 @@ fn best_args(out: &std::path::Path, world: usize) -> TrainingArgs {
 
 #[test]
 fn the_model_ends_with_the_best_checkpoints_weights() {
-    let (train, eval) = data();
+    let (train, eval) = turning_data();
     for world in [1, 2] {
         let out = temp_log("best").with_extension("");
         let a = best_args(&out, world);
@@ -114,7 +100,7 @@ fn the_model_ends_with_the_best_checkpoints_weights() {
 #[test]
 fn a_larger_metric_can_be_the_better_one() {
     // With greater_is_better, the highest eval loss wins: the last evaluation.
-    let (train, eval) = data();
+    let (train, eval) = turning_data();
     let out = temp_log("best-greater").with_extension("");
     let a = TrainingArgs {
         greater_is_better: Some(true),
@@ -155,7 +141,7 @@ fn epoch_strategies_evaluate_and_save_at_epoch_ends() {
 
 #[test]
 fn a_resumed_run_keeps_the_best_checkpoint() {
-    let (train, eval) = data();
+    let (train, eval) = turning_data();
     let out = temp_log("best-resume").with_extension("");
     let a = TrainingArgs {
         save_total_limit: None,

@@ -167,21 +167,6 @@ fn one_rank_asking_to_stop_stops_every_rank_and_saves_on_request() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// A training set and an eval set whose targets are the negated training
-/// targets: as the model learns the training set, the eval loss rises after its
-/// first evaluation.
-fn turning_data() -> (Vec<Example>, Vec<Example>) {
-    let train = dataset(40, 1);
-    let eval = train
-        .iter()
-        .map(|e| Example {
-            y: -e.y,
-            ..e.clone()
-        })
-        .collect();
-    (train, eval)
-}
-
 #[adaptive_trainer(schedule = constant)]
 struct Patient {
     #[model]

@@ -625,10 +625,10 @@ fn gather(
 fn reduce(
     comm: &impl Communicator,
     params: &[(String, Var)],
-    local: Result<LocalGrads>,
+    mut local: Result<LocalGrads>,
     layout: PayloadLayout,
 ) -> Result<std::result::Result<LocalGrads, StepOom>> {
-    let (mut tensors, scalars) = outgoing(&local, params)?;
+    let (mut tensors, scalars) = outgoing(&mut local, params)?;
     let mut flat = layout.write(&scalars);
     comm.all_reduce_sum(&mut tensors, &mut flat)?;
     let summed = layout.read(&flat);
@@ -657,21 +657,25 @@ fn reduce(
 
 /// What this rank puts into the step's all-reduce: its gradients (zeros where it
 /// has none, all zeros after a failure) and its scalars (only the flags after a
-/// failure).
+/// failure). The per-source and small-batch sums move out of `local`: the
+/// summed ones replace them.
 fn outgoing(
-    local: &Result<LocalGrads>,
+    local: &mut Result<LocalGrads>,
     params: &[(String, Var)],
 ) -> Result<(Vec<Tensor>, StepScalars)> {
     let zeros = |var: &Var| var.as_tensor().zeros_like();
-    let Ok(l) = local else {
-        let oom = matches!(local, Err(e) if is_out_of_memory(e));
-        let tensors = params.iter().map(|(_, v)| zeros(v));
-        let scalars = StepScalars {
-            failed: f64::from(u8::from(!oom)),
-            out_of_memory: f64::from(u8::from(oom)),
-            ..StepScalars::default()
-        };
-        return Ok((tensors.collect::<candle_core::Result<Vec<_>>>()?, scalars));
+    let l = match local {
+        Ok(l) => l,
+        Err(e) => {
+            let oom = is_out_of_memory(e);
+            let tensors = params.iter().map(|(_, v)| zeros(v));
+            let scalars = StepScalars {
+                failed: f64::from(u8::from(!oom)),
+                out_of_memory: f64::from(u8::from(oom)),
+                ..StepScalars::default()
+            };
+            return Ok((tensors.collect::<candle_core::Result<Vec<_>>>()?, scalars));
+        }
     };
     let tensors = (l.grads.iter().zip(params))
         .map(|(g, (_, var))| g.as_ref().map_or_else(|| zeros(var), |g| Ok(g.clone())))
@@ -681,8 +685,8 @@ fn outgoing(
         tokens: l.tokens,
         seconds: l.seconds,
         interrupt: l.interrupt,
-        small: l.small.clone(),
-        source_sums: l.source_sums.clone(),
+        small: std::mem::take(&mut l.small),
+        source_sums: std::mem::take(&mut l.source_sums),
         covered: l
             .covered
             .iter()

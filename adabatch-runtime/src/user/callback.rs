@@ -118,9 +118,11 @@ pub trait Callback: Send {
     fn state(&self) -> Option<serde_json::Value> {
         None
     }
-    /// Continues from a checkpoint's [`Callback::state`].
-    fn restore(&mut self, state: &serde_json::Value) {
+    /// Continues from a checkpoint's [`Callback::state`]; a state it cannot read
+    /// is an error (the run refuses the checkpoint, naming the entry).
+    fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
         let _ = state;
+        Ok(())
     }
 }
 
@@ -131,12 +133,14 @@ impl Callback for Vec<Box<dyn Callback>> {
             self.iter().map(|c| c.state().unwrap_or_default()).collect();
         states.iter().any(|s| !s.is_null()).then(|| states.into())
     }
-    fn restore(&mut self, state: &serde_json::Value) {
-        if let Some(states) = state.as_array() {
-            for (c, s) in self.iter_mut().zip(states).filter(|(_, s)| !s.is_null()) {
-                c.restore(s);
-            }
+    fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
+        let states = state
+            .as_array()
+            .ok_or_else(|| format!("expected one state per callback, found {state}"))?;
+        for (c, s) in self.iter_mut().zip(states).filter(|(_, s)| !s.is_null()) {
+            c.restore(s)?;
         }
+        Ok(())
     }
     fn on_step_end(&mut self, state: &TrainerState, control: &mut TrainerControl) {
         for c in self {
@@ -244,15 +248,18 @@ impl Callback for EarlyStopping {
     }
 
     /// Restores the state saved for the same metric (another metric's is left).
-    fn restore(&mut self, state: &serde_json::Value) {
+    fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
         if state.get("metric").and_then(|m| m.as_str()) != Some(self.metric.as_str()) {
-            return;
+            return Ok(());
         }
+        // `best` is null before the first evaluation (and for a NaN metric).
         self.best = state.get("best").and_then(serde_json::Value::as_f64);
-        self.without_improvement = state
-            .get("without_improvement")
+        let patience_used = state.get("without_improvement");
+        self.without_improvement = patience_used
             .and_then(serde_json::Value::as_u64)
-            .map_or(0, |n| n as usize);
+            .ok_or_else(|| format!("`without_improvement` is {patience_used:?}, not a count"))?
+            as usize;
+        Ok(())
     }
 }
 
@@ -308,11 +315,11 @@ mod tests {
             stop.on_evaluate(&state, &eval(step, loss), &mut TrainerControl::default());
         }
         let mut fresh = EarlyStopping::on_eval_loss(3);
-        fresh.restore(&stop.state().unwrap());
+        fresh.restore(&stop.state().unwrap()).unwrap();
         assert_eq!((fresh.best(), fresh.without_improvement), (Some(1.0), 1));
         // Another metric's state is not taken.
         let mut other = EarlyStopping::new("eval_accuracy", true, 3);
-        other.restore(&stop.state().unwrap());
+        other.restore(&stop.state().unwrap()).unwrap();
         assert_eq!(other.best(), None);
         // A list keeps each member's state in order.
         let list: Vec<Box<dyn Callback>> = vec![Box::new(stop.clone()), Box::new(fresh)];
@@ -320,8 +327,13 @@ mod tests {
             Box::new(EarlyStopping::on_eval_loss(3)),
             Box::new(EarlyStopping::on_eval_loss(3)),
         ];
-        restored.restore(&list.state().unwrap());
+        restored.restore(&list.state().unwrap()).unwrap();
         assert_eq!(restored.state(), list.state());
+        // A state that does not read is an error, not a silent reset.
+        let bad = serde_json::json!({"metric": "eval_loss", "best": 1.0, "without_improvement": "two"});
+        let err = EarlyStopping::on_eval_loss(3).restore(&bad).unwrap_err();
+        assert!(err.contains("without_improvement"), "{err}");
+        assert!(restored.restore(&serde_json::json!({"best": 1.0})).is_err());
     }
 
     #[test]

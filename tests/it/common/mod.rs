@@ -107,6 +107,21 @@ pub fn dataset(n: usize, seed: u64) -> Vec<Example> {
         .collect()
 }
 
+/// A training set and an eval set whose targets are the negated training
+/// targets: as the model learns the training set, the eval loss rises after its
+/// first evaluations (for early stopping and the best checkpoint).
+pub fn turning_data() -> (Vec<Example>, Vec<Example>) {
+    let train = dataset(40, 1);
+    let eval = train
+        .iter()
+        .map(|e| Example {
+            y: -e.y,
+            ..e.clone()
+        })
+        .collect();
+    (train, eval)
+}
+
 /// Declares a hand-written trainer with the given policy (what the macro generates,
 /// written out).
 #[macro_export]

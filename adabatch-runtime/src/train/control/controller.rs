@@ -63,6 +63,14 @@ pub(crate) struct Steer<'a> {
     pub(crate) logger: Option<&'a Logger>,
 }
 
+/// What a controller saves into: the checkpoint's entries, with the ranks'
+/// communicator (a part may gather from every rank) and the trainer's own parts.
+pub(crate) struct Save<'a> {
+    pub(crate) comm: &'a dyn Communicator,
+    pub(crate) trainer: &'a mut dyn UserControllers,
+    pub(crate) into: &'a mut ControllerStates,
+}
+
 /// What a controller restores from: the checkpoint's entries, on `rank`, with
 /// the trainer's own parts (its mixer, its callback).
 pub(crate) struct Restore<'a> {
@@ -84,12 +92,7 @@ pub(crate) trait Controller {
     fn record(&mut self, _entry: &mut StepLog) {}
     /// Its part of a checkpoint. Every rank calls it at the same step (a part may
     /// gather from every rank); rank 0 writes the result.
-    fn save(
-        &mut self,
-        _comm: &dyn Communicator,
-        _trainer: &mut dyn UserControllers,
-        _into: &mut ControllerStates,
-    ) -> Result<()> {
+    fn save(&mut self, _at: &mut Save<'_>) -> Result<()> {
         Ok(())
     }
     /// Continues from its entry of a checkpoint; an entry it cannot read is an

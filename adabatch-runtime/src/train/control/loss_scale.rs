@@ -1,14 +1,13 @@
 //! `--fp16`'s dynamic loss scale as a controller: an overflowed step's update is
 //! skipped and the scale halves; it doubles after enough clean steps.
 
-use crate::dist::communicator::Communicator;
 use crate::error::Result;
 use crate::optim::precision::LossScaler;
 use crate::report::record::StepLog;
 use crate::train::step::StepOutcome;
 
-use super::controller::{Controller, Restore, Steer, StepReport, UserControllers};
-use super::states::{self, ControllerStates};
+use super::controller::{Controller, Restore, Save, Steer, StepReport};
+use super::states;
 
 /// The loss scaler, the scale the last step ran with, and the skipped updates
 /// since the last logged step.
@@ -63,13 +62,8 @@ impl Controller for LossScaleControl {
         entry.skipped_steps = std::mem::take(&mut self.skipped_since_log);
     }
 
-    fn save(
-        &mut self,
-        _comm: &dyn Communicator,
-        _trainer: &mut dyn UserControllers,
-        into: &mut ControllerStates,
-    ) -> Result<()> {
-        into.put(states::LOSS_SCALE, 1, &self.scaler)
+    fn save(&mut self, at: &mut Save<'_>) -> Result<()> {
+        at.into.put(states::LOSS_SCALE, 1, &self.scaler)
     }
 
     fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {

@@ -16,8 +16,8 @@ use crate::report::record::StepLog;
 use crate::train::settings::RunSettings;
 use crate::user::data::Dataset;
 
-use super::controller::{Controller, Restore, Steer, StepReport, UserControllers};
-use super::states::{self, ControllerStates, MemoryEntry};
+use super::controller::{Controller, Restore, Save, Steer, StepReport, UserControllers};
+use super::states::{self, MemoryEntry};
 
 /// This rank's online memory model, whether the run is memory-aware, and the
 /// last step's measured peak.
@@ -98,19 +98,14 @@ impl Controller for MemoryControl {
     }
 
     /// Memory-aware runs gather every rank's online model.
-    fn save(
-        &mut self,
-        comm: &dyn Communicator,
-        _trainer: &mut dyn UserControllers,
-        into: &mut ControllerStates,
-    ) -> Result<()> {
+    fn save(&mut self, at: &mut Save<'_>) -> Result<()> {
         if self.memory_mode {
             let entry = MemoryEntry {
                 fit: Some(self.online.snapshot()),
                 model: None,
-                models: Some(gather_memory_models(comm, &self.online)?),
+                models: Some(gather_memory_models(at.comm, &self.online)?),
             };
-            into.put(states::MEMORY, 1, &entry)?;
+            at.into.put(states::MEMORY, 1, &entry)?;
         }
         Ok(())
     }

@@ -5,14 +5,13 @@
 use crate::adapt::mixer::{LastEval, Mixer, SourceStats};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::data::planner::StepPlanner;
-use crate::dist::communicator::Communicator;
 use crate::error::Result;
 use crate::report::record::EvalLog;
 use crate::train::settings::RunSettings;
 use crate::train::step::StepOutcome;
 
-use super::controller::{Controller, Restore, Steer, StepReport, UserControllers};
-use super::states::{self, ControllerStates};
+use super::controller::{Controller, Restore, Save, Steer, StepReport, UserControllers};
+use super::states;
 
 /// The engine's own mixer, if the policy asks for one, of a run of `sources`
 /// sources.
@@ -77,14 +76,9 @@ impl Controller for MixingControl {
         Ok(())
     }
 
-    fn save(
-        &mut self,
-        _comm: &dyn Communicator,
-        trainer: &mut dyn UserControllers,
-        into: &mut ControllerStates,
-    ) -> Result<()> {
-        if let Some(state) = self.mixer(trainer).and_then(|m| m.state()) {
-            into.put_value(states::MIXER, 1, state);
+    fn save(&mut self, at: &mut Save<'_>) -> Result<()> {
+        if let Some(state) = self.mixer(at.trainer).and_then(|m| m.state()) {
+            at.into.put_value(states::MIXER, 1, state);
         }
         Ok(())
     }

@@ -37,7 +37,7 @@ use crate::error::Result;
 use crate::report::record::StepLog;
 use crate::train::settings::RunSettings;
 
-pub(crate) use controller::{Controller, Restore, Steer, StepReport, UserControllers};
+pub(crate) use controller::{Controller, Restore, Save, Steer, StepReport, UserControllers};
 use loss_scale::LossScaleControl;
 use memory::MemoryControl;
 use mixing::MixingControl;
@@ -111,9 +111,15 @@ impl Controllers {
         trainer: &mut dyn UserControllers,
     ) -> Result<ControllerStates> {
         let mut states = ControllerStates::default();
+        let mut at = Save {
+            comm,
+            trainer,
+            into: &mut states,
+        };
         for controller in self.in_order().into_iter().flatten() {
-            controller.save(comm, trainer, &mut states)?;
+            controller.save(&mut at)?;
         }
+        let trainer = at.trainer;
         if let Some(state) = trainer.callback().and_then(|c| c.state()) {
             states.put_value(states::CALLBACK, 1, state);
         }
@@ -138,7 +144,9 @@ impl Controllers {
         let trainer = at.trainer;
         let state = from.get::<serde_json::Value>(states::CALLBACK, 1)?;
         if let (Some(state), Some(callback)) = (state, trainer.callback()) {
-            callback.restore(&state);
+            callback
+                .restore(&state)
+                .map_err(|detail| states::entry_error(states::CALLBACK, detail))?;
         }
         Ok(())
     }

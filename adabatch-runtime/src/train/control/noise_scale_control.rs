@@ -4,15 +4,14 @@
 
 use crate::adapt::noise_scale::{NoiseScaleEstimator, NoiseScalePolicy};
 use crate::adapt::schedule::ScheduleSpec;
-use crate::dist::communicator::Communicator;
 use crate::error::Result;
 use crate::report::record::StepLog;
 use crate::train::settings::RunSettings;
 use crate::train::step::StepOutcome;
 
-use super::controller::{Controller, Restore, Steer, StepReport, UserControllers};
+use super::controller::{Controller, Restore, Save, Steer, StepReport};
 use super::goodput_control::GoodputControl;
-use super::states::{self, ControllerStates};
+use super::states;
 
 /// The estimator, and what resizes the batch from it.
 pub(crate) struct NoiseScaleControl {
@@ -83,15 +82,10 @@ impl Controller for NoiseScaleControl {
         }
     }
 
-    fn save(
-        &mut self,
-        _comm: &dyn Communicator,
-        _trainer: &mut dyn UserControllers,
-        into: &mut ControllerStates,
-    ) -> Result<()> {
-        into.put(states::NOISE_SCALE, 1, &self.estimator)?;
+    fn save(&mut self, at: &mut Save<'_>) -> Result<()> {
+        at.into.put(states::NOISE_SCALE, 1, &self.estimator)?;
         if let Resize::Goodput(goodput) = &self.resize {
-            into.put(states::GOODPUT, 1, &goodput.state())?;
+            at.into.put(states::GOODPUT, 1, &goodput.state())?;
         }
         Ok(())
     }

@@ -5,13 +5,12 @@
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::OomPolicy;
 use crate::data::planner::{StepBatches, StepPlanner};
-use crate::dist::communicator::Communicator;
 use crate::error::{Error, Result, TrainingError};
 use crate::report::record::StepLog;
 use crate::train::step::StepOutcome;
 
-use super::controller::{Controller, Restore, Steer, StepReport, UserControllers};
-use super::states::{self, ControllerStates};
+use super::controller::{Controller, Restore, Save, Steer, StepReport};
+use super::states;
 
 /// What the loop does after a step ran out of memory on some rank: the recovery
 /// state of the step being retried.
@@ -136,13 +135,8 @@ impl Controller for OomControl {
         entry.oom_events = std::mem::take(&mut self.events_since_log);
     }
 
-    fn save(
-        &mut self,
-        _comm: &dyn Communicator,
-        _trainer: &mut dyn UserControllers,
-        into: &mut ControllerStates,
-    ) -> Result<()> {
-        into.put(states::OOM, 1, &self.events)
+    fn save(&mut self, at: &mut Save<'_>) -> Result<()> {
+        at.into.put(states::OOM, 1, &self.events)
     }
 
     fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {
