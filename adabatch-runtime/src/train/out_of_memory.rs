@@ -11,6 +11,7 @@ pub fn is_out_of_memory(error: &Error) -> bool {
     match error {
         Error::Training(TrainingError::OutOfMemory { .. }) => true,
         Error::Candle(e) => names_out_of_memory(&e.to_string()),
+        Error::OnRank { source, .. } => is_out_of_memory(source),
         // Packing buffers of a collective can run out too.
         Error::Distributed(DistributedError::Library { detail, .. })
         | Error::Distributed(DistributedError::CollectiveInput { detail }) => {
@@ -61,7 +62,8 @@ impl FaultInjector {
     }
 
     /// Every forward pass over more than `examples` examples on one rank runs out of
-    /// memory: a simple memory law for `halve` and `split_retry`.
+    /// memory, with the error candle returns on CUDA: a simple memory law for
+    /// `halve` and `split_retry`.
     pub fn above_local_batch(mut self, examples: usize) -> Self {
         self.above_local_batch = Some(examples);
         self
@@ -99,12 +101,14 @@ impl FaultInjector {
             }));
         }
         match self.above_local_batch {
-            Some(limit) if examples > limit => Err(Error::Training(TrainingError::OutOfMemory {
-                step,
-                detail: format!(
-                    "injected: {examples} examples exceed the limit of {limit} on rank {rank}"
+            // What candle returns when a CUDA allocation fails, so that the memory
+            // law takes the path a real device's OOM takes.
+            Some(limit) if examples > limit => Err(Error::Candle(candle_core::Error::Msg(
+                format!(
+                    "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\") (injected: \
+                     {examples} examples exceed the limit of {limit} on rank {rank})"
                 ),
-            })),
+            ))),
             _ => Ok(()),
         }
     }
@@ -145,6 +149,12 @@ mod tests {
             "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")".into(),
         ));
         assert!(is_out_of_memory(&cuda));
+        let on_rank = Error::OnRank {
+            rank: 1,
+            step: 2,
+            source: Box::new(cuda),
+        };
+        assert!(is_out_of_memory(&on_rank));
         for text in [
             "CUBLAS_STATUS_ALLOC_FAILED",
             "CURAND_STATUS_ALLOCATION_FAILED",

@@ -135,6 +135,15 @@ pub(crate) enum StepOom {
     },
 }
 
+impl StepOom {
+    /// This rank's OOM, by the error's first line: candle appends a backtrace when
+    /// `RUST_BACKTRACE` is set, which does not belong in the run's log.
+    fn here(error: &Error) -> Self {
+        let message = error.to_string();
+        StepOom::Here(message.lines().next().unwrap_or_default().trim_end().to_string())
+    }
+}
+
 impl std::fmt::Display for StepOom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -455,7 +464,7 @@ fn norm_and_clip(update: &mut Update, max_grad_norm: f64, wanted: bool) -> Resul
 /// recovers from it together), and so do the engine's own typed errors.
 fn on_rank(error: Error, rank: usize, step: usize) -> Error {
     match error {
-        Error::Candle(_) | Error::Message(_) => Error::OnRank {
+        Error::Candle(_) | Error::Message(_) if !is_out_of_memory(&error) => Error::OnRank {
             rank,
             step,
             source: Box::new(error),
@@ -614,7 +623,7 @@ fn gather(
     }
     match local {
         Ok(local) => Ok(Ok(local)),
-        Err(e) if is_out_of_memory(&e) => Ok(Err(StepOom::Here(e.to_string()))),
+        Err(e) if is_out_of_memory(&e) => Ok(Err(StepOom::here(&e))),
         Err(e) => Err(e),
     }
 }
@@ -637,7 +646,7 @@ fn reduce(
         _ if summed.failed > 0.0 => Err(Error::Distributed(DistributedError::PeerFailed {
             rank: comm.rank(),
         })),
-        Err(e) => Ok(Err(StepOom::Here(e.to_string()))),
+        Err(e) => Ok(Err(StepOom::here(&e))),
         Ok(_) if summed.out_of_memory > 0.0 => Ok(Err(StepOom::Elsewhere {
             ranks: summed.out_of_memory as usize,
         })),
