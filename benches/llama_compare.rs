@@ -191,14 +191,15 @@ fn export_inputs(dir: &Path, config: &LlamaConfig, data: &[Vec<u32>]) -> Result<
 
 /// `STEPS` steps through the engine; returns the step losses.
 fn engine_losses(config: &LlamaConfig, data: &[Vec<u32>]) -> adabatch::Result<(Vec<f64>, f64)> {
-    let args = TrainingArgs {
-        num_train_epochs: 1,
-        max_steps: Some(STEPS),
-        per_device_train_batch_size: BATCH,
-        learning_rate: LR,
-        quiet: true,
-        logging_steps: usize::MAX,
-        ..TrainingArgs::default()
+    let args = {
+        let mut args = TrainingArgs::default();
+        args.length.num_train_epochs = 1;
+        args.length.max_steps = Some(STEPS);
+        args.batch.per_device_train_batch_size = BATCH;
+        args.lr.learning_rate = LR;
+        args.logging.quiet = true;
+        args.logging.logging_steps = usize::MAX;
+        args
     };
     let mut trainer = fresh(config);
     let start = Instant::now();

@@ -273,13 +273,14 @@ fn main() {
         })
         .collect();
 
-    let args = |workers: usize| TrainingArgs {
-        per_device_train_batch_size: BATCH,
-        num_train_epochs: 1,
-        dataloader_num_workers: workers,
-        seed: Some(7),
-        quiet: true,
-        ..TrainingArgs::default()
+    let args = |workers: usize| {
+        let mut args = TrainingArgs::default();
+        args.batch.per_device_train_batch_size = BATCH;
+        args.length.num_train_epochs = 1;
+        args.data.dataloader_num_workers = workers;
+        args.data.seed = Some(7);
+        args.logging.quiet = true;
+        args
     };
     // Run 0: tokenised beforehand (compute and a light collate); runs 1-3:
     // tokenising in the collate with 0, 1, 2 workers.

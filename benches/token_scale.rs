@@ -114,15 +114,16 @@ fn main() -> adabatch::Result<()> {
         windows.len(),
         memory()
     );
-    let args = TrainingArgs {
-        nproc_per_node: 4,
-        rampup_batch_size: Some(vec![8, 8, 800]),
-        global_batch_size: Some(64),
-        max_steps: Some(40),
-        learning_rate: 0.1,
-        log_indices: true,
-        quiet: true,
-        ..TrainingArgs::default()
+    let args = {
+        let mut args = TrainingArgs::default();
+        args.launch.nproc_per_node = 4;
+        args.batch.rampup_batch_size = Some(vec![8, 8, 800]);
+        args.batch.global_batch_size = Some(64);
+        args.length.max_steps = Some(40);
+        args.lr.learning_rate = 0.1;
+        args.logging.log_indices = true;
+        args.logging.quiet = true;
+        args
     };
     let start = Instant::now();
     let trained = ScaleTrainer::launch(&windows, &WindowCollate, &args, |ctx: &RankContext| {

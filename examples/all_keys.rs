@@ -199,7 +199,7 @@ fn run() -> adabatch::Result<()> {
         .mut_arg("learning_rate", |a| a.default_value("0.003"))
         .mut_arg("logging_steps", |a| a.default_value("10"));
     let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
-    let seed = cli.train.seed.unwrap_or(LmTrainer::POLICY.seed);
+    let seed = cli.train.data.seed.unwrap_or(LmTrainer::POLICY.seed);
     let mut sentences: Vec<String> = match &cli.data {
         Some(path) => std::fs::read_to_string(path)
             .map_err(|source| adabatch::Error::Io {
@@ -215,7 +215,7 @@ fn run() -> adabatch::Result<()> {
     sentences.truncate(cli.max_sentences);
     let lengths = sentences.iter().map(String::len).collect();
     let dataset = WithLengths::new(sentences, lengths)?;
-    let lr = cli.train.learning_rate;
+    let lr = cli.train.lr.learning_rate;
     let summary = LmTrainer::launch(&dataset, &collate, &cli.train, |ctx: &RankContext| {
         let model = ByteLm::new(ctx.parameters(), ctx.device())?;
         let opt = AdamW::new(

@@ -76,9 +76,9 @@ fn run(cli: Cli) -> adabatch::Result<()> {
     let path = cli.digits.clone().unwrap_or_else(digits::default_path);
     let all = digits::read_digits(&path).map_err(adabatch::Error::msg)?;
     let mut args = cli.train.clone();
-    args.seed = Some(args.seed.unwrap_or(0));
-    args.num_train_epochs = cli.epochs_per_task;
-    args.global_batch_size = args.global_batch_size.or(Some(32));
+    args.data.seed = Some(args.data.seed.unwrap_or(0));
+    args.length.num_train_epochs = cli.epochs_per_task;
+    args.batch.global_batch_size = args.batch.global_batch_size.or(Some(32));
     let mix = match cli.mix {
         Mix::Fixed => continual::Mix::Fixed(cli.replay_fraction),
         Mix::Online => continual::Mix::Online,

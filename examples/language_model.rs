@@ -131,16 +131,14 @@ fn complete_args(cli: &mut Cli, matches: &clap::ArgMatches) -> TrainingArgs {
     }
     let mut args = cli.train.clone();
     if !from_command_line("per_device_train_batch_size") {
-        args.per_device_train_batch_size = match cli.schedule {
-            Schedule::Ramp => 8usize.div_ceil(args.nproc_per_node.max(1)),
+        args.batch.per_device_train_batch_size = match cli.schedule {
+            Schedule::Ramp => 8usize.div_ceil(args.launch.nproc_per_node.max(1)),
             Schedule::NoiseScale | Schedule::Goodput => 8,
         };
     }
-    let out = args.output_dir.clone();
-    args.log_jsonl.get_or_insert_with(|| out.join("log.jsonl"));
-    args.plot.get_or_insert_with(|| out.join("loss.svg"));
-    if args.report_to.is_empty() {
-        args.report_to = vec![adabatch::ReportTo::Tensorboard];
+    decoder::log_into_output_dir(&mut args);
+    if args.logging.report_to.is_empty() {
+        args.logging.report_to = vec![adabatch::ReportTo::Tensorboard];
     }
     args
 }
@@ -177,7 +175,7 @@ fn run() -> adabatch::Result<()> {
         .with_packing(!cli.no_packing);
     let data = (&train, &validation);
     let (summary, llama) = match cli.schedule {
-        Schedule::Ramp if args.max_tokens_per_batch.is_some() => {
+        Schedule::Ramp if args.length_aware.max_tokens_per_batch.is_some() => {
             decoder::train(data, &collate, &args, &config, BudgetTrainer::new)?
         }
         Schedule::Ramp => decoder::train(data, &collate, &args, &config, RampTrainer::new)?,
@@ -231,8 +229,8 @@ fn report(
         let settings = (cli.sample_tokens, cli.temperature, info.eos_id);
         decoder::print_samples(llama, &tokenizer, &prompts, settings)?;
     }
-    if args.save_steps > 0 && args.output_dir.join("model.safetensors").exists() {
-        let to = args.output_dir.join("tokenizer.json");
+    if args.save.save_steps > 0 && args.save.output_dir.join("model.safetensors").exists() {
+        let to = args.save.output_dir.join("tokenizer.json");
         std::fs::copy(&tokenizer_json, &to).map_err(|e| adabatch::Error::Io {
             path: to,
             source: e,

@@ -175,12 +175,10 @@ fn run() -> adabatch::Result<()> {
     let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
     if !given("per_device_train_batch_size") {
         // The global batch decides; a per-device size nobody set is not warned about.
-        let global = args.global_batch_size.unwrap_or(32);
-        args.per_device_train_batch_size = global.div_ceil(args.nproc_per_node.max(1));
+        let global = args.batch.global_batch_size.unwrap_or(32);
+        args.batch.per_device_train_batch_size = global.div_ceil(args.launch.nproc_per_node.max(1));
     }
-    let out = args.output_dir.clone();
-    args.log_jsonl.get_or_insert_with(|| out.join("log.jsonl"));
-    args.plot.get_or_insert_with(|| out.join("loss.svg"));
+    decoder::log_into_output_dir(&mut args);
     let domains = open_domains(&cli)?;
     let names = domains.train.names().to_vec();
     let unit = match cli.mix_unit {
@@ -189,7 +187,7 @@ fn run() -> adabatch::Result<()> {
     };
     let mut train = domains.train.with_unit(unit);
     if cli.mixer == MixerChoice::Uniform {
-        if !args.mix_weights.is_empty() {
+        if !args.data.mix_weights.is_empty() {
             return Err(adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings {
                 first: "--mix-weights",
                 second: "--mixer uniform",
@@ -206,7 +204,7 @@ fn run() -> adabatch::Result<()> {
         .validate()
         .map_err(|e| adabatch::Error::Message(format!("the model's shape: {e}")))?;
     let collate = PackedCollate::new(cli.model.seq_len, info.eos_id);
-    let lr = args.learning_rate;
+    let lr = args.lr.learning_rate;
     let mixer_choice = cli.mixer;
     let summary = match mixer_choice {
         MixerChoice::Stratified | MixerChoice::Uniform => {

@@ -109,15 +109,15 @@ fn main() {
 fn run_digits(cli: &Cli) -> Result<serde_json::Value, String> {
     let path = cli.digits.clone().unwrap_or_else(digits::default_path);
     let mut args = cli.train.clone();
-    args.eval_steps = args.eval_steps.or(Some(5));
-    let seed = args.seed.unwrap_or(0);
+    args.eval.eval_steps = args.eval.eval_steps.or(Some(5));
+    let seed = args.data.seed.unwrap_or(0);
     let (train, test): (Vec<Digit>, Vec<Digit>) = split(read_digits(&path)?, 0.7, seed);
     let factory = |ctx: &RankContext| -> adabatch::Result<Digits> {
         let model = Mlp::new(ctx.parameters(), 64, ctx.device())?;
         let opt = AdamW::new(
             model.params.all_vars(),
             ParamsAdamW {
-                lr: args.learning_rate,
+                lr: args.lr.learning_rate,
                 ..Default::default()
             },
         )?;
@@ -210,13 +210,13 @@ fn run_linreg(cli: &Cli) -> Result<serde_json::Value, String> {
         return Err("--dim must be at least 1".into());
     }
     let mut args = cli.train.clone();
-    args.log_gradient_noise_scale = true;
-    let log = args.log_jsonl.clone().unwrap_or_else(|| {
+    args.step.log_gradient_noise_scale = true;
+    let log = args.logging.log_jsonl.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("adabatch-linreg-{}.jsonl", std::process::id()))
     });
-    let keep_log = args.log_jsonl.is_some();
-    args.log_jsonl = Some(log.clone());
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.seed.unwrap_or(0));
+    let keep_log = args.logging.log_jsonl.is_some();
+    args.logging.log_jsonl = Some(log.clone());
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(args.data.seed.unwrap_or(0));
     let truth = 1.0 / (dim as f64).sqrt();
     let data: Vec<Example> = (0..cli.examples)
         .map(|_| {
@@ -234,7 +234,7 @@ fn run_linreg(cli: &Cli) -> Result<serde_json::Value, String> {
     };
     let factory = |ctx: &RankContext| -> adabatch::Result<LinReg> {
         let w = Var::zeros(dim, DType::F32, ctx.device())?;
-        let opt = Sgd::new(vec![w.clone()], args.learning_rate);
+        let opt = Sgd::new(vec![w.clone()], args.lr.learning_rate);
         Ok(LinReg::new(Linear { w }, opt))
     };
     let Trained { summary, .. } =
@@ -262,7 +262,7 @@ fn run_linreg(cli: &Cli) -> Result<serde_json::Value, String> {
         tail.len(),
         100.0 * (mean / analytic - 1.0)
     );
-    if cli.train.learning_rate != 0.0 {
+    if cli.train.lr.learning_rate != 0.0 {
         println!("(the analytic value holds at w = 0: run with --learning-rate 0 to compare)");
     }
     Ok(serde_json::json!({

@@ -152,14 +152,14 @@ fn run() -> adabatch::Result<()> {
         let opt = AdamW::new(
             model.params.all_vars(),
             ParamsAdamW {
-                lr: args.learning_rate,
+                lr: args.lr.learning_rate,
                 ..Default::default()
             },
         )?;
         Ok(Quickstart::new(model, opt))
     };
 
-    // `args.nproc_per_node` ranks (threads on CPU); rank 0's trained trainer comes back.
+    // `args.launch.nproc_per_node` ranks (threads on CPU); rank 0's trained trainer comes back.
     let Trained { trainer, summary } = Quickstart::launch(&train_rows, &collate, &args, factory)?;
     println!("{summary}");
 

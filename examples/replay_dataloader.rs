@@ -44,11 +44,11 @@ fn main() -> std::process::ExitCode {
 fn run() -> adabatch::Result<()> {
     let cli = parse_cli();
     let mut args = cli.train;
-    args.log_indices = true;
-    let seed = args.seed.unwrap_or(ReplayTrainer::POLICY.seed);
+    args.logging.log_indices = true;
+    let seed = args.data.seed.unwrap_or(ReplayTrainer::POLICY.seed);
     let data = dataset(cli.num_train_examples, seed);
     let summary =
-        ReplayTrainer::launch(&data, &collate, &args, factory(args.learning_rate))?.summary;
+        ReplayTrainer::launch(&data, &collate, &args, factory(args.lr.learning_rate))?.summary;
     println!("{summary}");
     Ok(())
 }

@@ -113,7 +113,10 @@
 //!   factory gets a [`RankContext`] and builds one rank's trainer; [`Trained`]
 //!   holds rank 0's trainer and the [`TrainSummary`].
 //! - **Settings**: [`TrainingArgs`] (run time, Hugging Face's flag names, a clap
-//!   parser) and [`TrainerPolicy`] (the attribute's, fixed at compile time).
+//!   parser in flag groups: [`RunLengthArgs`], [`BatchArgs`], [`LengthAwareArgs`],
+//!   [`LrArgs`], [`StepArgs`], [`DataArgs`], [`LaunchArgs`], [`LogArgs`],
+//!   [`EvalArgs`], [`SaveArgs`]) and [`TrainerPolicy`] (the attribute's, fixed at
+//!   compile time).
 //! - **Optimizers**: the checkpointable [`AdamW`] and [`Sgd`], [`ParamGroups`]
 //!   (frozen parameters, no weight decay), any [`TrainOptimizer`].
 //! - **During a run**: [`Callback`] and [`EarlyStopping`], [`Mixer`]s
@@ -152,7 +155,7 @@ pub use candle_nn;
 /// }
 ///
 /// let cli = Cli::parse_from(["prog", "--layers", "3", "--learning-rate", "0.1"]);
-/// assert_eq!((cli.layers, cli.train.learning_rate), (3, 0.1));
+/// assert_eq!((cli.layers, cli.train.lr.learning_rate), (3, 0.1));
 /// ```
 pub use clap;
 

@@ -13,7 +13,7 @@ fn a_run_keeps_freed_memory_unless_told_to_release_it() {
     let data = dataset(24, 5);
     let run = |release: bool| {
         let mut a = args(2, 3, 1);
-        a.release_freed_memory = release;
+        a.data.release_freed_memory = release;
         adabatch::Run::new(&data, &collate, &a)
             .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
             .expect("train")

@@ -168,7 +168,7 @@ impl Methods<'_> {
         let Methods { p, d, c, .. } = self;
         let model_generic = self.model_generic();
         let sig = self.glue(quote! {
-            /// Trains this trainer on one rank (`args.nproc_per_node` must be 1;
+            /// Trains this trainer on one rank (`args.launch.nproc_per_node` must be 1;
             /// use `launch` for several ranks); it keeps its trained weights.
             pub fn train<#d, #c #model_generic>(
                 &mut self,
@@ -202,7 +202,7 @@ impl Methods<'_> {
         let Methods { p, d, c, f, .. } = self;
         let model_generic = self.model_generic();
         let sig = self.glue(quote! {
-            /// Trains on `args.nproc_per_node` ranks, building each rank's trainer
+            /// Trains on `args.launch.nproc_per_node` ranks, building each rank's trainer
             /// with `factory`; returns rank 0's trained trainer and the summary.
             pub fn launch<#d, #c, #f #model_generic>(
                 dataset: &#d,

@@ -70,7 +70,10 @@ pub use adapt::mixer::{
 };
 pub use adapt::noise_scale::NoiseScalePolicy;
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
-pub use config::args::{IntervalStrategy, ReportTo, TrainingArgs};
+pub use config::args::{
+    BatchArgs, DataArgs, EvalArgs, IntervalStrategy, LaunchArgs, LengthAwareArgs, LogArgs, LrArgs,
+    ReportTo, RunLengthArgs, SaveArgs, StepArgs, TrainingArgs,
+};
 pub use config::policy::{
     GradAccum, MixSpec, OomPolicy, Reweight, StoppingStrategy, TrainerPolicy,
 };

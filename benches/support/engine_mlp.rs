@@ -156,18 +156,17 @@ pub fn hand_epoch(
 }
 
 pub fn engine_args(batch_size: usize) -> TrainingArgs {
-    TrainingArgs {
-        num_train_epochs: 1,
-        per_device_train_batch_size: batch_size,
-        learning_rate: LEARNING_RATE,
-        seed: Some(SEED),
-        quiet: true,
-        logging_steps: usize::MAX,
-        // `ENGINE_OVERHEAD_RELEASE_FREED=1`: glibc's default heap, to measure what
-        // keeping freed memory (the engine's default) gains.
-        release_freed_memory: std::env::var_os("ENGINE_OVERHEAD_RELEASE_FREED").is_some(),
-        ..Default::default()
-    }
+    let mut args = TrainingArgs::default();
+    args.length.num_train_epochs = 1;
+    args.batch.per_device_train_batch_size = batch_size;
+    args.lr.learning_rate = LEARNING_RATE;
+    args.data.seed = Some(SEED);
+    args.logging.quiet = true;
+    args.logging.logging_steps = usize::MAX;
+    // `ENGINE_OVERHEAD_RELEASE_FREED=1`: glibc's default heap, to measure what
+    // keeping freed memory (the engine's default) gains.
+    args.data.release_freed_memory = std::env::var_os("ENGINE_OVERHEAD_RELEASE_FREED").is_some();
+    args
 }
 
 /// One epoch through the engine.

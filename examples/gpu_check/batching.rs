@@ -55,7 +55,7 @@ fn with_lengths(data: Vec<Example>) -> adabatch::Result<WithLengths<Vec<Example>
 fn fits(opts: &BatchingOpts, sorted: &[Example], size: usize) -> AnyResult<bool> {
     let data: Vec<Example> = sorted[..size.min(sorted.len())].to_vec();
     let mut a = quiet_args(&opts.model, &opts.device, size, opts.seed);
-    a.max_steps = Some(1);
+    a.length.max_steps = Some(1);
     let result = FixedTrainer::launch(&data, &transformer::collate, &a, fixed_trainer(opts.model));
     match result {
         Ok(_) => Ok(true),
@@ -116,7 +116,7 @@ pub fn run(opts: &BatchingOpts) -> AnyResult<bool> {
     };
     let dataset = with_lengths(data.clone())?;
     let mut a = quiet_args(&opts.model, &opts.device, fixed, opts.seed);
-    a.num_train_epochs = opts.epochs;
+    a.length.num_train_epochs = opts.epochs;
     let fixed_run = report("fixed", &data, &device, || {
         FixedTrainer::launch(
             &dataset,
@@ -140,7 +140,7 @@ pub fn run(opts: &BatchingOpts) -> AnyResult<bool> {
         },
     )?;
     let mut budget = a.clone();
-    budget.max_tokens_per_batch = Some(fixed * opts.model.max_len);
+    budget.length_aware.max_tokens_per_batch = Some(fixed * opts.model.max_len);
     let budget_run = report("token_budget", &data, &device, || {
         FixedTrainer::launch(
             &dataset,

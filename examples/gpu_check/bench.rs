@@ -56,16 +56,17 @@ pub fn set_tf32(on: bool) {
 }
 
 fn args(opts: &BenchOpts, steps: usize) -> TrainingArgs {
-    let mut args = TrainingArgs {
-        device: opts.device.clone(),
-        nproc_per_node: opts.nproc_per_node,
-        seed: Some(opts.seed),
-        max_steps: Some(steps),
-        per_device_train_batch_size: opts.per_device_train_batch_size,
-        learning_rate: opts.learning_rate,
-        logging_steps: steps.max(1),
-        quiet: true,
-        ..TrainingArgs::default()
+    let mut args = {
+        let mut args = TrainingArgs::default();
+        args.launch.device = opts.device.clone();
+        args.launch.nproc_per_node = opts.nproc_per_node;
+        args.data.seed = Some(opts.seed);
+        args.length.max_steps = Some(steps);
+        args.batch.per_device_train_batch_size = opts.per_device_train_batch_size;
+        args.lr.learning_rate = opts.learning_rate;
+        args.logging.logging_steps = steps.max(1);
+        args.logging.quiet = true;
+        args
     };
     opts.model.set_precision(&mut args);
     args

@@ -168,14 +168,15 @@ mod with_nccl {
         // Training through Run::group with the NCCL member (the factory's
         // agreement all-reduce runs through NCCL) equals the plain CUDA run.
         let data = dataset(10, 42);
-        let args = TrainingArgs {
-            seed: Some(42),
-            num_train_epochs: 5,
-            per_device_train_batch_size: 1,
-            learning_rate: 0.01,
-            quiet: true,
-            device: format!("cuda:{}", opts.gpu),
-            ..TrainingArgs::default()
+        let args = {
+            let mut args = TrainingArgs::default();
+            args.data.seed = Some(42);
+            args.length.num_train_epochs = 5;
+            args.batch.per_device_train_batch_size = 1;
+            args.lr.learning_rate = 0.01;
+            args.logging.quiet = true;
+            args.launch.device = format!("cuda:{}", opts.gpu);
+            args
         };
         let plain = adabatch::Run::new(&data, &collate, &args)
             .launch(factory(0.01))?

@@ -45,8 +45,8 @@ pub fn run(opts: &OomOpts) -> AnyResult<bool> {
     let mut all_ok = true;
     for policy in [OomPolicy::Halve, OomPolicy::SplitRetry] {
         let mut a = quiet_args(&opts.model, &opts.device, opts.batch, 0);
-        a.max_steps = Some(opts.steps);
-        a.oom = Some(policy);
+        a.length.max_steps = Some(opts.steps);
+        a.step.oom = Some(policy);
         let result =
             FixedTrainer::launch(&data, &transformer::collate, &a, fixed_trainer(opts.model))
                 .map(|t| t.summary);

@@ -37,18 +37,19 @@ pub fn trace(opts: &ReplayOpts, device: &str) -> AnyResult<(TrainSummary, Vec<Va
         std::process::id(),
         device.replace(':', "_")
     ));
-    let args = TrainingArgs {
-        device: device.into(),
-        seed: Some(opts.seed),
-        num_train_epochs: opts.num_train_epochs,
-        per_device_train_batch_size: 1,
-        learning_rate: opts.learning_rate,
-        dataloader_drop_last: Some(false),
-        logging_steps: 1,
-        log_jsonl: Some(path.clone()),
-        log_indices: true,
-        quiet: true,
-        ..TrainingArgs::default()
+    let args = {
+        let mut args = TrainingArgs::default();
+        args.launch.device = device.into();
+        args.data.seed = Some(opts.seed);
+        args.length.num_train_epochs = opts.num_train_epochs;
+        args.batch.per_device_train_batch_size = 1;
+        args.lr.learning_rate = opts.learning_rate;
+        args.data.dataloader_drop_last = Some(false);
+        args.logging.logging_steps = 1;
+        args.logging.log_jsonl = Some(path.clone());
+        args.logging.log_indices = true;
+        args.logging.quiet = true;
+        args
     };
     let data = dataset(opts.num_train_examples, opts.seed);
     let summary = adabatch::Run::new(&data, &collate, &args)

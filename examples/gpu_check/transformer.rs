@@ -41,8 +41,8 @@ pub struct Config {
 impl Config {
     /// The run's mixed-precision flags from `--bf16` / `--fp16`.
     pub fn set_precision(&self, args: &mut TrainingArgs) {
-        args.bf16 = self.bf16;
-        args.fp16 = self.fp16;
+        args.step.bf16 = self.bf16;
+        args.step.fp16 = self.fp16;
     }
 }
 
@@ -321,14 +321,15 @@ pub fn fixed_trainer(
 /// Settings of the memory runs: no logs, learning rate 3e-4, the model's
 /// precision.
 pub fn quiet_args(cfg: &Config, device: &str, per_device: usize, seed: u64) -> TrainingArgs {
-    let mut args = TrainingArgs {
-        device: device.to_string(),
-        seed: Some(seed),
-        per_device_train_batch_size: per_device,
-        learning_rate: 3e-4,
-        logging_steps: usize::MAX,
-        quiet: true,
-        ..TrainingArgs::default()
+    let mut args = {
+        let mut args = TrainingArgs::default();
+        args.launch.device = device.to_string();
+        args.data.seed = Some(seed);
+        args.batch.per_device_train_batch_size = per_device;
+        args.lr.learning_rate = 3e-4;
+        args.logging.logging_steps = usize::MAX;
+        args.logging.quiet = true;
+        args
     };
     cfg.set_precision(&mut args);
     args

@@ -101,28 +101,30 @@ fn weights(model: &Mlp) -> HashMap<String, Tensor> {
 /// checkpoint: the path given when it lies in the phase's folder, else the
 /// phase's newest, if it has one (a finished phase 1 then trains nothing).
 fn phase_args(args: &TrainingArgs, phase: &str) -> TrainingArgs {
-    let output_dir = args.output_dir.join(phase);
-    let resume = args.resume_from_checkpoint.as_ref().and_then(|asked| {
+    let output_dir = args.save.output_dir.join(phase);
+    let resume = args.save.resume_from_checkpoint.as_ref().and_then(|asked| {
         if asked.starts_with(&output_dir) {
             return Some(asked.clone());
         }
         let saved = adabatch::train::checkpoint::complete_checkpoints(&output_dir);
         saved.is_ok_and(|s| !s.is_empty()).then(|| "latest".into())
     });
-    TrainingArgs {
-        output_dir,
-        resume_from_checkpoint: resume,
-        ..args.clone()
+    {
+        let mut a = args.clone();
+        a.save.output_dir = output_dir;
+        a.save.resume_from_checkpoint = resume;
+        a
     }
 }
 
 /// Phase 1 trains task A alone: the JSONL log and the mixing flags are phase 2's.
 fn phase_one_args(args: &TrainingArgs) -> TrainingArgs {
-    TrainingArgs {
-        log_jsonl: None,
-        mix_weights: Vec::new(),
-        stopping_strategy: None,
-        ..phase_args(args, "phase-1")
+    {
+        let mut a = phase_args(args, "phase-1");
+        a.logging.log_jsonl = None;
+        a.data.mix_weights = Vec::new();
+        a.data.stopping_strategy = None;
+        a
     }
 }
 
@@ -135,7 +137,7 @@ pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome>
         }
     }
     let args = &protocol.args;
-    let seed = args.seed.unwrap_or(0);
+    let seed = args.data.seed.unwrap_or(0);
     let (train, test) = split(digits, 0.7, seed);
     let task = |data: &[Digit], a: bool| -> Vec<Digit> {
         data.iter()
@@ -155,7 +157,7 @@ pub fn run(digits: Vec<Digit>, protocol: &Protocol) -> adabatch::Result<Outcome>
                 var.set(&start[&name].to_device(ctx.device())?)?;
             }
         }
-        let opt = Sgd::new(model.params.all_vars(), args.learning_rate);
+        let opt = Sgd::new(model.params.all_vars(), args.lr.learning_rate);
         Ok((model, opt))
     };
     let build = |ctx: &RankContext, start: Option<&HashMap<String, Tensor>>| {

@@ -228,7 +228,7 @@ pub fn train<T>(
 where
     T: AdaptiveTrainer<Model = Decoder, Optimizer = AdamW> + Send,
 {
-    let lr = args.learning_rate;
+    let lr = args.lr.learning_rate;
     let factory = |ctx: &RankContext| -> adabatch::Result<T> {
         let model = Decoder::new(config, ctx)?;
         let opt = optimizer(&model, lr)?;
@@ -308,6 +308,14 @@ pub fn print_samples(
         );
     }
     Ok(())
+}
+
+/// A run's log and picture in its `--output-dir` (`log.jsonl`, `loss.svg`)
+/// unless `--log-jsonl` / `--plot` say otherwise.
+pub fn log_into_output_dir(args: &mut TrainingArgs) {
+    let out = args.save.output_dir.clone();
+    (args.logging.log_jsonl).get_or_insert_with(|| out.join("log.jsonl"));
+    (args.logging.plot).get_or_insert_with(|| out.join("loss.svg"));
 }
 
 /// `path` relative to the repository when run from elsewhere by `cargo run`.

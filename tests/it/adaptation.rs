@@ -73,7 +73,7 @@ where
 {
     let log = temp_log("adapt");
     let mut a = a.clone();
-    a.log_jsonl = Some(log.clone());
+    a.logging.log_jsonl = Some(log.clone());
     let trained =
         adabatch::Run::new(&dataset(97, 5), &collate, &a).launch(|ctx: &RankContext| {
             let model = Regression::new(ctx.parameters(), ctx.device())?;
@@ -95,18 +95,20 @@ where
     T: AdaptiveTrainer<Model = Regression, Optimizer = AdamW> + Send,
 {
     let out = temp_log("adapt-dir").with_extension("");
-    let first = TrainingArgs {
-        max_steps: Some(cut),
-        save_steps: cut,
-        output_dir: out.clone(),
-        ..a.clone()
+    let first = {
+        let mut args = a.clone();
+        args.length.max_steps = Some(cut);
+        args.save.save_steps = cut;
+        args.save.output_dir = out.clone();
+        args
     };
     run(&first, wrap).unwrap();
-    let second = TrainingArgs {
-        nproc_per_node: resume_world,
-        output_dir: out.clone(),
-        resume_from_checkpoint: Some("latest".into()),
-        ..a.clone()
+    let second = {
+        let mut args = a.clone();
+        args.launch.nproc_per_node = resume_world;
+        args.save.output_dir = out.clone();
+        args.save.resume_from_checkpoint = Some("latest".into());
+        args
     };
     let logs = run(&second, wrap).unwrap().1;
     let _ = std::fs::remove_dir_all(&out);
@@ -114,11 +116,12 @@ where
 }
 
 fn lr_args() -> TrainingArgs {
-    TrainingArgs {
-        lr_scheduler_type: LrSchedulerType::Linear,
-        lr_reference_batch: Some(5),
-        learning_rate: 0.01,
-        ..args(2, 1, 2)
+    {
+        let mut a = args(2, 1, 2);
+        a.lr.lr_scheduler_type = LrSchedulerType::Linear;
+        a.lr.lr_reference_batch = Some(5);
+        a.lr.learning_rate = 0.01;
+        a
     }
 }
 
@@ -148,10 +151,11 @@ fn the_rate_follows_every_batch_change_from_the_reference_batch() {
     assert_eq!(logs.len(), summary.global_step);
 
     // `--lr-scaling linear` overrides the trainer's √.
-    let linear = TrainingArgs {
-        lr_scaling: Some(LrScaling::Linear),
-        max_steps: Some(6),
-        ..a.clone()
+    let linear = {
+        let mut args = a.clone();
+        args.lr.lr_scaling = Some(LrScaling::Linear);
+        args.length.max_steps = Some(6);
+        args
     };
     let logs = run(&linear, |model, opt| Ramped { model, opt }).unwrap().1;
     let mut consumed = 0usize;
@@ -186,18 +190,20 @@ fn a_resume_on_another_number_of_ranks_keeps_the_rates() {
     }
     // Another reference batch is another rule: refused on resume.
     let out = temp_log("adapt-ref").with_extension("");
-    let first = TrainingArgs {
-        max_steps: Some(3),
-        save_steps: 3,
-        output_dir: out.clone(),
-        ..a.clone()
+    let first = {
+        let mut args = a.clone();
+        args.length.max_steps = Some(3);
+        args.save.save_steps = 3;
+        args.save.output_dir = out.clone();
+        args
     };
     run(&first, |model, opt| Ramped { model, opt }).unwrap();
-    let other = TrainingArgs {
-        lr_reference_batch: Some(8),
-        output_dir: out.clone(),
-        resume_from_checkpoint: Some("latest".into()),
-        ..a.clone()
+    let other = {
+        let mut args = a.clone();
+        args.lr.lr_reference_batch = Some(8);
+        args.save.output_dir = out.clone();
+        args.save.resume_from_checkpoint = Some("latest".into());
+        args
     };
     let err = run(&other, |model, opt| Ramped { model, opt }).unwrap_err();
     assert!(err.to_string().contains("lr_scaling"), "{err}");
@@ -205,9 +211,10 @@ fn a_resume_on_another_number_of_ranks_keeps_the_rates() {
 }
 
 fn goodput_args() -> TrainingArgs {
-    TrainingArgs {
-        max_steps: Some(40),
-        ..args(2, 1, 4)
+    {
+        let mut a = args(2, 1, 4);
+        a.length.max_steps = Some(40);
+        a
     }
 }
 

@@ -55,13 +55,14 @@ fn steps_of(out: &std::path::Path) -> Vec<usize> {
 }
 
 fn best_args(out: &std::path::Path, world: usize) -> TrainingArgs {
-    TrainingArgs {
-        eval_steps: Some(2),
-        save_steps: 2,
-        save_total_limit: Some(1),
-        load_best_model_at_end: true,
-        output_dir: out.to_path_buf(),
-        ..args(world, 2, 2)
+    {
+        let mut a = args(world, 2, 2);
+        a.eval.eval_steps = Some(2);
+        a.save.save_steps = 2;
+        a.save.save_total_limit = Some(1);
+        a.save.load_best_model_at_end = true;
+        a.save.output_dir = out.to_path_buf();
+        a
     }
 }
 
@@ -102,9 +103,10 @@ fn a_larger_metric_can_be_the_better_one() {
     // With greater_is_better, the highest eval loss wins: the last evaluation.
     let (train, eval) = turning_data();
     let out = temp_log("best-greater").with_extension("");
-    let a = TrainingArgs {
-        greater_is_better: Some(true),
-        ..best_args(&out, 1)
+    let a = {
+        let mut args = best_args(&out, 1);
+        args.save.greater_is_better = Some(true);
+        args
     };
     let summary = Plain::launch_with_eval(&train, &eval, &collate, &a, factory)
         .unwrap()
@@ -123,11 +125,12 @@ fn epoch_strategies_evaluate_and_save_at_epoch_ends() {
     // 20 examples, global batch 6: epochs end after steps 4 and 8.
     let (train, eval) = (dataset(20, 1), dataset(6, 2));
     let out = temp_log("epoch-strategy").with_extension("");
-    let a = TrainingArgs {
-        eval_strategy: Some(IntervalStrategy::Epoch),
-        save_strategy: Some(IntervalStrategy::Epoch),
-        output_dir: out.clone(),
-        ..args(2, 3, 2)
+    let a = {
+        let mut a = args(2, 3, 2);
+        a.eval.eval_strategy = Some(IntervalStrategy::Epoch);
+        a.save.save_strategy = Some(IntervalStrategy::Epoch);
+        a.save.output_dir = out.clone();
+        a
     };
     let summary = Plain::launch_with_eval(&train, &eval, &collate, &a, factory)
         .unwrap()
@@ -143,9 +146,10 @@ fn epoch_strategies_evaluate_and_save_at_epoch_ends() {
 fn a_resumed_run_keeps_the_best_checkpoint() {
     let (train, eval) = turning_data();
     let out = temp_log("best-resume").with_extension("");
-    let a = TrainingArgs {
-        save_total_limit: None,
-        ..best_args(&out, 2)
+    let a = {
+        let mut args = best_args(&out, 2);
+        args.save.save_total_limit = None;
+        args
     };
     let straight = Plain::launch_with_eval(&train, &eval, &collate, &a, factory)
         .unwrap()
@@ -159,9 +163,10 @@ fn a_resumed_run_keeps_the_best_checkpoint() {
         .min_by(|a, b| a.eval_loss.total_cmp(&b.eval_loss))
         .unwrap();
     assert!(best_eval.step < cut, "the best comes before the cut");
-    let resumed_args = TrainingArgs {
-        resume_from_checkpoint: Some(out.join(format!("checkpoint-{cut}"))),
-        ..a.clone()
+    let resumed_args = {
+        let mut args = a.clone();
+        args.save.resume_from_checkpoint = Some(out.join(format!("checkpoint-{cut}")));
+        args
     };
     let Trained { trainer, summary } =
         Plain::launch_with_eval(&train, &eval, &collate, &resumed_args, factory).unwrap();

@@ -98,9 +98,10 @@ fn events(seen: &Seen, rank: usize, event: &str) -> Vec<usize> {
 fn hooks_run_at_step_ends_epoch_ends_evaluations_and_the_end() {
     let seen: Seen = Arc::default();
     // 20 examples, global batch 6: epochs end after steps 4 and 8 (tails of 2).
-    let a = TrainingArgs {
-        eval_steps: Some(3),
-        ..args(2, 3, 2)
+    let a = {
+        let mut a = args(2, 3, 2);
+        a.eval.eval_steps = Some(3);
+        a
     };
     let recorder = |seen| Recorder {
         seen,
@@ -142,9 +143,10 @@ fn hooks_run_at_step_ends_epoch_ends_evaluations_and_the_end() {
 fn one_rank_asking_to_stop_stops_every_rank_and_saves_on_request() {
     let seen: Seen = Arc::default();
     let out = temp_log("callback-out").with_extension("");
-    let a = TrainingArgs {
-        output_dir: out.clone(),
-        ..args(3, 2, 3)
+    let a = {
+        let mut a = args(3, 2, 3);
+        a.save.output_dir = out.clone();
+        a
     };
     let recorder = |seen| Recorder {
         seen,
@@ -180,9 +182,10 @@ struct Patient {
 #[test]
 fn early_stopping_stops_when_the_eval_loss_turns() {
     let (train, eval) = turning_data();
-    let a = TrainingArgs {
-        eval_steps: Some(2),
-        ..args(2, 4, 10)
+    let a = {
+        let mut a = args(2, 4, 10);
+        a.eval.eval_steps = Some(2);
+        a
     };
     let factory = |ctx: &RankContext| {
         let model = Regression::new(ctx.parameters(), ctx.device())?;
@@ -207,12 +210,13 @@ fn early_stopping_stops_when_the_eval_loss_turns() {
 fn early_stopping_resumes_where_it_was() {
     let (train, eval) = turning_data();
     let out = temp_log("early-resume").with_extension("");
-    let a = TrainingArgs {
-        eval_steps: Some(2),
-        save_steps: 2,
-        output_dir: out.clone(),
-        load_best_model_at_end: true,
-        ..args(2, 4, 10)
+    let a = {
+        let mut a = args(2, 4, 10);
+        a.eval.eval_steps = Some(2);
+        a.save.save_steps = 2;
+        a.save.output_dir = out.clone();
+        a.save.load_best_model_at_end = true;
+        a
     };
     let factory = |ctx: &RankContext| {
         let model = Regression::new(ctx.parameters(), ctx.device())?;
@@ -222,11 +226,12 @@ fn early_stopping_resumes_where_it_was() {
     let straight = Patient::launch_with_eval(&train, &eval, &collate, &a, factory).unwrap();
     assert_eq!(straight.summary.global_step, 8);
     for world in [2, 3] {
-        let resumed_args = TrainingArgs {
-            resume_from_checkpoint: Some(out.join("checkpoint-6")),
-            output_dir: out.join(format!("resumed-{world}")),
-            nproc_per_node: world,
-            ..a.clone()
+        let resumed_args = {
+            let mut args = a.clone();
+            args.save.resume_from_checkpoint = Some(out.join("checkpoint-6"));
+            args.save.output_dir = out.join(format!("resumed-{world}"));
+            args.launch.nproc_per_node = world;
+            args
         };
         let resumed =
             Patient::launch_with_eval(&train, &eval, &collate, &resumed_args, factory).unwrap();
@@ -284,10 +289,11 @@ struct LogWatched {
 fn watched_logs(stop_at: Option<usize>) -> (TrainSummary, Vec<StepLog>, Vec<(usize, StepLog)>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = temp_log("on-log");
-    let a = TrainingArgs {
-        logging_steps: 3,
-        log_jsonl: Some(log.clone()),
-        ..args(2, 3, 2)
+    let a = {
+        let mut a = args(2, 3, 2);
+        a.logging.logging_steps = 3;
+        a.logging.log_jsonl = Some(log.clone());
+        a
     };
     let factory = |ctx: &RankContext| {
         let model = Regression::new(ctx.parameters(), ctx.device())?;

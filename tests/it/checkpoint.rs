@@ -31,7 +31,7 @@ fn run(a: &TrainingArgs) -> Run {
 fn run_on<D: Dataset<Item = Example> + ?Sized>(data: &D, a: &TrainingArgs) -> Run {
     let log = temp_log("checkpoint");
     let mut a = a.clone();
-    a.log_jsonl = Some(log.clone());
+    a.logging.log_jsonl = Some(log.clone());
     let rank0 = Mutex::new(None);
     let result = adabatch::Run::new(data, &collate, &a)
         .launch(|ctx: &RankContext| {
@@ -62,9 +62,9 @@ fn run_on<D: Dataset<Item = Example> + ?Sized>(data: &D, a: &TrainingArgs) -> Ru
 fn resume_continues_with_the_same_batches_and_updates() {
     let out = temp_log("ckpt-dir").with_extension("");
     let mut a = args(2, 1, 10);
-    a.max_steps = Some(12);
-    a.save_steps = 5;
-    a.output_dir = out.clone();
+    a.length.max_steps = Some(12);
+    a.save.save_steps = 5;
+    a.save.output_dir = out.clone();
     let (full, full_logs, full_weights) = run(&a);
     assert_eq!(full.unwrap().global_step, 12);
     for step in [5, 10, 12] {
@@ -86,8 +86,8 @@ fn resume_continues_with_the_same_batches_and_updates() {
     );
 
     let mut resumed_args = args(2, 1, 10);
-    resumed_args.max_steps = Some(12);
-    resumed_args.resume_from_checkpoint = Some(out.join("checkpoint-5"));
+    resumed_args.length.max_steps = Some(12);
+    resumed_args.save.resume_from_checkpoint = Some(out.join("checkpoint-5"));
     let (resumed, resumed_logs, resumed_weights) = run(&resumed_args);
     assert_eq!(resumed.unwrap().global_step, 12);
     assert_eq!(resumed_logs.len(), 7);
@@ -115,20 +115,20 @@ fn resume_continues_with_the_same_batches_and_updates() {
 fn resume_refuses_a_checkpoint_of_another_run() {
     let out = temp_log("ckpt-other").with_extension("");
     let mut a = args(2, 1, 1);
-    a.max_steps = Some(3);
-    a.save_steps = 3;
-    a.output_dir = out.clone();
+    a.length.max_steps = Some(3);
+    a.save.save_steps = 3;
+    a.save.output_dir = out.clone();
     run(&a).0.unwrap();
     // Another number of ranks is fine (tests/it/resume.rs); another seed is not.
     let mut other = args(1, 1, 1);
-    other.seed = Some(4);
-    other.resume_from_checkpoint = Some(out.join("checkpoint-3"));
+    other.data.seed = Some(4);
+    other.save.resume_from_checkpoint = Some(out.join("checkpoint-3"));
     let err = run(&other).0.unwrap_err();
     assert!(
         matches!(err, Error::Checkpoint(CheckpointError::CheckpointMismatch { ref what, .. }) if what == "seed"),
         "{err}"
     );
-    other.resume_from_checkpoint = Some(out.join("checkpoint-99"));
+    other.save.resume_from_checkpoint = Some(out.join("checkpoint-99"));
     assert!(matches!(
         run(&other).0.unwrap_err(),
         Error::Checkpoint(CheckpointError::NoSuchCheckpoint { .. })
@@ -145,9 +145,9 @@ fn length_aware_runs_resume_mid_epoch() {
         WithLengths::new(dataset(40, 6), (0..40).map(|i| 3 + (i * 7) % 11).collect()).unwrap();
     let out = temp_log("ckpt-length").with_extension("");
     let mut a = args(2, 1, 2);
-    a.max_tokens_per_batch = Some(60);
-    a.save_steps = 3;
-    a.output_dir = out.clone();
+    a.length_aware.max_tokens_per_batch = Some(60);
+    a.save.save_steps = 3;
+    a.save.output_dir = out.clone();
     let (full, full_logs, full_weights) = run_on(&data, &a);
     let steps = full.unwrap().global_step;
     let first_epoch = full_logs.iter().filter(|l| l.epoch <= 1.0).count();
@@ -159,8 +159,8 @@ fn length_aware_runs_resume_mid_epoch() {
     assert!(state.contains("planned_epoch"), "{state}");
 
     let mut resumed = a.clone();
-    resumed.save_steps = 0;
-    resumed.resume_from_checkpoint = Some(out.join("checkpoint-3"));
+    resumed.save.save_steps = 0;
+    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-3"));
     let (summary, logs, weights) = run_on(&data, &resumed);
     assert_eq!(summary.unwrap().global_step, steps);
     assert_eq!(logs.len(), full_logs.len() - 3);
@@ -171,9 +171,10 @@ fn length_aware_runs_resume_mid_epoch() {
     assert_eq!(weights, full_weights);
 
     // On one rank: the same global batches.
-    let one = TrainingArgs {
-        nproc_per_node: 1,
-        ..resumed.clone()
+    let one = {
+        let mut args = resumed.clone();
+        args.launch.nproc_per_node = 1;
+        args
     };
     let (_, one_logs, _) = run_on(&data, &one);
     let global = |l: &StepLog| l.indices.concat();

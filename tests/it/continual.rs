@@ -17,14 +17,15 @@ fn protocol(replay_memory: usize, ranks: usize) -> Protocol {
     Protocol {
         replay_memory,
         mix: Mix::Fixed(0.25),
-        args: TrainingArgs {
-            num_train_epochs: 20,
-            global_batch_size: Some(32),
-            learning_rate: 0.1,
-            nproc_per_node: ranks,
-            seed: Some(0),
-            quiet: true,
-            ..Default::default()
+        args: {
+            let mut args = TrainingArgs::default();
+            args.length.num_train_epochs = 20;
+            args.batch.global_batch_size = Some(32);
+            args.lr.learning_rate = 0.1;
+            args.launch.nproc_per_node = ranks;
+            args.data.seed = Some(0);
+            args.logging.quiet = true;
+            args
         },
     }
 }
@@ -76,10 +77,10 @@ fn each_phase_has_its_folder_and_resumes() {
     let data = digits::read_digits(&digits::default_path()).unwrap();
     let out = crate::common::temp_log("continual").with_extension("");
     let mut saving = protocol(50, 1);
-    saving.args.num_train_epochs = 2;
-    saving.args.save_steps = 20;
-    saving.args.output_dir = out.clone();
-    saving.args.mix_weights = vec!["new=0.5".into(), "replay=0.5".into()];
+    saving.args.length.num_train_epochs = 2;
+    saving.args.save.save_steps = 20;
+    saving.args.save.output_dir = out.clone();
+    saving.args.data.mix_weights = vec!["new=0.5".into(), "replay=0.5".into()];
     let first = run(data.clone(), &saving).unwrap();
     for phase in ["phase-1", "phase-2"] {
         let saved = adabatch::train::checkpoint::complete_checkpoints(&out.join(phase)).unwrap();
@@ -89,7 +90,7 @@ fn each_phase_has_its_folder_and_resumes() {
     let share = first.replay_examples_used() as f64 / first.phase_2.examples_seen as f64;
     assert!((share - 0.5).abs() < 0.02, "replay share {share}");
     let mut resumed = saving.clone();
-    resumed.args.resume_from_checkpoint = Some("latest".into());
+    resumed.args.save.resume_from_checkpoint = Some("latest".into());
     let again = run(data, &resumed).unwrap();
     assert_eq!(again.phase_2.global_step, first.phase_2.global_step);
     assert_eq!(again.task_a.to_bits(), first.task_a.to_bits());

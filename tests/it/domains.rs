@@ -115,18 +115,19 @@ fn prepared(name: &str) -> Prepared {
 }
 
 fn args(world: usize, out: &Path, log: &Path, max_tokens: u64) -> TrainingArgs {
-    TrainingArgs {
-        nproc_per_node: world,
-        global_batch_size: Some(12),
-        learning_rate: 1e-2,
-        max_train_tokens: Some(max_tokens),
-        eval_steps: Some(1000),
-        save_steps: 0,
-        output_dir: out.to_path_buf(),
-        log_jsonl: Some(log.to_path_buf()),
-        log_indices: true,
-        quiet: true,
-        ..TrainingArgs::default()
+    {
+        let mut args = TrainingArgs::default();
+        args.launch.nproc_per_node = world;
+        args.batch.global_batch_size = Some(12);
+        args.lr.learning_rate = 1e-2;
+        args.length.max_train_tokens = Some(max_tokens);
+        args.eval.eval_steps = Some(1000);
+        args.save.save_steps = 0;
+        args.save.output_dir = out.to_path_buf();
+        args.logging.log_jsonl = Some(log.to_path_buf());
+        args.logging.log_indices = true;
+        args.logging.quiet = true;
+        args
     }
 }
 
@@ -253,13 +254,13 @@ fn a_mixed_run_resumed_on_another_number_of_ranks_continues_alike() {
     let out = p.dir.join("out");
     let log = temp_log("domains-straight");
     let mut straight = args(2, &out, &log, budget);
-    straight.save_steps = 5;
-    straight.save_total_limit = None;
+    straight.save.save_steps = 5;
+    straight.save.save_total_limit = None;
     train(&p, &straight);
     let whole = read_log(&log);
     let resumed_log = temp_log("domains-resumed");
     let mut resumed = args(3, &p.dir.join("out-resumed"), &resumed_log, budget);
-    resumed.resume_from_checkpoint = Some(out.join("checkpoint-5"));
+    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-5"));
     train(&p, &resumed);
     let after = read_log(&resumed_log);
     let tail: Vec<&StepLog> = whole.iter().filter(|l| l.step > 5).collect();
@@ -347,7 +348,7 @@ fn mix_weights_for_an_unknown_domain_or_a_mixer_and_bad_budgets_are_refused() {
     let p = prepared("domains-refused");
     let log = temp_log("domains-refused");
     let mut given = args(2, &p.dir.join("out"), &log, 500);
-    given.mix_weights = vec!["code=0.5".into(), "en=0.5".into()];
+    given.data.mix_weights = vec!["code=0.5".into(), "en=0.5".into()];
     let err = try_train(&p, &given).err().unwrap();
     assert!(
         matches!(
@@ -359,19 +360,19 @@ fn mix_weights_for_an_unknown_domain_or_a_mixer_and_bad_budgets_are_refused() {
         ),
         "{err}"
     );
-    given.mix_weights = vec!["python=1".into()];
+    given.data.mix_weights = vec!["python=1".into()];
     let err = try_train(&p, &given).err().unwrap();
     assert!(
         matches!(err, Error::Data(DataError::UnknownSource { .. })),
         "{err}"
     );
     // A token budget of 0, or beside --max-steps.
-    given.mix_weights.clear();
-    given.max_train_tokens = Some(0);
+    given.data.mix_weights.clear();
+    given.length.max_train_tokens = Some(0);
     let err = try_train(&p, &given).err().unwrap();
     assert!(err.to_string().contains("max_train_tokens"), "{err}");
-    given.max_train_tokens = Some(500);
-    given.max_steps = Some(3);
+    given.length.max_train_tokens = Some(500);
+    given.length.max_steps = Some(3);
     let err = try_train(&p, &given).err().unwrap();
     assert!(
         matches!(

@@ -81,17 +81,18 @@ policy_trainer!(
 );
 
 fn args(world: usize, per_device: usize, epochs: usize, log: &std::path::Path) -> TrainingArgs {
-    TrainingArgs {
-        nproc_per_node: world,
-        per_device_train_batch_size: per_device,
-        num_train_epochs: epochs,
-        learning_rate: 0.05,
-        lr_scheduler_type: LrSchedulerType::Cosine,
-        warmup_ratio: 0.2,
-        seed: Some(11),
-        quiet: true,
-        log_jsonl: Some(log.to_path_buf()),
-        ..Default::default()
+    {
+        let mut args = TrainingArgs::default();
+        args.launch.nproc_per_node = world;
+        args.batch.per_device_train_batch_size = per_device;
+        args.length.num_train_epochs = epochs;
+        args.lr.learning_rate = 0.05;
+        args.lr.lr_scheduler_type = LrSchedulerType::Cosine;
+        args.lr.warmup_ratio = 0.2;
+        args.data.seed = Some(11);
+        args.logging.quiet = true;
+        args.logging.log_jsonl = Some(log.to_path_buf());
+        args
     }
 }
 
@@ -126,13 +127,14 @@ where
     let what = format!(
         "{} on {} rank(s)",
         std::any::type_name::<T>(),
-        base.nproc_per_node
+        base.launch.nproc_per_node
     );
     let planned_log = temp_log("planned");
-    let dry_args = TrainingArgs {
-        dry_run: true,
-        log_jsonl: Some(planned_log.clone()),
-        ..base.clone()
+    let dry_args = {
+        let mut args = base.clone();
+        args.launch.dry_run = true;
+        args.logging.log_jsonl = Some(planned_log.clone());
+        args
     };
     let dry = adabatch::Run::new(dataset, &common::collate, &dry_args)
         .launch(adamw_factory(wrap))
@@ -144,7 +146,7 @@ where
         .launch(adamw_factory(wrap))
         .unwrap()
         .summary;
-    let trained = read_log(base.log_jsonl.as_ref().unwrap());
+    let trained = read_log(base.logging.log_jsonl.as_ref().unwrap());
     assert_same_steps(&planned, &trained, &what);
     assert_eq!(dry.global_step, real.global_step, "{what}");
     assert_eq!(dry.examples_seen, real.examples_seen, "{what}");
@@ -202,17 +204,19 @@ fn drop_last_overridden_both_ways_and_max_steps() {
     for world in [1, 3] {
         for drop_last in [true, false] {
             let log = temp_log("drop_last");
-            let base = TrainingArgs {
-                dataloader_drop_last: Some(drop_last),
-                ..args(world, 2, 3, &log)
+            let base = {
+                let mut a = args(world, 2, 3, &log);
+                a.data.dataloader_drop_last = Some(drop_last);
+                a
             };
             check(&data, |model, opt| AddOne { model, opt }, base);
         }
         let log = temp_log("max_steps");
-        let base = TrainingArgs {
-            max_steps: Some(7),
-            lr_scheduler_type: LrSchedulerType::Linear,
-            ..args(world, 2, 3, &log)
+        let base = {
+            let mut a = args(world, 2, 3, &log);
+            a.length.max_steps = Some(7);
+            a.lr.lr_scheduler_type = LrSchedulerType::Linear;
+            a
         };
         check(&data, |model, opt| AddOne { model, opt }, base);
     }
@@ -243,9 +247,10 @@ fn memory_aware_first_epoch_with_the_prior_model() {
 fn train_with_dry_run_trains_nothing_and_says_so() {
     let data = dataset(23, 5);
     let log = temp_log("train");
-    let args = TrainingArgs {
-        dry_run: true,
-        ..args(1, 1, 2, &log)
+    let args = {
+        let mut a = args(1, 1, 2, &log);
+        a.launch.dry_run = true;
+        a
     };
     let ctx_model = common::Regression::new(Parameters::new(3), &candle_core::Device::Cpu).unwrap();
     let before = ctx_model.linear.weight().to_vec2::<f32>().unwrap();

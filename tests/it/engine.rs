@@ -22,8 +22,8 @@ fn reference_trace_of_the_design() {
     let data = dataset(10, 1);
     let log = temp_log("reference_trace");
     let mut a = args(2, 1, 10);
-    a.max_steps = Some(14);
-    a.log_jsonl = Some(log.clone());
+    a.length.max_steps = Some(14);
+    a.logging.log_jsonl = Some(log.clone());
     let summary = adabatch::Run::new(&data, &collate, &a)
         .launch(interval_factory)
         .map(|trained| trained.summary)
@@ -127,9 +127,9 @@ fn world_size_invariance_token_count() {
 fn one_sgd_step(world: usize, per_device: usize, rank_mean: bool) -> Vec<f32> {
     let data = dataset(3, 9);
     let mut a = args(world, per_device, 1);
-    a.max_steps = Some(1);
+    a.length.max_steps = Some(1);
     // The engine sets the optimizer's rate from the args every step.
-    a.learning_rate = 0.1;
+    a.lr.learning_rate = 0.1;
     // Vars share storage with their clones: rank 0's store shows the trained weights.
     let rank0 = Mutex::new(None);
     let build = |ctx: &RankContext| -> adabatch::Result<(Regression, SGD)> {

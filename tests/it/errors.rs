@@ -132,7 +132,7 @@ fn zero_epochs_and_zero_ranks() {
         })
     ));
     let mut a = args(1, 1, 1);
-    a.max_steps = Some(0);
+    a.length.max_steps = Some(0);
     assert!(matches!(
         run(&dataset(4, 0), &a).unwrap_err(),
         Error::Settings(SettingsError::InvalidSetting {
@@ -145,7 +145,7 @@ fn zero_epochs_and_zero_ranks() {
 #[test]
 fn drop_last_with_a_global_batch_larger_than_the_data() {
     let mut a = args(2, 3, 1);
-    a.dataloader_drop_last = Some(true);
+    a.data.dataloader_drop_last = Some(true);
     let err = run(&dataset(5, 0), &a).unwrap_err();
     assert!(
         matches!(
@@ -160,8 +160,8 @@ fn drop_last_with_a_global_batch_larger_than_the_data() {
     );
     // Growing past N later names the step that chose the size.
     let mut a = args(1, 4, 3);
-    a.max_steps = Some(100);
-    a.dataloader_drop_last = Some(true);
+    a.length.max_steps = Some(100);
+    a.data.dataloader_drop_last = Some(true);
     let err = run(&dataset(9, 0), &a).unwrap_err();
     assert!(
         matches!(
@@ -334,7 +334,7 @@ fn train_refuses_several_ranks_and_bad_devices() {
         .unwrap_err();
     assert!(err.to_string().contains("launch"), "{err}");
     let mut a = args(1, 1, 1);
-    a.device = "tpu".into();
+    a.launch.device = "tpu".into();
     assert!(matches!(
         run(&dataset(8, 0), &a).unwrap_err(),
         Error::Distributed(DistributedError::Device { .. })
@@ -392,15 +392,17 @@ fn displays_of_the_older_tests_are_sentences() {
 fn invalid_settings_name_the_setting() {
     type Case = (&'static str, fn(&mut TrainingArgs));
     let cases: [Case; 7] = [
-        ("logging_steps", |a| a.logging_steps = 0),
-        ("learning_rate", |a| a.learning_rate = f64::NAN),
-        ("learning_rate", |a| a.learning_rate = -1.0),
-        ("warmup_ratio", |a| a.warmup_ratio = 1.5),
-        ("max_grad_norm", |a| a.max_grad_norm = -0.5),
-        ("memory_margin", |a| a.memory_margin = f64::INFINITY),
+        ("logging_steps", |a| a.logging.logging_steps = 0),
+        ("learning_rate", |a| a.lr.learning_rate = f64::NAN),
+        ("learning_rate", |a| a.lr.learning_rate = -1.0),
+        ("warmup_ratio", |a| a.lr.warmup_ratio = 1.5),
+        ("max_grad_norm", |a| a.step.max_grad_norm = -0.5),
+        ("memory_margin", |a| {
+            a.length_aware.memory_margin = f64::INFINITY
+        }),
         ("max_batch_growth", |a| {
-            a.max_tokens_per_batch = Some(100);
-            a.max_batch_growth = Some(0.0);
+            a.length_aware.max_tokens_per_batch = Some(100);
+            a.length_aware.max_batch_growth = Some(0.0);
         }),
     ];
     for (setting, set) in cases {
@@ -416,7 +418,7 @@ fn invalid_settings_name_the_setting() {
     }
     let err = run(&dataset(4, 0), &{
         let mut a = args(1, 1, 1);
-        a.max_tokens_per_batch = Some(0);
+        a.length_aware.max_tokens_per_batch = Some(0);
         a
     })
     .unwrap_err();
@@ -576,7 +578,7 @@ fn unsupported_policy() {
 #[test]
 fn conflicting_settings() {
     let mut a = args(1, 1, 1);
-    a.max_tokens_per_batch = Some(64);
+    a.length_aware.max_tokens_per_batch = Some(64);
     let err = adabatch::Run::new(&with_lengths(8), &collate, &a)
         .launch(adamw_factory(|model, opt| Memory { model, opt }))
         .map(|t| t.summary)
@@ -857,7 +859,7 @@ fn checkpoint_errors() {
     let dir = temp_log("ckpt-errors").with_extension("");
     // Nothing at the path.
     let mut a = args(1, 1, 1);
-    a.resume_from_checkpoint = Some(dir.join("checkpoint-404"));
+    a.save.resume_from_checkpoint = Some(dir.join("checkpoint-404"));
     let err = run(&dataset(8, 0), &a).unwrap_err();
     assert!(
         matches!(&err, Error::Checkpoint(CheckpointError::NoSuchCheckpoint { path }) if path.ends_with("checkpoint-404")),
@@ -866,12 +868,12 @@ fn checkpoint_errors() {
     assert_sentence(&err);
     // A checkpoint of another policy (the schedule differs).
     let mut a = args(1, 1, 2);
-    a.max_steps = Some(3);
-    a.save_steps = 3;
-    a.output_dir = dir.clone();
+    a.length.max_steps = Some(3);
+    a.save.save_steps = 3;
+    a.save.output_dir = dir.clone();
     run(&dataset(8, 0), &a).unwrap();
     let mut b = args(1, 1, 2);
-    b.resume_from_checkpoint = Some(dir.join("checkpoint-3"));
+    b.save.resume_from_checkpoint = Some(dir.join("checkpoint-3"));
     let err = adabatch::Run::new(&dataset(8, 0), &collate, &b)
         .launch(adamw_factory(|model, opt| Ordered { model, opt }))
         .map(|t| t.summary)
@@ -888,10 +890,10 @@ fn checkpoint_errors() {
 fn mid_epoch_length_aware_checkpoint() {
     let dir = temp_log("ckpt-length").with_extension("");
     let mut a = args(1, 1, 1);
-    a.max_tokens_per_batch = Some(20);
-    a.max_steps = Some(2);
-    a.save_steps = 2;
-    a.output_dir = dir.clone();
+    a.length_aware.max_tokens_per_batch = Some(20);
+    a.length.max_steps = Some(2);
+    a.save.save_steps = 2;
+    a.save.output_dir = dir.clone();
     adabatch::Run::new(&with_lengths(30), &collate, &a)
         .launch(factory)
         .unwrap();
@@ -907,8 +909,8 @@ fn mid_epoch_length_aware_checkpoint() {
     std::fs::write(&state, json.to_string()).unwrap();
     adabatch::train::checkpoint::write_manifest(&dir.join("checkpoint-2")).unwrap();
     let mut b = args(1, 1, 1);
-    b.max_tokens_per_batch = Some(20);
-    b.resume_from_checkpoint = Some(dir.join("checkpoint-2"));
+    b.length_aware.max_tokens_per_batch = Some(20);
+    b.save.resume_from_checkpoint = Some(dir.join("checkpoint-2"));
     let err = adabatch::Run::new(&with_lengths(30), &collate, &b)
         .launch(factory)
         .map(|t| t.summary)
@@ -975,7 +977,7 @@ fn peer_failed_on_the_rank_that_did_not_fail() {
 #[test]
 fn out_of_memory_with_fail() {
     let mut a = args(1, 2, 1);
-    a.inject_oom_at_steps = vec![2];
+    a.step.inject_oom_at_steps = vec![2];
     let err = run(&dataset(8, 0), &a).unwrap_err();
     assert!(
         matches!(
@@ -993,7 +995,7 @@ fn io_error_names_the_file() {
     let file = temp_log("not-a-dir");
     std::fs::write(&file, b"").unwrap();
     let mut a = args(1, 1, 1);
-    a.log_jsonl = Some(file.join("run.jsonl"));
+    a.logging.log_jsonl = Some(file.join("run.jsonl"));
     let err = run(&dataset(4, 0), &a).unwrap_err();
     assert!(
         matches!(&err, Error::Io { path, .. } if path.starts_with(&file)),
@@ -1066,7 +1068,7 @@ fn displays_of_fielded_variants_are_sentences() {
     // Variants the tests above reach with their fields, shown here as text.
     let err = run(&dataset(4, 0), &{
         let mut a = args(1, 1, 1);
-        a.device = "tpu".into();
+        a.launch.device = "tpu".into();
         a
     })
     .unwrap_err();
@@ -1076,7 +1078,7 @@ fn displays_of_fielded_variants_are_sentences() {
     );
     assert_sentence(&err);
     let mut a = args(2, 3, 1);
-    a.dataloader_drop_last = Some(true);
+    a.data.dataloader_drop_last = Some(true);
     let err = run(&dataset(5, 0), &a).unwrap_err();
     assert!(
         matches!(

@@ -72,16 +72,17 @@ fn factory(bad_metric: bool) -> impl Fn(&RankContext) -> adabatch::Result<Evalua
 }
 
 fn args(ranks: usize, eval_steps: Option<usize>) -> TrainingArgs {
-    TrainingArgs {
-        nproc_per_node: ranks,
-        per_device_train_batch_size: 4,
-        num_train_epochs: 2,
-        eval_steps,
-        per_device_eval_batch_size: 5,
-        learning_rate: 0.05,
-        seed: Some(3),
-        quiet: true,
-        ..Default::default()
+    {
+        let mut args = TrainingArgs::default();
+        args.launch.nproc_per_node = ranks;
+        args.batch.per_device_train_batch_size = 4;
+        args.length.num_train_epochs = 2;
+        args.eval.eval_steps = eval_steps;
+        args.eval.per_device_eval_batch_size = 5;
+        args.lr.learning_rate = 0.05;
+        args.data.seed = Some(3);
+        args.logging.quiet = true;
+        args
     }
 }
 
@@ -143,9 +144,10 @@ fn every_eval_example_counts_once_and_ranks_agree() {
     // 23 eval examples over 3 ranks (8, 8, 7) in chunks of 5; 48 training examples
     // so 1 rank of 12 and 3 ranks of 4 take the same steps.
     let (train, eval) = (dataset(48, 1), dataset(23, 2));
-    let one = TrainingArgs {
-        per_device_train_batch_size: 12,
-        ..args(1, Some(2))
+    let one = {
+        let mut a = args(1, Some(2));
+        a.batch.per_device_train_batch_size = 12;
+        a
     };
     let three = args(3, Some(2));
     let a = Evaluated::launch_with_eval(&train, &eval, &collate, &one, factory(false))
@@ -175,9 +177,10 @@ fn every_eval_example_counts_once_and_ranks_agree() {
 fn eval_rows_go_to_the_jsonl_log() {
     let log = common::temp_log("eval-rows");
     let (train, eval) = (dataset(40, 1), dataset(10, 2));
-    let a = TrainingArgs {
-        log_jsonl: Some(log.clone()),
-        ..args(2, Some(3))
+    let a = {
+        let mut a = args(2, Some(3));
+        a.logging.log_jsonl = Some(log.clone());
+        a
     };
     let summary = Evaluated::launch_with_eval(&train, &eval, &collate, &a, factory(false))
         .unwrap()
@@ -237,9 +240,10 @@ fn bad_eval_settings_are_typed_errors() {
         ),
         "{err}"
     );
-    let zero_batch = TrainingArgs {
-        per_device_eval_batch_size: 0,
-        ..args(1, None)
+    let zero_batch = {
+        let mut a = args(1, None);
+        a.eval.per_device_eval_batch_size = 0;
+        a
     };
     let err = Evaluated::launch_with_eval(&train, &tiny, &collate, &zero_batch, factory(false))
         .unwrap_err();
@@ -271,9 +275,10 @@ fn bad_eval_settings_are_typed_errors() {
 fn eval_on_start_evaluates_the_untrained_model() {
     let (train, eval) = (dataset(40, 1), dataset(23, 2));
     for ranks in [1, 2] {
-        let a = TrainingArgs {
-            eval_on_start: true,
-            ..args(ranks, Some(4))
+        let a = {
+            let mut a = args(ranks, Some(4));
+            a.eval.eval_on_start = true;
+            a
         };
         let summary = Evaluated::launch_with_eval(&train, &eval, &collate, &a, factory(false))
             .unwrap()
@@ -294,9 +299,10 @@ fn eval_on_start_evaluates_the_untrained_model() {
         assert_eq!(first.eval_examples, 23);
     }
     // Without an eval dataset there is nothing to evaluate: a typed error.
-    let a = TrainingArgs {
-        eval_on_start: true,
-        ..args(1, None)
+    let a = {
+        let mut a = args(1, None);
+        a.eval.eval_on_start = true;
+        a
     };
     let err = Evaluated::launch(&train, &collate, &a, factory(false)).unwrap_err();
     assert!(

@@ -55,8 +55,8 @@ fn the_trained_model_comes_back() {
     for world in [1, 2] {
         let out = temp_log("first-program").with_extension("");
         let mut a = args(world, 2, 2);
-        a.save_steps = 1000; // only the final checkpoint
-        a.output_dir = out.clone();
+        a.save.save_steps = 1000; // only the final checkpoint
+        a.save.output_dir = out.clone();
         let mut trained = adabatch::Run::new(&dataset(24, 3), &collate, &a)
             .launch(|ctx: &RankContext| {
                 let model = Regression::new(ctx.parameters(), ctx.device())?;
@@ -175,9 +175,9 @@ fn training_nothing_is_refused() {
 fn a_checkpoint_of_another_policy_is_refused() {
     let out = temp_log("first-program-policy").with_extension("");
     let mut a = args(1, 1, 1);
-    a.max_steps = Some(2);
-    a.save_steps = 2;
-    a.output_dir = out.clone();
+    a.length.max_steps = Some(2);
+    a.save.save_steps = 2;
+    a.save.output_dir = out.clone();
     adabatch::Run::new(&dataset(20, 2), &collate, &a)
         .launch(|ctx: &RankContext| {
             let model = Regression::new(ctx.parameters(), ctx.device())?;
@@ -185,8 +185,8 @@ fn a_checkpoint_of_another_policy_is_refused() {
             Ok(UncappedTrainer { model, opt })
         })
         .unwrap();
-    a.max_steps = Some(4);
-    a.resume_from_checkpoint = Some(out.join("checkpoint-2"));
+    a.length.max_steps = Some(4);
+    a.save.resume_from_checkpoint = Some(out.join("checkpoint-2"));
     let err = adabatch::Run::new(&dataset(20, 2), &collate, &a)
         .launch(|ctx: &RankContext| {
             let model = Regression::new(ctx.parameters(), ctx.device())?;
@@ -208,10 +208,10 @@ fn a_resumed_log_is_continued_and_marked() {
     let out = temp_log("first-program-log").with_extension("");
     let log = temp_log("first-program-jsonl");
     let mut a = args(1, 1, 1);
-    a.max_steps = Some(3);
-    a.save_steps = 3;
-    a.output_dir = out.clone();
-    a.log_jsonl = Some(log.clone());
+    a.length.max_steps = Some(3);
+    a.save.save_steps = 3;
+    a.save.output_dir = out.clone();
+    a.logging.log_jsonl = Some(log.clone());
     let build = |ctx: &RankContext| {
         let model = Regression::new(ctx.parameters(), ctx.device())?;
         let opt = Sgd::new(model.params.all_vars(), 0.05);
@@ -220,8 +220,8 @@ fn a_resumed_log_is_continued_and_marked() {
     adabatch::Run::new(&dataset(20, 2), &collate, &a)
         .launch(build)
         .unwrap();
-    a.max_steps = Some(5);
-    a.resume_from_checkpoint = Some("latest".into());
+    a.length.max_steps = Some(5);
+    a.save.resume_from_checkpoint = Some("latest".into());
     adabatch::Run::new(&dataset(20, 2), &collate, &a)
         .launch(build)
         .unwrap();

@@ -67,7 +67,7 @@ use common::*;
 #[test]
 fn max_train_tokens_parses_and_excludes_max_steps() {
     let a = TrainingArgs::try_parse_from(["train", "--max-train-tokens", "1000"]).unwrap();
-    assert_eq!(a.max_train_tokens, Some(1000));
+    assert_eq!(a.length.max_train_tokens, Some(1000));
     let both = ["train", "--max-train-tokens", "1000", "--max-steps", "3"];
     assert!(TrainingArgs::try_parse_from(both).is_err());
 }
@@ -155,122 +155,132 @@ fn cli_parses_every_flag() {
         "all_exhausted",
     ])
     .unwrap();
-    assert_eq!(a.num_train_epochs, 7);
-    assert_eq!(a.max_steps, Some(11));
-    assert_eq!(a.per_device_train_batch_size, 3);
-    assert_eq!(a.learning_rate, 0.25);
-    assert_eq!(a.lr_scheduler_type, LrSchedulerType::Cosine);
-    assert_eq!(a.warmup_ratio, 0.1);
-    assert_eq!(a.seed, Some(99));
-    assert_eq!(a.dataloader_drop_last, Some(true));
-    assert_eq!(a.nproc_per_node, 4);
-    assert_eq!(a.device, "cuda:1");
-    assert_eq!(a.logging_steps, 5);
-    assert_eq!(a.log_jsonl, Some(PathBuf::from("run.jsonl")));
-    assert_eq!(a.output_dir, PathBuf::from("out"));
-    assert_eq!(a.save_steps, 6);
+    assert_eq!(a.length.num_train_epochs, 7);
+    assert_eq!(a.length.max_steps, Some(11));
+    assert_eq!(a.batch.per_device_train_batch_size, 3);
+    assert_eq!(a.lr.learning_rate, 0.25);
+    assert_eq!(a.lr.lr_scheduler_type, LrSchedulerType::Cosine);
+    assert_eq!(a.lr.warmup_ratio, 0.1);
+    assert_eq!(a.data.seed, Some(99));
+    assert_eq!(a.data.dataloader_drop_last, Some(true));
+    assert_eq!(a.launch.nproc_per_node, 4);
+    assert_eq!(a.launch.device, "cuda:1");
+    assert_eq!(a.logging.logging_steps, 5);
+    assert_eq!(a.logging.log_jsonl, Some(PathBuf::from("run.jsonl")));
+    assert_eq!(a.save.output_dir, PathBuf::from("out"));
+    assert_eq!(a.save.save_steps, 6);
     assert_eq!(
-        a.resume_from_checkpoint,
+        a.save.resume_from_checkpoint,
         Some(PathBuf::from("out/checkpoint-6"))
     );
-    assert!(a.log_indices && a.quiet && a.disable_tqdm);
-    assert_eq!(a.max_tokens_per_batch, Some(512));
-    assert!(a.friendly_batch_sizes && a.even_batch_sizes);
-    assert_eq!(a.keep_first_batches, 2);
-    assert_eq!(a.max_batch_growth, Some(0.5));
-    assert_eq!(a.memory_margin, 0.2);
-    assert_eq!(a.oom, Some(OomPolicy::SplitRetry));
-    assert_eq!(a.inject_oom_at_steps, vec![3, 7]);
-    assert_eq!(a.max_grad_norm, 1.5);
-    assert_eq!(a.eval_steps, Some(9));
-    assert_eq!(a.per_device_eval_batch_size, 64);
-    assert_eq!(a.dataloader_num_workers, 2);
-    assert!(a.release_freed_memory);
-    assert_eq!(a.gradient_accumulation_steps, Some(4));
-    assert_eq!(a.warmup_steps, 7);
-    assert_eq!(a.eval_strategy, Some(adabatch::IntervalStrategy::Epoch));
-    assert_eq!(a.save_strategy, Some(adabatch::IntervalStrategy::Epoch));
-    assert!(a.load_best_model_at_end);
-    assert_eq!(a.metric_for_best_model.as_deref(), Some("accuracy"));
-    assert_eq!(a.greater_is_better, Some(true));
-    assert!(a.logging_first_step && a.eval_on_start);
-    assert!(a.packed_token_budget);
-    assert!(a.fp16 && !a.bf16);
-    assert_eq!(a.fp16_initial_scale_power, -3);
+    assert!(a.logging.log_indices && a.logging.quiet && a.logging.disable_tqdm);
+    assert_eq!(a.length_aware.max_tokens_per_batch, Some(512));
+    assert!(a.length_aware.friendly_batch_sizes && a.length_aware.even_batch_sizes);
+    assert_eq!(a.length_aware.keep_first_batches, 2);
+    assert_eq!(a.length_aware.max_batch_growth, Some(0.5));
+    assert_eq!(a.length_aware.memory_margin, 0.2);
+    assert_eq!(a.step.oom, Some(OomPolicy::SplitRetry));
+    assert_eq!(a.step.inject_oom_at_steps, vec![3, 7]);
+    assert_eq!(a.step.max_grad_norm, 1.5);
+    assert_eq!(a.eval.eval_steps, Some(9));
+    assert_eq!(a.eval.per_device_eval_batch_size, 64);
+    assert_eq!(a.data.dataloader_num_workers, 2);
+    assert!(a.data.release_freed_memory);
+    assert_eq!(a.batch.gradient_accumulation_steps, Some(4));
+    assert_eq!(a.lr.warmup_steps, 7);
     assert_eq!(
-        a.stopping_strategy,
+        a.eval.eval_strategy,
+        Some(adabatch::IntervalStrategy::Epoch)
+    );
+    assert_eq!(
+        a.save.save_strategy,
+        Some(adabatch::IntervalStrategy::Epoch)
+    );
+    assert!(a.save.load_best_model_at_end);
+    assert_eq!(a.save.metric_for_best_model.as_deref(), Some("accuracy"));
+    assert_eq!(a.save.greater_is_better, Some(true));
+    assert!(a.logging.logging_first_step && a.eval.eval_on_start);
+    assert!(a.length_aware.packed_token_budget);
+    assert!(a.step.fp16 && !a.step.bf16);
+    assert_eq!(a.step.fp16_initial_scale_power, -3);
+    assert_eq!(
+        a.data.stopping_strategy,
         Some(adabatch::StoppingStrategy::AllExhausted)
     );
     let a =
         TrainingArgs::try_parse_from(["train", "--stopping-strategy", "first-exhausted"]).unwrap();
     assert_eq!(
-        a.stopping_strategy,
+        a.data.stopping_strategy,
         Some(adabatch::StoppingStrategy::FirstExhausted)
     );
     assert!(
         TrainingArgs::try_parse_from(["train", "--bf16"])
             .unwrap()
+            .step
             .bf16
     );
     // One half-precision type per run.
     assert!(TrainingArgs::try_parse_from(["train", "--bf16", "--fp16"]).is_err());
     // The DSL spelling of the OOM policy is accepted too.
     let a = TrainingArgs::try_parse_from(["train", "--oom", "split_retry"]).unwrap();
-    assert_eq!(a.oom, Some(OomPolicy::SplitRetry));
+    assert_eq!(a.step.oom, Some(OomPolicy::SplitRetry));
     for (value, policy) in [
         ("fail", OomPolicy::Fail),
         ("halve", OomPolicy::Halve),
         ("skip", OomPolicy::Skip),
     ] {
         let a = TrainingArgs::try_parse_from(["train", "--oom", value]).unwrap();
-        assert_eq!(a.oom, Some(policy));
+        assert_eq!(a.step.oom, Some(policy));
     }
     let a = TrainingArgs::try_parse_from(["train", "--lr-scheduler-type", "linear"]).unwrap();
-    assert_eq!(a.lr_scheduler_type, LrSchedulerType::Linear);
+    assert_eq!(a.lr.lr_scheduler_type, LrSchedulerType::Linear);
     let a = TrainingArgs::try_parse_from(["train", "--dataloader-drop-last", "false"]).unwrap();
-    assert_eq!(a.dataloader_drop_last, Some(false));
+    assert_eq!(a.data.dataloader_drop_last, Some(false));
 }
 
 #[test]
 fn cli_defaults_and_bad_values() {
     let a = TrainingArgs::try_parse_from(["train"]).unwrap();
-    assert_eq!(a.num_train_epochs, 3);
-    assert_eq!(a.max_steps, None);
-    assert_eq!(a.per_device_train_batch_size, 8);
-    assert_eq!(a.learning_rate, 5e-5);
-    assert_eq!(a.lr_scheduler_type, LrSchedulerType::Constant);
-    assert_eq!(a.warmup_ratio, 0.0);
-    assert_eq!(a.seed, None);
-    assert_eq!(a.dataloader_drop_last, None);
-    assert_eq!(a.nproc_per_node, 1);
-    assert_eq!(a.device, "cpu");
-    assert_eq!(a.logging_steps, 1);
-    assert_eq!(a.log_jsonl, None);
-    assert_eq!(a.output_dir, PathBuf::from("adabatch_output"));
-    assert_eq!(a.save_steps, 0);
-    assert_eq!(a.resume_from_checkpoint, None);
-    assert!(!a.log_indices && !a.quiet && !a.disable_tqdm);
-    assert_eq!(a.max_tokens_per_batch, None);
-    assert!(!a.friendly_batch_sizes && !a.even_batch_sizes);
-    assert_eq!(a.keep_first_batches, 1);
-    assert_eq!(a.max_batch_growth, None);
-    assert_eq!(a.memory_margin, 0.05);
-    assert_eq!(a.oom, None);
-    assert!(a.inject_oom_at_steps.is_empty());
-    assert_eq!(a.max_grad_norm, 0.0);
-    assert_eq!(a.dataloader_num_workers, 0);
-    assert!(!a.release_freed_memory);
-    assert_eq!(a.gradient_accumulation_steps, None);
-    assert_eq!(a.warmup_steps, 0);
-    assert_eq!((a.eval_strategy, a.save_strategy), (None, None));
-    assert!(!a.load_best_model_at_end);
-    assert!(!a.logging_first_step && !a.eval_on_start);
+    assert_eq!(a.length.num_train_epochs, 3);
+    assert_eq!(a.length.max_steps, None);
+    assert_eq!(a.batch.per_device_train_batch_size, 8);
+    assert_eq!(a.lr.learning_rate, 5e-5);
+    assert_eq!(a.lr.lr_scheduler_type, LrSchedulerType::Constant);
+    assert_eq!(a.lr.warmup_ratio, 0.0);
+    assert_eq!(a.data.seed, None);
+    assert_eq!(a.data.dataloader_drop_last, None);
+    assert_eq!(a.launch.nproc_per_node, 1);
+    assert_eq!(a.launch.device, "cpu");
+    assert_eq!(a.logging.logging_steps, 1);
+    assert_eq!(a.logging.log_jsonl, None);
+    assert_eq!(a.save.output_dir, PathBuf::from("adabatch_output"));
+    assert_eq!(a.save.save_steps, 0);
+    assert_eq!(a.save.resume_from_checkpoint, None);
+    assert!(!a.logging.log_indices && !a.logging.quiet && !a.logging.disable_tqdm);
+    assert_eq!(a.length_aware.max_tokens_per_batch, None);
+    assert!(!a.length_aware.friendly_batch_sizes && !a.length_aware.even_batch_sizes);
+    assert_eq!(a.length_aware.keep_first_batches, 1);
+    assert_eq!(a.length_aware.max_batch_growth, None);
+    assert_eq!(a.length_aware.memory_margin, 0.05);
+    assert_eq!(a.step.oom, None);
+    assert!(a.step.inject_oom_at_steps.is_empty());
+    assert_eq!(a.step.max_grad_norm, 0.0);
+    assert_eq!(a.data.dataloader_num_workers, 0);
+    assert!(!a.data.release_freed_memory);
+    assert_eq!(a.batch.gradient_accumulation_steps, None);
+    assert_eq!(a.lr.warmup_steps, 0);
+    assert_eq!((a.eval.eval_strategy, a.save.save_strategy), (None, None));
+    assert!(!a.save.load_best_model_at_end);
+    assert!(!a.logging.logging_first_step && !a.eval.eval_on_start);
     assert_eq!(
-        (a.metric_for_best_model.as_deref(), a.greater_is_better),
+        (
+            a.save.metric_for_best_model.as_deref(),
+            a.save.greater_is_better
+        ),
         (None, None)
     );
-    assert!(!a.bf16 && !a.fp16);
-    assert_eq!(a.fp16_initial_scale_power, 16);
+    assert!(!a.step.bf16 && !a.step.fp16);
+    assert_eq!(a.step.fp16_initial_scale_power, 16);
     // `Default` is the parse of no arguments.
     let d = TrainingArgs::default();
     assert_eq!(
@@ -295,7 +305,7 @@ fn cli_defaults_and_bad_values() {
 fn logged_run(a: &TrainingArgs, n: usize) -> (TrainSummary, Vec<StepLog>) {
     let log = temp_log("flags");
     let mut a = a.clone();
-    a.log_jsonl = Some(log.clone());
+    a.logging.log_jsonl = Some(log.clone());
     let summary = adabatch::Run::new(&dataset(n, 3), &collate, &a)
         .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
         .unwrap()
@@ -326,7 +336,7 @@ fn check_logging(a: &TrainingArgs, expected_steps: &[usize]) {
     // The same run logged at every step has the same losses, and each entry
     // describes its own step.
     let mut every = a.clone();
-    every.logging_steps = 1;
+    every.logging.logging_steps = 1;
     let (all, all_logs) = logged_run(&every, 20);
     assert_eq!(all.step_losses, summary.step_losses);
     assert_eq!(all_logs.len(), 8);
@@ -342,27 +352,27 @@ fn check_logging(a: &TrainingArgs, expected_steps: &[usize]) {
 #[test]
 fn logging_steps_logs_every_kth_step_and_the_last() {
     let mut a = args(2, 1, 1);
-    a.logging_steps = 4;
+    a.logging.logging_steps = 4;
     check_logging(&a, &[4, 8]);
     // A run that ends by max_steps logs its last step too.
-    a.logging_steps = 3;
-    a.max_steps = Some(8);
-    a.num_train_epochs = 5;
+    a.logging.logging_steps = 3;
+    a.length.max_steps = Some(8);
+    a.length.num_train_epochs = 5;
     check_logging(&a, &[3, 6, 8]);
 }
 
 #[test]
 fn logging_first_step_logs_step_one_too() {
     let mut a = args(2, 1, 1);
-    a.logging_steps = 3;
-    a.logging_first_step = true;
+    a.logging.logging_steps = 3;
+    a.logging.logging_first_step = true;
     check_logging(&a, &[1, 3, 6, 8]);
 }
 
 #[test]
 fn logging_steps_logs_the_last_step_of_an_epoch_run() {
     let mut a = args(2, 1, 1);
-    a.logging_steps = 3;
+    a.logging.logging_steps = 3;
     check_logging(&a, &[3, 6, 8]);
 }
 
@@ -370,9 +380,9 @@ fn logging_steps_logs_the_last_step_of_an_epoch_run() {
 fn console_flags_do_not_change_the_run() {
     let (quiet, _) = logged_run(&args(2, 1, 2), 12);
     let mut a = args(2, 1, 2);
-    a.quiet = false;
-    a.disable_tqdm = true;
-    a.log_indices = true;
+    a.logging.quiet = false;
+    a.logging.disable_tqdm = true;
+    a.logging.log_indices = true;
     let (loud, _) = logged_run(&a, 12);
     assert_eq!(quiet.step_losses, loud.step_losses);
 }
@@ -392,8 +402,8 @@ hand_trainer!(
 fn gradient_accumulation_steps_replaces_grad_accum() {
     let mut a = args(2, 2, 2);
     let log = temp_log("accum-flag");
-    a.log_jsonl = Some(log.clone());
-    a.gradient_accumulation_steps = Some(3);
+    a.logging.log_jsonl = Some(log.clone());
+    a.batch.gradient_accumulation_steps = Some(3);
     let data = dataset(40, 3);
     let flagged = adabatch::Run::new(&data, &collate, &a)
         .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
@@ -403,8 +413,8 @@ fn gradient_accumulation_steps_replaces_grad_accum() {
     // Three micro-batches per step; fewer only where an epoch's tail ends a step.
     assert_eq!(logs[0].micro_batches, 3);
     assert!(logs.iter().all(|l| (1..=3).contains(&l.micro_batches)));
-    a.gradient_accumulation_steps = None;
-    a.log_jsonl = None;
+    a.batch.gradient_accumulation_steps = None;
+    a.logging.log_jsonl = None;
     let keyed = adabatch::Run::new(&data, &collate, &a)
         .launch(adamw_factory(|model, opt| AccumulatingTrainer {
             model,
@@ -414,7 +424,7 @@ fn gradient_accumulation_steps_replaces_grad_accum() {
         .summary;
     assert_eq!(flagged.step_losses, keyed.step_losses);
     assert_eq!(flagged.global_step, keyed.global_step);
-    a.gradient_accumulation_steps = Some(0);
+    a.batch.gradient_accumulation_steps = Some(0);
     let err = adabatch::Run::new(&data, &collate, &a)
         .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
         .unwrap_err();
@@ -509,8 +519,8 @@ where
 {
     let log = temp_log("budget");
     let mut a = args(1, 2, epochs);
-    a.max_tokens_per_batch = Some(BUDGET);
-    a.log_jsonl = Some(log.clone());
+    a.length_aware.max_tokens_per_batch = Some(BUDGET);
+    a.logging.log_jsonl = Some(log.clone());
     options(&mut a);
     adabatch::Run::new(&length_data(), &collate, &a)
         .launch(adamw_factory(wrap))
@@ -543,7 +553,7 @@ fn token_budget_sizes_follow_the_budget() {
 #[test]
 fn friendly_batch_sizes_round_down_to_2n_or_3x2n() {
     let logs = budget_run(
-        |a| a.friendly_batch_sizes = true,
+        |a| a.length_aware.friendly_batch_sizes = true,
         1,
         |model, opt| OrderedPlain { model, opt },
     );
@@ -559,7 +569,7 @@ fn friendly_batch_sizes_round_down_to_2n_or_3x2n() {
 #[test]
 fn even_batch_sizes_round_down_to_even() {
     let logs = budget_run(
-        |a| a.even_batch_sizes = true,
+        |a| a.length_aware.even_batch_sizes = true,
         1,
         |model, opt| OrderedPlain { model, opt },
     );
@@ -574,7 +584,7 @@ fn even_batch_sizes_round_down_to_even() {
 #[test]
 fn max_batch_growth_caps_growth_between_batches() {
     let logs = budget_run(
-        |a| a.max_batch_growth = Some(0.5),
+        |a| a.length_aware.max_batch_growth = Some(0.5),
         1,
         |model, opt| OrderedPlain { model, opt },
     );
@@ -611,7 +621,7 @@ fn keep_first_batches_keeps_the_hardest_batches_first() {
             .collect()
     };
     let kept = budget_run(
-        |a| a.keep_first_batches = 3,
+        |a| a.length_aware.keep_first_batches = 3,
         3,
         |model, opt| ShuffledPlain { model, opt },
     );
@@ -662,8 +672,8 @@ fn memory_margin_scales_the_unfitted_predictions() {
     for margin in [0.0, 0.2, 0.5] {
         let log = temp_log("margin");
         let mut a = args(1, 2, 1);
-        a.memory_margin = margin;
-        a.log_jsonl = Some(log.clone());
+        a.length_aware.memory_margin = margin;
+        a.logging.log_jsonl = Some(log.clone());
         adabatch::Run::new(&length_data(), &collate, &a)
             .launch(adamw_factory(|model, opt| MemoryTrainer { model, opt }))
             .unwrap();
@@ -754,7 +764,7 @@ fn regressor_run(world: usize, n: usize) -> (Vec<StepLog>, Vec<(usize, BatchFeat
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = temp_log("observe");
     let mut a = args(world, 2, 2);
-    a.log_jsonl = Some(log.clone());
+    a.logging.log_jsonl = Some(log.clone());
     let data = WithLengths::new(dataset(n, 21), lengths()[..n].to_vec()).unwrap();
     adabatch::Run::new(&data, &collate, &a)
         .launch(|ctx: &RankContext| {

@@ -94,20 +94,21 @@ fn a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model() {
     let config = decoder::llama_config(&small_model(), &info);
     let log = temp_log("lm-run");
     let out = dir.join("out");
-    let args = TrainingArgs {
-        nproc_per_node: 2,
-        rampup_batch_size: Some(vec![4, 4, 600]),
-        rampup_in_tokens: true,
-        global_batch_size: Some(16),
-        learning_rate: 1e-2,
-        num_train_epochs: 2,
-        eval_steps: Some(20),
-        save_steps: 1000,
-        output_dir: out.clone(),
-        log_jsonl: Some(log.clone()),
-        log_indices: true,
-        quiet: true,
-        ..TrainingArgs::default()
+    let args = {
+        let mut args = TrainingArgs::default();
+        args.launch.nproc_per_node = 2;
+        args.batch.rampup_batch_size = Some(vec![4, 4, 600]);
+        args.batch.rampup_in_tokens = true;
+        args.batch.global_batch_size = Some(16);
+        args.lr.learning_rate = 1e-2;
+        args.length.num_train_epochs = 2;
+        args.eval.eval_steps = Some(20);
+        args.save.save_steps = 1000;
+        args.save.output_dir = out.clone();
+        args.logging.log_jsonl = Some(log.clone());
+        args.logging.log_indices = true;
+        args.logging.quiet = true;
+        args
     };
     let collate = PackedCollate::new(16, info.eos_id);
     let trained = decoder::RampTrainer::launch_with_eval(
@@ -294,13 +295,14 @@ fn a_huge_document_trains_within_the_stated_bound() {
     let mut model = small_model();
     model.seq_len = 128;
     let config = decoder::llama_config(&model, &info);
-    let args = TrainingArgs {
-        global_batch_size: Some(8),
-        max_steps: Some(3),
-        save_steps: 0,
-        output_dir: dir.join("out"),
-        quiet: true,
-        ..TrainingArgs::default()
+    let args = {
+        let mut args = TrainingArgs::default();
+        args.batch.global_batch_size = Some(8);
+        args.length.max_steps = Some(3);
+        args.save.save_steps = 0;
+        args.save.output_dir = dir.join("out");
+        args.logging.quiet = true;
+        args
     };
     let trained = decoder::RampTrainer::launch(&docs, &collate, &args, |ctx: &RankContext| {
         let model = decoder::Decoder::new(&config, ctx)?;

@@ -88,7 +88,7 @@ fn run_memory(
     let data = varied_lengths(90);
     let log = temp_log(&format!("memory-{world}-{epochs}"));
     let mut args = args(world, 2, epochs);
-    args.log_jsonl = Some(log.clone());
+    args.logging.log_jsonl = Some(log.clone());
     a(&mut args);
     let summary = adabatch::Run::new(&data, &collate, &args)
         .launch(adamw_factory(|model, opt| MemoryTrainer { model, opt }))
@@ -144,8 +144,8 @@ fn token_budget_batching_respects_the_budget() {
     let index_lengths: Vec<usize> = (0..90).map(|i| data.example_len(i)).collect();
     let log = temp_log("token-budget");
     let mut a = args(2, 2, 1);
-    a.max_tokens_per_batch = Some(600);
-    a.log_jsonl = Some(log.clone());
+    a.length_aware.max_tokens_per_batch = Some(600);
+    a.logging.log_jsonl = Some(log.clone());
     adabatch::Run::new(&data, &collate, &a)
         .launch(adamw_factory(|model, opt| PlainTrainer { model, opt }))
         .map(|trained| trained.summary)
@@ -193,7 +193,7 @@ fn a_user_regressor_drives_the_plan() {
     let data = varied_lengths(90);
     let log = temp_log("regressor");
     let mut a = args(2, 2, 1);
-    a.log_jsonl = Some(log.clone());
+    a.logging.log_jsonl = Some(log.clone());
     adabatch::Run::new(&data, &collate, &a)
         .launch(|ctx: &RankContext| {
             let model = Regression::new(ctx.parameters(), ctx.device())?;
@@ -225,8 +225,8 @@ fn a_user_regressor_drives_the_plan() {
 #[test]
 fn memory_schedule_with_halve_splits_the_failed_batch() {
     let (summary, logs) = run_memory(2, 1, |a| {
-        a.oom = Some(adabatch::OomPolicy::Halve);
-        a.inject_oom_at_steps = vec![1, 4];
+        a.step.oom = Some(adabatch::OomPolicy::Halve);
+        a.step.inject_oom_at_steps = vec![1, 4];
     });
     assert_eq!(summary.oom_events, 2);
     assert_each_epoch_exactly_once(&logs, 90, 1);
@@ -246,16 +246,16 @@ fn a_resumed_memory_run_plans_later_epochs_alike() {
 fn resumed_memory_run_plans_alike(world: usize) {
     let out = temp_log("memory-resume").with_extension("");
     let (_, straight) = run_memory(world, 4, |a| {
-        a.save_steps = 1;
-        a.output_dir = out.clone();
+        a.save.save_steps = 1;
+        a.save.output_dir = out.clone();
     });
     let first_epoch = straight.iter().filter(|l| l.epoch <= 1.0).count();
     let cut = first_epoch + 2;
     let (_, resumed) = run_memory(world, 4, |a| {
-        a.resume_from_checkpoint = Some(out.join(format!("checkpoint-{cut}")));
+        a.save.resume_from_checkpoint = Some(out.join(format!("checkpoint-{cut}")));
         // candle's AdamW cannot save its moments: the batches are what is compared.
-        a.ignore_optimizer_state = true;
-        a.output_dir = out.clone();
+        a.save.ignore_optimizer_state = true;
+        a.save.output_dir = out.clone();
     });
     assert_eq!(resumed.len(), straight.len() - cut);
     for (r, s) in resumed.iter().zip(&straight[cut..]) {

@@ -382,7 +382,7 @@ fn run_as<T: AdaptiveTrainer<Model = Regression> + Send>(
 ) -> adabatch::Result<(TrainSummary, Vec<StepLog>)> {
     let log = temp_log("mixing");
     let mut a = a.clone();
-    a.log_jsonl = Some(log.clone());
+    a.logging.log_jsonl = Some(log.clone());
     let trained = adabatch::Run::new(data, &collate, &a).launch(|ctx: &RankContext| {
         let (model, opt) = adam(ctx)?;
         Ok(build(model, opt))
@@ -452,16 +452,18 @@ fn the_engine_mixes_logs_and_resumes_per_source() {
 
     // Resume from step 3 on 2 ranks: the rest bit for bit.
     let out = temp_log("mixing-out").with_extension("");
-    let saving = TrainingArgs {
-        save_steps: 3,
-        output_dir: out.clone(),
-        ..a.clone()
+    let saving = {
+        let mut args = a.clone();
+        args.save.save_steps = 3;
+        args.save.output_dir = out.clone();
+        args
     };
     run(&data, &saving).unwrap();
-    let resumed_args = TrainingArgs {
-        resume_from_checkpoint: Some(out.join("checkpoint-3")),
-        output_dir: out.clone(),
-        ..a.clone()
+    let resumed_args = {
+        let mut args = a.clone();
+        args.save.resume_from_checkpoint = Some(out.join("checkpoint-3"));
+        args.save.output_dir = out.clone();
+        args
     };
     let (_, resumed) = run(&data, &resumed_args).unwrap();
     assert_eq!(resumed.len(), logs.len() - 3);
@@ -470,9 +472,10 @@ fn the_engine_mixes_logs_and_resumes_per_source() {
         assert_eq!(r.loss.to_bits(), s.loss.to_bits(), "step {}", r.step);
     }
     // Other weights on resume: refused, naming them.
-    let other = TrainingArgs {
-        mix_weights: vec!["new=0.5".into(), "replay=0.5".into()],
-        ..resumed_args
+    let other = {
+        let mut args = resumed_args;
+        args.data.mix_weights = vec!["new=0.5".into(), "replay=0.5".into()];
+        args
     };
     let err = run(&data, &other).unwrap_err();
     assert!(err.to_string().contains("mixing weights"), "{err}");
@@ -483,9 +486,10 @@ fn the_engine_mixes_logs_and_resumes_per_source() {
 fn mix_weights_flag_and_mistakes() {
     let data = sources(&[("new", 0.75), ("replay", 0.25)]);
     // `--mix-weights` replaces the dataset's weights; a zero-weight source gets nothing.
-    let only_new = TrainingArgs {
-        mix_weights: vec!["new=1".into()],
-        ..args(1, 4, 1)
+    let only_new = {
+        let mut a = args(1, 4, 1);
+        a.data.mix_weights = vec!["new=1".into()];
+        a
     };
     let (_, logs) = run(&data, &only_new).unwrap();
     assert!(logs
@@ -497,17 +501,19 @@ fn mix_weights_flag_and_mistakes() {
         (vec!["new".to_string()], "source=weight"),
         (vec!["new=0".to_string()], "all weights are 0"),
     ] {
-        let a = TrainingArgs {
-            mix_weights: weights,
-            ..args(1, 4, 1)
+        let a = {
+            let mut a = args(1, 4, 1);
+            a.data.mix_weights = weights;
+            a
         };
         let err = run(&data, &a).unwrap_err();
         assert!(err.to_string().contains(needle), "{err}");
     }
     // Mixing and length-aware batching divide the batch two ways.
-    let a = TrainingArgs {
-        max_tokens_per_batch: Some(40),
-        ..args(1, 4, 1)
+    let a = {
+        let mut a = args(1, 4, 1);
+        a.length_aware.max_tokens_per_batch = Some(40);
+        a
     };
     let err = run(&data, &a).unwrap_err();
     assert!(
@@ -580,16 +586,18 @@ fn the_online_mixer_follows_the_per_source_loss() {
 
     // Resume: the mixer's state travels in the checkpoint.
     let out = temp_log("mixing-online-out").with_extension("");
-    let saving = TrainingArgs {
-        save_steps: 4,
-        output_dir: out.clone(),
-        ..a.clone()
+    let saving = {
+        let mut args = a.clone();
+        args.save.save_steps = 4;
+        args.save.output_dir = out.clone();
+        args
     };
     run_online(&data, &saving).unwrap();
-    let resumed_args = TrainingArgs {
-        resume_from_checkpoint: Some(out.join("checkpoint-4")),
-        output_dir: out.clone(),
-        ..a
+    let resumed_args = {
+        let mut args = a;
+        args.save.resume_from_checkpoint = Some(out.join("checkpoint-4"));
+        args.save.output_dir = out.clone();
+        args
     };
     let (_, resumed) = run_online(&data, &resumed_args).unwrap();
     for (r, s) in resumed.iter().zip(&logs[4..]) {
@@ -766,9 +774,10 @@ fn adam(ctx: &RankContext) -> adabatch::Result<(Regression, AdamW)> {
 fn the_mix_key() {
     let data = sources(&[("new", 0.75), ("replay", 0.25)]);
     let log = temp_log("mix-key");
-    let a = TrainingArgs {
-        log_jsonl: Some(log.clone()),
-        ..args(2, 4, 1)
+    let a = {
+        let mut a = args(2, 4, 1);
+        a.logging.log_jsonl = Some(log.clone());
+        a
     };
     Halves::launch(&data, &collate, &a, |ctx: &RankContext| {
         let (model, opt) = adam(ctx)?;
@@ -805,9 +814,10 @@ fn the_mix_key() {
     ])
     .unwrap();
     let log = temp_log("mix-online-key");
-    let b = TrainingArgs {
-        log_jsonl: Some(log.clone()),
-        ..args(2, 4, 3)
+    let b = {
+        let mut a = args(2, 4, 3);
+        a.logging.log_jsonl = Some(log.clone());
+        a
     };
     DslOnline::launch(&hard, &collate, &b, |ctx: &RankContext| {
         let (model, opt) = adam(ctx)?;
@@ -902,9 +912,10 @@ fn a_mixer_sees_the_last_evaluation() {
     let seen: Calls = std::sync::Arc::default();
     let data = sources(&[("new", 0.75), ("replay", 0.25)]);
     let eval = Sources::new([("new", dataset(4, 8)), ("replay", dataset(2, 9))]).unwrap();
-    let a = TrainingArgs {
-        eval_steps: Some(2),
-        ..args(1, 8, 1)
+    let a = {
+        let mut a = args(1, 8, 1);
+        a.eval.eval_steps = Some(2);
+        a
     };
     Watched::launch_with_eval(&data, &eval, &collate, &a, |ctx: &RankContext| {
         let (model, opt) = adam(ctx)?;
@@ -1030,9 +1041,10 @@ fn a_custom_mix_function_decides_the_weights() {
         matches!(&err, Error::Data(DataError::InvalidMixWeights { step: 2, reason }) if reason.contains("`new`")),
         "{err}"
     );
-    let bounded = TrainingArgs {
-        max_steps: Some(6),
-        ..args(1, 4, 1)
+    let bounded = {
+        let mut a = args(1, 4, 1);
+        a.length.max_steps = Some(6);
+        a
     };
     let (summary, log) = run_as(&data, &bounded, Starving::new).unwrap();
     assert_eq!(summary.global_step, 6);
@@ -1060,9 +1072,10 @@ fn a_custom_mix_function_decides_the_weights() {
 #[test]
 fn the_stopping_strategy_flag() {
     let data = sources(&[("new", 0.5), ("replay", 0.5)]);
-    let a = |stopping| TrainingArgs {
-        stopping_strategy: Some(stopping),
-        ..args(2, 2, 1)
+    let a = |stopping| {
+        let mut a = args(2, 2, 1);
+        a.data.stopping_strategy = Some(stopping);
+        a
     };
     let (primary, _) = run(&data, &args(2, 2, 1)).unwrap();
     let (all, log) = run(&data, &a(StoppingStrategy::AllExhausted)).unwrap();

@@ -125,9 +125,10 @@ fn run_with<T: AdaptiveTrainer<Model = Linear, Optimizer = candle_nn::SGD> + Sen
         std::process::id(),
         NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
-    let args = TrainingArgs {
-        log_jsonl: Some(log.clone()),
-        ..args.clone()
+    let args = {
+        let mut a = args.clone();
+        a.logging.log_jsonl = Some(log.clone());
+        a
     };
     adabatch::Run::new(data, &collate, &args).launch(|ctx: &RankContext| {
         let w = Var::zeros(D, DType::F32, ctx.device())?;
@@ -145,15 +146,16 @@ fn run_with<T: AdaptiveTrainer<Model = Linear, Optimizer = candle_nn::SGD> + Sen
 }
 
 fn args(ranks: usize, per_device: usize, steps: usize) -> TrainingArgs {
-    TrainingArgs {
-        nproc_per_node: ranks,
-        per_device_train_batch_size: per_device,
-        max_steps: Some(steps),
-        learning_rate: 0.0,
-        log_gradient_noise_scale: true,
-        quiet: true,
-        seed: Some(1),
-        ..Default::default()
+    {
+        let mut args = TrainingArgs::default();
+        args.launch.nproc_per_node = ranks;
+        args.batch.per_device_train_batch_size = per_device;
+        args.length.max_steps = Some(steps);
+        args.lr.learning_rate = 0.0;
+        args.step.log_gradient_noise_scale = true;
+        args.logging.quiet = true;
+        args.data.seed = Some(1);
+        args
     }
 }
 
@@ -258,17 +260,19 @@ fn resume_keeps_the_estimator() {
     let out =
         std::env::temp_dir().join(format!("adabatch-noise-scale-ckpt-{}", std::process::id()));
     let straight = run(&args(3, 4, 20), &data).unwrap();
-    let first = TrainingArgs {
-        max_steps: Some(10),
-        save_steps: 10,
-        output_dir: out.clone(),
-        ..args(3, 4, 20)
+    let first = {
+        let mut a = args(3, 4, 20);
+        a.length.max_steps = Some(10);
+        a.save.save_steps = 10;
+        a.save.output_dir = out.clone();
+        a
     };
     run(&first, &data).unwrap();
-    let second = TrainingArgs {
-        output_dir: out.clone(),
-        resume_from_checkpoint: Some("latest".into()),
-        ..args(3, 4, 20)
+    let second = {
+        let mut a = args(3, 4, 20);
+        a.save.output_dir = out.clone();
+        a.save.resume_from_checkpoint = Some("latest".into());
+        a
     };
     let resumed: Vec<StepLog> = run(&second, &data)
         .unwrap()
@@ -311,9 +315,10 @@ hand_trainer!(
 #[test]
 fn noise_scale_schedule_sizes_the_next_global_batch() {
     let data = data(20_000);
-    let plain = TrainingArgs {
-        log_gradient_noise_scale: false,
-        ..args(3, 4, 120)
+    let plain = {
+        let mut a = args(3, 4, 120);
+        a.step.log_gradient_noise_scale = false;
+        a
     };
     let logs = run_with(&plain, &data, |model, opt| Adaptive { model, opt }).unwrap();
     assert_eq!(logs[0].global_batch, 12);
@@ -344,17 +349,19 @@ fn noise_scale_schedule_sizes_the_next_global_batch() {
         "adabatch-noise-scale-schedule-{}",
         std::process::id()
     ));
-    let first = TrainingArgs {
-        max_steps: Some(50),
-        save_steps: 50,
-        output_dir: out.clone(),
-        ..plain.clone()
+    let first = {
+        let mut args = plain.clone();
+        args.length.max_steps = Some(50);
+        args.save.save_steps = 50;
+        args.save.output_dir = out.clone();
+        args
     };
     run_with(&first, &data, |model, opt| Adaptive { model, opt }).unwrap();
-    let second = TrainingArgs {
-        output_dir: out.clone(),
-        resume_from_checkpoint: Some("latest".into()),
-        ..plain.clone()
+    let second = {
+        let mut args = plain.clone();
+        args.save.output_dir = out.clone();
+        args.save.resume_from_checkpoint = Some("latest".into());
+        args
     };
     let resumed: Vec<StepLog> = run_with(&second, &data, |model, opt| Adaptive { model, opt })
         .unwrap()
@@ -374,11 +381,12 @@ fn noise_scale_schedule_sizes_the_next_global_batch() {
 #[test]
 fn noise_scale_epochs_use_every_example_once() {
     let n = 300;
-    let plain = TrainingArgs {
-        log_gradient_noise_scale: false,
-        max_steps: None,
-        num_train_epochs: 3,
-        ..args(3, 4, 1)
+    let plain = {
+        let mut a = args(3, 4, 1);
+        a.step.log_gradient_noise_scale = false;
+        a.length.max_steps = None;
+        a.length.num_train_epochs = 3;
+        a
     };
     let logs = run_with(&plain, &data(n), |model, opt| Adaptive { model, opt }).unwrap();
     let sizes: std::collections::BTreeSet<usize> = logs.iter().map(|l| l.global_batch).collect();

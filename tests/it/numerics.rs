@@ -36,8 +36,8 @@ fn sgd_run<T: AdaptiveTrainer<Model = Regression> + Send>(
 ) -> (Theta, Vec<StepLog>) {
     let log = temp_log("numerics");
     let mut a = a.clone();
-    a.log_jsonl = Some(log.clone());
-    a.learning_rate = LR;
+    a.logging.log_jsonl = Some(log.clone());
+    a.lr.learning_rate = LR;
     let rank0 = Mutex::new(None);
     adabatch::Run::new(data, &collate, &a)
         .launch(|ctx: &RankContext| {
@@ -115,7 +115,7 @@ fn empty_ranks_join_with_zero_weight() {
     // N = 5 on 4 ranks of 1: step 1 is [1, 1, 1, 1], step 2 is [1, 0, 0, 0].
     let data = dataset(5, 9);
     let mut a = args(4, 1, 1);
-    a.max_steps = Some(2);
+    a.length.max_steps = Some(2);
     let sample_mean = |theta: &Theta, slices: &[Vec<usize>]| {
         let all: Vec<usize> = slices.concat();
         rank_mean(theta, &data, &all)
@@ -148,7 +148,7 @@ fn uneven_slices_sample_count_versus_rank_mean() {
     // N = 5 on 4 ranks of 2: one step of [2, 1, 1, 1].
     let data = dataset(5, 4);
     let mut a = args(4, 2, 1);
-    a.max_steps = Some(1);
+    a.length.max_steps = Some(1);
     let (got, logs) = sgd_run(&data, &a, false, |model, opt| SgdTrainer { model, opt });
     assert_eq!(logs[0].local_batch_sizes, vec![2, 1, 1, 1]);
     // Global mean over the 5 examples.
@@ -189,7 +189,7 @@ fn token_count_update_is_the_token_weighted_mean() {
         e.tokens = t;
     }
     let mut a = args(2, 2, 1);
-    a.max_steps = Some(1);
+    a.length.max_steps = Some(1);
     let (got, logs) = sgd_run(&data, &a, true, |model, opt| SgdTokenTrainer { model, opt });
     assert_eq!(logs[0].local_batch_sizes, vec![2, 1]);
     let zero = [0.0; 5];
@@ -221,10 +221,10 @@ fn max_grad_norm_clips_to_the_given_norm() {
     assert!(full > 1.0, "the test needs a gradient to clip: {full}");
     for (world, per_device) in [(1, 4), (2, 2)] {
         let mut a = args(world, per_device, 1);
-        a.max_steps = Some(1);
+        a.length.max_steps = Some(1);
         // Clipped: the update is the gradient rescaled to norm `clip`.
         let clip = full / 4.0;
-        a.max_grad_norm = clip;
+        a.step.max_grad_norm = clip;
         let (got, logs) = sgd_run(&data, &a, false, |model, opt| SgdTrainer { model, opt });
         let factor = clip / (full + 1e-6);
         let clipped: Theta = std::array::from_fn(|k| g[k] * factor);
@@ -233,7 +233,7 @@ fn max_grad_norm_clips_to_the_given_norm() {
         // The logged norm is the norm before clipping (as in HF).
         assert!((logs[0].grad_norm - full).abs() < 1e-5 * full);
         // A bound above the norm leaves the update alone.
-        a.max_grad_norm = full * 2.0;
+        a.step.max_grad_norm = full * 2.0;
         let (got, _) = sgd_run(&data, &a, false, |model, opt| SgdTrainer { model, opt });
         assert_close(&got, &sgd(&zero, &g, LR));
     }
@@ -259,7 +259,7 @@ fn closed_form(kind: LrSchedulerType, base: f64, consumed: f64, warmup: f64, tot
 fn lr_run(a: &TrainingArgs, n: usize) -> Vec<StepLog> {
     let log = temp_log("lr");
     let mut a = a.clone();
-    a.log_jsonl = Some(log.clone());
+    a.logging.log_jsonl = Some(log.clone());
     adabatch::Run::new(&dataset(n, 8), &collate, &a)
         .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
         .unwrap();
@@ -287,9 +287,9 @@ fn linear_and_cosine_with_warmup_follow_examples_consumed() {
     for kind in [LrSchedulerType::Linear, LrSchedulerType::Cosine] {
         for world in [1, 2] {
             let mut a = args(world, 1, 4);
-            a.lr_scheduler_type = kind;
-            a.warmup_ratio = 0.2;
-            a.learning_rate = 0.01;
+            a.lr.lr_scheduler_type = kind;
+            a.lr.warmup_ratio = 0.2;
+            a.lr.learning_rate = 0.01;
             let logs = lr_run(&a, 10);
             // The horizon is the whole planned run: 4 epochs of 10 examples.
             let total: usize = logs.iter().map(|l| l.global_batch).sum();
@@ -308,10 +308,10 @@ fn warmup_steps_warm_up_over_the_examples_of_the_first_steps() {
     for kind in [LrSchedulerType::Linear, LrSchedulerType::Constant] {
         for world in [1, 2] {
             let mut a = args(world, 1, 4);
-            a.lr_scheduler_type = kind;
-            a.warmup_steps = 6;
-            a.warmup_ratio = 0.5;
-            a.learning_rate = 0.01;
+            a.lr.lr_scheduler_type = kind;
+            a.lr.warmup_steps = 6;
+            a.lr.warmup_ratio = 0.5;
+            a.lr.learning_rate = 0.01;
             let logs = lr_run(&a, 10);
             let warm: usize = logs[..6].iter().map(|l| l.global_batch).sum();
             assert!(logs[..6].iter().any(|l| l.global_batch > world));
@@ -324,9 +324,9 @@ fn warmup_steps_warm_up_over_the_examples_of_the_first_steps() {
     hand_trainer!(Constant, candle_nn::AdamW, TrainerPolicy::DEFAULT);
     let log = temp_log("lr-warmup-steps");
     let mut a = args(1, 2, 1);
-    a.warmup_steps = 4;
-    a.learning_rate = 0.5;
-    a.log_jsonl = Some(log.clone());
+    a.lr.warmup_steps = 4;
+    a.lr.learning_rate = 0.5;
+    a.logging.log_jsonl = Some(log.clone());
     adabatch::Run::new(&dataset(20, 8), &collate, &a)
         .launch(adamw_factory(|model, opt| Constant { model, opt }))
         .unwrap();
@@ -340,10 +340,10 @@ fn linear_schedule_with_max_steps_reaches_a_tenth_at_step_ten() {
     hand_trainer!(Constant, candle_nn::AdamW, TrainerPolicy::DEFAULT);
     let log = temp_log("lr-max-steps");
     let mut a = args(1, 2, 5);
-    a.max_steps = Some(10);
-    a.lr_scheduler_type = LrSchedulerType::Linear;
-    a.learning_rate = 0.5;
-    a.log_jsonl = Some(log.clone());
+    a.length.max_steps = Some(10);
+    a.lr.lr_scheduler_type = LrSchedulerType::Linear;
+    a.lr.learning_rate = 0.5;
+    a.logging.log_jsonl = Some(log.clone());
     adabatch::Run::new(&dataset(50, 8), &collate, &a)
         .launch(adamw_factory(|model, opt| Constant { model, opt }))
         .unwrap();
@@ -365,10 +365,10 @@ fn drop_last_horizon_excludes_dropped_examples() {
     // N = 10, batches of 3, drop_last: 3 steps (9 examples) per epoch, 2 epochs.
     let log = temp_log("lr-drop-last");
     let mut a = args(1, 3, 2);
-    a.dataloader_drop_last = Some(true);
-    a.lr_scheduler_type = LrSchedulerType::Linear;
-    a.learning_rate = 0.6;
-    a.log_jsonl = Some(log.clone());
+    a.data.dataloader_drop_last = Some(true);
+    a.lr.lr_scheduler_type = LrSchedulerType::Linear;
+    a.lr.learning_rate = 0.6;
+    a.logging.log_jsonl = Some(log.clone());
     adabatch::Run::new(&dataset(10, 8), &collate, &a)
         .launch(adamw_factory(|model, opt| Constant { model, opt }))
         .unwrap();

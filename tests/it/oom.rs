@@ -51,7 +51,7 @@ fn run_injected<T: AdaptiveTrainer<Model = Regression> + Send>(
 ) {
     let log = temp_log("oom");
     let mut a = a.clone();
-    a.log_jsonl = Some(log.clone());
+    a.logging.log_jsonl = Some(log.clone());
     let rank0 = Mutex::new(None);
     let run = Run::new(data, &collate, &a).with_faults(faults);
     let result = run
@@ -150,8 +150,8 @@ proptest! {
     ) {
         let data = dataset(n, n as u64);
         let mut a = args(world, per_device, 2);
-        a.oom = Some(if split { OomPolicy::SplitRetry } else { OomPolicy::Halve });
-        a.inject_oom_at_steps = oom_steps.iter().copied().collect();
+        a.step.oom = Some(if split { OomPolicy::SplitRetry } else { OomPolicy::Halve });
+        a.step.inject_oom_at_steps = oom_steps.iter().copied().collect();
         let (result, logs, weights) = run_with(&data, &a, growing);
         let summary = result.unwrap();
         assert_each_epoch_exactly_once(&logs, n, 2);
@@ -163,7 +163,7 @@ proptest! {
         }
         if split {
             // Same samples, same step count, same updates: the weights match a clean run.
-            a.inject_oom_at_steps.clear();
+            a.step.inject_oom_at_steps.clear();
             let (clean, clean_logs, clean_weights) = run_with(&data, &a, growing);
             prop_assert_eq!(clean.unwrap().global_step, summary.global_step);
             prop_assert_eq!(clean_logs.len(), logs.len());
@@ -181,7 +181,7 @@ fn halve_follows_a_memory_law_down_to_a_size_that_fits() {
     // the first step halves twice and then trains on 1 per device.
     let data = dataset(12, 4);
     let mut a = args(2, 4, 1);
-    a.oom = Some(OomPolicy::Halve);
+    a.step.oom = Some(OomPolicy::Halve);
     let faults = FaultInjector::none().above_local_batch(1);
     let (result, logs, _) = run_faulty(&data, &a, faults);
     let summary = result.unwrap();
@@ -208,7 +208,7 @@ fn run_faulty(
 fn split_retry_gives_up_at_one_example_per_chunk() {
     let data = dataset(6, 4);
     let mut a = args(1, 2, 1);
-    a.oom = Some(OomPolicy::SplitRetry);
+    a.step.oom = Some(OomPolicy::SplitRetry);
     let (result, _, _) = run_faulty(&data, &a, FaultInjector::none().above_local_batch(0));
     assert!(matches!(
         result.unwrap_err(),
@@ -220,7 +220,7 @@ fn split_retry_gives_up_at_one_example_per_chunk() {
 fn fail_policy_stops_with_the_step() {
     let data = dataset(10, 4);
     let mut a = args(3, 1, 1);
-    a.inject_oom_at_steps = vec![2];
+    a.step.inject_oom_at_steps = vec![2];
     let (result, _, _) = run_with(&data, &a, growing);
     let err = result.unwrap_err();
     assert!(
@@ -236,8 +236,8 @@ fn fail_policy_stops_with_the_step() {
 fn skip_drops_the_step_and_counts_it() {
     let data = dataset(10, 4);
     let mut a = args(2, 1, 1);
-    a.oom = Some(OomPolicy::Skip);
-    a.inject_oom_at_steps = vec![3];
+    a.step.oom = Some(OomPolicy::Skip);
+    a.step.inject_oom_at_steps = vec![3];
     let (result, logs, _) = run_with(&data, &a, growing);
     let summary = result.unwrap();
     assert_eq!(summary.oom_events, 1);

@@ -52,8 +52,8 @@ struct Held {
 fn a_second_run_in_the_same_output_dir_is_refused() {
     let out = temp_log("busy").with_extension("");
     let mut a = args(1, 2, 1);
-    a.save_steps = 2;
-    a.output_dir = out.clone();
+    a.save.save_steps = 2;
+    a.save.output_dir = out.clone();
     let barrier = Arc::new(Barrier::new(2));
     let first = {
         let (a, barrier) = (a.clone(), barrier.clone());
@@ -68,14 +68,15 @@ fn a_second_run_in_the_same_output_dir_is_refused() {
     };
     barrier.wait();
     let mut other = a.clone();
-    other.seed = Some(99);
+    other.data.seed = Some(99);
     let err = train(&other).unwrap_err();
     // A run that only reads the directory (it resumes and does not save) is
     // refused too: the live run may be writing the checkpoint it would read.
-    let reader = TrainingArgs {
-        save_steps: 0,
-        resume_from_checkpoint: Some("latest".into()),
-        ..other.clone()
+    let reader = {
+        let mut args = other.clone();
+        args.save.save_steps = 0;
+        args.save.resume_from_checkpoint = Some("latest".into());
+        args
     };
     let read_err = train(&reader).unwrap_err();
     barrier.wait();
@@ -100,8 +101,8 @@ fn a_second_run_in_the_same_output_dir_is_refused() {
     );
     first.join().unwrap().unwrap();
     // Once the first has ended, the directory is free again.
-    other.resume_from_checkpoint = Some("latest".into());
-    other.seed = a.seed;
+    other.save.resume_from_checkpoint = Some("latest".into());
+    other.data.seed = a.data.seed;
     train(&other).unwrap();
 }
 
@@ -109,8 +110,8 @@ fn a_second_run_in_the_same_output_dir_is_refused() {
 fn resaves_replace_a_checkpoint_whole_and_a_finished_run_is_not_rewritten() {
     let out = temp_log("resave").with_extension("");
     let mut a = args(1, 2, 1);
-    a.save_steps = 4;
-    a.output_dir = out.clone();
+    a.save.save_steps = 4;
+    a.save.output_dir = out.clone();
     train(&a).unwrap();
     let last = out.join("checkpoint-10");
     let written = |p: &std::path::Path| {
@@ -122,13 +123,13 @@ fn resaves_replace_a_checkpoint_whole_and_a_finished_run_is_not_rewritten() {
     let before = written(&last);
     // Resuming a finished run trains nothing and leaves its checkpoint alone.
     let mut resume = a.clone();
-    resume.resume_from_checkpoint = Some("latest".into());
+    resume.save.resume_from_checkpoint = Some("latest".into());
     assert_eq!(train(&resume).unwrap().global_step, 10);
     assert_eq!(written(&last), before);
     // Resuming an older checkpoint writes checkpoint-8 and -10 again, in place.
     let weights = std::fs::read(last.join("model.safetensors")).unwrap();
     std::fs::create_dir_all(out.join(".checkpoint-3.partial")).unwrap();
-    resume.resume_from_checkpoint = Some(out.join("checkpoint-4"));
+    resume.save.resume_from_checkpoint = Some(out.join("checkpoint-4"));
     train(&resume).unwrap();
     assert_ne!(written(&last), before);
     assert_eq!(
@@ -160,7 +161,7 @@ fn resume_edited(
     std::fs::write(&path, json.to_string()).unwrap();
     adabatch::train::checkpoint::write_manifest(&dir).unwrap();
     let mut resume = a.clone();
-    resume.resume_from_checkpoint = Some(dir.clone());
+    resume.save.resume_from_checkpoint = Some(dir.clone());
     let result = train(&resume);
     std::fs::write(&path, original).unwrap();
     adabatch::train::checkpoint::write_manifest(&dir).unwrap();
@@ -174,8 +175,8 @@ type Edit = fn(&mut serde_json::Value);
 fn a_checkpoint_is_verified_before_anything_trains() {
     let out = temp_log("verified").with_extension("");
     let mut a = args(1, 2, 3);
-    a.save_steps = 4;
-    a.output_dir = out.clone();
+    a.save.save_steps = 4;
+    a.save.output_dir = out.clone();
     train(&a).unwrap();
     let edits: [(&str, Edit, &str); 7] = [
         (
@@ -242,7 +243,7 @@ fn a_checkpoint_is_verified_before_anything_trains() {
     std::fs::write(&path, json.to_string()).unwrap();
     adabatch::train::checkpoint::write_manifest(&dir).unwrap();
     let mut resume = a.clone();
-    resume.resume_from_checkpoint = Some(dir.clone());
+    resume.save.resume_from_checkpoint = Some(dir.clone());
     assert!(train(&resume).unwrap().trained_nothing());
     std::fs::write(&path, original).unwrap();
     adabatch::train::checkpoint::write_manifest(&dir).unwrap();
@@ -253,7 +254,7 @@ fn a_checkpoint_is_verified_before_anything_trains() {
     bytes[last] ^= 1;
     std::fs::write(&weights, &bytes).unwrap();
     let mut resume = a.clone();
-    resume.resume_from_checkpoint = Some(out.join("checkpoint-4"));
+    resume.save.resume_from_checkpoint = Some(out.join("checkpoint-4"));
     let err = train(&resume).unwrap_err();
     assert!(
         matches!(&err, Error::Checkpoint(CheckpointError::CorruptCheckpoint { path, .. }) if *path == weights),
@@ -273,18 +274,18 @@ fn a_torn_log_line_is_cut_before_the_resume_mark() {
     let out = temp_log("torn").with_extension("");
     let log = out.with_extension("jsonl");
     let mut a = args(1, 2, 1);
-    a.save_steps = 5;
-    a.max_steps = Some(5);
-    a.output_dir = out.clone();
-    a.log_jsonl = Some(log.clone());
+    a.save.save_steps = 5;
+    a.length.max_steps = Some(5);
+    a.save.output_dir = out.clone();
+    a.logging.log_jsonl = Some(log.clone());
     train(&a).unwrap();
     // A kill in the middle of a record.
     let mut text = std::fs::read_to_string(&log).unwrap();
     text.push_str(r#"{"step":6,"epoch":0.6,"los"#);
     std::fs::write(&log, &text).unwrap();
     let mut resume = a.clone();
-    resume.max_steps = Some(8);
-    resume.resume_from_checkpoint = Some("latest".into());
+    resume.length.max_steps = Some(8);
+    resume.save.resume_from_checkpoint = Some("latest".into());
     train(&resume).unwrap();
     let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
         .unwrap()
@@ -301,10 +302,10 @@ fn a_diverging_run_is_logged_and_names_its_last_finite_checkpoint() {
     let out = temp_log("diverge").with_extension("");
     let log = out.with_extension("jsonl");
     let mut a = args(1, 2, 5);
-    a.save_steps = 2;
-    a.learning_rate = 1e6;
-    a.output_dir = out.clone();
-    a.log_jsonl = Some(log.clone());
+    a.save.save_steps = 2;
+    a.lr.learning_rate = 1e6;
+    a.save.output_dir = out.clone();
+    a.logging.log_jsonl = Some(log.clone());
     let err = adabatch::Run::new(&dataset(20, 4), &collate, &a)
         .launch(|ctx: &RankContext| {
             let model = Regression::new(ctx.parameters(), ctx.device())?;
@@ -347,24 +348,24 @@ fn a_diverging_run_is_logged_and_names_its_last_finite_checkpoint() {
 fn the_first_log_after_a_resume_averages_the_same_steps() {
     let out = temp_log("window").with_extension("");
     let mut a = args(1, 2, 2);
-    a.logging_steps = 3;
-    a.output_dir = out.clone();
+    a.logging.logging_steps = 3;
+    a.save.output_dir = out.clone();
     let log = |name: &str| temp_log(name);
     let mut straight = a.clone();
-    straight.log_jsonl = Some(log("window-straight"));
-    straight.output_dir = out.with_extension("straight");
+    straight.logging.log_jsonl = Some(log("window-straight"));
+    straight.save.output_dir = out.with_extension("straight");
     train(&straight).unwrap();
     let mut saving = a.clone();
-    saving.save_steps = 4;
-    saving.max_steps = Some(8);
-    saving.log_jsonl = Some(log("window-saving"));
+    saving.save.save_steps = 4;
+    saving.length.max_steps = Some(8);
+    saving.logging.log_jsonl = Some(log("window-saving"));
     train(&saving).unwrap();
     let mut resumed = a.clone();
-    resumed.resume_from_checkpoint = Some(out.join("checkpoint-4"));
-    resumed.log_jsonl = Some(log("window-resumed"));
+    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-4"));
+    resumed.logging.log_jsonl = Some(log("window-resumed"));
     train(&resumed).unwrap();
-    let want = read_log(straight.log_jsonl.as_ref().unwrap());
-    let got = read_log(resumed.log_jsonl.as_ref().unwrap());
+    let want = read_log(straight.logging.log_jsonl.as_ref().unwrap());
+    let got = read_log(resumed.logging.log_jsonl.as_ref().unwrap());
     // Step 6 averages steps 4, 5 and 6 in both, though step 4 ran before the resume.
     assert_eq!(got[0].step, 6);
     let same = want.iter().find(|s| s.step == 6).unwrap();
@@ -375,8 +376,8 @@ fn the_first_log_after_a_resume_averages_the_same_steps() {
 fn a_resave_interrupted_at_each_point_leaves_a_resumable_latest() {
     let out = temp_log("interrupted").with_extension("");
     let mut a = args(1, 2, 1);
-    a.save_steps = 5;
-    a.output_dir = out.clone();
+    a.save.save_steps = 5;
+    a.save.output_dir = out.clone();
     train(&a).unwrap();
     let copy = |from: &std::path::Path, to: &std::path::Path| {
         std::fs::create_dir_all(to).unwrap();
@@ -391,7 +392,7 @@ fn a_resave_interrupted_at_each_point_leaves_a_resumable_latest() {
     std::fs::create_dir_all(&partial).unwrap();
     std::fs::write(partial.join("model.safetensors"), b"half").unwrap();
     let mut resume = a.clone();
-    resume.resume_from_checkpoint = Some("latest".into());
+    resume.save.resume_from_checkpoint = Some("latest".into());
     assert_eq!(train(&resume).unwrap().global_step, 10);
     assert!(!partial.exists());
     // Killed after the exchange, before the old copy was removed: the old copy
@@ -412,8 +413,8 @@ fn a_file_where_a_directory_belongs_is_named_as_such() {
     let file = temp_log("not-a-dir");
     std::fs::write(&file, "a file").unwrap();
     let mut a = args(1, 2, 1);
-    a.save_steps = 2;
-    a.output_dir = file.clone();
+    a.save.save_steps = 2;
+    a.save.output_dir = file.clone();
     let err = train(&a).unwrap_err();
     assert!(
         matches!(
@@ -430,8 +431,8 @@ fn a_file_where_a_directory_belongs_is_named_as_such() {
         "{err}"
     );
     let mut b = args(1, 2, 1);
-    b.output_dir = temp_log("resume-file").with_extension("");
-    b.resume_from_checkpoint = Some(file.clone());
+    b.save.output_dir = temp_log("resume-file").with_extension("");
+    b.save.resume_from_checkpoint = Some(file.clone());
     let err = train(&b).unwrap_err();
     assert!(
         matches!(

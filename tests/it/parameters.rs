@@ -212,8 +212,8 @@ fn groups_are_checkpointed_and_a_different_freeze_is_refused() {
         }
     };
     let mut a = args(1, 2, 2);
-    a.output_dir = dir.clone();
-    a.save_steps = 6;
+    a.save.output_dir = dir.clone();
+    a.save.save_steps = 6;
     let (result, _, _) = train_normed(Norm::Adabatch, &a, freeze(r"^proj\."));
     result.unwrap();
     let state = adabatch::optim::OptimizerState::load(
@@ -224,7 +224,7 @@ fn groups_are_checkpointed_and_a_different_freeze_is_refused() {
     let groups = state.groups.expect("the groups are saved");
     assert!(groups.is_frozen("proj.weight") && groups.is_no_decay("head.bias"));
     let mut resume = a.clone();
-    resume.resume_from_checkpoint = Some(dir.join("checkpoint-6"));
+    resume.save.resume_from_checkpoint = Some(dir.join("checkpoint-6"));
     train_normed(Norm::Adabatch, &resume, freeze(r"^proj\."))
         .0
         .unwrap();
@@ -289,8 +289,8 @@ fn a_run_saves_its_model_and_another_starts_from_it() {
     let dir = std::env::temp_dir().join(format!("adabatch-init-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut a = args(1, 4, 1);
-    a.output_dir = dir.clone();
-    a.save_steps = 3;
+    a.save.output_dir = dir.clone();
+    a.save.save_steps = 3;
     let config = r#"{"model_type": "normed"}"#;
     let trained = adabatch::Run::new(&dataset(24, 5), &collate, &a)
         .launch(|ctx: &RankContext| {
@@ -319,12 +319,12 @@ fn a_run_saves_its_model_and_another_starts_from_it() {
     // step's loss is that of the trained model on its first batch, not of a
     // fresh one), and strict loading names what does not fit.
     let mut b = args(1, 24, 1);
-    b.seed = Some(11);
-    b.max_steps = Some(1);
-    b.learning_rate = 0.0;
+    b.data.seed = Some(11);
+    b.length.max_steps = Some(1);
+    b.lr.learning_rate = 0.0;
     let first_loss = |init: Option<std::path::PathBuf>| {
         let mut b = b.clone();
-        b.init_from = init;
+        b.save.init_from = init;
         train_normed(Norm::Adabatch, &b, all_vars)
             .0
             .unwrap()
@@ -333,8 +333,8 @@ fn a_run_saves_its_model_and_another_starts_from_it() {
     let trained_loss = first_loss(Some(dir.clone()));
     assert_ne!(trained_loss, first_loss(None));
     let mut c = b.clone();
-    c.seed = Some(3);
-    c.init_from = Some(dir.join("checkpoint-3"));
+    c.data.seed = Some(3);
+    c.save.init_from = Some(dir.join("checkpoint-3"));
     let from_checkpoint = train_normed(Norm::Adabatch, &c, all_vars)
         .0
         .unwrap()
@@ -349,12 +349,12 @@ fn a_run_saves_its_model_and_another_starts_from_it() {
     std::fs::write(&damaged, bytes).unwrap();
     for init in [dir.join("checkpoint-3"), damaged.clone()] {
         let mut d = c.clone();
-        d.init_from = Some(init);
+        d.save.init_from = Some(init);
         let err = train_normed(Norm::Adabatch, &d, all_vars).0.unwrap_err();
         assert!(err.to_string().contains("manifest"), "{err}");
     }
     let mut bad = b.clone();
-    bad.init_from = Some(dir.join("missing"));
+    bad.save.init_from = Some(dir.join("missing"));
     let err = train_normed(Norm::Adabatch, &bad, all_vars).0.unwrap_err();
     assert!(
         matches!(err, Error::Model(ModelError::WeightsFile { .. })),
@@ -379,8 +379,8 @@ fn init_from_strict_and_not() {
     ];
     adabatch::save_pretrained(&head, None, &dir).unwrap();
     let mut a = args(1, 4, 1);
-    a.max_steps = Some(1);
-    a.init_from = Some(dir.join("model.safetensors"));
+    a.length.max_steps = Some(1);
+    a.save.init_from = Some(dir.join("model.safetensors"));
     let err = train_normed(Norm::Adabatch, &a, all_vars).0.unwrap_err();
     match &err {
         Error::Model(ModelError::WeightsMismatch {
@@ -396,7 +396,7 @@ fn init_from_strict_and_not() {
         }
         other => panic!("expected a strict-load error, got {other:?}"),
     }
-    a.init_from_strict = false;
+    a.save.init_from_strict = false;
     let (result, before, _) = train_normed(Norm::Adabatch, &a, all_vars);
     result.unwrap();
     // `before` is read when the model is built, before --init-from loads.
@@ -425,9 +425,9 @@ fn init_from_weights_with_nan_or_inf_is_refused_naming_the_tensors() {
     ];
     adabatch::save_pretrained(&tensors, None, &dir).unwrap();
     let mut a = args(1, 4, 1);
-    a.max_steps = Some(1);
-    a.init_from = Some(dir.join("model.safetensors"));
-    a.init_from_strict = false;
+    a.length.max_steps = Some(1);
+    a.save.init_from = Some(dir.join("model.safetensors"));
+    a.save.init_from_strict = false;
     let (result, _, _) = train_normed(Norm::Adabatch, &a, all_vars);
     let err = result.unwrap_err();
     match &err {

@@ -6,7 +6,6 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use adabatch::prelude::*;
 use common::{adamw_factory, dataset, temp_log, IntervalTrainer};
 
 fn fixture(name: &str) -> PathBuf {
@@ -134,10 +133,11 @@ fn a_run_draws_its_own_plot() {
     for ext in ["svg", "png"] {
         let log = temp_log("own");
         let out = log.with_extension(ext);
-        let args = TrainingArgs {
-            log_jsonl: Some(log),
-            plot: Some(out.clone()),
-            ..common::args(2, 1, 2)
+        let args = {
+            let mut a = common::args(2, 1, 2);
+            a.logging.log_jsonl = Some(log);
+            a.logging.plot = Some(out.clone());
+            a
         };
         adabatch::Run::new(&dataset(10, 2), &common::collate, &args)
             .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
@@ -157,12 +157,13 @@ fn a_run_draws_its_own_plot() {
 fn a_sparse_log_has_the_right_examples_axis_and_its_evaluations() {
     let log = temp_log("sparse");
     let out = log.with_extension("svg");
-    let args = TrainingArgs {
-        log_jsonl: Some(log),
-        plot: Some(out.clone()),
-        logging_steps: 10,
-        eval_steps: Some(10),
-        ..common::args(2, 1, 3)
+    let args = {
+        let mut a = common::args(2, 1, 3);
+        a.logging.log_jsonl = Some(log);
+        a.logging.plot = Some(out.clone());
+        a.logging.logging_steps = 10;
+        a.eval.eval_steps = Some(10);
+        a
     };
     let summary = adabatch::Run::new(&dataset(40, 2), &common::collate, &args)
         .with_eval(&dataset(8, 3))

@@ -39,14 +39,15 @@ fn temp(name: &str) -> std::path::PathBuf {
 }
 
 fn base(ranks: usize) -> TrainingArgs {
-    TrainingArgs {
-        per_device_train_batch_size: 32 / ranks,
-        nproc_per_node: ranks,
-        num_train_epochs: 3,
-        learning_rate: 0.01,
-        seed: Some(1),
-        quiet: true,
-        ..Default::default()
+    {
+        let mut args = TrainingArgs::default();
+        args.batch.per_device_train_batch_size = 32 / ranks;
+        args.launch.nproc_per_node = ranks;
+        args.length.num_train_epochs = 3;
+        args.lr.learning_rate = 0.01;
+        args.data.seed = Some(1);
+        args.logging.quiet = true;
+        args
     }
 }
 
@@ -59,9 +60,10 @@ struct Run {
 fn run(a: TrainingArgs, name: &str) -> adabatch::Result<Run> {
     let (train, test) = data();
     let log = temp(&format!("{name}.jsonl"));
-    let a = TrainingArgs {
-        log_jsonl: Some(log.clone()),
-        ..a
+    let a = {
+        let mut args = a;
+        args.logging.log_jsonl = Some(log.clone());
+        args
     };
     let summary =
         DigitsTrainer::launch_with_eval(&train, &test, &digits::collate, &a, factory)?.summary;
@@ -101,20 +103,16 @@ fn half_precision_tracks_f32() {
     for ranks in [1, 2] {
         let f32_run = run(base(ranks), "f32").unwrap();
         for (flag, a) in [
-            (
-                "bf16",
-                TrainingArgs {
-                    bf16: true,
-                    ..base(ranks)
-                },
-            ),
-            (
-                "fp16",
-                TrainingArgs {
-                    fp16: true,
-                    ..base(ranks)
-                },
-            ),
+            ("bf16", {
+                let mut args = base(ranks);
+                args.step.bf16 = true;
+                args
+            }),
+            ("fp16", {
+                let mut args = base(ranks);
+                args.step.fp16 = true;
+                args
+            }),
         ] {
             let half = run(a, flag).unwrap();
             let gap = mean_relative_gap(&half.summary.step_losses, &f32_run.summary.step_losses);
@@ -139,10 +137,11 @@ fn half_precision_tracks_f32() {
 fn fp16_overflow_skips_the_step_and_halves_the_scale() {
     // 2^40 times a gradient of ~1e-2 is far past f16's 65504: the first steps
     // overflow until the scale is small enough (measured: 22 of them).
-    let a = TrainingArgs {
-        fp16: true,
-        fp16_initial_scale_power: 40,
-        ..base(2)
+    let a = {
+        let mut args = base(2);
+        args.step.fp16 = true;
+        args.step.fp16_initial_scale_power = 40;
+        args
     };
     let overflowing = run(a, "overflow").unwrap();
     let lead = overflowing
@@ -169,23 +168,25 @@ fn fp16_overflow_skips_the_step_and_halves_the_scale() {
     // where a run at learning rate 0 leaves it (same eval loss, bit for bit).
     let eval_loss = |r: &Run| r.summary.final_eval().unwrap().eval_loss;
     let skipped = run(
-        TrainingArgs {
-            fp16: true,
-            fp16_initial_scale_power: 40,
-            max_steps: Some(3),
-            ..base(2)
+        {
+            let mut args = base(2);
+            args.step.fp16 = true;
+            args.step.fp16_initial_scale_power = 40;
+            args.length.max_steps = Some(3);
+            args
         },
         "skipped",
     )
     .unwrap();
     assert_eq!(skipped.summary.skipped_steps, 3);
     let frozen = run(
-        TrainingArgs {
-            fp16: true,
-            fp16_initial_scale_power: 8,
-            max_steps: Some(3),
-            learning_rate: 0.0,
-            ..base(2)
+        {
+            let mut args = base(2);
+            args.step.fp16 = true;
+            args.step.fp16_initial_scale_power = 8;
+            args.length.max_steps = Some(3);
+            args.lr.learning_rate = 0.0;
+            args
         },
         "frozen",
     )
@@ -197,28 +198,31 @@ fn fp16_overflow_skips_the_step_and_halves_the_scale() {
 #[test]
 fn fp16_resumes_with_its_loss_scale() {
     let out = temp("resume-dir");
-    let a = TrainingArgs {
-        fp16: true,
-        fp16_initial_scale_power: 30,
-        output_dir: out.clone(),
-        ..base(1)
+    let a = {
+        let mut args = base(1);
+        args.step.fp16 = true;
+        args.step.fp16_initial_scale_power = 30;
+        args.save.output_dir = out.clone();
+        args
     };
     let straight = run(a.clone(), "straight").unwrap();
     assert!(straight.summary.skipped_steps > 0);
     let save_at = straight.summary.skipped_steps + 5;
     run(
-        TrainingArgs {
-            max_steps: Some(save_at),
-            save_steps: save_at,
-            ..a.clone()
+        {
+            let mut args = a.clone();
+            args.length.max_steps = Some(save_at);
+            args.save.save_steps = save_at;
+            args
         },
         "first",
     )
     .unwrap();
     let resumed = run(
-        TrainingArgs {
-            resume_from_checkpoint: Some("latest".into()),
-            ..a
+        {
+            let mut args = a;
+            args.save.resume_from_checkpoint = Some("latest".into());
+            args
         },
         "resumed",
     )
@@ -281,10 +285,11 @@ fn a_model_that_never_casts_is_refused() {
         let opt = AdamW::new(vec![w.clone()], ParamsAdamW::default())?;
         Ok(NoCastTrainer::new(NoCast { w }, opt))
     };
-    let a = TrainingArgs {
-        bf16: true,
-        quiet: true,
-        ..Default::default()
+    let a = {
+        let mut args = TrainingArgs::default();
+        args.step.bf16 = true;
+        args.logging.quiet = true;
+        args
     };
     let Err(error) = NoCastTrainer::launch(&data, &collate, &a, build) else {
         panic!("--bf16 on a model without casts must fail");
@@ -294,11 +299,12 @@ fn a_model_that_never_casts_is_refused() {
         Error::Model(ModelError::AutocastUnused { flag: "--bf16" })
     ));
     assert!(error.to_string().contains("autocast"), "{error}");
-    let both = TrainingArgs {
-        bf16: true,
-        fp16: true,
-        quiet: true,
-        ..Default::default()
+    let both = {
+        let mut args = TrainingArgs::default();
+        args.step.bf16 = true;
+        args.step.fp16 = true;
+        args.logging.quiet = true;
+        args
     };
     let Err(error) = NoCastTrainer::launch(&data, &collate, &both, build) else {
         panic!("--bf16 with --fp16 must fail");

@@ -78,9 +78,10 @@ where
     T: AdaptiveTrainer<Model = Regression> + Send,
 {
     let run = |workers: usize| {
-        let a = TrainingArgs {
-            dataloader_num_workers: workers,
-            ..a.clone()
+        let a = {
+            let mut args = a.clone();
+            args.data.dataloader_num_workers = workers;
+            args
         };
         Run::new(data, &collate, &a)
             .with_faults(faults.clone())
@@ -202,10 +203,11 @@ fn a_failing_collate_fails_the_same_step_either_way() {
             .into_iter()
             .map(|workers| {
                 let log = temp_log("prefetch-fail");
-                let a = TrainingArgs {
-                    dataloader_num_workers: workers,
-                    log_jsonl: Some(log.clone()),
-                    ..args(2, 2, 1)
+                let a = {
+                    let mut a = args(2, 2, 1);
+                    a.data.dataloader_num_workers = workers;
+                    a.logging.log_jsonl = Some(log.clone());
+                    a
                 };
                 let collate = failing_collate(panic);
                 let Err(error) = adabatch::Run::new(&data, &collate, &a)

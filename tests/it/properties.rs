@@ -349,8 +349,8 @@ where
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = common::temp_log("multi-rank");
     let mut a = common::args(world, per_device, 2);
-    a.dataloader_drop_last = Some(drop_last);
-    a.log_jsonl = Some(log.clone());
+    a.data.dataloader_drop_last = Some(drop_last);
+    a.logging.log_jsonl = Some(log.clone());
     let summary = adabatch::Run::new(&id_dataset(n), &collate, &a)
         .launch(|ctx: &RankContext| {
             let inner = Regression::new(ctx.parameters(), ctx.device())?;

@@ -210,7 +210,7 @@ hand_trainer!(Ramped, AdamW, RAMPED);
 fn run_ramped(a: &TrainingArgs) -> adabatch::Result<(TrainSummary, Vec<StepLog>)> {
     let log = temp_log("ramp");
     let mut a = a.clone();
-    a.log_jsonl = Some(log.clone());
+    a.logging.log_jsonl = Some(log.clone());
     let trained =
         adabatch::Run::new(&dataset(23, 5), &collate, &a).launch(|ctx: &RankContext| {
             let model = Regression::new(ctx.parameters(), ctx.device())?;
@@ -227,7 +227,7 @@ fn engine_runs_the_ramp_and_resumes_mid_ramp_bit_for_bit() {
         unreachable!()
     };
     let mut a = args(3, 1, 3);
-    a.max_steps = Some(10);
+    a.length.max_steps = Some(10);
     let (straight, logs) = run_ramped(&a).unwrap();
     let mut consumed = 0;
     for log in &logs {
@@ -242,13 +242,13 @@ fn engine_runs_the_ramp_and_resumes_mid_ramp_bit_for_bit() {
 
     let out = temp_log("ramp-dir").with_extension("");
     let mut first = a.clone();
-    first.max_steps = Some(3);
-    first.save_steps = 3;
-    first.output_dir = out.clone();
+    first.length.max_steps = Some(3);
+    first.save.save_steps = 3;
+    first.save.output_dir = out.clone();
     run_ramped(&first).unwrap();
     let mut second = a.clone();
-    second.output_dir = out.clone();
-    second.resume_from_checkpoint = Some("latest".into());
+    second.save.output_dir = out.clone();
+    second.save.resume_from_checkpoint = Some("latest".into());
     let (resumed, resumed_logs) = run_ramped(&second).unwrap();
     assert_eq!(resumed.global_step, straight.global_step);
     assert_eq!(resumed_logs.len(), logs.len() - 3);
@@ -257,10 +257,11 @@ fn engine_runs_the_ramp_and_resumes_mid_ramp_bit_for_bit() {
         assert_eq!(r.loss.to_bits(), s.loss.to_bits(), "step {}", r.step);
     }
     // Resuming with another ramp is a change of policy: refused.
-    let other = TrainingArgs {
-        rampup_batch_size: Some(vec![2, 3, 60]),
-        global_batch_size: Some(11),
-        ..second.clone()
+    let other = {
+        let mut args = second.clone();
+        args.batch.rampup_batch_size = Some(vec![2, 3, 60]);
+        args.batch.global_batch_size = Some(11);
+        args
     };
     let err = run_ramped(&other).err().map(|e| e.to_string());
     assert!(
@@ -287,8 +288,8 @@ fn flags_parse_and_override_the_trainers_schedule() {
         "--quiet",
     ])
     .unwrap();
-    assert_eq!(a.rampup_batch_size, Some(vec![2, 2, 20]));
-    assert_eq!(a.global_batch_size, Some(8));
+    assert_eq!(a.batch.rampup_batch_size, Some(vec![2, 2, 20]));
+    assert_eq!(a.batch.global_batch_size, Some(8));
     assert!(TrainingArgs::try_parse_from(["train", "--rampup-batch-size", "2", "2"]).is_err());
 
     let log = temp_log("ramp-flags");
@@ -300,7 +301,7 @@ fn flags_parse_and_override_the_trainers_schedule() {
         })
     };
     let mut with_log = a.clone();
-    with_log.log_jsonl = Some(log.clone());
+    with_log.logging.log_jsonl = Some(log.clone());
     run(&with_log).unwrap();
     let logs = read_log(&log);
     let r = Ramp {
@@ -320,23 +321,25 @@ fn flags_parse_and_override_the_trainers_schedule() {
     assert_eq!(consumed, 46);
 
     // `--global-batch-size` alone: a constant global batch, split unevenly.
-    let constant = TrainingArgs {
-        rampup_batch_size: None,
-        global_batch_size: Some(5),
-        log_jsonl: Some(temp_log("ramp-constant")),
-        ..a.clone()
+    let constant = {
+        let mut args = a.clone();
+        args.batch.rampup_batch_size = None;
+        args.batch.global_batch_size = Some(5);
+        args.logging.log_jsonl = Some(temp_log("ramp-constant"));
+        args
     };
     run(&constant).unwrap();
-    let logs = read_log(constant.log_jsonl.as_ref().unwrap());
+    let logs = read_log(constant.logging.log_jsonl.as_ref().unwrap());
     assert!(logs
         .iter()
         .all(|l| l.global_batch == 5 || l.global_batch == 3));
     assert_eq!(logs[0].local_batch_sizes, vec![3, 2]);
 
     // The ramp without its end, and a ramp that does not reach G in whole stairs.
-    let no_end = TrainingArgs {
-        global_batch_size: None,
-        ..a.clone()
+    let no_end = {
+        let mut args = a.clone();
+        args.batch.global_batch_size = None;
+        args
     };
     assert!(matches!(
         run(&no_end),
@@ -347,9 +350,10 @@ fn flags_parse_and_override_the_trainers_schedule() {
             }
         ))
     ));
-    let uneven = TrainingArgs {
-        rampup_batch_size: Some(vec![2, 4, 20]),
-        ..a.clone()
+    let uneven = {
+        let mut args = a.clone();
+        args.batch.rampup_batch_size = Some(vec![2, 4, 20]);
+        args
     };
     assert!(matches!(
         run(&uneven),

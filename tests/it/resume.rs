@@ -43,7 +43,7 @@ where
 {
     let log = temp_log("resume");
     let mut a = a.clone();
-    a.log_jsonl = Some(log.clone());
+    a.logging.log_jsonl = Some(log.clone());
     let trained = adabatch::Run::new(&dataset(23, 5), &collate, &a)
         .launch(|ctx: &RankContext| build(Regression::new(ctx.parameters(), ctx.device())?))?;
     let mut trainer = trained.trainer;
@@ -62,21 +62,21 @@ fn straight_equals_interrupted<T>(
 {
     let out = temp_log("resume-dir").with_extension("");
     let mut a = args(world, 2, 10);
-    a.max_steps = Some(2 * save_at);
-    a.inject_oom_at_steps = vec![save_at - 1];
+    a.length.max_steps = Some(2 * save_at);
+    a.step.inject_oom_at_steps = vec![save_at - 1];
     let (straight, straight_logs, straight_w) = run(&a, build).unwrap();
     assert_eq!(straight.oom_events, 1, "the halve happens inside the span");
 
     let mut first = a.clone();
-    first.max_steps = Some(save_at);
-    first.save_steps = save_at;
-    first.output_dir = out.clone();
+    first.length.max_steps = Some(save_at);
+    first.save.save_steps = save_at;
+    first.save.output_dir = out.clone();
     run(&first, build).unwrap();
 
     let mut second = a.clone();
-    second.inject_oom_at_steps.clear();
-    second.output_dir = out.clone();
-    second.resume_from_checkpoint = Some("latest".into());
+    second.step.inject_oom_at_steps.clear();
+    second.save.output_dir = out.clone();
+    second.save.resume_from_checkpoint = Some("latest".into());
     let (resumed, resumed_logs, resumed_w) = run(&second, build).unwrap();
     assert_eq!(resumed.global_step, straight.global_step);
     assert_eq!(resumed.resumed_from_step, Some(save_at));
@@ -122,9 +122,9 @@ fn adamw_with_accumulation_resumes_bit_for_bit() {
 fn candle_adamw_needs_the_opt_in() {
     let out = temp_log("resume-candle").with_extension("");
     let mut a = args(1, 2, 10);
-    a.max_steps = Some(4);
-    a.save_steps = 2;
-    a.output_dir = out.clone();
+    a.length.max_steps = Some(4);
+    a.save.save_steps = 2;
+    a.save.output_dir = out.clone();
     let build = |m: Regression| {
         let opt = adamw(&m, 0.05)?;
         Ok(CandleAdam { model: m, opt })
@@ -132,13 +132,13 @@ fn candle_adamw_needs_the_opt_in() {
     run(&a, build).unwrap();
     assert!(!out.join("checkpoint-2/optimizer.safetensors").exists());
     let mut resume = a.clone();
-    resume.max_steps = Some(6);
-    resume.resume_from_checkpoint = Some(out.join("checkpoint-4"));
+    resume.length.max_steps = Some(6);
+    resume.save.resume_from_checkpoint = Some(out.join("checkpoint-4"));
     assert!(matches!(
         run(&resume, build).unwrap_err(),
         Error::Checkpoint(CheckpointError::OptimizerStateMissing { .. })
     ));
-    resume.ignore_optimizer_state = true;
+    resume.save.ignore_optimizer_state = true;
     let (summary, _, _) = run(&resume, build).unwrap();
     assert_eq!(summary.global_step, 6);
     let _ = std::fs::remove_dir_all(&out);
@@ -148,10 +148,10 @@ fn candle_adamw_needs_the_opt_in() {
 fn save_total_limit_keeps_the_newest_and_latest_finds_it() {
     let out = temp_log("resume-limit").with_extension("");
     let mut a = args(1, 1, 10);
-    a.max_steps = Some(7);
-    a.save_steps = 2;
-    a.save_total_limit = Some(2);
-    a.output_dir = out.clone();
+    a.length.max_steps = Some(7);
+    a.save.save_steps = 2;
+    a.save.save_total_limit = Some(2);
+    a.save.output_dir = out.clone();
     run(&a, |m| {
         let opt = Sgd::new(m.params.all_vars(), 0.05);
         Ok(SgdGrowing { model: m, opt })
@@ -178,14 +178,14 @@ fn save_total_limit_keeps_the_newest_and_latest_finds_it() {
 fn a_resumed_finished_run_says_so() {
     let out = temp_log("resume-done").with_extension("");
     let mut a = args(1, 2, 1);
-    a.save_steps = 100;
-    a.output_dir = out.clone();
+    a.save.save_steps = 100;
+    a.save.output_dir = out.clone();
     let build = |m: Regression| {
         let opt = Sgd::new(m.params.all_vars(), 0.05);
         Ok(SgdGrowing { model: m, opt })
     };
     let (done, _, _) = run(&a, build).unwrap();
-    a.resume_from_checkpoint = Some("latest".into());
+    a.save.resume_from_checkpoint = Some("latest".into());
     let (again, logs, _) = run(&a, build).unwrap();
     assert!(again.trained_nothing() && logs.is_empty());
     assert_eq!(again.global_step, done.global_step);
@@ -197,10 +197,10 @@ fn a_resumed_finished_run_says_so() {
 /// The run the kill test's child performs (and the parent re-runs to compare).
 fn kill_test_args(out: &std::path::Path) -> TrainingArgs {
     let mut a = args(2, 2, 10);
-    a.max_steps = Some(40);
-    a.save_steps = 1;
-    a.save_total_limit = Some(3);
-    a.output_dir = out.to_path_buf();
+    a.length.max_steps = Some(40);
+    a.save.save_steps = 1;
+    a.save.save_total_limit = Some(3);
+    a.save.output_dir = out.to_path_buf();
     a
 }
 
@@ -215,12 +215,12 @@ fn kill_test_trainer(m: Regression) -> adabatch::Result<AdamGrowing> {
 fn kill_test_child() {
     if let Some(out) = std::env::var_os("ADABATCH_KILL_TEST_DIR") {
         let mut a = kill_test_args(std::path::Path::new(&out));
-        a.resume_from_checkpoint = Some("latest".into());
-        if adabatch::train::checkpoint::complete_checkpoints(&a.output_dir)
+        a.save.resume_from_checkpoint = Some("latest".into());
+        if adabatch::train::checkpoint::complete_checkpoints(&a.save.output_dir)
             .unwrap()
             .is_empty()
         {
-            a.resume_from_checkpoint = None;
+            a.save.resume_from_checkpoint = None;
         }
         run(&a, kill_test_trainer).unwrap();
     }
@@ -261,7 +261,7 @@ fn a_killed_run_resumes_exactly() {
         if let Ok(latest) = adabatch::train::checkpoint::latest(&out) {
             // The newest complete checkpoint is readable, whatever the moment.
             adabatch::train::checkpoint::load_state(&latest).unwrap();
-            a.resume_from_checkpoint = Some(latest);
+            a.save.resume_from_checkpoint = Some(latest);
         }
         let (_, _, resumed) = run(&a, kill_test_trainer).unwrap();
         assert_eq!(resumed, clean, "trial {trial}: resumed weights differ");
@@ -284,19 +284,19 @@ fn resumes_on_another_number_of_ranks() {
     };
     let out = temp_log("resume-ranks").with_extension("");
     let mut a = args(2, 2, 10);
-    a.max_steps = Some(14);
+    a.length.max_steps = Some(14);
     let (straight, straight_logs, _) = run(&a, build).unwrap();
     let mut first = a.clone();
-    first.max_steps = Some(5);
-    first.save_steps = 5;
-    first.output_dir = out.clone();
+    first.length.max_steps = Some(5);
+    first.save.save_steps = 5;
+    first.save.output_dir = out.clone();
     run(&first, build).unwrap();
     let state = adabatch::train::checkpoint::load_state(&out.join("checkpoint-5")).unwrap();
     assert!(state.planner.position > 0, "the checkpoint is mid-epoch");
     for world in [1, 2, 3] {
         let mut resumed = a.clone();
-        resumed.nproc_per_node = world;
-        resumed.resume_from_checkpoint = Some(out.join("checkpoint-5"));
+        resumed.launch.nproc_per_node = world;
+        resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-5"));
         let (summary, logs, _) = run(&resumed, build).unwrap();
         assert_eq!(summary.global_step, 14, "{world} ranks");
         // The summary's per-device size is this run's: the same global batch
@@ -334,11 +334,11 @@ fn resumes_on_another_number_of_ranks() {
 /// mid-run, no checkpoint of its own (`--save-steps 0`).
 fn signal_test_args(out: &std::path::Path) -> TrainingArgs {
     let mut a = args(2, 2, 1);
-    a.max_steps = Some(3000);
-    a.save_steps = 0;
-    a.logging_steps = 1;
-    a.log_indices = true;
-    a.output_dir = out.to_path_buf();
+    a.length.max_steps = Some(3000);
+    a.save.save_steps = 0;
+    a.logging.logging_steps = 1;
+    a.logging.log_indices = true;
+    a.save.output_dir = out.to_path_buf();
     a
 }
 
@@ -349,7 +349,7 @@ fn signal_test_child() {
     if let Some(out) = std::env::var_os("ADABATCH_SIGNAL_TEST_DIR") {
         let out = std::path::PathBuf::from(out);
         let mut a = signal_test_args(&out);
-        a.log_jsonl = Some(out.join("log.jsonl"));
+        a.logging.log_jsonl = Some(out.join("log.jsonl"));
         let result =
             adabatch::Run::new(&dataset(23, 5), &collate, &a).launch(|ctx: &RankContext| {
                 kill_test_trainer(Regression::new(ctx.parameters(), ctx.device())?)
@@ -424,7 +424,7 @@ fn a_signal_stops_every_rank_with_a_checkpoint() {
         "stopped after the logged step"
     );
     let mut a = signal_test_args(&out);
-    a.resume_from_checkpoint = Some(dir);
+    a.save.resume_from_checkpoint = Some(dir);
     let (_, resumed_logs, resumed) = run(&a, kill_test_trainer).unwrap();
     assert_eq!(
         resumed, clean,

@@ -8,7 +8,6 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use adabatch::prelude::*;
 use adabatch::ReportTo;
 use common::{adamw_factory, dataset, read_log, temp_log, IntervalTrainer};
 
@@ -173,13 +172,14 @@ fn read_events(dir: &Path) -> Vec<Event> {
 
 fn run_with_tensorboard(dir: &Path, world: usize, dry_run: bool) -> Vec<adabatch::StepLog> {
     let log = temp_log("tensorboard");
-    let args = TrainingArgs {
-        report_to: vec![ReportTo::Tensorboard],
-        logging_dir: Some(dir.to_path_buf()),
-        log_jsonl: Some(log.clone()),
-        logging_steps: 2,
-        dry_run,
-        ..common::args(world, 1, 3)
+    let args = {
+        let mut a = common::args(world, 1, 3);
+        a.logging.report_to = vec![ReportTo::Tensorboard];
+        a.logging.logging_dir = Some(dir.to_path_buf());
+        a.logging.log_jsonl = Some(log.clone());
+        a.logging.logging_steps = 2;
+        a.launch.dry_run = dry_run;
+        a
     };
     let data = dataset(12, 1);
     adabatch::Run::new(&data, &common::collate, &args)

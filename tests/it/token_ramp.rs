@@ -151,7 +151,7 @@ struct TokenRamped {
 fn run(a: &TrainingArgs) -> adabatch::Result<Vec<adabatch::StepLog>> {
     let log = temp_log("token-ramp");
     let mut a = a.clone();
-    a.log_jsonl = Some(log.clone());
+    a.logging.log_jsonl = Some(log.clone());
     let data = dataset(23, 5);
     let lengths: Vec<usize> = data.iter().map(|e| e.tokens).collect();
     let data = WithLengths::new(data, lengths)?;
@@ -176,7 +176,7 @@ fn the_engine_climbs_over_the_tokens_of_the_examples_it_trained() {
     };
     let data = dataset(23, 5);
     let mut a = args(3, 1, 4);
-    a.max_steps = Some(14);
+    a.length.max_steps = Some(14);
     let logs = run(&a).unwrap();
     assert_eq!(logs.len(), 14);
     let mut tokens = 0;
@@ -194,20 +194,22 @@ fn the_engine_climbs_over_the_tokens_of_the_examples_it_trained() {
     assert!(logs.iter().any(|l| l.global_batch > 2), "the ramp climbed");
 
     // The flag form overrides the trainer's schedule the same way.
-    let flags = TrainingArgs {
-        rampup_batch_size: Some(vec![2, 3, 200]),
-        global_batch_size: Some(11),
-        rampup_in_tokens: true,
-        ..a.clone()
+    let flags = {
+        let mut args = a.clone();
+        args.batch.rampup_batch_size = Some(vec![2, 3, 200]);
+        args.batch.global_batch_size = Some(11);
+        args.batch.rampup_in_tokens = true;
+        args
     };
     let again = run(&flags).unwrap();
     let steps = |l: &[adabatch::StepLog]| l.iter().map(|s| s.indices.clone()).collect::<Vec<_>>();
     assert_eq!(steps(&again), steps(&logs));
 
     // `--rampup-in-tokens` alone names the missing flag.
-    let alone = TrainingArgs {
-        rampup_in_tokens: true,
-        ..a
+    let alone = {
+        let mut args = a;
+        args.batch.rampup_in_tokens = true;
+        args
     };
     let err = run(&alone).unwrap_err();
     assert!(

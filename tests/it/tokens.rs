@@ -89,7 +89,7 @@ fn a_packed_token_budget_needs_a_budget() {
     let data =
         TokenDocuments::new(TokenFile::open(&path, TokenWidth::U16, VOCAB).unwrap(), EOS).unwrap();
     let mut a = args(1, 2, 1);
-    a.packed_token_budget = true;
+    a.length_aware.packed_token_budget = true;
     let err = PackedTrainer::launch(
         &data,
         &PackedCollate::new(SEQ_LEN, EOS),
@@ -119,10 +119,10 @@ fn a_packed_token_budget_needs_a_budget() {
 fn train(data: &TokenDocuments, world: usize, packed: bool) -> Vec<adabatch::StepLog> {
     let log = temp_log("tokens-run");
     let mut a = args(world, 2, 3);
-    a.max_tokens_per_batch = Some(60);
-    a.packed_token_budget = packed;
-    a.log_indices = true;
-    a.log_jsonl = Some(log.clone());
+    a.length_aware.max_tokens_per_batch = Some(60);
+    a.length_aware.packed_token_budget = packed;
+    a.logging.log_indices = true;
+    a.logging.log_jsonl = Some(log.clone());
     let collate = PackedCollate::new(SEQ_LEN, EOS);
     let trained = PackedTrainer::launch(data, &collate, &a, |ctx: &RankContext| {
         let model = Bigram::new(ctx.parameters(), ctx.device())?;
@@ -303,14 +303,14 @@ fn exact_run(
     let log = temp_log("exact-run");
     let mut a = args(world, 1, 2);
     let (start, incr, tokens, global) = case.ramp;
-    a.rampup_batch_size = Some(vec![start, incr, tokens]);
-    a.rampup_in_tokens = true;
-    a.global_batch_size = Some(global);
-    a.gradient_accumulation_steps = Some(micro_batches);
-    a.learning_rate = 0.5;
-    a.seed = Some(case.seed);
-    a.log_indices = true;
-    a.log_jsonl = Some(log.clone());
+    a.batch.rampup_batch_size = Some(vec![start, incr, tokens]);
+    a.batch.rampup_in_tokens = true;
+    a.batch.global_batch_size = Some(global);
+    a.batch.gradient_accumulation_steps = Some(micro_batches);
+    a.lr.learning_rate = 0.5;
+    a.data.seed = Some(case.seed);
+    a.logging.log_indices = true;
+    a.logging.log_jsonl = Some(log.clone());
     let collate = PackedCollate::new(case.seq_len, EOS);
     let rank0 = Mutex::new(None);
     ExactTrainer::launch(data, &collate, &a, |ctx: &RankContext| {

@@ -1,17 +1,75 @@
-//! Run-time settings, with the names Hugging Face `TrainingArguments` users know.
+//! Run-time settings, with the names Hugging Face `TrainingArguments` users know,
+//! in flag groups: each group is one concern of the run, checked and resolved into
+//! its rules on its own (`train::settings`), the groups composed once.
 
 use std::path::PathBuf;
 
 use clap::Parser;
 
 use crate::adapt::lr::{LrScaling, LrSchedulerType};
-use crate::config::policy::StoppingStrategy;
+use crate::config::policy::{OomPolicy, StoppingStrategy};
 
-/// Run-time settings of a training run. `#[command(flatten)]` it into your own
-/// clap parser, or start from [`TrainingArgs::default`] and set fields.
+/// Run-time settings of a training run, one field per flag group. `#[command(flatten)]`
+/// it into your own clap parser, or start from [`TrainingArgs::default`] and set
+/// fields:
+///
+/// ```
+/// let mut args = adabatch_runtime::TrainingArgs::default();
+/// args.batch.per_device_train_batch_size = 16;
+/// args.save.output_dir = "runs/first".into();
+/// ```
+///
+/// The flags keep their Hugging Face names (`--per-device-train-batch-size`,
+/// `--save-steps`, ...), and so do the fields within the groups.
 #[derive(Debug, Clone, Parser, serde::Serialize)]
 #[command(about = "adabatch training run")]
 pub struct TrainingArgs {
+    /// How long the run lasts: epochs, steps or tokens.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub length: RunLengthArgs,
+    /// The batch: its size per device or over all ranks, Megatron-LM's ramp, accumulation.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub batch: BatchArgs,
+    /// Length-aware batching: global batches sized by the examples' lengths.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub length_aware: LengthAwareArgs,
+    /// The learning rate: its peak, schedule, warm-up and scaling with the global batch.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub lr: LrArgs,
+    /// How each step trains: precision, clipping, out-of-memory handling, the noise scale.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub step: StepArgs,
+    /// The data: the seed, drop_last, collate workers, the mixture of sources.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub data: DataArgs,
+    /// Where the run trains: ranks, device, or only a plan.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub launch: LaunchArgs,
+    /// What the run says while it trains, and where.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub logging: LogArgs,
+    /// When and how the run evaluates (with an eval dataset).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub eval: EvalArgs,
+    /// Where checkpoints go and when, what a run resumes or starts from, and the best model.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub save: SaveArgs,
+}
+
+/// How long the run lasts: epochs, steps or tokens.
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize)]
+#[command(next_help_heading = "Run length")]
+pub struct RunLengthArgs {
     /// Passes over the training set.
     #[arg(long, default_value_t = 3)]
     pub num_train_epochs: usize,
@@ -24,6 +82,12 @@ pub struct TrainingArgs {
     /// schedule then runs over tokens too. Replaces epochs and `--max-steps`.
     #[arg(long, conflicts_with = "max_steps")]
     pub max_train_tokens: Option<u64>,
+}
+
+/// The batch: its size per device or over all ranks, Megatron-LM's ramp, accumulation.
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize)]
+#[command(next_help_heading = "Batch size")]
+pub struct BatchArgs {
     /// Initial per-device batch size (the schedule may start elsewhere).
     #[arg(long, default_value_t = 8)]
     pub per_device_train_batch_size: usize,
@@ -33,6 +97,12 @@ pub struct TrainingArgs {
     /// global units, its global batch split into N).
     #[arg(long)]
     pub gradient_accumulation_steps: Option<usize>,
+    /// Global batch size (Megatron-LM): the examples of one optimisation step over
+    /// all ranks, split unevenly when it does not divide by them; the end of
+    /// `--rampup-batch-size`, or a constant global batch alone. Overrides the
+    /// trainer's schedule.
+    #[arg(long)]
+    pub global_batch_size: Option<usize>,
     /// Megatron-LM's batch-size ramp, in global units: `START INCR SAMPLES` grows
     /// the global batch from START by INCR over SAMPLES examples consumed, up to
     /// `--global-batch-size` (required with it). Overrides the trainer's schedule.
@@ -43,166 +113,12 @@ pub struct TrainingArgs {
     /// counts examples.
     #[arg(long)]
     pub rampup_in_tokens: bool,
-    /// Estimate the gradient noise scale B_simple = tr(Σ)/|G|² every step (from
-    /// each rank's or micro-batch's gradient and the all-reduced one) and log it as
-    /// `gradient_noise_scale`. Needs 2+ ranks or 2+ micro-batches per step.
-    #[arg(long)]
-    pub log_gradient_noise_scale: bool,
-    /// Global batch size (Megatron-LM): the examples of one optimisation step over
-    /// all ranks, split unevenly when it does not divide by them; the end of
-    /// `--rampup-batch-size`, or a constant global batch alone. Overrides the
-    /// trainer's schedule.
-    #[arg(long)]
-    pub global_batch_size: Option<usize>,
-    /// Peak learning rate.
-    #[arg(long, default_value_t = 5e-5, allow_negative_numbers = true)]
-    pub learning_rate: f64,
-    /// Learning-rate schedule over examples consumed.
-    #[arg(long, value_enum, default_value_t = LrSchedulerType::Constant)]
-    pub lr_scheduler_type: LrSchedulerType,
-    /// How the rate follows the global batch: `sqrt` (Adam), `linear` (SGD) or
-    /// `none`; overrides the trainer's `lr_scaling`. The rate is rescaled at every
-    /// batch change, whatever changes it (`adabatch::adapt::lr`).
-    #[arg(long, value_enum)]
-    pub lr_scaling: Option<LrScaling>,
-    /// The global batch at which `--learning-rate` holds (default: the run's first
-    /// global batch); a step of global batch B trains at the rate scaled by
-    /// `--lr-scaling` from this reference to B.
-    #[arg(long)]
-    pub lr_reference_batch: Option<usize>,
-    /// Fraction of the run's examples spent warming the learning rate up from 0.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub warmup_ratio: f64,
-    /// Warm the learning rate up over the run's first N steps (HF: overrides
-    /// `--warmup-ratio` when above 0). The warm-up still runs on examples
-    /// consumed: it ends after the examples those N planned steps take.
-    #[arg(long, default_value_t = 0)]
-    pub warmup_steps: usize,
-    /// Seed of permutations and parameter initialisation (default: the policy's).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Override the policy's `drop_last` (`true` or `false`).
-    #[arg(long, action = clap::ArgAction::Set)]
-    pub dataloader_drop_last: Option<bool>,
-    /// Threads that collate the next steps' batches while a step computes (0:
-    /// collate on the rank's own thread). Batches are the same either way.
-    #[arg(long, default_value_t = 0)]
-    pub dataloader_num_workers: usize,
-    /// Leave glibc's malloc as it is, which returns freed host memory to the OS at
-    /// once. By default a run keeps freed memory for the next step (process-wide:
-    /// each step's tensors otherwise fault their pages in again; BENCHMARKS.md).
-    #[arg(long)]
-    pub release_freed_memory: bool,
-    /// Mixed precision: the model computes in bfloat16 where it casts with
-    /// `adabatch::autocast`; weights, optimizer state and all-reduced gradients
-    /// stay f32.
-    #[arg(long, conflicts_with = "fp16")]
-    pub bf16: bool,
-    /// Mixed precision in float16, with dynamic loss scaling (steps whose
-    /// gradients overflow are skipped and logged).
-    #[arg(long)]
-    pub fp16: bool,
-    /// `--fp16`: the loss scale starts at 2^N (DeepSpeed's `initial_scale_power`).
-    #[arg(long, default_value_t = 16, allow_negative_numbers = true)]
-    pub fp16_initial_scale_power: i32,
-    /// Ranks on this node (CPU: threads with a real all-reduce).
-    #[arg(long, default_value_t = 1)]
-    pub nproc_per_node: usize,
-    /// Device: `cpu`, or `cuda` / `cuda:N` when built with the `cuda` feature.
-    #[arg(long, default_value = "cpu")]
-    pub device: String,
-    /// Log every this many steps (console and JSONL).
-    #[arg(long, default_value_t = 1)]
-    pub logging_steps: usize,
-    /// Mixing weights of a dataset of several sources, replacing its own:
-    /// `--mix-weights new=0.75,replay=0.25` (sources left out get 0).
-    #[arg(long, value_delimiter = ',')]
-    pub mix_weights: Vec<String>,
-    /// When an epoch of several sources ends (HF's `stopping_strategy`): a pass
-    /// over the first source (`primary`), `first_exhausted` or `all_exhausted`.
-    /// Overrides the dataset's (`Sources::with_stopping_strategy`).
-    #[arg(long, value_enum)]
-    pub stopping_strategy: Option<StoppingStrategy>,
-    /// With an eval dataset: evaluate every this many steps (and always at the end).
-    #[arg(long)]
-    pub eval_steps: Option<usize>,
-    /// When to evaluate (HF `eval_strategy`): `no`, `steps` (every `--eval-steps`,
-    /// else every `--logging-steps`) or `epoch` (at each epoch's end). Default:
-    /// `steps` with `--eval-steps`, else `no`. A run with an eval dataset always
-    /// evaluates at its end.
-    #[arg(long, value_enum)]
-    pub eval_strategy: Option<IntervalStrategy>,
-    /// When to save (HF `save_strategy`): `no`, `steps` (every `--save-steps`) or
-    /// `epoch` (at each epoch's end). Default: `steps` with `--save-steps` above 0,
-    /// else `no`. A run that saves also saves at its end.
-    #[arg(long, value_enum)]
-    pub save_strategy: Option<IntervalStrategy>,
-    /// At the end, load the weights of the checkpoint whose evaluation scored best
-    /// on `--metric-for-best-model` (HF); `--save-total-limit` never removes that
-    /// checkpoint. Needs an eval dataset and a save at every evaluation's step
-    /// (the same strategy; with `steps`, `--save-steps` a multiple of
-    /// `--eval-steps`).
-    #[arg(long)]
-    pub load_best_model_at_end: bool,
-    /// The metric of `--load-best-model-at-end`: `loss` (the default) or an eval
-    /// metric's name, with or without its `eval_` prefix.
-    #[arg(long)]
-    pub metric_for_best_model: Option<String>,
-    /// Whether a larger `--metric-for-best-model` is better (default: `false` for
-    /// the loss, `true` for any other metric).
-    #[arg(long, action = clap::ArgAction::Set)]
-    pub greater_is_better: Option<bool>,
-    /// Eval examples per forward pass on each rank.
-    #[arg(long, default_value_t = 8)]
-    pub per_device_eval_batch_size: usize,
-    /// Also log the first step (HF `logging_first_step`).
-    #[arg(long)]
-    pub logging_first_step: bool,
-    /// Evaluate once before the first step, a sanity check of the eval pipeline
-    /// (HF `eval_on_start`; needs an eval dataset). What a callback asks at that
-    /// evaluation is not acted on.
-    #[arg(long)]
-    pub eval_on_start: bool,
-    /// Write one JSON object per logged step to this file.
-    #[arg(long)]
-    pub log_jsonl: Option<PathBuf>,
-    /// Where checkpoints go (`checkpoint-{step}/`).
-    #[arg(long, default_value = "adabatch_output")]
-    pub output_dir: PathBuf,
-    /// Save a checkpoint every this many steps, and at the end (0 = never).
-    #[arg(long, default_value_t = 0)]
-    pub save_steps: usize,
-    /// Resume from this checkpoint directory (weights, optimizer state, position in
-    /// the data), or `latest`: the newest complete checkpoint in `--output-dir`.
-    #[arg(long)]
-    pub resume_from_checkpoint: Option<PathBuf>,
-    /// Start from these weights: a safetensors file, or a directory with
-    /// `model.safetensors` (a saved model, a checkpoint, or a sharded save with its
-    /// index), loaded by parameter name before the first step. The optimizer and
-    /// the schedule start afresh; `--resume-from-checkpoint` restores everything
-    /// and takes precedence.
-    #[arg(long)]
-    pub init_from: Option<PathBuf>,
-    /// With `--init-from`: names or shapes that do not fit the model are an error
-    /// (`true`), or are skipped and listed (`false`).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    pub init_from_strict: bool,
-    /// Keep only the newest N checkpoints in `--output-dir`.
-    #[arg(long)]
-    pub save_total_limit: Option<usize>,
-    /// Resume even when the checkpoint has no optimizer state this optimizer can
-    /// restore (its moments then start afresh).
-    #[arg(long)]
-    pub ignore_optimizer_state: bool,
-    /// Print every rank's local batch size and indices on logged steps.
-    #[arg(long)]
-    pub log_indices: bool,
-    /// Print no per-step lines and no progress bar.
-    #[arg(long)]
-    pub quiet: bool,
-    /// Hide the progress bar (HF `disable_tqdm`).
-    #[arg(long)]
-    pub disable_tqdm: bool,
+}
+
+/// Length-aware batching: global batches sized by the examples' lengths.
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize)]
+#[command(next_help_heading = "Length-aware batching")]
+pub struct LengthAwareArgs {
     /// Length-aware token-budget batching: global batches of examples sorted by
     /// length, as many as fit in this many padded tokens (replaces the schedule).
     #[arg(long)]
@@ -229,22 +145,141 @@ pub struct TrainingArgs {
     /// Safety margin of the online memory model (0.05 = 5 %).
     #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     pub memory_margin: f64,
+}
+
+/// The learning rate: its peak, schedule, warm-up and scaling with the global batch.
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize)]
+#[command(next_help_heading = "Learning rate")]
+pub struct LrArgs {
+    /// Peak learning rate.
+    #[arg(long, default_value_t = 5e-5, allow_negative_numbers = true)]
+    pub learning_rate: f64,
+    /// Learning-rate schedule over examples consumed.
+    #[arg(long, value_enum, default_value_t = LrSchedulerType::Constant)]
+    pub lr_scheduler_type: LrSchedulerType,
+    /// How the rate follows the global batch: `sqrt` (Adam), `linear` (SGD) or
+    /// `none`; overrides the trainer's `lr_scaling`. The rate is rescaled at every
+    /// batch change, whatever changes it (`adabatch::adapt::lr`).
+    #[arg(long, value_enum)]
+    pub lr_scaling: Option<LrScaling>,
+    /// The global batch at which `--learning-rate` holds (default: the run's first
+    /// global batch); a step of global batch B trains at the rate scaled by
+    /// `--lr-scaling` from this reference to B.
+    #[arg(long)]
+    pub lr_reference_batch: Option<usize>,
+    /// Fraction of the run's examples spent warming the learning rate up from 0.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub warmup_ratio: f64,
+    /// Warm the learning rate up over the run's first N steps (HF: overrides
+    /// `--warmup-ratio` when above 0). The warm-up still runs on examples
+    /// consumed: it ends after the examples those N planned steps take.
+    #[arg(long, default_value_t = 0)]
+    pub warmup_steps: usize,
+}
+
+/// How each step trains: precision, clipping, out-of-memory handling, the noise scale.
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize)]
+#[command(next_help_heading = "Training step")]
+pub struct StepArgs {
+    /// Mixed precision: the model computes in bfloat16 where it casts with
+    /// `adabatch::autocast`; weights, optimizer state and all-reduced gradients
+    /// stay f32.
+    #[arg(long, conflicts_with = "fp16")]
+    pub bf16: bool,
+    /// Mixed precision in float16, with dynamic loss scaling (steps whose
+    /// gradients overflow are skipped and logged).
+    #[arg(long)]
+    pub fp16: bool,
+    /// `--fp16`: the loss scale starts at 2^N (DeepSpeed's `initial_scale_power`).
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true)]
+    pub fp16_initial_scale_power: i32,
+    /// Clip the global gradient norm to this value (0 = off).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub max_grad_norm: f64,
     /// Override the policy's OOM handling.
     #[arg(long, value_enum)]
-    pub oom: Option<crate::config::policy::OomPolicy>,
+    pub oom: Option<OomPolicy>,
     /// Fault injection: the first attempt of these steps runs out of memory on one
     /// rank (rank `step % k` of the `k` ranks with examples in that step), e.g.
     /// `--inject-oom-at-steps 3,7`.
     #[arg(long, value_delimiter = ',')]
     pub inject_oom_at_steps: Vec<usize>,
-    /// Clip the global gradient norm to this value (0 = off).
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub max_grad_norm: f64,
+    /// Estimate the gradient noise scale B_simple = tr(Σ)/|G|² every step (from
+    /// each rank's or micro-batch's gradient and the all-reduced one) and log it as
+    /// `gradient_noise_scale`. Needs 2+ ranks or 2+ micro-batches per step.
+    #[arg(long)]
+    pub log_gradient_noise_scale: bool,
+}
+
+/// The data: the seed, drop_last, collate workers, the mixture of sources.
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize)]
+#[command(next_help_heading = "Data")]
+pub struct DataArgs {
+    /// Seed of permutations and parameter initialisation (default: the policy's).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Override the policy's `drop_last` (`true` or `false`).
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub dataloader_drop_last: Option<bool>,
+    /// Threads that collate the next steps' batches while a step computes (0:
+    /// collate on the rank's own thread). Batches are the same either way.
+    #[arg(long, default_value_t = 0)]
+    pub dataloader_num_workers: usize,
+    /// Leave glibc's malloc as it is, which returns freed host memory to the OS at
+    /// once. By default a run keeps freed memory for the next step (process-wide:
+    /// each step's tensors otherwise fault their pages in again; BENCHMARKS.md).
+    #[arg(long)]
+    pub release_freed_memory: bool,
+    /// Mixing weights of a dataset of several sources, replacing its own:
+    /// `--mix-weights new=0.75,replay=0.25` (sources left out get 0).
+    #[arg(long, value_delimiter = ',')]
+    pub mix_weights: Vec<String>,
+    /// When an epoch of several sources ends (HF's `stopping_strategy`): a pass
+    /// over the first source (`primary`), `first_exhausted` or `all_exhausted`.
+    /// Overrides the dataset's (`Sources::with_stopping_strategy`).
+    #[arg(long, value_enum)]
+    pub stopping_strategy: Option<StoppingStrategy>,
+}
+
+/// Where the run trains: ranks, device, or only a plan.
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize)]
+#[command(next_help_heading = "Ranks and device")]
+pub struct LaunchArgs {
+    /// Ranks on this node (CPU: threads with a real all-reduce).
+    #[arg(long, default_value_t = 1)]
+    pub nproc_per_node: usize,
+    /// Device: `cpu`, or `cuda` / `cuda:N` when built with the `cuda` feature.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
     /// Plan the whole run without training: print a summary (steps, examples per
     /// epoch, global batch range, learning rate, size changes) and, with
     /// `--log-jsonl`, write the planned steps (no loss).
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// What the run says while it trains, and where.
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize)]
+#[command(next_help_heading = "Logging")]
+pub struct LogArgs {
+    /// Log every this many steps (console and JSONL).
+    #[arg(long, default_value_t = 1)]
+    pub logging_steps: usize,
+    /// Also log the first step (HF `logging_first_step`).
+    #[arg(long)]
+    pub logging_first_step: bool,
+    /// Write one JSON object per logged step to this file.
+    #[arg(long)]
+    pub log_jsonl: Option<PathBuf>,
+    /// Print every rank's local batch size and indices on logged steps.
+    #[arg(long)]
+    pub log_indices: bool,
+    /// Print no per-step lines and no progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Hide the progress bar (HF `disable_tqdm`).
+    #[arg(long)]
+    pub disable_tqdm: bool,
     /// Where else logs go (HF `report_to`): `tensorboard` writes event files to
     /// `--logging-dir`; `none` (the default) writes none.
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -256,6 +291,83 @@ pub struct TrainingArgs {
     /// (batch size, coverage and epoch, loss and learning rate).
     #[arg(long)]
     pub plot: Option<PathBuf>,
+}
+
+/// When and how the run evaluates (with an eval dataset).
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize)]
+#[command(next_help_heading = "Evaluation")]
+pub struct EvalArgs {
+    /// When to evaluate (HF `eval_strategy`): `no`, `steps` (every `--eval-steps`,
+    /// else every `--logging-steps`) or `epoch` (at each epoch's end). Default:
+    /// `steps` with `--eval-steps`, else `no`. A run with an eval dataset always
+    /// evaluates at its end.
+    #[arg(long, value_enum)]
+    pub eval_strategy: Option<IntervalStrategy>,
+    /// With an eval dataset: evaluate every this many steps (and always at the end).
+    #[arg(long)]
+    pub eval_steps: Option<usize>,
+    /// Eval examples per forward pass on each rank.
+    #[arg(long, default_value_t = 8)]
+    pub per_device_eval_batch_size: usize,
+    /// Evaluate once before the first step, a sanity check of the eval pipeline
+    /// (HF `eval_on_start`; needs an eval dataset). What a callback asks at that
+    /// evaluation is not acted on.
+    #[arg(long)]
+    pub eval_on_start: bool,
+}
+
+/// Where checkpoints go and when, what a run resumes or starts from, and the best model.
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize)]
+#[command(next_help_heading = "Checkpoints")]
+pub struct SaveArgs {
+    /// Where checkpoints go (`checkpoint-{step}/`).
+    #[arg(long, default_value = "adabatch_output")]
+    pub output_dir: PathBuf,
+    /// When to save (HF `save_strategy`): `no`, `steps` (every `--save-steps`) or
+    /// `epoch` (at each epoch's end). Default: `steps` with `--save-steps` above 0,
+    /// else `no`. A run that saves also saves at its end.
+    #[arg(long, value_enum)]
+    pub save_strategy: Option<IntervalStrategy>,
+    /// Save a checkpoint every this many steps, and at the end (0 = never).
+    #[arg(long, default_value_t = 0)]
+    pub save_steps: usize,
+    /// Keep only the newest N checkpoints in `--output-dir`.
+    #[arg(long)]
+    pub save_total_limit: Option<usize>,
+    /// Resume from this checkpoint directory (weights, optimizer state, position in
+    /// the data), or `latest`: the newest complete checkpoint in `--output-dir`.
+    #[arg(long)]
+    pub resume_from_checkpoint: Option<PathBuf>,
+    /// Resume even when the checkpoint has no optimizer state this optimizer can
+    /// restore (its moments then start afresh).
+    #[arg(long)]
+    pub ignore_optimizer_state: bool,
+    /// Start from these weights: a safetensors file, or a directory with
+    /// `model.safetensors` (a saved model, a checkpoint, or a sharded save with its
+    /// index), loaded by parameter name before the first step. The optimizer and
+    /// the schedule start afresh; `--resume-from-checkpoint` restores everything
+    /// and takes precedence.
+    #[arg(long)]
+    pub init_from: Option<PathBuf>,
+    /// With `--init-from`: names or shapes that do not fit the model are an error
+    /// (`true`), or are skipped and listed (`false`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub init_from_strict: bool,
+    /// At the end, load the weights of the checkpoint whose evaluation scored best
+    /// on `--metric-for-best-model` (HF); `--save-total-limit` never removes that
+    /// checkpoint. Needs an eval dataset and a save at every evaluation's step
+    /// (the same strategy; with `steps`, `--save-steps` a multiple of
+    /// `--eval-steps`).
+    #[arg(long)]
+    pub load_best_model_at_end: bool,
+    /// The metric of `--load-best-model-at-end`: `loss` (the default) or an eval
+    /// metric's name, with or without its `eval_` prefix.
+    #[arg(long)]
+    pub metric_for_best_model: Option<String>,
+    /// Whether a larger `--metric-for-best-model` is better (default: `false` for
+    /// the loss, `true` for any other metric).
+    #[arg(long, action = clap::ArgAction::Set)]
+    pub greater_is_better: Option<bool>,
 }
 
 /// When something happens during a run (HF `IntervalStrategy`).
@@ -285,7 +397,8 @@ pub enum ReportTo {
 impl TrainingArgs {
     /// Whether TensorBoard event files are written.
     pub fn reports_to_tensorboard(&self) -> bool {
-        self.report_to
+        self.logging
+            .report_to
             .iter()
             .any(|r| matches!(r, ReportTo::Tensorboard | ReportTo::All))
     }
@@ -293,9 +406,8 @@ impl TrainingArgs {
     /// The directory of TensorBoard event files: `--logging-dir`, else
     /// `<output_dir>/runs`.
     pub fn tensorboard_dir(&self) -> PathBuf {
-        self.logging_dir
-            .clone()
-            .unwrap_or_else(|| self.output_dir.join("runs"))
+        (self.logging.logging_dir.clone())
+            .unwrap_or_else(|| self.save.output_dir.join("runs"))
     }
 }
 
@@ -304,3 +416,27 @@ impl Default for TrainingArgs {
         TrainingArgs::parse_from(["adabatch"])
     }
 }
+
+/// Each group's default is its flags' defaults, as in `TrainingArgs::default()`.
+macro_rules! group_defaults {
+    ($($group:ident => $field:ident),* $(,)?) => {$(
+        impl Default for $group {
+            fn default() -> Self {
+                TrainingArgs::default().$field
+            }
+        }
+    )*};
+}
+
+group_defaults!(
+    RunLengthArgs => length,
+    BatchArgs => batch,
+    LengthAwareArgs => length_aware,
+    LrArgs => lr,
+    StepArgs => step,
+    DataArgs => data,
+    LaunchArgs => launch,
+    LogArgs => logging,
+    EvalArgs => eval,
+    SaveArgs => save,
+);

@@ -141,7 +141,7 @@ impl Logger {
         if args.reports_to_tensorboard() {
             self.tensorboard = Some(EventWriter::create(&args.tensorboard_dir())?);
         }
-        if let Some(parent) = (args.plot.as_deref())
+        if let Some(parent) = (args.logging.plot.as_deref())
             .and_then(Path::parent)
             .filter(|p| !p.as_os_str().is_empty())
         {
@@ -151,7 +151,7 @@ impl Logger {
                 source,
             })?;
         }
-        self.plot = args.plot.clone().map(|path| (path, Vec::new()));
+        self.plot = args.logging.plot.clone().map(|path| (path, Vec::new()));
         Ok(self)
     }
 

@@ -17,7 +17,7 @@
 //! The entry points [`Run::train`](crate::Run::train),
 //! [`Run::launch`](crate::Run::launch) and [`Run::group`](crate::Run::group)
 //! (and the methods the attribute generates, which call them) do a dry run instead of training when
-//! `args.dry_run` is set: they print the plan (unless `--quiet`), write the
+//! `args.launch.dry_run` is set: they print the plan (unless `--quiet`), write the
 //! planned steps to `--log-jsonl`, TensorBoard and `--plot` as a run would, and
 //! return the plan's [`TrainSummary`] (no losses; [`TrainSummary::is_dry_run`]).
 //! `Run::launch` calls the factory once, for rank 0, and returns that untrained trainer.
@@ -191,16 +191,16 @@ impl fmt::Display for DryRun {
 }
 
 /// Plans the run `args` describes for trainer type `T` on `dataset`, on
-/// `args.nproc_per_node` ranks, without training. Memory-aware batches use the
+/// `args.launch.nproc_per_node` ranks, without training. Memory-aware batches use the
 /// built-in online model before any measurement; to plan with a `#[regressor]`,
-/// use `launch` or `train` with `args.dry_run`, which plan with the trainer's own.
+/// use `launch` or `train` with `args.launch.dry_run`, which plan with the trainer's own.
 pub fn dry_run<T, D>(dataset: &D, args: &TrainingArgs) -> Result<DryRun>
 where
     T: AdaptiveTrainer,
     D: Dataset + ?Sized,
 {
-    let resume = resume_point(args, args.nproc_per_node)?;
-    let settings = RunSettings::new(&T::POLICY, dataset, args, args.nproc_per_node, resume)?;
+    let resume = resume_point(args, args.launch.nproc_per_node)?;
+    let settings = RunSettings::new(&T::POLICY, dataset, args, args.launch.nproc_per_node, resume)?;
     plan(&settings, dataset, None)
 }
 
@@ -342,13 +342,13 @@ fn plan_notes(settings: &RunSettings) -> Vec<String> {
 /// `--logging-steps`, and the last of `--max-steps`) to every output a run writes
 /// to (`--log-jsonl`, TensorBoard, `--plot`).
 pub(crate) fn report(plan: &DryRun, args: &TrainingArgs) -> Result<()> {
-    if !args.quiet {
+    if !args.logging.quiet {
         print!("{plan}");
     }
     let mut logger =
-        Logger::new(args.log_jsonl.as_deref(), None, false, false, false)?.with_outputs(args)?;
+        Logger::new(args.logging.log_jsonl.as_deref(), None, false, false, false)?.with_outputs(args)?;
     for entry in &plan.steps {
-        if entry.step % args.logging_steps.max(1) == 0 || args.max_steps == Some(entry.step) {
+        if entry.step % args.logging.logging_steps.max(1) == 0 || args.length.max_steps == Some(entry.step) {
             logger.log(entry)?;
         }
     }

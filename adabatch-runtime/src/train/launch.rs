@@ -93,13 +93,13 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
         T: AdaptiveTrainer,
         C: CollateFor<T, D>,
     {
-        if self.args.nproc_per_node != 1 {
+        if self.args.launch.nproc_per_node != 1 {
             return Err(Error::Settings(SettingsError::TrainNeedsOneRank {
-                nproc_per_node: self.args.nproc_per_node,
+                nproc_per_node: self.args.launch.nproc_per_node,
             }));
         }
         let settings = self.settings::<T>(1)?;
-        if self.args.dry_run {
+        if self.args.launch.dry_run {
             return dry_run_trainer(trainer, self.data.train, self.args, &settings);
         }
         let device = settings.device.open(0)?;
@@ -118,8 +118,8 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
         C: CollateFor<T, D>,
         F: RankFactory<T>,
     {
-        let settings = self.settings::<T>(self.args.nproc_per_node)?;
-        if self.args.dry_run {
+        let settings = self.settings::<T>(self.args.launch.nproc_per_node)?;
+        if self.args.launch.dry_run {
             let device = settings.device.open(0)?;
             return dry_run_launch(self.data.train, self.args, &settings, (0, device), factory);
         }
@@ -141,7 +141,7 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
         }
         if !settings.device.is_cuda() {
             if let Some(threads) = crate::dist::cpu_threads::share_cores(settings.world_size) {
-                if !self.args.quiet {
+                if !self.args.logging.quiet {
                     eprintln!(
                         "note: {} CPU ranks in one process: candle computes on {threads} thread(s) (set CANDLE_NUM_THREADS to choose)",
                         settings.world_size
@@ -174,7 +174,7 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
             return Err(Error::Settings(SettingsError::EmptyGroup));
         };
         let settings = self.settings::<T>(first.world_size())?;
-        if self.args.dry_run {
+        if self.args.launch.dry_run {
             let (comm, device) = members
                 .iter()
                 .min_by_key(|(c, _)| c.rank())

@@ -219,14 +219,15 @@ pub fn adamw_factory<T>(
 
 /// Quiet args for tests.
 pub fn args(world: usize, per_device: usize, epochs: usize) -> TrainingArgs {
-    TrainingArgs {
-        nproc_per_node: world,
-        per_device_train_batch_size: per_device,
-        num_train_epochs: epochs,
-        learning_rate: 0.05,
-        seed: Some(3),
-        quiet: true,
-        ..Default::default()
+    {
+        let mut args = TrainingArgs::default();
+        args.launch.nproc_per_node = world;
+        args.batch.per_device_train_batch_size = per_device;
+        args.length.num_train_epochs = epochs;
+        args.lr.learning_rate = 0.05;
+        args.data.seed = Some(3);
+        args.logging.quiet = true;
+        args
     }
 }
 

@@ -19,9 +19,10 @@ where
 }
 
 fn main() -> adabatch::Result<()> {
-    let args = TrainingArgs {
-        nproc_per_node: 2,
-        ..tiny::args()
+    let args = {
+        let mut a = tiny::args();
+        a.launch.nproc_per_node = 2;
+        a
     };
     let trained = Trainer::launch(
         &tiny::dataset(),

@@ -43,10 +43,11 @@ fn main() -> adabatch::Result<()> {
         Trainer::<tiny::Tiny, SGD>::POLICY.schedule,
         ScheduleSpec::Custom(_)
     ));
-    let args = TrainingArgs {
-        nproc_per_node: 2,
-        per_device_train_batch_size: 1,
-        ..tiny::args()
+    let args = {
+        let mut a = tiny::args();
+        a.launch.nproc_per_node = 2;
+        a.batch.per_device_train_batch_size = 1;
+        a
     };
     let trained = Trainer::launch(
         &tiny::dataset(),

@@ -58,7 +58,7 @@ fn main() -> adabatch::Result<()> {
     let opt = SGD::new(params.all_vars(), 0.05)?;
     let mut trainer = Trainer::new(model, opt, 3);
     let args = tiny::args();
-    assert_eq!(args.max_steps, Some(trainer.steps_requested));
+    assert_eq!(args.length.max_steps, Some(trainer.steps_requested));
     // `mix` needs a dataset of sources: one, here.
     let data = Sources::new([("all", tiny::dataset())])?;
     let summary = trainer.train(&data, &tiny::collate, &args)?;

@@ -68,10 +68,11 @@ pub fn collate(items: &[Example], device: &Device) -> candle_core::Result<Xy> {
 
 /// Three steps, quiet.
 pub fn args() -> TrainingArgs {
-    TrainingArgs {
-        max_steps: Some(3),
-        quiet: true,
-        per_device_train_batch_size: 2,
-        ..Default::default()
+    {
+        let mut args = TrainingArgs::default();
+        args.length.max_steps = Some(3);
+        args.logging.quiet = true;
+        args.batch.per_device_train_batch_size = 2;
+        args
     }
 }

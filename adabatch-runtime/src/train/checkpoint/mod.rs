@@ -349,10 +349,10 @@ pub(crate) fn best_checkpoint_dir(settings: &RunSettings, step: usize) -> PathBu
 /// `--output-dir`, its files and trainer state verified), and the ranks the
 /// checkpoint's sizes count (this run's `world_size` when it starts fresh).
 pub(crate) fn resume_point(args: &TrainingArgs, world_size: usize) -> Result<ResumePoint> {
-    let dir = match &args.resume_from_checkpoint {
+    let dir = match &args.save.resume_from_checkpoint {
         Some(dir) if dir.as_os_str() == "latest" => {
-            lock::check_not_busy(&args.output_dir)?;
-            Some(latest(&args.output_dir)?)
+            lock::check_not_busy(&args.save.output_dir)?;
+            Some(latest(&args.save.output_dir)?)
         }
         Some(dir) => {
             if let Some(output_dir) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {

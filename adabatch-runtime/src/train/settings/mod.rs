@@ -1,37 +1,51 @@
-//! The settings of one run, checked once before any rank starts; how each
-//! concern is resolved from the policy, the dataset and the flags is in
-//! [`resolve`].
+//! The settings of one run, checked once before any rank starts. Each flag group
+//! of [`TrainingArgs`] checks its own values and resolves itself into its rules
+//! (`*_flags.rs`); [`RunSettings::new`] composes them once, then checks the
+//! combinations no group can see alone ([`check`]).
 
 use std::path::PathBuf;
 
+mod batch_flags;
+mod builtin_mixer;
 mod check;
-mod resolve;
+mod data_flags;
+mod lr_flags;
+mod output_flags;
+mod run_flags;
+mod step_flags;
 pub(crate) mod strategy;
 
-use crate::adapt::lr::{LrScaling, LrSchedule, LrSchedulerType};
+use crate::adapt::lr::{LrScaling, LrSchedule};
 use crate::adapt::schedule::{validate_spec, BatchLimits, Schedule, ScheduleSpec};
 use crate::config::args::TrainingArgs;
-use crate::config::policy::{GradAccum, OomPolicy, Reweight, TrainerPolicy};
+use crate::config::policy::{GradAccum, TrainerPolicy};
 use crate::data::length::{LengthBatching, LengthIndex, LengthOptions};
 use crate::data::planner::{RunLength, StepBatches, StepPlanner};
 use crate::data::sampler::GlobalBatchSampler;
 use crate::data::source_spec::SourceSpec;
 use crate::dist::device_spec::DeviceSpec;
-use crate::error::Result;
-use crate::optim::precision::{LossScaler, Precision};
+use crate::error::{Error, Result, SettingsError};
 use crate::report::logging::Logger;
-use crate::train::out_of_memory::FaultInjector;
 use crate::user::data::Dataset;
-use check::{
-    check_args, check_batching, check_global_schedule, check_goodput, check_noise_scale,
-    effective_policy,
-};
-pub(crate) use resolve::BuiltinMixer;
-use resolve::{
-    length_batching, loss_scaler, lr_schedule, precision, run_schedule, run_sources, start_warnings,
-};
+pub(crate) use builtin_mixer::BuiltinMixer;
+use check::{check_ranks, effective_policy, Resolved};
+pub(crate) use output_flags::{EvalRules, LogRules, SaveRules};
+pub(crate) use step_flags::StepRules;
 pub use strategy::BestCheckpoint;
-pub(crate) use strategy::{BestModel, Interval};
+pub(crate) use strategy::Interval;
+
+/// `Ok` when `ok`, else the typed error naming the setting.
+fn require(ok: bool, name: &'static str, value: impl ToString, expected: &'static str) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Settings(SettingsError::InvalidSetting {
+            name,
+            value: value.to_string(),
+            expected,
+        }))
+    }
+}
 
 /// Settings of one run, checked once before any rank starts.
 #[derive(Debug, Clone)]
@@ -79,15 +93,6 @@ pub(crate) struct RunSettings {
     pub(crate) saves: SaveRules,
 }
 
-/// How long the run lasts: `--max-train-tokens`, else `--max-steps`, else epochs.
-fn run_length(args: &TrainingArgs) -> RunLength {
-    match (args.max_train_tokens, args.max_steps) {
-        (Some(tokens), _) => RunLength::Tokens(tokens),
-        (None, Some(steps)) => RunLength::Steps(steps),
-        (None, None) => RunLength::Epochs(args.num_train_epochs),
-    }
-}
-
 /// Every example's length, when tokens are counted (a ramp over tokens, a run
 /// length in tokens).
 fn token_lengths<D: Dataset + ?Sized>(
@@ -100,97 +105,6 @@ fn token_lengths<D: Dataset + ?Sized>(
     counted.then(|| (0..dataset.len()).map(|i| dataset.example_len(i)).collect())
 }
 
-/// How each step trains, the same on every rank.
-#[derive(Debug, Clone)]
-pub(crate) struct StepRules {
-    pub(crate) reweight: Reweight,
-    pub(crate) oom: OomPolicy,
-    pub(crate) faults: FaultInjector,
-    /// `--max-grad-norm` (0: no clipping).
-    pub(crate) max_grad_norm: f64,
-    /// The moving averages' factor of the gradient noise scale, when measured.
-    pub(crate) noise_scale_beta: Option<f64>,
-    /// `--bf16` / `--fp16`.
-    pub(crate) precision: Precision,
-    /// `--fp16`'s loss scaling, as it starts.
-    pub(crate) loss_scaler: Option<LossScaler>,
-}
-
-/// When a step is logged: every `every` steps (and the last), the first too
-/// with `--logging-first-step`.
-#[derive(Debug, Clone)]
-pub(crate) struct LogRules {
-    pub(crate) every: usize,
-    pub(crate) first_step: bool,
-}
-
-/// When the run evaluates (with an eval dataset; always at the end too): at
-/// the start with `--eval-on-start`, every `every`, in chunks of `batch_size`.
-#[derive(Debug, Clone)]
-pub(crate) struct EvalRules {
-    pub(crate) on_start: bool,
-    pub(crate) every: Interval,
-    pub(crate) batch_size: usize,
-}
-
-/// Where checkpoints go and when (a run that saves also saves at its end), how
-/// many are kept, the best model's rule, and the checkpoint resumed.
-#[derive(Debug, Clone)]
-pub(crate) struct SaveRules {
-    pub(crate) output_dir: PathBuf,
-    pub(crate) every: Interval,
-    /// `--load-best-model-at-end`.
-    pub(crate) best_model: Option<BestModel>,
-    pub(crate) resume: Option<PathBuf>,
-    pub(crate) total_limit: Option<usize>,
-    pub(crate) ignore_optimizer_state: bool,
-    /// `--init-from`: weights to start a fresh run from, and whether strictly.
-    pub(crate) init_from: Option<(PathBuf, bool)>,
-}
-
-impl StepRules {
-    fn of(args: &TrainingArgs, policy: &TrainerPolicy, noise_measured: bool) -> Result<Self> {
-        Ok(Self {
-            reweight: policy.reweight,
-            oom: args.oom.unwrap_or(policy.oom),
-            faults: FaultInjector::at_steps(args.inject_oom_at_steps.iter().copied()),
-            max_grad_norm: args.max_grad_norm,
-            noise_scale_beta: noise_measured.then_some(NOISE_SCALE_BETA),
-            precision: precision(args)?,
-            loss_scaler: loss_scaler(args)?,
-        })
-    }
-}
-
-impl EvalRules {
-    fn of(args: &TrainingArgs) -> Result<Self> {
-        Ok(Self {
-            on_start: args.eval_on_start,
-            every: Interval::of_eval(args)?,
-            batch_size: args.per_device_eval_batch_size,
-        })
-    }
-}
-
-impl SaveRules {
-    fn of(
-        args: &TrainingArgs,
-        every: Interval,
-        best_model: Option<BestModel>,
-        resume: Option<PathBuf>,
-    ) -> Self {
-        Self {
-            output_dir: args.output_dir.clone(),
-            every,
-            best_model,
-            resume,
-            total_limit: args.save_total_limit,
-            ignore_optimizer_state: args.ignore_optimizer_state,
-            init_from: (args.init_from.clone()).map(|path| (path, args.init_from_strict)),
-        }
-    }
-}
-
 /// The checkpoint a run resumes, if any, and the ranks its per-device sizes count:
 /// those of the run that wrote the checkpoint, so that a run resumed on another
 /// number of ranks keeps its global batches (see `checkpoint::resume_point`).
@@ -200,21 +114,14 @@ pub(crate) struct ResumePoint {
     pub(crate) units_world: usize,
 }
 
-/// Smoothing of the gradient noise scale's moving averages.
-pub(crate) const NOISE_SCALE_BETA: f64 = 0.95;
-
 /// The first global batch of a schedule in global units (a ramp, `noise_scale`,
-/// `goodput`), checking what goodput needs.
-fn first_global_batch(
-    schedule: &ScheduleSpec,
-    policy: &TrainerPolicy,
-    args: &TrainingArgs,
-    world_size: usize,
-) -> Result<Option<usize>> {
+/// `goodput`; `None` for one in per-device units).
+fn first_global_batch(schedule: &ScheduleSpec, world_size: usize) -> Result<Option<usize>> {
     Ok(match schedule {
         ScheduleSpec::NoiseScale(noise) => Some(noise.min),
+        // Its first shape must fit `max_local`.
         ScheduleSpec::Goodput(spec) => {
-            check_goodput(policy, args, spec, world_size)?;
+            spec.first_shape(world_size)?;
             Some(spec.min)
         }
         _ => schedule.ramp().map(|r| r.global_batch(0)),
@@ -222,6 +129,9 @@ fn first_global_batch(
 }
 
 impl RunSettings {
+    /// The settings of a run of `dataset` on `world_size` ranks under the
+    /// trainer's `policy`, the flags in `args`, resuming `resume`: the groups'
+    /// own checks, their rules, then the checks of their combinations.
     pub(crate) fn new<D: Dataset + ?Sized>(
         policy: &TrainerPolicy,
         dataset: &D,
@@ -230,85 +140,92 @@ impl RunSettings {
         resume: ResumePoint,
     ) -> Result<Self> {
         let num_examples = dataset.len();
-        check_args(args, num_examples, world_size)?;
-        let eval = EvalRules::of(args)?;
-        let save_every = Interval::of_save(args)?;
-        let best_model = BestModel::of(args, eval.every, save_every)?;
+        check_ranks(num_examples, world_size)?;
+        args.check()?;
         let policy = &effective_policy(policy, args)?;
-        let schedule = run_schedule(policy, args)?;
+        let schedule = args.batch.schedule(policy.schedule);
         validate_spec(&schedule)?;
-        let noise_schedule = schedule.follows_noise_scale();
-        let first_global = first_global_batch(&schedule, policy, args, world_size)?;
-        check_global_schedule(first_global, policy, args)?;
-        let ResumePoint {
-            dir: resume,
-            units_world,
-        } = resume;
+        let first_global = first_global_batch(&schedule, world_size)?;
+        let units_world = resume.units_world;
         let limits = BatchLimits::new(policy.min_batch, policy.max_batch)?;
-        let drop_last = args.dataloader_drop_last.unwrap_or(policy.drop_last);
         let initial_per_device = match first_global {
             Some(global) => global.div_ceil(units_world),
-            None => limits.apply(0, schedule.initial(args.per_device_train_batch_size))?,
+            None => limits.apply(0, schedule.initial(args.batch.per_device_train_batch_size))?,
         };
-        let batching = length_batching(policy, &schedule, args, initial_per_device, units_world)?;
-        check_batching(policy, batching.is_some(), false)?;
-        let sources = run_sources(dataset, &policy.mix, args)?;
-        check_batching(policy, batching.is_some(), sources.is_some())?;
-        let warnings = start_warnings(policy, &schedule, args, initial_per_device);
-        let length = run_length(args);
-        let seed = args.seed.unwrap_or(policy.seed);
-        let micro_batches = match policy.grad_accum {
-            GradAccum::Fixed(n) => n,
-            // Micro-batches of the initial per-device size that reach the target.
-            GradAccum::Target { global } => global
-                .div_ceil(args.per_device_train_batch_size * world_size)
-                .div_ceil(initial_per_device * units_world),
-        };
-        let initial_global = first_global
-            .unwrap_or(initial_per_device * units_world * micro_batches)
-            .min(num_examples);
-        let noise_measured = args.log_gradient_noise_scale || noise_schedule;
-        // Goodput chooses two micro-batches or more on one rank itself.
-        let goodput = matches!(schedule, ScheduleSpec::Goodput(_));
-        check_noise_scale(
+        let batching = (args.length_aware).batching(policy, &schedule, initial_per_device, units_world)?;
+        let sources = args.data.sources(dataset, &policy.mix)?;
+        let noise_measured = args.step.log_gradient_noise_scale || schedule.follows_noise_scale();
+        Resolved {
             policy,
+            schedule: &schedule,
+            first_global,
+            accumulation_flag: args.batch.gradient_accumulation_steps.is_some(),
+            token_budget: args.length_aware.max_tokens_per_batch.is_some(),
+            length_aware: batching.is_some(),
+            mixed: sources.is_some(),
             noise_measured,
-            world_size.max(1 + usize::from(goodput)),
-        )?;
+            world_size,
+        }
+        .check()?;
+        let length = args.length.run_length();
+        let eval = args.eval.rules(args.logging.logging_steps);
         let mut settings = Self {
             num_examples,
             world_size,
             units_world,
-            seed,
-            drop_last,
+            seed: args.data.seed.unwrap_or(policy.seed),
+            drop_last: args.data.dataloader_drop_last.unwrap_or(policy.drop_last),
             shuffle: policy.shuffle,
             schedule,
             limits,
             initial_per_device,
             length,
             grad_accum: policy.grad_accum,
-            lr: lr_schedule(args, policy, num_examples, initial_global),
-            lr_reference: args.lr_reference_batch,
+            lr: Self::first_lr(args, policy, num_examples, first_global, initial_per_device * units_world, world_size),
+            lr_reference: args.lr.lr_reference_batch,
             batching,
-            memory_margin: args.memory_margin,
-            device: DeviceSpec::parse(&args.device)?,
-            warnings,
+            memory_margin: args.length_aware.memory_margin,
+            device: args.launch.device()?,
+            warnings: (args.batch).start_warnings(&policy.schedule, &schedule, initial_per_device),
             sources,
             builtin_mixer: BuiltinMixer::of(&policy.mix),
-            mix_weights_given: !args.mix_weights.is_empty(),
-            prefetch_workers: args.dataloader_num_workers,
-            release_freed_memory: args.release_freed_memory,
+            mix_weights_given: !args.data.mix_weights.is_empty(),
+            prefetch_workers: args.data.dataloader_num_workers,
+            release_freed_memory: args.data.release_freed_memory,
             token_lengths: token_lengths(dataset, &schedule, length),
-            step: StepRules::of(args, policy, noise_measured)?,
-            logs: LogRules {
-                every: args.logging_steps,
-                first_step: args.logging_first_step,
-            },
+            step: args.step.rules(policy, noise_measured)?,
+            logs: args.logging.rules(),
+            saves: args.save.rules(eval.every, resume.dir)?,
             eval,
-            saves: SaveRules::of(args, save_every, best_model, resume),
         };
         settings.set_lr_horizon(args)?;
         Ok(settings)
+    }
+
+    /// The learning-rate schedule as it starts: its reference the first global
+    /// batch (`first_global`, else `per_device_global` examples in as many
+    /// micro-batches as the policy accumulates).
+    fn first_lr(
+        args: &TrainingArgs,
+        policy: &TrainerPolicy,
+        num_examples: usize,
+        first_global: Option<usize>,
+        per_device_global: usize,
+        world_size: usize,
+    ) -> LrSchedule {
+        let micro_batches = match policy.grad_accum {
+            GradAccum::Fixed(n) => n,
+            // Micro-batches of the initial per-device size that reach the target.
+            GradAccum::Target { global } => global
+                .div_ceil(args.batch.per_device_train_batch_size * world_size)
+                .div_ceil(per_device_global),
+        };
+        let initial_global = first_global
+            .unwrap_or(per_device_global * micro_batches)
+            .min(num_examples);
+        let examples = args.length.num_train_epochs.max(1) * num_examples;
+        let in_tokens = args.length.max_train_tokens.is_some();
+        (args.lr).schedule(policy.lr_scaling, examples, in_tokens, initial_global)
     }
 
     /// The learning-rate horizon: what the run will consume. Exact for
@@ -316,10 +233,7 @@ impl RunSettings {
     /// `drop_last` count and a linear decay reaches 0 at the end, as in HF); an
     /// estimate, said at the start, for length-aware batches.
     fn set_lr_horizon(&mut self, args: &TrainingArgs) -> Result<()> {
-        let needs_horizon = args.lr_scheduler_type != LrSchedulerType::Constant
-            || args.warmup_ratio > 0.0
-            || args.warmup_steps > 0;
-        if !needs_horizon {
+        if !args.lr.needs_horizon() {
             return Ok(());
         }
         if self.schedule.follows_noise_scale() {
@@ -337,7 +251,7 @@ impl RunSettings {
             let mut total = 0;
             while let Some(batches) = planner.next_step() {
                 total += batches.global_size();
-                if args.warmup_steps == planner.step() {
+                if args.lr.warmup_steps == planner.step() {
                     warmup = Some(total);
                 }
                 planner.finish_step()?;
@@ -345,15 +259,15 @@ impl RunSettings {
             total
         } else {
             let first = self.initial_per_device * self.units_world;
-            if args.warmup_steps > 0 {
-                warmup = Some(args.warmup_steps * first);
+            if args.lr.warmup_steps > 0 {
+                warmup = Some(args.lr.warmup_steps * first);
                 self.warnings.push(format!(
                     "length-aware batches are sized while training: --warmup-steps {} is taken as {} examples (that many steps of the first global batch, {first})",
-                    args.warmup_steps,
-                    args.warmup_steps * first
+                    args.lr.warmup_steps,
+                    args.lr.warmup_steps * first
                 ));
             }
-            let epochs = args.num_train_epochs.max(1) * self.num_examples;
+            let epochs = args.length.num_train_epochs.max(1) * self.num_examples;
             let estimate = match self.length {
                 RunLength::Epochs(e) => e * self.num_examples,
                 RunLength::Tokens(_) => unreachable!("a run in tokens has its own horizon"),
@@ -367,8 +281,8 @@ impl RunSettings {
             estimate
         };
         self.lr.total_examples = total as f64;
-        self.lr.warmup_examples = match (args.warmup_steps, warmup) {
-            (0, _) => args.warmup_ratio * total as f64,
+        self.lr.warmup_examples = match (args.lr.warmup_steps, warmup) {
+            (0, _) => args.lr.warmup_ratio * total as f64,
             // More warm-up steps than the run has: it warms up throughout.
             (_, warm) => warm.unwrap_or(total).min(total) as f64,
         };
@@ -380,13 +294,13 @@ impl RunSettings {
     fn set_lr_horizon_in_tokens(&mut self, args: &TrainingArgs, tokens: u64) -> Result<()> {
         let total = tokens as f64;
         self.lr.total_examples = total;
-        self.lr.warmup_examples = if args.warmup_steps > 0 {
+        self.lr.warmup_examples = if args.lr.warmup_steps > 0 {
             let lengths = self.token_lengths.as_deref().unwrap_or(&[]);
             let mean = lengths.iter().sum::<usize>() as f64 / lengths.len().max(1) as f64;
             let first = (self.initial_per_device * self.units_world) as f64;
-            (args.warmup_steps as f64 * first * mean).min(total)
+            (args.lr.warmup_steps as f64 * first * mean).min(total)
         } else {
-            args.warmup_ratio * total
+            args.lr.warmup_ratio * total
         };
         Ok(())
     }
@@ -487,16 +401,16 @@ impl RunSettings {
             }
             (RunLength::Steps(_) | RunLength::Tokens(_), _) => None,
         };
-        let bar = if args.quiet || args.disable_tqdm {
+        let bar = if args.logging.quiet || args.logging.disable_tqdm {
             None
         } else {
             total
         };
         let logger = Logger::new(
-            args.log_jsonl.as_deref(),
+            args.logging.log_jsonl.as_deref(),
             bar,
-            !args.quiet,
-            args.log_indices,
+            !args.logging.quiet,
+            args.logging.log_indices,
             self.saves.resume.is_some(),
         )?
         .with_outputs(args)?;

@@ -2,7 +2,7 @@
 //! `--load-best-model-at-end`'s rule: which checkpoint scored best (kept from
 //! `--save-total-limit`; the checkpoint module loads it when training ends).
 
-use crate::config::args::{IntervalStrategy, TrainingArgs};
+use crate::config::args::{EvalArgs, IntervalStrategy, SaveArgs};
 use crate::error::{Error, ModelError, Result, SettingsError};
 use crate::report::record::EvalLog;
 
@@ -16,19 +16,19 @@ pub(crate) enum Interval {
 
 impl Interval {
     /// Evaluations: `--eval-strategy`, else `steps` when `--eval-steps` is set.
-    pub(crate) fn of_eval(args: &TrainingArgs) -> Result<Self> {
-        Ok(match (args.eval_strategy, args.eval_steps) {
+    pub(crate) fn of_eval(eval: &EvalArgs, logging_steps: usize) -> Self {
+        match (eval.eval_strategy, eval.eval_steps) {
             (Some(IntervalStrategy::No), _) | (None, None) => Interval::Never,
             (Some(IntervalStrategy::Epoch), _) => Interval::Epoch,
             // HF: `eval_steps` defaults to `logging_steps`.
-            (Some(IntervalStrategy::Steps), None) => Interval::Steps(args.logging_steps),
+            (Some(IntervalStrategy::Steps), None) => Interval::Steps(logging_steps),
             (_, Some(k)) => Interval::Steps(k),
-        })
+        }
     }
 
     /// Checkpoints: `--save-strategy`, else `steps` when `--save-steps` is above 0.
-    pub(crate) fn of_save(args: &TrainingArgs) -> Result<Self> {
-        Ok(match (args.save_strategy, args.save_steps) {
+    pub(crate) fn of_save(save: &SaveArgs) -> Result<Self> {
+        Ok(match (save.save_strategy, save.save_steps) {
             (Some(IntervalStrategy::No), _) | (None, 0) => Interval::Never,
             (Some(IntervalStrategy::Epoch), _) => Interval::Epoch,
             (Some(IntervalStrategy::Steps), 0) => {
@@ -71,9 +71,10 @@ pub(crate) struct BestModel {
 }
 
 impl BestModel {
-    /// The rule of `args`, checked against when the run evaluates and saves.
-    pub(crate) fn of(args: &TrainingArgs, eval: Interval, save: Interval) -> Result<Option<Self>> {
-        if !args.load_best_model_at_end {
+    /// The rule of `--load-best-model-at-end`, checked against when the run
+    /// evaluates and saves.
+    pub(crate) fn of(flags: &SaveArgs, eval: Interval, save: Interval) -> Result<Option<Self>> {
+        if !flags.load_best_model_at_end {
             return Ok(None);
         }
         let conflict = |second, reason| {
@@ -104,12 +105,12 @@ impl BestModel {
                 ))
             }
         }
-        let name = args.metric_for_best_model.as_deref().unwrap_or("loss");
+        let name = flags.metric_for_best_model.as_deref().unwrap_or("loss");
         let metric = match name.strip_prefix("eval_") {
             Some(_) => name.to_string(),
             None => format!("eval_{name}"),
         };
-        let greater_is_better = args.greater_is_better.unwrap_or(metric != "eval_loss");
+        let greater_is_better = flags.greater_is_better.unwrap_or(metric != "eval_loss");
         Ok(Some(Self {
             metric,
             greater_is_better,
@@ -170,16 +171,17 @@ mod tests {
         }
     }
 
-    fn args(extra: &[&str]) -> TrainingArgs {
+    fn args(extra: &[&str]) -> crate::config::args::TrainingArgs {
         use clap::Parser;
         let mut all = vec!["adabatch", "--load-best-model-at-end"];
         all.extend_from_slice(extra);
-        TrainingArgs::parse_from(all)
+        crate::config::args::TrainingArgs::parse_from(all)
     }
 
     fn rule(extra: &[&str]) -> Result<Option<BestModel>> {
         let a = args(extra);
-        BestModel::of(&a, Interval::of_eval(&a)?, Interval::of_save(&a)?)
+        let eval = Interval::of_eval(&a.eval, a.logging.logging_steps);
+        BestModel::of(&a.save, eval, Interval::of_save(&a.save)?)
     }
 
     #[test]
@@ -266,7 +268,7 @@ mod tests {
                 .is_some()
         );
         assert!(matches!(
-            Interval::of_save(&args(&["--save-strategy", "steps"])),
+            Interval::of_save(&args(&["--save-strategy", "steps"]).save),
             Err(Error::Settings(SettingsError::InvalidSetting {
                 name: "save_steps",
                 ..
@@ -277,15 +279,15 @@ mod tests {
     #[test]
     fn intervals_follow_hf_defaults() {
         let a = args(&[]);
-        assert_eq!(Interval::of_eval(&a).unwrap(), Interval::Never);
-        assert_eq!(Interval::of_save(&a).unwrap(), Interval::Never);
+        assert_eq!(Interval::of_eval(&a.eval, a.logging.logging_steps), Interval::Never);
+        assert_eq!(Interval::of_save(&a.save).unwrap(), Interval::Never);
         let a = args(&["--eval-strategy", "steps", "--logging-steps", "5"]);
-        assert_eq!(Interval::of_eval(&a).unwrap(), Interval::Steps(5));
+        assert_eq!(Interval::of_eval(&a.eval, a.logging.logging_steps), Interval::Steps(5));
         let a = args(&["--eval-steps", "3", "--save-steps", "6"]);
-        assert_eq!(Interval::of_eval(&a).unwrap(), Interval::Steps(3));
-        assert_eq!(Interval::of_save(&a).unwrap(), Interval::Steps(6));
+        assert_eq!(Interval::of_eval(&a.eval, a.logging.logging_steps), Interval::Steps(3));
+        assert_eq!(Interval::of_save(&a.save).unwrap(), Interval::Steps(6));
         let a = args(&["--eval-steps", "3", "--eval-strategy", "no"]);
-        assert_eq!(Interval::of_eval(&a).unwrap(), Interval::Never);
+        assert_eq!(Interval::of_eval(&a.eval, a.logging.logging_steps), Interval::Never);
         assert!(Interval::Epoch.due(7, true) && !Interval::Epoch.due(8, false));
         assert!(Interval::Steps(3).due(6, false) && !Interval::Steps(3).due(7, true));
     }

@@ -1,0 +1,44 @@
+//! The mixer the attribute's `mix = ..` asks the engine for.
+
+use crate::config::policy::MixSpec;
+
+/// The mixer `mix = ..` asks the engine for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum BuiltinMixer {
+    /// `mix = online(temperature, floor, smoothing)`.
+    Online(f64, f64, f64),
+    /// `mix = custom(path)`.
+    Custom(crate::adapt::mixer::MixFn),
+}
+
+impl BuiltinMixer {
+    /// The engine's own mixer the policy's `mix` asks for, if any.
+    pub(super) fn of(mix: &MixSpec) -> Option<Self> {
+        match *mix {
+            MixSpec::Online {
+                temperature,
+                floor,
+                smoothing,
+            } => Some(BuiltinMixer::Online(temperature, floor, smoothing)),
+            MixSpec::Custom(f) => Some(BuiltinMixer::Custom(f)),
+            MixSpec::Dataset | MixSpec::Fixed(_) => None,
+        }
+    }
+
+    pub(crate) fn build(self) -> Box<dyn crate::adapt::mixer::Mixer> {
+        match self {
+            BuiltinMixer::Online(t, f, s) => {
+                Box::new(crate::adapt::mixer::OnlineMixer::new(t, f, s))
+            }
+            BuiltinMixer::Custom(f) => Box::new(crate::adapt::mixer::FnMixer(f)),
+        }
+    }
+
+    /// The key that asked for it, for messages.
+    pub(crate) fn key(self) -> &'static str {
+        match self {
+            BuiltinMixer::Online(..) => "mix = online(..)",
+            BuiltinMixer::Custom(_) => "mix = custom(..)",
+        }
+    }
+}
