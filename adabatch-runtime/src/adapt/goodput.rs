@@ -231,21 +231,53 @@ impl StepTimes {
         if self.distinct_sizes() < 2 {
             return None;
         }
+        self.fit_with(self.affine_masks())
+            .or_else(|| self.fit_with(&[[false, false, true]]))
+    }
+
+    /// Whether the time measured so far grows with the examples enough to fit a
+    /// per-example cost with a fixed cost beside it: until it does (time flat
+    /// or falling across the sizes measured, as on a GPU far from its limits),
+    /// the fit is only the proportional fallback and a larger size is worth
+    /// measuring.
+    pub fn growth_measured(&self) -> bool {
+        self.distinct_sizes() >= 2 && self.fit_with(self.affine_masks()).is_some()
+    }
+
+    /// Whether the mean time at the largest size measured is below half the
+    /// growth that time proportional to the examples would show over the
+    /// smallest: flat or falling, not proportional with some noise.
+    pub fn time_flat(&self) -> bool {
+        let (Some(small), Some(large)) = (
+            self.buckets.iter().min_by_key(|b| b.1),
+            self.buckets.iter().max_by_key(|b| b.1),
+        ) else {
+            return false;
+        };
+        let proportional = large.1 as f64 / small.1 as f64;
+        large.1 > small.1 && large.3 < small.3 * (1.0 + 0.5 * (proportional - 1.0))
+    }
+
+    /// The largest examples per rank measured.
+    pub fn largest_per_rank(&self) -> Option<usize> {
+        self.buckets.iter().map(|b| b.1).max()
+    }
+
+    fn affine_masks(&self) -> &'static [[bool; 3]] {
+        let micro_vary = self.buckets.iter().any(|b| b.0 != self.buckets[0].0);
+        if micro_vary {
+            &[[true, true, true], [true, false, true]]
+        } else {
+            &[[true, false, true]]
+        }
+    }
+
+    fn fit_with(&self, masks: &[[bool; 3]]) -> Option<StepTimeFit> {
         let rows: Vec<([f64; 3], f64, f64)> = self
             .buckets
             .iter()
             .map(|&(s, n, w, t)| ([1.0, s as f64, n as f64], t, w as f64))
             .collect();
-        let micro_vary = self.buckets.iter().any(|b| b.0 != self.buckets[0].0);
-        let masks: &[[bool; 3]] = if micro_vary {
-            &[
-                [true, true, true],
-                [true, false, true],
-                [false, false, true],
-            ]
-        } else {
-            &[[true, false, true], [false, false, true]]
-        };
         masks.iter().find_map(|mask| {
             let c = least_squares(&rows, *mask)?;
             (c.iter().all(|&x| x >= 0.0) && c[2] > 0.0).then_some(StepTimeFit {
@@ -301,7 +333,8 @@ fn least_squares(rows: &[([f64; 3], f64, f64)], mask: [bool; 3]) -> Option<[f64;
 pub enum GoodputReason {
     /// The noise scale is not measured yet: the smallest batch.
     Warmup,
-    /// One batch size measured so far: the next one tried to fit the step time.
+    /// Too few sizes measured to fit a step time that grows with the batch: the
+    /// next larger size is measured.
     Explore,
     /// The highest predicted goodput.
     Best,
@@ -412,22 +445,35 @@ pub fn decide(
         });
     };
     let efficiency_of = |m: usize| Some(efficiency(phi, spec.min, m));
-    let Some(predict) = time.predictor() else {
-        // One size measured: try the next larger one (or the smaller, at the top).
-        let bigger = (current.global * 2).min(spec.max);
-        let global = if bigger > current.global {
-            bigger
-        } else {
-            spec.min
-        };
+    let explore = |global: usize| {
         let shape = spec.shape_for(global, world).unwrap_or(current);
-        return Ok(GoodputDecision {
+        GoodputDecision {
             shape,
             reason: GoodputReason::Explore,
             goodput: None,
             efficiency: efficiency_of(shape.global),
-        });
+        }
     };
+    let Some(predict) = time.predictor() else {
+        // One size measured: try the next larger one (or the smaller, at the top).
+        let bigger = (current.global * 2).min(spec.max);
+        return Ok(explore(if bigger > current.global {
+            bigger
+        } else {
+            spec.min
+        }));
+    };
+    // Time that does not grow across the sizes measured tells no per-example
+    // cost yet: measure twice the largest size before trusting the fallback.
+    if let StepTime::Measured(times) = time {
+        let largest = times.largest_per_rank().unwrap_or(0) * world;
+        let next = (largest * 2).min(spec.max);
+        if !times.growth_measured() && times.time_flat() && next > largest {
+            if let Some(shape) = spec.shape_for(next, world) {
+                return Ok(explore(shape.global));
+            }
+        }
+    }
     let score = |shape: StepShape| -> Result<f64> {
         let seconds = predict(shape);
         if !(seconds.is_finite() && seconds > 0.0) {
@@ -588,6 +634,43 @@ mod tests {
         let through = proportional.fit().unwrap();
         assert_eq!(through.fixed, 0.0);
         assert!(through.per_example > 0.0);
+    }
+
+    #[test]
+    fn flat_times_explore_larger_sizes_until_the_time_grows() {
+        let s = spec(0);
+        let at = |global| s.shape_for(global, 1).unwrap();
+        // A GPU far from its limits: 30 ms whatever the size up to 64 examples,
+        // then 0.5 ms an example more.
+        let gpu = |shape: StepShape| 0.03 + 0.0005 * shape.per_rank().saturating_sub(64) as f64;
+        let mut times = StepTimes::default();
+        for global in [4, 8] {
+            times.observe(at(global), gpu(at(global)));
+        }
+        let mut current = at(8);
+        let mut explored = Vec::new();
+        loop {
+            let d = decide(&s, Some(200.0), current, &StepTime::Measured(&times)).unwrap();
+            if d.reason != GoodputReason::Explore {
+                current = d.shape;
+                break;
+            }
+            explored.push(d.shape.global);
+            times.observe(d.shape, gpu(d.shape));
+            current = d.shape;
+        }
+        assert_eq!(explored, [16, 32, 64, 128], "until the time grows");
+        assert!(times.growth_measured());
+        // The fit now sees the fixed cost, and goodput leaves the smallest batch.
+        assert!(current.global > 64, "{current:?}");
+        // Time proportional to the examples, noise and all, is not flat: the
+        // fallback decides without exploring.
+        let mut cpu = StepTimes::default();
+        cpu.observe(at(8), 0.08);
+        cpu.observe(at(16), 0.17);
+        assert!(!cpu.growth_measured() && !cpu.time_flat());
+        let d = decide(&s, Some(200.0), at(16), &StepTime::Measured(&cpu)).unwrap();
+        assert_ne!(d.reason, GoodputReason::Explore);
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub(crate) struct GoodputControl {
     state: GoodputState,
     /// Seconds of the step the model last learned from, for the log.
     last_seconds: Option<f64>,
+    /// Whether this process has had its first step's time, which is left out:
+    /// it pays one-time costs (CUDA modules and cuBLAS handles loaded, the
+    /// allocator grown; 4x a later step on a GPU) that would read as a cost of
+    /// its batch size.
+    first_time_seen: bool,
 }
 
 impl GoodputControl {
@@ -33,6 +38,7 @@ impl GoodputControl {
             world,
             state: GoodputState::default(),
             last_seconds: None,
+            first_time_seen: false,
         }
     }
 
@@ -92,8 +98,10 @@ impl GoodputControl {
                 ),
             }));
         }
-        self.state.times.observe(shape, seconds);
         self.last_seconds = Some(seconds);
+        if std::mem::replace(&mut self.first_time_seen, true) {
+            self.state.times.observe(shape, seconds);
+        }
         Ok(())
     }
 
