@@ -83,4 +83,7 @@ step lm-goodput 180 "$B/language_model --device cuda --schedule goodput --tokens
 step lm-fixed 180 "for b in 8 32 128 512; do $B/language_model --device cuda --global-batch-size \$b \
     --max-steps 40 --tokens-dir $L/tokens --output-dir $L/fixed-\$b --eval-strategy no --save-steps 0 \
     --samples 0 --report-to none --quiet --summary-json $L/fixed-\$b.json && cat $L/fixed-\$b.json; echo; done"
+step lm-epoch 240 "for b in 16 32 64 128; do $B/language_model --device cuda --global-batch-size \$b \
+    --tokens-dir $L/tokens --output-dir $L/epoch-\$b --save-steps 0 --samples 0 --report-to none \
+    --quiet --summary-json $L/epoch-\$b.json > /dev/null && cp $L/epoch-\$b.json $out/; done"
 exit 0
