@@ -424,6 +424,23 @@ impl StepTime<'_> {
     }
 }
 
+/// Time that does not grow across the sizes measured tells no per-example cost
+/// yet: the global batch to measure next (twice the largest), before the
+/// proportional fallback is trusted; `None` once growth is measured, at the
+/// largest size, or with a given step time.
+fn past_flat_time(spec: &GoodputSpec, time: &StepTime<'_>, world: usize) -> Option<usize> {
+    let StepTime::Measured(times) = time else {
+        return None;
+    };
+    let largest = times.largest_per_rank()? * world;
+    let next = (largest * 2).min(spec.max);
+    let flat = !times.growth_measured() && times.time_flat();
+    (flat && next > largest)
+        .then(|| spec.shape_for(next, world))
+        .flatten()
+        .map(|shape| shape.global)
+}
+
 /// The next shape after a step of `current`, given the noise scale `phi`
 /// (`None` before it is measured) and the step times.
 ///
@@ -463,16 +480,8 @@ pub fn decide(
             spec.min
         }));
     };
-    // Time that does not grow across the sizes measured tells no per-example
-    // cost yet: measure twice the largest size before trusting the fallback.
-    if let StepTime::Measured(times) = time {
-        let largest = times.largest_per_rank().unwrap_or(0) * world;
-        let next = (largest * 2).min(spec.max);
-        if !times.growth_measured() && times.time_flat() && next > largest {
-            if let Some(shape) = spec.shape_for(next, world) {
-                return Ok(explore(shape.global));
-            }
-        }
+    if let Some(global) = past_flat_time(spec, time, world) {
+        return Ok(explore(global));
     }
     let score = |shape: StepShape| -> Result<f64> {
         let seconds = predict(shape);
