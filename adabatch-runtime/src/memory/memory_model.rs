@@ -98,65 +98,62 @@ fn terms(f: &BatchFeatures) -> [f64; TERMS] {
 /// enough observations it answers like the padded-tokens prior.
 #[derive(Debug, Clone)]
 pub struct OnlineMemoryModel {
-    margin: f64,
-    xtx: [[f64; TERMS]; TERMS],
-    xty: [f64; TERMS],
-    observations: Vec<([f64; TERMS], f64)>,
-    coefficients: Option<[f64; TERMS]>,
-    worst_under: f64,
+    /// What the model is: a checkpoint saves and restores it whole.
+    state: OnlineMemoryState,
 }
 
 impl OnlineMemoryModel {
     /// A model whose predictions carry `margin` (e.g. `0.05` = 5 %) on top of the fit.
     pub fn new(margin: f64) -> Self {
         Self {
-            margin: margin.max(0.0),
-            xtx: [[0.0; TERMS]; TERMS],
-            xty: [0.0; TERMS],
-            observations: Vec::new(),
-            coefficients: None,
-            worst_under: 0.0,
+            state: OnlineMemoryState {
+                margin: margin.max(0.0),
+                xtx: [[0.0; TERMS]; TERMS],
+                xty: [0.0; TERMS],
+                observations: Vec::new(),
+                coefficients: None,
+                worst_under: 0.0,
+            },
         }
     }
 
     /// Observations so far.
     pub fn len(&self) -> usize {
-        self.observations.len()
+        self.state.observations.len()
     }
 
     /// Whether nothing was observed yet.
     pub fn is_empty(&self) -> bool {
-        self.observations.is_empty()
+        self.state.observations.is_empty()
     }
 
     /// Predicted peak bytes of a batch, margin included (None before a fit).
     pub fn predict_bytes(&self, f: &BatchFeatures) -> Option<f64> {
-        let c = self.coefficients?;
+        let c = self.state.coefficients?;
         let fit: f64 = terms(f).iter().zip(c).map(|(x, c)| x * c).sum();
-        Some(fit.max(0.0) * (1.0 + self.margin + self.worst_under))
+        Some(fit.max(0.0) * (1.0 + self.state.margin + self.state.worst_under))
     }
 
     /// The fitted coefficients (`c0, c1, c2`), once there are enough observations.
     pub fn coefficients(&self) -> Option<[f64; TERMS]> {
-        self.coefficients
+        self.state.coefficients
     }
 
     /// The total relative margin currently applied.
     pub fn margin(&self) -> f64 {
-        self.margin + self.worst_under
+        self.state.margin + self.state.worst_under
     }
 
     fn refit(&mut self) {
         // A small relative ridge keeps the system solvable while features are
         // nearly collinear (e.g. all batches of one length).
-        let mut a = self.xtx;
+        let mut a = self.state.xtx;
         for (i, row) in a.iter_mut().enumerate() {
             row[i] *= 1.0 + 1e-9;
         }
-        self.coefficients = solve(a, self.xty);
-        if let Some(c) = self.coefficients {
-            self.worst_under = self
-                .observations
+        self.state.coefficients = solve(a, self.state.xty);
+        if let Some(c) = self.state.coefficients {
+            self.state.worst_under = (self.state.observations)
                 .iter()
                 .map(|(x, y)| {
                     let fit: f64 = x.iter().zip(c).map(|(x, c)| x * c).sum();
@@ -186,34 +183,22 @@ pub struct OnlineMemoryState {
 impl OnlineMemoryModel {
     /// The whole state, for a checkpoint.
     pub fn state(&self) -> OnlineMemoryState {
-        OnlineMemoryState {
-            margin: self.margin,
-            xtx: self.xtx,
-            xty: self.xty,
-            observations: self.observations.clone(),
-            coefficients: self.coefficients,
-            worst_under: self.worst_under,
-        }
+        self.state.clone()
     }
 
     /// The model a checkpoint's [`OnlineMemoryModel::state`] describes.
     pub fn from_state(state: &OnlineMemoryState) -> Self {
         Self {
-            margin: state.margin,
-            xtx: state.xtx,
-            xty: state.xty,
-            observations: state.observations.clone(),
-            coefficients: state.coefficients,
-            worst_under: state.worst_under,
+            state: state.clone(),
         }
     }
 
     /// The fit as plain numbers (`[has_fit, c0, c1, c2, margin]`), to share with
     /// other ranks.
     pub fn snapshot(&self) -> [f64; 5] {
-        match self.coefficients {
+        match self.state.coefficients {
             Some([c0, c1, c2]) => [1.0, c0, c1, c2, self.margin()],
-            None => [0.0, 0.0, 0.0, 0.0, self.margin],
+            None => [0.0, 0.0, 0.0, 0.0, self.state.margin],
         }
     }
 
@@ -221,7 +206,7 @@ impl OnlineMemoryModel {
     pub fn from_snapshot(s: [f64; 5]) -> Self {
         let mut model = Self::new(s[4]);
         if s[0] > 0.0 {
-            model.coefficients = Some([s[1], s[2], s[3]]);
+            model.state.coefficients = Some([s[1], s[2], s[3]]);
         }
         model
     }
@@ -291,7 +276,7 @@ impl MemoryModel for OnlineMemoryModel {
         match (self.predict_bytes(candidate), self.predict_bytes(baseline)) {
             // The baseline's own margin would cancel out: compare against its fit.
             (Some(c), Some(b)) if b > 0.0 => c / (b / (1.0 + self.margin())),
-            _ => PaddedTokens.predict(candidate, baseline) * (1.0 + self.margin),
+            _ => PaddedTokens.predict(candidate, baseline) * (1.0 + self.state.margin),
         }
     }
 
@@ -303,12 +288,12 @@ impl MemoryModel for OnlineMemoryModel {
         let w = 1.0 / y.max(1.0).powi(2);
         for i in 0..TERMS {
             for j in 0..TERMS {
-                self.xtx[i][j] += w * x[i] * x[j];
+                self.state.xtx[i][j] += w * x[i] * x[j];
             }
-            self.xty[i] += w * x[i] * y;
+            self.state.xty[i] += w * x[i] * y;
         }
-        self.observations.push((x, y));
-        if self.observations.len() >= TERMS {
+        self.state.observations.push((x, y));
+        if self.state.observations.len() >= TERMS {
             self.refit();
         }
     }
