@@ -240,14 +240,14 @@ impl StepTimes {
     /// or falling across the sizes measured, as on a GPU far from its limits),
     /// the fit is only the proportional fallback and a larger size is worth
     /// measuring.
-    pub fn growth_measured(&self) -> bool {
+    pub(crate) fn growth_measured(&self) -> bool {
         self.distinct_sizes() >= 2 && self.fit_with(self.affine_masks()).is_some()
     }
 
     /// Whether the mean time at the largest size measured is below half the
     /// growth that time proportional to the examples would show over the
     /// smallest: flat or falling, not proportional with some noise.
-    pub fn time_flat(&self) -> bool {
+    pub(crate) fn time_flat(&self) -> bool {
         let (Some(small), Some(large)) = (
             self.buckets.iter().min_by_key(|b| b.1),
             self.buckets.iter().max_by_key(|b| b.1),
@@ -259,7 +259,7 @@ impl StepTimes {
     }
 
     /// The largest examples per rank measured.
-    pub fn largest_per_rank(&self) -> Option<usize> {
+    pub(crate) fn largest_per_rank(&self) -> Option<usize> {
         self.buckets.iter().map(|b| b.1).max()
     }
 

@@ -20,12 +20,6 @@ impl TrainingArgs {
     /// Every flag group's own values, then the few that span two groups: before
     /// anything is built.
     pub(super) fn check(&self) -> Result<()> {
-        require(
-            self.launch.nproc_per_node > 0,
-            "nproc_per_node",
-            0,
-            "at least 1",
-        )?;
         self.batch.check()?;
         self.length.check()?;
         self.logging.check()?;
