@@ -87,7 +87,7 @@ enum Schedule {
     /// `--max-tokens-per-batch` the token budget.
     Ramp,
     /// `noise_scale(fraction = 0.5, min = 8, max = 512, factor = 2, hysteresis =
-    /// 0.1)`, two micro-batches per rank.
+    /// 0.1)`, measured on an automatic cadence (`--noise-scale-every`).
     NoiseScale,
     /// `goodput(min = 8, max = 512)`: measured step times and the noise scale.
     Goodput,

@@ -177,8 +177,8 @@ pub mod prelude {
 pub mod __private {
     pub use adabatch_runtime::{
         AdaptiveTrainer, Callback, Collate, CollateFor, Dataset, GoodputSpec, GradAccum, Growth,
-        LrScaling, MemoryModel, MixFn, MixSpec, Mixer, NoiseScalePolicy, OomPolicy, Ramp,
-        RankContext, Result, Reweight, Run, ScheduleFn, ScheduleSpec, StepTimeFn, TrainModel,
+        LrScaling, MeasureEvery, MemoryModel, MixFn, MixSpec, Mixer, NoiseScalePolicy, OomPolicy,
+        Ramp, RankContext, Result, Reweight, Run, ScheduleFn, ScheduleSpec, StepTimeFn, TrainModel,
         TrainSummary, Trained, TrainerPolicy, TrainingArgs,
     };
     pub use candle_nn::Optimizer;

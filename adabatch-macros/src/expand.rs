@@ -379,14 +379,23 @@ fn feedback_schedule(p: &TokenStream, s: &Schedule) -> TokenStream {
             factor,
             hysteresis,
             shrink,
+            every,
         } => {
             let (f, h) = (
                 Literal::f64_unsuffixed(*fraction),
                 Literal::f64_unsuffixed(*hysteresis),
             );
             let (a, b, k) = (int(*min), int(*max), int(*factor));
+            let every = match every {
+                None => quote!(#p::MeasureEvery::Auto),
+                Some(n) => {
+                    let n = int(*n);
+                    quote!(#p::MeasureEvery::Steps(#n))
+                }
+            };
             quote!(#spec::NoiseScale(#p::NoiseScalePolicy {
-                fraction: #f, min: #a, max: #b, factor: #k, hysteresis: #h, shrink: #shrink
+                fraction: #f, min: #a, max: #b, factor: #k, hysteresis: #h, shrink: #shrink,
+                every: #every
             }))
         }
         Schedule::Goodput {

@@ -172,11 +172,11 @@ pub struct RampTrainer {
 }
 
 /// The batch follows the gradient noise scale: doubled from 8 up to 512
-/// documents whenever half of B_simple clears the next size by 10 %, measured from
-/// two micro-batches per rank; the rate follows by √2 at each doubling.
+/// documents whenever half of B_simple clears the next size by 10 %, measured on
+/// a cadence (on one rank a measuring step runs as two micro-batches, the others
+/// as one); the rate follows by √2 at each doubling.
 #[adaptive_trainer(
     schedule = noise_scale(fraction = 0.5, min = 8, max = 512, factor = 2, hysteresis = 0.1),
-    grad_accum = fixed(2),
     lr_scaling = sqrt,
     reweight = token_count,
     drop_last = false,

@@ -54,7 +54,7 @@ pub enum Schedule {
         in_tokens: bool,
     },
     /// `noise_scale(fraction = f, min = a, max = b, factor = k, hysteresis = h,
-    /// shrink = s)` (global units)
+    /// shrink = s, every = n)` (global units)
     NoiseScale {
         /// Fraction of the estimated noise scale.
         fraction: f64,
@@ -68,6 +68,8 @@ pub enum Schedule {
         hysteresis: f64,
         /// Whether the batch may shrink.
         shrink: bool,
+        /// Measure every `n` steps (`None`: `every = auto`, the default).
+        every: Option<usize>,
     },
     /// `goodput(min = a, max = b, max_local = m, max_micro_batches = k,
     /// hysteresis = h, step_time = path)` (global units)
@@ -129,7 +131,15 @@ pub const SCHEDULE_ARGS: &[(&str, &[&str])] = &[
 const LINEAR_ARGS: &[&str] = &["over"];
 const MEMORY_ARGS: &[&str] = &["threshold", "max_range"];
 const RAMP_ARGS: &[&str] = &["start", "increment", "samples", "tokens", "global"];
-const NOISE_SCALE_ARGS: &[&str] = &["fraction", "min", "max", "factor", "hysteresis", "shrink"];
+const NOISE_SCALE_ARGS: &[&str] = &[
+    "fraction",
+    "min",
+    "max",
+    "factor",
+    "hysteresis",
+    "shrink",
+    "every",
+];
 const GOODPUT_ARGS: &[&str] = &[
     "min",
     "max",
@@ -604,7 +614,8 @@ fn stairs_reach_global(
 /// shrink = s)`: the global batch follows `f` (default 1.0) times the estimated
 /// gradient noise scale, within `[a, b]`, by factors of `k` (default 2; 1:
 /// continuously) once the target clears the next size by `h` (default 0.1),
-/// shrinking only with `shrink = true`.
+/// shrinking only with `shrink = true`, measured every `n` steps (default
+/// `auto`: from the measured cost of a measurement).
 fn noise_scale(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     const FORM: &str = "noise_scale(fraction = 1.0, min = 32, max = 4096)";
     let named = named_args(call, NOISE_SCALE_ARGS, cx)?;
@@ -626,8 +637,9 @@ fn noise_scale(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
         None => Some(false),
         Some(v) => boolean("shrink", v, cx),
     };
+    let every = measure_every(named.get("every").copied(), cx);
     let (fraction, min, max) = (fraction?, min?, max?);
-    let (factor, hysteresis, shrink) = (factor?, hysteresis?, shrink?);
+    let (factor, hysteresis, shrink, every) = (factor?, hysteresis?, shrink?, every?);
     if max < min {
         cx.on(
             named["max"],
@@ -642,7 +654,27 @@ fn noise_scale(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
         factor,
         hysteresis,
         shrink,
+        every,
     })
+}
+
+/// `every = auto` (or absent): `Some(None)`; `every = n`: `Some(Some(n))`, n >= 1.
+fn measure_every(value: Option<&Value>, cx: &mut Ctxt) -> Option<Option<usize>> {
+    match value {
+        None => Some(None),
+        Some(Value::Path(p)) if p.is_ident("auto") => Some(None),
+        Some(v @ Value::Lit(_)) => count("noise_scale", "every", v, cx).map(Some),
+        Some(other) => {
+            cx.on(
+                other,
+                format!(
+                    "`noise_scale`: `every` takes `auto` or a number of steps, found {}",
+                    other.describe()
+                ),
+            );
+            None
+        }
+    }
 }
 
 const GOODPUT_FORM: &str = "goodput(min = 8, max = 1024)";

@@ -6,6 +6,7 @@
 pub mod goodput;
 pub mod lr;
 pub mod mixer;
+pub mod noise_cadence;
 pub mod noise_scale;
 pub mod ramp;
 pub mod schedule;

@@ -51,6 +51,55 @@ pub struct NoiseScalePolicy {
     pub hysteresis: f64,
     /// Whether the batch may shrink when the target falls.
     pub shrink: bool,
+    /// How often a step measures the noise scale (see [`MeasureEvery`]).
+    pub every: MeasureEvery,
+}
+
+/// How often the gradient noise scale is measured. A measuring step needs two
+/// small batches: on one rank without accumulation the engine splits that step
+/// into two micro-batches (the same examples, the same summed gradient), which
+/// on a launch-bound GPU costs nearly a second pass; the other steps run as one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MeasureEvery {
+    /// From the measured cost of a split against a plain step, so that measuring
+    /// costs at most [`MEASURE_BUDGET`] of the run's time (every step when the
+    /// step has two small batches anyway: several ranks, accumulation).
+    #[default]
+    Auto,
+    /// Every `k`-th step (1: every step).
+    Steps(usize),
+}
+
+/// The share of the run's time the automatic cadence spends on measuring.
+pub const MEASURE_BUDGET: f64 = 0.05;
+
+impl std::fmt::Display for MeasureEvery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Steps(k) => write!(f, "{k}"),
+        }
+    }
+}
+
+/// As the flag spells it (`"auto"`, `"4"`), in the arguments a run records.
+impl serde::Serialize for MeasureEvery {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl std::str::FromStr for MeasureEvery {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        if s == "auto" {
+            return Ok(Self::Auto);
+        }
+        match s.parse::<usize>() {
+            Ok(k) if k >= 1 => Ok(Self::Steps(k)),
+            _ => Err(format!("`{s}`: expected `auto` or a number of steps >= 1")),
+        }
+    }
 }
 
 impl NoiseScalePolicy {
@@ -64,6 +113,7 @@ impl NoiseScalePolicy {
             factor: 2,
             hysteresis: 0.1,
             shrink: false,
+            every: MeasureEvery::Auto,
         }
     }
 
@@ -96,6 +146,9 @@ impl NoiseScalePolicy {
             return bad(format!(
                 "hysteresis {hysteresis} must be a non-negative number"
             ));
+        }
+        if self.every == MeasureEvery::Steps(0) {
+            return bad("every must be `auto` or at least 1 step".into());
         }
         Ok(())
     }
@@ -159,17 +212,35 @@ impl SmallBatchSums {
     }
 }
 
+/// The fewest measurements the averages span, however far apart they are: one
+/// measurement's estimate can be 20× the settled value, so a cadence that measures
+/// rarely lengthens the horizon (in steps) rather than follow a few measurements.
+pub const MIN_MEASUREMENTS: u64 = 8;
+
 /// Estimator state: the two moving averages (a checkpoint stores it).
+///
+/// The averages run over *measurements*, each weighted by the steps since the one
+/// before: a measurement `g` steps after the last decays the averages by `beta^g`,
+/// so their horizon stays `1/(1 − beta)` steps (20 at 0.95: the same examples
+/// whatever the cadence), but never fewer than [`MIN_MEASUREMENTS`] measurements.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NoiseScaleEstimator {
-    /// Smoothing factor of the moving averages, in [0, 1).
+    /// Smoothing factor of the moving averages per step, in [0, 1).
     pub beta: f64,
     /// Biased moving average of |G|².
     pub ema_norm: f64,
     /// Biased moving average of tr(Σ).
     pub ema_trace: f64,
-    /// Steps observed (for the bias correction).
+    /// Measurements observed.
     pub steps: u64,
+    /// Steps the measurements span (`None`: one each, as checkpoints written
+    /// before the cadence hold).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spanned: Option<u64>,
+    /// The product of every decay so far, for the bias correction (`None`:
+    /// `beta^steps`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decayed: Option<f64>,
 }
 
 impl NoiseScaleEstimator {
@@ -186,6 +257,8 @@ impl NoiseScaleEstimator {
             ema_norm: 0.0,
             ema_trace: 0.0,
             steps: 0,
+            spanned: Some(0),
+            decayed: Some(1.0),
         })
     }
 
@@ -225,18 +298,45 @@ impl NoiseScaleEstimator {
     /// Folds one step's estimates in; returns B_simple from the bias-corrected
     /// averages (`None` while the |G|² average is not positive).
     pub fn observe(&mut self, norm: f64, trace: f64) -> Option<f64> {
+        self.observe_after(norm, trace, 1)
+    }
+
+    /// Folds in a measurement taken `steps` steps (at least 1) after the previous
+    /// one: the averages decay by `beta^steps`, but by no less than keeps
+    /// [`MIN_MEASUREMENTS`] in their horizon.
+    pub fn observe_after(&mut self, norm: f64, trace: f64, steps: u64) -> Option<f64> {
+        let steps = steps.max(1);
+        let per_step = self.beta.powi(steps.min(i32::MAX as u64) as i32);
+        let floor = 1.0 - 1.0 / MIN_MEASUREMENTS as f64;
+        let decay = per_step.max(floor.min(self.beta));
+        self.decayed = Some(self.decay_product() * decay);
+        self.spanned = Some(self.spanned_steps() + steps);
         self.steps += 1;
-        self.ema_norm = self.beta * self.ema_norm + (1.0 - self.beta) * norm;
-        self.ema_trace = self.beta * self.ema_trace + (1.0 - self.beta) * trace;
+        self.ema_norm = decay * self.ema_norm + (1.0 - decay) * norm;
+        self.ema_trace = decay * self.ema_trace + (1.0 - decay) * trace;
         self.estimate()
     }
 
-    /// Whether the averages span their horizon, `1/(1 − beta)` steps (20 at
-    /// beta = 0.95). Before that the estimate rests on a few noisy measurements
-    /// (one step's can be 20× the settled value), so a schedule should not follow
-    /// it yet.
+    fn decay_product(&self) -> f64 {
+        self.decayed
+            .unwrap_or_else(|| self.beta.powi(self.steps.min(i32::MAX as u64) as i32))
+    }
+
+    fn spanned_steps(&self) -> u64 {
+        self.spanned.unwrap_or(self.steps)
+    }
+
+    /// Whether the averages span their horizon: `1/(1 − beta)` steps (20 at
+    /// beta = 0.95) and as many measurements, or [`MIN_MEASUREMENTS`] when they
+    /// are further apart. Before that the estimate rests on a few noisy
+    /// measurements (one step's can be 20× the settled value), so a schedule
+    /// should not follow it yet.
     pub fn warmed_up(&self) -> bool {
-        self.steps as f64 >= (1.0 / (1.0 - self.beta)).ceil()
+        let horizon = (1.0 / (1.0 - self.beta)).ceil() as u64;
+        let measurements = horizon.min(MIN_MEASUREMENTS.max(horizon.div_ceil(
+            (self.spanned_steps() / self.steps.max(1)).max(1),
+        )));
+        self.spanned_steps() >= horizon && self.steps >= measurements
     }
 
     /// B_simple = tr(Σ)/|G|² from the bias-corrected averages.
@@ -246,7 +346,7 @@ impl NoiseScaleEstimator {
         }
         // The same correction divides both averages: it cancels in the ratio, but
         // the corrected values are the ones worth reading.
-        let correction = 1.0 - self.beta.powi(self.steps.min(i32::MAX as u64) as i32);
+        let correction = 1.0 - self.decay_product();
         let norm = self.ema_norm / correction;
         let trace = self.ema_trace / correction;
         (norm > 0.0 && trace.is_finite()).then(|| trace / norm)
@@ -270,6 +370,51 @@ mod tests {
             .unwrap()
             .observe(1.0, 1.0)
             .is_some());
+    }
+
+    /// Measurements further apart keep the horizon in steps (20 at 0.95), but
+    /// never fewer than MIN_MEASUREMENTS of them.
+    #[test]
+    fn the_horizon_counts_steps_and_at_least_eight_measurements() {
+        let warm_after = |gap: u64| {
+            let mut e = NoiseScaleEstimator::new(0.95).unwrap();
+            (1..=100)
+                .find(|_| {
+                    e.observe_after(1.0, 10.0, gap);
+                    e.warmed_up()
+                })
+                .unwrap()
+        };
+        assert_eq!(warm_after(1), 20);
+        assert_eq!(warm_after(2), 10, "20 steps");
+        assert_eq!(warm_after(4), 8, "32 steps: at least 8 measurements");
+        assert_eq!(warm_after(19), 8);
+        // A decay of 0.95^2 per measurement two steps apart; 0.875 = 1 - 1/8 at
+        // most for those further apart.
+        let mut e = NoiseScaleEstimator::new(0.95).unwrap();
+        e.observe_after(1.0, 10.0, 1);
+        e.observe_after(3.0, 10.0, 2);
+        assert!((e.ema_norm - (0.9025 * 0.05 + 0.0975 * 3.0)).abs() < 1e-12);
+        e.observe_after(5.0, 10.0, 19);
+        let before = 0.9025 * 0.05 + 0.0975 * 3.0;
+        assert!((e.ema_norm - (0.875 * before + 0.125 * 5.0)).abs() < 1e-12);
+        // Constant measurements at any spacing: the bias-corrected ratio is exact.
+        assert!((e.estimate().unwrap() - 10.0 / (e.ema_norm / (1.0 - 0.95 * 0.9025 * 0.875)) ).abs() < 1e-9);
+    }
+
+    /// A checkpoint written before the cadence (no `spanned`, no `decayed`) reads
+    /// as one measurement per step.
+    #[test]
+    fn an_older_state_reads_as_one_measurement_per_step() {
+        let old: NoiseScaleEstimator = serde_json::from_str(
+            r#"{"beta": 0.9, "ema_norm": 0.19, "ema_trace": 3.8, "steps": 2}"#,
+        )
+        .unwrap();
+        let mut fresh = NoiseScaleEstimator::new(0.9).unwrap();
+        fresh.observe(1.0, 20.0);
+        fresh.observe(1.0, 20.0);
+        assert!((old.estimate().unwrap() - fresh.estimate().unwrap()).abs() < 1e-9);
+        assert!((old.estimate().unwrap() - 20.0).abs() < 1e-9);
     }
 
     /// Draws from the exact model E|G_b|² = g2 + tr/b with no noise: the estimator

@@ -209,6 +209,12 @@ pub struct StepArgs {
     /// `gradient_noise_scale`. Needs 2+ ranks or 2+ micro-batches per step.
     #[arg(long)]
     pub log_gradient_noise_scale: bool,
+    /// Every how many steps the gradient noise scale is measured: `auto` (the
+    /// default: from the measured cost of splitting a step in two, at most 5 % of
+    /// the run's time; every step where a step has two small batches anyway) or
+    /// a number of steps. Overrides the schedule's `every`.
+    #[arg(long, value_name = "auto|STEPS")]
+    pub noise_scale_every: Option<crate::adapt::noise_scale::MeasureEvery>,
 }
 
 /// The data: the seed, drop_last, collate workers, the mixture of sources.

@@ -101,6 +101,10 @@ pub struct PlannerState {
     /// The micro-batches of the next steps, when the engine sets them (`goodput`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_micro_batches: Option<usize>,
+    /// The next step is split into two micro-batches to measure the gradient
+    /// noise scale (see [`StepPlanner::split_for_measurement`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub measure_split: bool,
     /// The unfinished length-aware epoch (its order and remaining batches), when
     /// the checkpoint was written in the middle of one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -143,6 +147,8 @@ pub struct StepPlanner<S> {
     /// Micro-batches per step set from outside (see
     /// [`StepPlanner::set_micro_batches`]).
     set_micro: Option<usize>,
+    /// The next step has at least two micro-batches, for a noise measurement.
+    measure_split: bool,
     /// The ramp's position is `tokens_seen`, not examples seen.
     ramp_in_tokens: bool,
     tokens_seen: u64,
@@ -178,6 +184,7 @@ impl<S: Schedule> StepPlanner<S> {
             ramp,
             set_global: None,
             set_micro: None,
+            measure_split: false,
             ramp_in_tokens,
             tokens_seen: 0,
             lengths: None,
@@ -310,6 +317,16 @@ impl<S: Schedule> StepPlanner<S> {
     }
 
     fn micro_batches_per_step(&self) -> usize {
+        let planned = self.planned_micro_batches();
+        if self.measure_split {
+            planned.max(2)
+        } else {
+            planned
+        }
+    }
+
+    /// Micro-batches per step as accumulation (or goodput) plans them.
+    fn planned_micro_batches(&self) -> usize {
         if let Some(n) = self.set_micro {
             return n.max(1);
         }
@@ -437,6 +454,7 @@ impl<S: Schedule> StepPlanner<S> {
             ramp: self.ramp,
             set_global: self.set_global,
             set_micro_batches: self.set_micro,
+            measure_split: self.measure_split,
             ramp_in_tokens: self.ramp_in_tokens,
             tokens_seen: self.tokens_seen,
             planned_epoch: self.sampler.planned_remainder(),
@@ -474,6 +492,7 @@ impl<S: Schedule> StepPlanner<S> {
         if state.set_micro_batches.is_some() {
             self.set_micro = state.set_micro_batches;
         }
+        self.measure_split = state.measure_split;
     }
 
     /// The clamps in force.
@@ -517,6 +536,25 @@ impl<S: Schedule> StepPlanner<S> {
     /// accumulation, such as `goodput`): the global batch is split into `n` parts.
     pub fn set_micro_batches(&mut self, n: usize) {
         self.set_micro = Some(n.max(1));
+    }
+
+    /// Whether the next step must be split to have two small batches (one per
+    /// micro-batch and rank) for a noise measurement: one rank, one micro-batch,
+    /// and a batch in global units that splits without changing its examples.
+    pub fn measurement_needs_split(&self) -> bool {
+        let ranks = self.sampler.world_size().min(self.global_batch());
+        self.global_units() && self.planned_micro_batches() * ranks < 2 && self.global_batch() >= 2
+    }
+
+    /// Splits the next steps into two micro-batches (at least) while `split`: the
+    /// same examples, a noise measurement's two small batches.
+    pub fn split_for_measurement(&mut self, split: bool) {
+        self.measure_split = split;
+    }
+
+    /// Whether the next step is split for a noise measurement.
+    pub fn split_for_measurement_now(&self) -> bool {
+        self.measure_split
     }
 
     /// Micro-batches of the next step.

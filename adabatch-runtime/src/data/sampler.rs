@@ -547,6 +547,11 @@ impl GlobalBatchSampler {
     pub fn num_examples(&self) -> usize {
         self.num_examples
     }
+
+    /// The ranks the batches are split over.
+    pub fn world_size(&self) -> usize {
+        self.world_size
+    }
 }
 
 #[cfg(test)]

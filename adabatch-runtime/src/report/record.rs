@@ -56,6 +56,10 @@ pub struct StepLog {
     /// moving averages up to this step (`--log-gradient-noise-scale`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gradient_noise_scale: Option<f64>,
+    /// Every how many steps the noise scale is measured, as the cadence stands
+    /// after this step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_scale_interval: Option<usize>,
     /// `schedule = goodput(..)`: the decision after this step and what it rests on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<GoodputLog>,

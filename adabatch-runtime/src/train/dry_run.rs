@@ -296,6 +296,7 @@ fn planned_step(
         predicted_memory: sampler.last_predicted(),
         measured_memory: None,
         gradient_noise_scale: None,
+            noise_scale_interval: None,
         goodput: None,
         loss_scale: None,
         skipped_steps: 0,

@@ -120,6 +120,7 @@ impl Progress {
             predicted_memory: None,
             measured_memory: None,
             gradient_noise_scale: None,
+            noise_scale_interval: None,
             goodput: None,
             loss_scale: None,
             skipped_steps: 0,

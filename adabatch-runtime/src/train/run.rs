@@ -275,6 +275,7 @@ where
         let peak = (self.controllers.memory.memory_mode() && !self.device.is_cpu())
             .then(|| PeakSampler::start(self.device));
         self.input.loss_scale = self.controllers.loss_scale();
+        self.input.noise_scale = self.controllers.measures_noise();
         // The step's own time (collating, computing, the all-reduce, the update),
         // without evaluation or saving: what goodput's step-time model fits.
         let started = std::time::Instant::now();

@@ -151,6 +151,13 @@ impl Controllers {
         Ok(())
     }
 
+    /// Whether the next step measures the gradient noise scale.
+    pub(crate) fn measures_noise(&self) -> bool {
+        self.noise_scale
+            .as_ref()
+            .is_some_and(NoiseScaleControl::measures_next)
+    }
+
     /// The loss scale of the next step (1 unless `--fp16`).
     pub(crate) fn loss_scale(&self) -> f64 {
         self.loss_scale.as_ref().map_or(1.0, |c| c.scale())

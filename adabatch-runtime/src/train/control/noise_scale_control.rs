@@ -1,7 +1,9 @@
-//! The gradient noise scale as a controller: each step's estimate feeds the
-//! moving averages, and under `schedule = noise_scale(..)` or `goodput(..)` sizes
-//! the next global batch.
+//! The gradient noise scale as a controller: each measuring step's estimate feeds
+//! the moving averages, and under `schedule = noise_scale(..)` or `goodput(..)`
+//! sizes the next global batch; the cadence decides which steps measure, and
+//! splits them when they lack two small batches.
 
+use crate::adapt::noise_cadence::{CadenceState, NoiseCadence};
 use crate::adapt::noise_scale::{NoiseScaleEstimator, NoiseScalePolicy};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::error::Result;
@@ -16,6 +18,7 @@ use super::states;
 /// The estimator, and what resizes the batch from it.
 pub(crate) struct NoiseScaleControl {
     estimator: NoiseScaleEstimator,
+    cadence: NoiseCadence,
     resize: Resize,
 }
 
@@ -37,6 +40,7 @@ impl NoiseScaleControl {
         };
         Ok(Some(Self {
             estimator: NoiseScaleEstimator::new(beta)?,
+            cadence: NoiseCadence::new(settings.step.noise_every),
             resize: match settings.schedule {
                 ScheduleSpec::NoiseScale(policy) => Resize::NoiseScale(policy),
                 ScheduleSpec::Goodput(spec) => {
@@ -46,18 +50,21 @@ impl NoiseScaleControl {
             },
         }))
     }
-}
 
-impl Controller for NoiseScaleControl {
-    fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
-        let StepOutcome::Trained {
-            noise: Some((norm, trace)),
-            ..
-        } = *report.outcome
-        else {
-            return Ok(());
-        };
-        let estimate = self.estimator.observe(norm, trace);
+    /// Whether the next step measures the noise scale.
+    pub(crate) fn measures_next(&self) -> bool {
+        self.cadence.measures_next()
+    }
+
+    /// Folds a measurement spanning `spans` steps in and resizes the batch.
+    fn observe(
+        &mut self,
+        (norm, trace): (f64, f64),
+        spans: u64,
+        report: &StepReport<'_>,
+        steer: &mut Steer<'_>,
+    ) -> Result<()> {
+        let estimate = self.estimator.observe_after(norm, trace, spans);
         let warmed_up = self.estimator.warmed_up();
         match &mut self.resize {
             Resize::LogOnly => {}
@@ -74,9 +81,47 @@ impl Controller for NoiseScaleControl {
         }
         Ok(())
     }
+}
+
+impl Controller for NoiseScaleControl {
+    fn begin(&mut self, steer: &mut Steer<'_>) -> Result<()> {
+        // The first step measures: split it when it lacks two small batches.
+        let split = steer.planner.measurement_needs_split();
+        steer.planner.split_for_measurement(split);
+        Ok(())
+    }
+
+    fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
+        let StepOutcome::Trained {
+            noise,
+            previous_step_seconds,
+            ..
+        } = *report.outcome
+        else {
+            return Ok(());
+        };
+        // The cadence is as it was when this step was planned.
+        let measured = self.cadence.measures_next();
+        let split = steer.planner.split_for_measurement_now();
+        let global = report.batches.global_size();
+        let spans = self
+            .cadence
+            .after_step(measured, split, global, previous_step_seconds);
+        if let (Some(noise), Some(spans)) = (noise, spans) {
+            self.observe(noise, spans, report, steer)?;
+        }
+        // The next step, at its (possibly new) batch.
+        let needs_split = steer.planner.measurement_needs_split();
+        self.cadence
+            .choose(needs_split, steer.planner.global_batch());
+        let split_next = needs_split && self.cadence.measures_next();
+        steer.planner.split_for_measurement(split_next);
+        Ok(())
+    }
 
     fn record(&mut self, entry: &mut StepLog) {
         entry.gradient_noise_scale = self.estimator.estimate();
+        entry.noise_scale_interval = Some(self.cadence.interval());
         if let Resize::Goodput(goodput) = &self.resize {
             goodput.record(entry);
         }
@@ -84,6 +129,7 @@ impl Controller for NoiseScaleControl {
 
     fn save(&mut self, at: &mut Save<'_>) -> Result<()> {
         at.into.put(states::NOISE_SCALE, 1, &self.estimator)?;
+        at.into.put(states::NOISE_CADENCE, 1, self.cadence.state())?;
         if let Resize::Goodput(goodput) = &self.resize {
             at.into.put(states::GOODPUT, 1, &goodput.state())?;
         }
@@ -93,6 +139,9 @@ impl Controller for NoiseScaleControl {
     fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {
         if let Some(saved) = at.from.get(states::NOISE_SCALE, 1)? {
             self.estimator = saved;
+        }
+        if let Some(saved) = at.from.get::<CadenceState>(states::NOISE_CADENCE, 1)? {
+            self.cadence.restore(saved);
         }
         if let Resize::Goodput(goodput) = &mut self.resize {
             if let Some(saved) = at.from.get(states::GOODPUT, 1)? {

@@ -32,6 +32,8 @@ pub(crate) const OOM: &str = "oom";
 pub(crate) const LOSS_SCALE: &str = "loss_scale";
 /// The gradient noise scale estimator's moving averages.
 pub(crate) const NOISE_SCALE: &str = "noise_scale";
+/// Which steps measure the gradient noise scale: [`crate::adapt::noise_cadence::CadenceState`].
+pub(crate) const NOISE_CADENCE: &str = "noise_cadence";
 /// `schedule = goodput(..)`: the measured step times and the last decision.
 pub(crate) const GOODPUT: &str = "goodput";
 /// The memory models (memory-aware runs): [`MemoryEntry`].

@@ -152,7 +152,7 @@ impl Resolved<'_> {
 
     /// The gradient noise scale (logged or scheduling) needs each small batch's
     /// mean gradient (over examples, or over tokens with `token_count`), and at
-    /// least two small batches per step.
+    /// least two small batches in a measuring step.
     fn check_noise_scale(&self, world_size: usize) -> Result<()> {
         if !self.noise_measured {
             return Ok(());
@@ -166,7 +166,11 @@ impl Resolved<'_> {
                     "the estimator needs each small batch's mean gradient over examples or tokens",
             }));
         }
-        if world_size == 1 && self.policy.grad_accum == GradAccum::Fixed(1) {
+        // A schedule in global units splits a measuring step into two
+        // micro-batches itself; a per-device size cannot split without changing
+        // the step's examples.
+        let splits = self.first_global.is_some();
+        if world_size == 1 && self.policy.grad_accum == GradAccum::Fixed(1) && !splits {
             return Err(Error::Settings(
                 SettingsError::NoiseScaleNeedsSmallBatches { small_batches: 1 },
             ));

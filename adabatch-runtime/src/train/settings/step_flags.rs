@@ -1,6 +1,8 @@
 //! How each step trains: the step flags (`StepArgs`) check and resolve themselves
 //! into `StepRules`.
 
+use crate::adapt::noise_scale::MeasureEvery;
+use crate::adapt::schedule::ScheduleSpec;
 use crate::config::args::StepArgs;
 use crate::config::policy::{OomPolicy, Reweight, TrainerPolicy};
 use crate::error::{Error, Result, SettingsError};
@@ -22,6 +24,8 @@ pub(crate) struct StepRules {
     pub(crate) max_grad_norm: f64,
     /// The moving averages' factor of the gradient noise scale, when measured.
     pub(crate) noise_scale_beta: Option<f64>,
+    /// Which steps measure it (`--noise-scale-every`, else the schedule's).
+    pub(crate) noise_every: MeasureEvery,
     /// `--bf16` / `--fp16`.
     pub(crate) precision: Precision,
     /// `--fp16`'s loss scaling, as it starts.
@@ -63,6 +67,10 @@ impl StepArgs {
             faults: FaultInjector::at_steps(self.inject_oom_at_steps.iter().copied()),
             max_grad_norm: self.max_grad_norm,
             noise_scale_beta: noise_measured.then_some(NOISE_SCALE_BETA),
+            noise_every: self.noise_scale_every.unwrap_or(match policy.schedule {
+                ScheduleSpec::NoiseScale(noise) => noise.every,
+                _ => MeasureEvery::Auto,
+            }),
             precision: match (self.bf16, self.fp16) {
                 (true, _) => Precision::Bf16,
                 (false, true) => Precision::F16,

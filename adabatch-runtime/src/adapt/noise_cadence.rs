@@ -1,0 +1,273 @@
+//! Which steps measure the gradient noise scale.
+//!
+//! A measurement needs two small batches in a step. Where a step has them anyway
+//! (several ranks, accumulation) measuring costs a norm per small batch, and every
+//! step measures. On one rank without accumulation the engine splits a measuring
+//! step into two micro-batches: the same examples and the same summed gradient,
+//! but on a launch-bound GPU nearly a second pass. The cadence then measures every
+//! `k`-th step, `k` fixed ([`MeasureEvery::Steps`]) or chosen from the measured
+//! cost of a split ([`MeasureEvery::Auto`]): with a split step `1 + c` times a
+//! plain one, measuring every `k` steps spends `c / (k + c)` of the run's time,
+//! at most [`MEASURE_BUDGET`] for `k ≥ c · (1/budget − 1)`.
+
+use super::noise_scale::{MeasureEvery, MEASURE_BUDGET};
+
+/// The longest automatic interval: a split dearer than about three plain steps
+/// still measures every 64 steps.
+pub const MAX_INTERVAL: usize = 64;
+
+/// The automatic interval while the cost of a split at the current batch is not
+/// yet known: alternating split and plain steps measures both times.
+const PROBING_INTERVAL: usize = 2;
+
+/// Whether a step ran as one pass or split in two for a measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum StepKind {
+    /// As planned.
+    Plain,
+    /// Split into two micro-batches to measure the noise scale.
+    Split,
+}
+
+/// Measured step times at one global batch: moving averages of plain and of
+/// split steps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SplitCost {
+    /// The global batch the times belong to.
+    pub global: usize,
+    /// Seconds of a plain step.
+    pub plain: Option<f64>,
+    /// Seconds of a split step.
+    pub split: Option<f64>,
+}
+
+impl SplitCost {
+    /// Adds a step of `kind` at global batch `global` that took `seconds`; a
+    /// time at another batch starts over (a step's cost grows with its batch).
+    fn record(&mut self, kind: StepKind, global: usize, seconds: f64) {
+        if !(seconds.is_finite() && seconds > 0.0) {
+            return;
+        }
+        if global != self.global {
+            *self = Self {
+                global,
+                ..Self::default()
+            };
+        }
+        let slot = match kind {
+            StepKind::Plain => &mut self.plain,
+            StepKind::Split => &mut self.split,
+        };
+        // Half-weight averages: a few steps settle it, one slow step moves it less.
+        *slot = Some(slot.map_or(seconds, |old| 0.5 * (old + seconds)));
+    }
+
+    /// A split's extra time as a share of a plain step, once both are measured.
+    pub fn extra(&self) -> Option<f64> {
+        match (self.plain, self.split) {
+            (Some(plain), Some(split)) => Some((split / plain - 1.0).max(0.0)),
+            _ => None,
+        }
+    }
+}
+
+/// The interval that keeps measuring within `budget` of the run's time when a
+/// split step costs `1 + extra` plain steps.
+pub fn interval_for(extra: f64, budget: f64) -> usize {
+    let k = (extra * (1.0 / budget - 1.0)).ceil();
+    if k.is_nan() {
+        return 1;
+    }
+    (k as usize).clamp(1, MAX_INTERVAL)
+}
+
+/// The cadence's state (a checkpoint stores it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CadenceState {
+    /// Steps since the last measuring step (0: the last step measured; `None`:
+    /// none yet).
+    pub since: Option<usize>,
+    /// Measure every `interval` steps.
+    pub interval: usize,
+    /// The last step's kind and global batch, whose time the next step reports.
+    pub last: Option<(StepKind, usize)>,
+    /// The measured cost of a split (automatic cadence).
+    pub cost: SplitCost,
+}
+
+/// Decides which steps measure the noise scale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NoiseCadence {
+    every: MeasureEvery,
+    state: CadenceState,
+    /// Whether this process has seen a step time: the first one it sees carries
+    /// one-time costs (kernels loaded, buffers allocated) and is left out.
+    timed: bool,
+}
+
+impl NoiseCadence {
+    /// A fresh cadence: the first step measures.
+    pub fn new(every: MeasureEvery) -> Self {
+        let interval = match every {
+            MeasureEvery::Steps(k) => k.max(1),
+            MeasureEvery::Auto => PROBING_INTERVAL,
+        };
+        Self {
+            every,
+            state: CadenceState {
+                since: None,
+                interval,
+                last: None,
+                cost: SplitCost::default(),
+            },
+            timed: false,
+        }
+    }
+
+    /// Whether the next step measures.
+    pub fn measures_next(&self) -> bool {
+        self.state
+            .since
+            .is_none_or(|since| since + 1 >= self.state.interval)
+    }
+
+    /// The interval in force.
+    pub fn interval(&self) -> usize {
+        self.state.interval
+    }
+
+    /// After a step of global batch `global` that `measured` (split in two when
+    /// `split`); `previous_seconds` is the time of the step before it (as each
+    /// step's all-reduce reports it). Returns the steps the measurement spans (since
+    /// the previous one) when it measured.
+    pub fn after_step(
+        &mut self,
+        measured: bool,
+        split: bool,
+        global: usize,
+        previous_seconds: Option<f64>,
+    ) -> Option<u64> {
+        if let Some(seconds) = previous_seconds {
+            if let (true, Some((kind, at))) = (self.timed, self.state.last) {
+                self.state.cost.record(kind, at, seconds);
+            }
+            self.timed = true;
+        }
+        let kind = if split {
+            StepKind::Split
+        } else {
+            StepKind::Plain
+        };
+        self.state.last = Some((kind, global));
+        let spans = self.state.since.map_or(1, |since| since as u64 + 1);
+        if measured {
+            self.state.since = Some(0);
+            Some(spans)
+        } else {
+            self.state.since = Some(self.state.since.map_or(1, |since| since + 1));
+            None
+        }
+    }
+
+    /// Sets the interval for the next steps: `split_needed` when a measuring step
+    /// of the next global batch, `global`, must be split (one rank without
+    /// accumulation). Where a measurement needs no split, the automatic cadence
+    /// measures every step.
+    pub fn choose(&mut self, split_needed: bool, global: usize) {
+        let MeasureEvery::Auto = self.every else {
+            return;
+        };
+        let cost = self.state.cost;
+        self.state.interval = match (split_needed, cost.extra()) {
+            (false, _) => 1,
+            (true, Some(extra)) if cost.global == global => interval_for(extra, MEASURE_BUDGET),
+            (true, _) => PROBING_INTERVAL,
+        };
+    }
+
+    /// Its state, for a checkpoint.
+    pub fn state(&self) -> &CadenceState {
+        &self.state
+    }
+
+    /// Continues from a checkpoint's state.
+    pub fn restore(&mut self, state: CadenceState) {
+        self.state = state;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run of `steps` steps at a fixed batch, with a step time model: returns
+    /// which steps measured.
+    fn run(cadence: &mut NoiseCadence, steps: usize, seconds: impl Fn(bool) -> f64) -> Vec<usize> {
+        let mut measured = Vec::new();
+        let mut previous = None;
+        for step in 1..=steps {
+            let measures = cadence.measures_next();
+            if measures {
+                measured.push(step);
+            }
+            cadence.after_step(measures, measures, 64, previous);
+            cadence.choose(true, 64);
+            previous = Some(seconds(measures));
+        }
+        measured
+    }
+
+    #[test]
+    fn fixed_interval_measures_every_kth_step_from_the_first() {
+        let mut cadence = NoiseCadence::new(MeasureEvery::Steps(5));
+        let measured = run(&mut cadence, 21, |_| 1.0);
+        assert_eq!(measured, vec![1, 6, 11, 16, 21]);
+        let mut every = NoiseCadence::new(MeasureEvery::Steps(1));
+        assert_eq!(run(&mut every, 4, |_| 1.0), vec![1, 2, 3, 4]);
+    }
+
+    /// A split step twice a plain one (a launch-bound GPU): c = 1, so the
+    /// interval is ⌈1 · (1/0.05 − 1)⌉ = 19 once both times are known.
+    #[test]
+    fn automatic_interval_matches_the_hand_computed_one() {
+        let mut cadence = NoiseCadence::new(MeasureEvery::Auto);
+        let measured = run(&mut cadence, 80, |split| if split { 0.02 } else { 0.01 });
+        assert_eq!(cadence.interval(), 19);
+        // Probing alternates (the first time is left out): 1 split (not timed),
+        // 2 plain, 3 split; step 4 reports step 3's time: every 19th from step 3.
+        assert_eq!(measured, vec![1, 3, 22, 41, 60, 79]);
+        let spent: f64 = (1..=80)
+            .map(|s| if measured.contains(&s) { 0.02 } else { 0.01 })
+            .sum();
+        assert!(spent / 0.8 - 1.0 < 0.08, "probing and measuring: {spent}");
+        // A split 1.25× a plain step: ⌈0.25 · 19⌉ = 5; a free split: every step.
+        assert_eq!(interval_for(0.25, MEASURE_BUDGET), 5);
+        assert_eq!(interval_for(0.0, MEASURE_BUDGET), 1);
+        assert_eq!(interval_for(100.0, MEASURE_BUDGET), MAX_INTERVAL);
+    }
+
+    #[test]
+    fn a_new_batch_probes_again_and_free_measurements_run_every_step() {
+        let mut cadence = NoiseCadence::new(MeasureEvery::Auto);
+        run(&mut cadence, 10, |split| if split { 0.02 } else { 0.01 });
+        assert_eq!(cadence.interval(), 19);
+        cadence.choose(true, 128);
+        assert_eq!(cadence.interval(), PROBING_INTERVAL, "no times at 128 yet");
+        cadence.choose(false, 128);
+        assert_eq!(cadence.interval(), 1, "several ranks: measuring is free");
+        assert!(cadence.measures_next());
+    }
+
+    #[test]
+    fn measurements_report_the_steps_they_span() {
+        let mut cadence = NoiseCadence::new(MeasureEvery::Steps(3));
+        let mut spans = Vec::new();
+        for _ in 0..9 {
+            let measures = cadence.measures_next();
+            if let Some(s) = cadence.after_step(measures, true, 8, None) {
+                spans.push(s);
+            }
+        }
+        assert_eq!(spans, vec![1, 3, 3], "steps 1, 4 and 7");
+    }
+}
