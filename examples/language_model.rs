@@ -253,7 +253,7 @@ fn write_summary(
     let evals: Vec<_> = summary
         .evaluations
         .iter()
-        .map(|e| serde_json::json!({"step": e.step, "epoch": e.epoch, "tokens": e.epoch * tokens_per_epoch, "eval_loss": e.eval_loss}))
+        .map(|e| serde_json::json!({"step": e.step, "epoch": e.epoch, "tokens": e.epoch * tokens_per_epoch, "eval_loss": e.eval_loss, "train_seconds": e.train_seconds}))
         .collect();
     let value = serde_json::json!({
         "steps": summary.global_step,

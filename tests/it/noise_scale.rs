@@ -463,3 +463,119 @@ fn a_rank_mean_cannot_measure_the_noise_scale() {
     );
     assert!(err.to_string().contains("reweight = none"), "{err}");
 }
+
+hand_trainer!(
+    Cadenced,
+    Linear,
+    candle_nn::SGD,
+    TrainerPolicy {
+        // One rank, no accumulation: the engine splits the measuring steps.
+        schedule: adabatch::ScheduleSpec::NoiseScale(adabatch::NoiseScalePolicy {
+            every: adabatch::MeasureEvery::Steps(3),
+            ..adabatch::NoiseScalePolicy::doubling(1.0, 8, 64)
+        }),
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
+/// `noise_scale(.., every = 3)` on one rank without accumulation: steps 1, 4, 7,
+/// … split into two micro-batches and move the estimate; the others run as one
+/// pass and leave it. A run resumed between two measurements (at step 5) goes on
+/// exactly as the uninterrupted one; resumed on two ranks, it measures at the
+/// same steps without splitting (each rank's share is a small batch) and still
+/// uses every example once an epoch.
+#[test]
+fn the_cadence_splits_only_measuring_steps_and_resumes_mid_cadence() {
+    let data = data(600);
+    let cadenced = |ranks: usize, steps: usize| {
+        let mut a = args(ranks, 8, steps);
+        a.step.log_gradient_noise_scale = false;
+        a
+    };
+    let logs = run_with(&cadenced(1, 30), &data, |model, opt| Cadenced {
+        model,
+        opt,
+    })
+    .unwrap();
+    assert_eq!(logs.len(), 30);
+    let mut previous = None;
+    for log in &logs {
+        let measuring = log.step % 3 == 1;
+        assert_eq!(
+            log.micro_batches,
+            if measuring { 2 } else { 1 },
+            "step {}",
+            log.step
+        );
+        assert_eq!(log.noise_scale_interval, Some(3));
+        if !measuring {
+            assert_eq!(log.gradient_noise_scale, previous, "step {}", log.step);
+        }
+        previous = log.gradient_noise_scale;
+    }
+    assert!(
+        logs.iter().any(|l| l.global_batch > 8),
+        "the batch never grew"
+    );
+
+    let out = std::env::temp_dir().join(format!("adabatch-noise-cadence-{}", std::process::id()));
+    let first = {
+        let mut a = cadenced(1, 5);
+        a.save.save_steps = 5;
+        a.save.output_dir = out.clone();
+        a
+    };
+    run_with(&first, &data, |model, opt| Cadenced { model, opt }).unwrap();
+    let resume = |ranks: usize| {
+        let mut a = cadenced(ranks, 30);
+        a.save.output_dir = out.clone();
+        a.save.resume_from_checkpoint = Some("latest".into());
+        run_with(&a, &data, |model, opt| Cadenced { model, opt })
+            .unwrap()
+            .into_iter()
+            .filter(|l| l.step > 5)
+            .collect::<Vec<StepLog>>()
+    };
+    let resumed = resume(1);
+    assert_eq!(resumed.len(), 25);
+    for (r, s) in resumed.iter().zip(&logs[5..]) {
+        assert_eq!(
+            (r.step, r.global_batch, r.micro_batches, &r.indices),
+            (s.step, s.global_batch, s.micro_batches, &s.indices)
+        );
+        assert_eq!(
+            r.gradient_noise_scale, s.gradient_noise_scale,
+            "step {}",
+            r.step
+        );
+        assert_eq!(r.loss, s.loss, "step {}", r.step);
+    }
+    let on_two = resume(2);
+    assert_eq!(on_two.len(), 25);
+    assert_eq!(
+        on_two[0].global_batch, logs[5].global_batch,
+        "the checkpoint's next batch"
+    );
+    for r in &on_two {
+        assert_eq!(r.micro_batches, 1, "step {}: no split on two ranks", r.step);
+        let moved = r.gradient_noise_scale
+            != on_two
+                .iter()
+                .find(|l| l.step == r.step - 1)
+                .map_or(r.gradient_noise_scale, |l| l.gradient_noise_scale);
+        if moved {
+            assert_eq!(r.step % 3, 1, "only measuring steps move the estimate");
+        }
+    }
+    let seen: Vec<usize> = logs[..5]
+        .iter()
+        .chain(&on_two)
+        .flat_map(|l| l.indices.concat())
+        .collect();
+    let epoch = &seen[..seen.len().min(data.len())];
+    let mut sorted = epoch.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), epoch.len(), "an example twice in one epoch");
+    let _ = std::fs::remove_dir_all(&out);
+}

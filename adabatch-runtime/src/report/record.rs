@@ -121,6 +121,10 @@ pub struct EvalLog {
     pub eval_loss: f64,
     /// Eval examples evaluated (each once, over all ranks).
     pub eval_examples: usize,
+    /// Seconds since the run (or its resumption) started, earlier evaluations and
+    /// checkpoints left out: the training time this evaluation's loss cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_seconds: Option<f64>,
     /// `eval_<name>`: the mean over the eval set of each of the model's
     /// `TrainModel::eval_metrics`.
     #[serde(flatten)]

@@ -28,6 +28,8 @@ pub(crate) struct Progress {
     examples_since_log: usize,
     last_log: Instant,
     started: Instant,
+    /// Evaluations and checkpoints, left out of the training time.
+    paused: std::time::Duration,
     step_losses: Vec<f64>,
     /// The last trained step's global batch (0 before one).
     last_global: usize,
@@ -42,6 +44,7 @@ impl Progress {
             examples_since_log: 0,
             last_log: started,
             started,
+            paused: std::time::Duration::ZERO,
             step_losses: Vec::new(),
             last_global: 0,
         }
@@ -59,6 +62,12 @@ impl Progress {
     /// log.
     pub(crate) fn pause(&mut self, spent: std::time::Duration) {
         self.last_log += spent;
+        self.paused += spent;
+    }
+
+    /// Seconds spent training since the start, pauses left out.
+    pub(crate) fn train_seconds(&self) -> f64 {
+        self.started.elapsed().saturating_sub(self.paused).as_secs_f64()
     }
 
     /// The losses of the steps since the last log (a checkpoint keeps them, so

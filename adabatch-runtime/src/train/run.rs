@@ -472,7 +472,9 @@ where
             precision: self.settings.step.precision,
         };
         let (step, epoch) = (self.planner.step(), self.planner.sampler().epoch());
-        let entry = evaluate(self.trainer, self.comm, &input, step, epoch)?;
+        let train_seconds = self.progress.train_seconds();
+        let mut entry = evaluate(self.trainer, self.comm, &input, step, epoch)?;
+        entry.train_seconds = Some(train_seconds);
         if let Some(logger) = self.logger.as_deref_mut() {
             logger.log_eval(&entry)?;
         }
