@@ -21,8 +21,9 @@ PY=/opt/torch/.venv/bin/python
 SP=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 B=/tmp/adabatch
 mkdir -p $B
+# Only the binaries carried (a session may carry only what its steps need).
 for bin in gpu_check gpu-tests language_model; do
-    [[ -x $B/$bin ]] || { xz -dc "$carry/$bin.xz" >$B/$bin && chmod +x $B/$bin; }
+    [[ -x $B/$bin || ! -f "$carry/$bin.xz" ]] || { xz -dc "$carry/$bin.xz" >$B/$bin && chmod +x $B/$bin; }
 done
 ln -sf "$SP/nvidia/nccl/lib/libnccl.so.2" $B/libnccl.so
 # Appended, so the driver's libcuda.so.1 stays reachable.
@@ -30,7 +31,9 @@ export LD_LIBRARY_PATH=$SP/nvidia/cu13/lib:$SP/nvidia/nccl/lib:$B${LD_LIBRARY_PA
 D="$carry/corpus.txt"
 L=/tmp/lm
 mkdir -p $L
-[[ -d $L/tokens ]] || cp -r "$carry/lm-tokens" $L/tokens
+# Without carried tokens the first language-model run prepares them from the
+# example's default corpus (its BPE trains in seconds on the GPU machine's cores).
+[[ -d $L/tokens || ! -d "$carry/lm-tokens" ]] || cp -r "$carry/lm-tokens" $L/tokens
 
 # step NAME SECONDS COMMAND...: runs COMMAND under a time limit when NAME is wanted.
 step() {
@@ -86,4 +89,11 @@ step lm-fixed 180 "for b in 8 32 128 512; do $B/language_model --device cuda --g
 step lm-epoch 240 "for b in 16 32 64 128; do $B/language_model --device cuda --global-batch-size \$b \
     --tokens-dir $L/tokens --output-dir $L/epoch-\$b --save-steps 0 --samples 0 --report-to none \
     --quiet --summary-json $L/epoch-\$b.json > /dev/null && cp $L/epoch-\$b.json $out/; done"
+# The frontier in seconds (benches/compare/lm_frontier/gpu.sh): one epoch of the
+# carried tokens' corpus, the 1.3 M and 28 M decoders, fixed batches of 16 to 128
+# against the default and goodput, FRONTIER_SEEDS (default 1 2), each run alone on
+# the card after a warm-up; the runs' files come back as one archive.
+step frontier ${FRONTIER_LIMIT:-480} "BIN=$B/language_model TOKENS=$L/tokens OUT=/tmp/frontier LIMIT=120 \
+    bash benches/compare/lm_frontier/gpu.sh ${FRONTIER_SEEDS:-1 2}; \
+    tar -C /tmp --exclude run --exclude warm-up -czf $out/frontier.tar.gz frontier"
 exit 0

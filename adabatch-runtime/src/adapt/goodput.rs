@@ -441,8 +441,27 @@ fn past_flat_time(spec: &GoodputSpec, time: &StepTime<'_>, world: usize) -> Opti
         .map(|shape| shape.global)
 }
 
+/// The largest global batch goodput chooses, in noise scales: at `B = B_noise` a
+/// step already needs twice the examples of the smallest batches for the same
+/// progress (McCandlish et al. 2018, E = E_min (1 + B_noise / B) turned around);
+/// beyond it Pollux's efficiency `(φ + M₀)/(φ + M)` under the √ rate rule
+/// overrates progress (measured: on one H200, goodput chose 126 and 247 at φ ≈ 31
+/// and ended at fixed 128's loss, worse than fixed 64's in more time).
+pub const MAX_NOISE_SCALES: f64 = 1.0;
+
+/// The largest global batch goodput may choose at noise scale `phi`: one noise
+/// scale, never below the smallest batch.
+pub fn noise_cap(spec: &GoodputSpec, phi: f64) -> usize {
+    let cap = (phi.max(0.0) * MAX_NOISE_SCALES).floor();
+    if cap.is_nan() {
+        return spec.min;
+    }
+    (cap as usize).clamp(spec.min, spec.max)
+}
+
 /// The next shape after a step of `current`, given the noise scale `phi`
-/// (`None` before it is measured) and the step times.
+/// (`None` before it is measured) and the step times. The chosen and explored
+/// global batches stay within [`noise_cap`].
 ///
 /// Errors when the given step-time function returns a time that is not a
 /// positive number: the run cannot rank shapes without one.
@@ -462,8 +481,9 @@ pub fn decide(
         });
     };
     let efficiency_of = |m: usize| Some(efficiency(phi, spec.min, m));
+    let cap = noise_cap(spec, phi);
     let explore = |global: usize| {
-        let shape = spec.shape_for(global, world).unwrap_or(current);
+        let shape = spec.shape_for(global.min(cap), world).unwrap_or(current);
         GoodputDecision {
             shape,
             reason: GoodputReason::Explore,
@@ -496,7 +516,7 @@ pub fn decide(
         Ok(goodput(spec, phi, shape, seconds))
     };
     let mut best: Option<(StepShape, f64)> = None;
-    for shape in spec.shapes(world) {
+    for shape in spec.shapes(world).filter(|s| s.global <= cap) {
         let g = score(shape)?;
         if best.is_none_or(|(_, b)| g > b) {
             best = Some((shape, g));
@@ -511,7 +531,12 @@ pub fn decide(
             ),
         }));
     };
-    let current_goodput = score(current)?;
+    // A batch past the cap (the noise scale fell) leaves whatever it scores.
+    let current_goodput = if current.global <= cap {
+        score(current)?
+    } else {
+        0.0
+    };
     let (shape, reason, g) = if best_goodput > current_goodput * (1.0 + spec.hysteresis) {
         (best, GoodputReason::Best, best_goodput)
     } else if best == current {
@@ -545,6 +570,34 @@ mod tests {
     /// T = 0.5 + 0.01·n seconds for n examples per rank (no per-micro-batch cost).
     fn affine(shape: StepShape) -> f64 {
         0.5 + 0.01 * shape.per_rank() as f64
+    }
+
+    #[test]
+    fn the_noise_scale_caps_the_choice() {
+        // A flat step time (a GPU far from its limits) makes every larger batch
+        // look faster: uncapped the search would take the largest, 1024.
+        fn flat(_: StepShape) -> f64 {
+            0.03
+        }
+        let s = spec(0);
+        let start = s.shape_for(4, 1).unwrap();
+        let d = decide(&s, Some(31.0), start, &StepTime::Given(flat)).unwrap();
+        assert_eq!(d.shape.global, 31, "one noise scale: {:?}", d.shape);
+        assert_eq!(noise_cap(&s, 31.9), 31);
+        assert_eq!(noise_cap(&s, 1.0), 4, "never below min");
+        assert_eq!(noise_cap(&s, f64::NAN), 4);
+        // A batch past the cap (the noise scale fell) comes back under it, even
+        // where the hysteresis would keep a nearly as good one.
+        let held = GoodputSpec {
+            hysteresis: 10.0,
+            ..s
+        };
+        let above = s.shape_for(128, 1).unwrap();
+        let d = decide(&held, Some(31.0), above, &StepTime::Given(flat)).unwrap();
+        assert_eq!(d.shape.global, 31);
+        // With the noise scale far above the optimum, the cap does not bind.
+        let d = decide(&s, Some(5_000.0), start, &StepTime::Given(affine)).unwrap();
+        assert!(d.shape.global > 31, "{:?}", d.shape);
     }
 
     #[test]

@@ -58,8 +58,9 @@ impl SplitCost {
             StepKind::Plain => &mut self.plain,
             StepKind::Split => &mut self.split,
         };
-        // Half-weight averages: a few steps settle it, one slow step moves it less.
-        *slot = Some(slot.map_or(seconds, |old| 0.5 * (old + seconds)));
+        // A step time varies by tens of percent from step to step (seen on CPU):
+        // a quarter-weight average keeps the interval from following each one.
+        *slot = Some(slot.map_or(seconds, |old| 0.75 * old + 0.25 * seconds));
     }
 
     /// A split's extra time as a share of a plain step, once both are measured.
