@@ -15,7 +15,8 @@
 # about 16 times an epoch, by the batch it mostly trains at, and records the
 # training seconds before each evaluation, so that seconds.py reads the wall
 # time to any loss. A first run (30 steps, not kept) compiles candle's kernels
-# before anything is timed.
+# before anything is timed. DEVICE (default cuda) and EXTRA (flags added to
+# every run) make a dry run on CPU: DEVICE=cpu EXTRA="--max-steps 40".
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 bin=${BIN:?BIN: the language_model binary}
@@ -49,10 +50,12 @@ policy_flags() {
     esac
 }
 
-common=(--device cuda --tokens-dir "$tokens" --save-steps 0 --samples 0 --quiet --report-to none --logging-steps 50)
+base=(--device "${DEVICE:-cuda}" --tokens-dir "$tokens" --save-steps 0 --samples 0 --quiet --report-to none --logging-steps 50)
+# shellcheck disable=SC2206
+common=("${base[@]}" ${EXTRA:-})
 
 echo "warm-up (candle's kernels): 30 steps"
-timeout -k 5 "$limit" "$bin" "${common[@]}" --global-batch-size 64 --max-steps 30 --eval-strategy no \
+timeout -k 5 "$limit" "$bin" "${base[@]}" --global-batch-size 64 --max-steps 30 --eval-strategy no \
     --output-dir "$out/warm-up" >"$out/warm-up.log" 2>&1 || echo "warm-up failed: $(tail -n 3 "$out/warm-up.log")"
 
 for seed in "${seeds[@]}"; do
