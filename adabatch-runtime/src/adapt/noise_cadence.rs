@@ -181,7 +181,11 @@ impl NoiseCadence {
         let cost = self.state.cost;
         self.state.interval = match (split_needed, cost.extra()) {
             (false, _) => 1,
-            (true, Some(extra)) if cost.global == global => interval_for(extra, MEASURE_BUDGET),
+            // At least every other step stays plain: its time keeps the cost
+            // current (one noisy early pair must not lock in splitting every step).
+            (true, Some(extra)) if cost.global == global => {
+                interval_for(extra, MEASURE_BUDGET).max(PROBING_INTERVAL)
+            }
             (true, _) => PROBING_INTERVAL,
         };
     }
@@ -241,9 +245,13 @@ mod tests {
             .map(|s| if measured.contains(&s) { 0.02 } else { 0.01 })
             .sum();
         assert!(spent / 0.8 - 1.0 < 0.08, "probing and measuring: {spent}");
-        // A split 1.25× a plain step: ⌈0.25 · 19⌉ = 5; a free split: every step.
+        // A split 1.25× a plain step: ⌈0.25 · 19⌉ = 5; a free split: every step,
+        // but the cadence keeps every other step plain to keep its cost current.
         assert_eq!(interval_for(0.25, MEASURE_BUDGET), 5);
         assert_eq!(interval_for(0.0, MEASURE_BUDGET), 1);
+        let mut cheap = NoiseCadence::new(MeasureEvery::Auto);
+        run(&mut cheap, 10, |split| if split { 0.009 } else { 0.01 });
+        assert_eq!(cheap.interval(), PROBING_INTERVAL);
         assert_eq!(interval_for(100.0, MEASURE_BUDGET), MAX_INTERVAL);
     }
 

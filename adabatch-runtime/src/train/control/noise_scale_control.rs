@@ -56,23 +56,29 @@ impl NoiseScaleControl {
         self.cadence.measures_next()
     }
 
-    /// Folds a measurement spanning `spans` steps in and resizes the batch.
-    fn observe(
+    /// Folds a measurement spanning `spans` steps in (when the step measured)
+    /// and resizes the batch: the noise-scale policy after a measurement,
+    /// goodput after every step (it learns every step's time).
+    fn resize(
         &mut self,
-        (norm, trace): (f64, f64),
-        spans: u64,
+        measurement: Option<((f64, f64), u64)>,
         report: &StepReport<'_>,
         steer: &mut Steer<'_>,
     ) -> Result<()> {
-        let estimate = self.estimator.observe_after(norm, trace, spans);
+        let estimate = match measurement {
+            Some(((norm, trace), spans)) => self.estimator.observe_after(norm, trace, spans),
+            None => self.estimator.estimate(),
+        };
         let warmed_up = self.estimator.warmed_up();
         match &mut self.resize {
             Resize::LogOnly => {}
             Resize::NoiseScale(policy) => {
-                let current = steer.planner.global_batch();
-                steer
-                    .planner
-                    .set_global_batch(policy.next(current, estimate, warmed_up));
+                if measurement.is_some() {
+                    let current = steer.planner.global_batch();
+                    steer
+                        .planner
+                        .set_global_batch(policy.next(current, estimate, warmed_up));
+                }
             }
             Resize::Goodput(goodput) => {
                 let phi = estimate.filter(|_| warmed_up);
@@ -107,9 +113,7 @@ impl Controller for NoiseScaleControl {
         let spans = self
             .cadence
             .after_step(measured, split, global, previous_step_seconds);
-        if let (Some(noise), Some(spans)) = (noise, spans) {
-            self.observe(noise, spans, report, steer)?;
-        }
+        self.resize(noise.zip(spans), report, steer)?;
         // The next step, at its (possibly new) batch.
         let needs_split = steer.planner.measurement_needs_split();
         self.cadence
