@@ -1,9 +1,10 @@
 // `noise_scale(..)`: the next global batch from the gradient noise scale, by
-// doubling by default, continuously with `factor = 1`.
+// doubling by default, continuously with `factor = 1`, measured on an automatic
+// cadence by default or every `n` steps.
 #![deny(warnings)]
 
 use adabatch::prelude::*;
-use adabatch::{GradAccum, NoiseScalePolicy, ScheduleSpec};
+use adabatch::{GradAccum, MeasureEvery, NoiseScalePolicy, ScheduleSpec};
 
 #[path = "../support/tiny.rs"]
 mod tiny;
@@ -34,7 +35,31 @@ struct Continuous {
     opt: candle_nn::SGD,
 }
 
+#[adaptive_trainer(schedule = noise_scale(min = 8, max = 64, every = 4))]
+struct Every4 {
+    #[model]
+    model: tiny::Tiny,
+    #[optimizer]
+    opt: candle_nn::SGD,
+}
+
+#[adaptive_trainer(schedule = noise_scale(min = 8, max = 64, every = auto))]
+struct EveryAuto {
+    #[model]
+    model: tiny::Tiny,
+    #[optimizer]
+    opt: candle_nn::SGD,
+}
+
 fn main() {
+    assert_eq!(
+        Every4::POLICY.schedule,
+        ScheduleSpec::NoiseScale(NoiseScalePolicy {
+            every: MeasureEvery::Steps(4),
+            ..NoiseScalePolicy::doubling(1.0, 8, 64)
+        })
+    );
+    assert_eq!(EveryAuto::POLICY.schedule, Defaults::POLICY.schedule);
     assert_eq!(
         Adaptive::POLICY.schedule,
         ScheduleSpec::NoiseScale(NoiseScalePolicy::doubling(0.5, 32, 4096))

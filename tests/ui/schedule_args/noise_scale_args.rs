@@ -1,4 +1,5 @@
-// `noise_scale` needs `min` and `max` (1 <= min <= max) and a positive fraction.
+// `noise_scale` needs `min` and `max` (1 <= min <= max) and a positive fraction;
+// `every` is `auto` or a number of steps >= 1.
 use adabatch::prelude::*;
 
 #[path = "../support/tiny.rs"]
@@ -22,6 +23,22 @@ struct Zero {
 
 #[adaptive_trainer(schedule = noise_scale(min = 64, max = 32))]
 struct Crossed {
+    #[model]
+    model: tiny::Tiny,
+    #[optimizer]
+    opt: candle_nn::SGD,
+}
+
+#[adaptive_trainer(schedule = noise_scale(min = 8, max = 32, every = 0))]
+struct NeverMeasured {
+    #[model]
+    model: tiny::Tiny,
+    #[optimizer]
+    opt: candle_nn::SGD,
+}
+
+#[adaptive_trainer(schedule = noise_scale(min = 8, max = 32, every = sometimes))]
+struct Vague {
     #[model]
     model: tiny::Tiny,
     #[optimizer]
