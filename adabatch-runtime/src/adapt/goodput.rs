@@ -442,6 +442,31 @@ fn past_flat_time(spec: &GoodputSpec, time: &StepTime<'_>, world: usize) -> Opti
         .map(|shape| shape.global)
 }
 
+/// The shape of the highest `score` among those of at most `cap` examples.
+fn best_shape(
+    spec: &GoodputSpec,
+    world: usize,
+    cap: usize,
+    score: &dyn Fn(StepShape) -> Result<f64>,
+) -> Result<(StepShape, f64)> {
+    let mut best: Option<(StepShape, f64)> = None;
+    for shape in spec.shapes(world).filter(|s| s.global <= cap) {
+        let g = score(shape)?;
+        if best.is_none_or(|(_, b)| g > b) {
+            best = Some((shape, g));
+        }
+    }
+    best.ok_or_else(|| {
+        Error::Settings(SettingsError::InvalidSchedule {
+            schedule: "goodput",
+            reason: format!(
+                "no global batch in [{}, {}] fits max_local = {} with at most {} micro-batches on {world} rank(s)",
+                spec.min, spec.max, spec.max_local, spec.max_micro_batches
+            ),
+        })
+    })
+}
+
 /// The largest global batch goodput chooses, in noise scales: at `B = B_noise` a
 /// step already needs twice the examples of the smallest batches for the same
 /// progress (McCandlish et al. 2018, E = E_min (1 + B_noise / B) turned around);
@@ -516,22 +541,7 @@ pub fn decide(
         }
         Ok(goodput(spec, phi, shape, seconds))
     };
-    let mut best: Option<(StepShape, f64)> = None;
-    for shape in spec.shapes(world).filter(|s| s.global <= cap) {
-        let g = score(shape)?;
-        if best.is_none_or(|(_, b)| g > b) {
-            best = Some((shape, g));
-        }
-    }
-    let Some((best, best_goodput)) = best else {
-        return Err(Error::Settings(SettingsError::InvalidSchedule {
-            schedule: "goodput",
-            reason: format!(
-                "no global batch in [{}, {}] fits max_local = {} with at most {} micro-batches on {world} rank(s)",
-                spec.min, spec.max, spec.max_local, spec.max_micro_batches
-            ),
-        }));
-    };
+    let (best, best_goodput) = best_shape(spec, world, cap, &score)?;
     // A batch past the cap (the noise scale fell) leaves whatever it scores.
     let current_goodput = if current.global <= cap {
         score(current)?

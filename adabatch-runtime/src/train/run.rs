@@ -274,8 +274,7 @@ where
         // Only memory-aware runs need the device's peak (it synchronises the device).
         let peak = (self.controllers.memory.memory_mode() && !self.device.is_cpu())
             .then(|| PeakSampler::start(self.device));
-        self.input.loss_scale = self.controllers.loss_scale();
-        self.input.noise_scale = self.controllers.measures_noise();
+        self.controllers.prepare(&mut self.input);
         // The step's own time (collating, computing, the all-reduce, the update),
         // without evaluation or saving: what goodput's step-time model fits.
         let started = std::time::Instant::now();

@@ -36,6 +36,7 @@ use crate::dist::communicator::Communicator;
 use crate::error::Result;
 use crate::report::record::StepLog;
 use crate::train::settings::RunSettings;
+use crate::train::step::StepInput;
 
 pub(crate) use controller::{Controller, Restore, Save, Steer, StepReport, UserControllers};
 use loss_scale::LossScaleControl;
@@ -151,11 +152,14 @@ impl Controllers {
         Ok(())
     }
 
-    /// Whether the next step measures the gradient noise scale.
-    pub(crate) fn measures_noise(&self) -> bool {
-        self.noise_scale
+    /// What the next step takes from the controllers: its loss scale, and
+    /// whether it measures the gradient noise scale.
+    pub(crate) fn prepare<D: ?Sized, C>(&self, input: &mut StepInput<'_, D, C>) {
+        input.loss_scale = self.loss_scale();
+        input.noise_scale = self
+            .noise_scale
             .as_ref()
-            .is_some_and(NoiseScaleControl::measures_next)
+            .is_some_and(NoiseScaleControl::measures_next);
     }
 
     /// The loss scale of the next step (1 unless `--fp16`).
