@@ -1,10 +1,10 @@
 //! Which steps measure the gradient noise scale.
 //!
-//! A measurement needs two small batches in a step. Where a step has them anyway
-//! (several ranks, accumulation) measuring costs a norm per small batch, and every
-//! step measures. On one rank without accumulation the engine splits a measuring
-//! step into two micro-batches: the same examples and the same summed gradient,
-//! but on a launch-bound GPU nearly a second pass. The cadence then measures every
+//! A measurement needs small batches in a step. Where a step has enough anyway
+//! (four ranks, accumulation) measuring costs a norm per small batch, and every
+//! step measures. Otherwise the engine splits a measuring step into two
+//! micro-batches (`StepPlanner::measurement_needs_split`): the same examples and
+//! the same summed gradient, but on a launch-bound GPU nearly a second pass. The cadence then measures every
 //! `k`-th step, `k` fixed ([`MeasureEvery::Steps`]) or chosen from the measured
 //! cost of a split ([`MeasureEvery::Auto`]): with a split step `1 + c` times a
 //! plain one, measuring every `k` steps spends `c / (k + c)` of the run's time,

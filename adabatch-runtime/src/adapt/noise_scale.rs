@@ -63,7 +63,7 @@ pub struct NoiseScalePolicy {
 pub enum MeasureEvery {
     /// From the measured cost of a split against a plain step, so that measuring
     /// costs at most [`MEASURE_BUDGET`] of the run's time (every step when the
-    /// step has two small batches anyway: several ranks, accumulation).
+    /// step has its small batches anyway: four ranks, accumulation).
     #[default]
     Auto,
     /// Every `k`-th step (1: every step).
