@@ -211,8 +211,8 @@ pub struct StepArgs {
     pub log_gradient_noise_scale: bool,
     /// Every how many steps the gradient noise scale is measured: `auto` (the
     /// default: from the measured cost of splitting a step in two, at most 5 % of
-    /// the run's time; every step where a step has its small batches anyway: four ranks, accumulation) or
-    /// a number of steps. Overrides the schedule's `every`.
+    /// the run's time; every step on four ranks or with accumulation) or a
+    /// number of steps. Overrides the schedule's `every`.
     #[arg(long, value_name = "auto|STEPS")]
     pub noise_scale_every: Option<crate::adapt::noise_scale::MeasureEvery>,
 }
