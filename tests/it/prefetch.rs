@@ -59,6 +59,9 @@ hand_trainer!(
             factor: 1,
             hysteresis: 0.0,
             shrink: true,
+            // Every step measures: the automatic cadence follows measured times,
+            // and the two runs compared must take the same steps.
+            every: adabatch::MeasureEvery::Steps(1),
             ..adabatch::NoiseScalePolicy::doubling(1.0, 4, 40)
         }),
         ..TrainerPolicy::DEFAULT
