@@ -82,6 +82,17 @@ pub fn interval_for(extra: f64, budget: f64) -> usize {
     (k as usize).clamp(1, MAX_INTERVAL)
 }
 
+/// A step's time as the cadence learns it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StepSeconds {
+    /// Measured: each step reports the time of the step before it (`None`: no
+    /// rank timed one).
+    Previous(Option<f64>),
+    /// Given by a step-time model (goodput's `step_time`) for this step: runs
+    /// repeat their cadence.
+    This(f64),
+}
+
 /// The cadence's state (a checkpoint stores it).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CadenceState {
@@ -138,27 +149,30 @@ impl NoiseCadence {
     }
 
     /// After a step of global batch `global` that `measured` (split in two when
-    /// `split`); `previous_seconds` is the time of the step before it (as each
-    /// step's all-reduce reports it). Returns the steps the measurement spans (since
-    /// the previous one) when it measured.
+    /// `split`), with its time or the time of the step before it. Returns the
+    /// steps the measurement spans (since the previous one) when it measured.
     pub fn after_step(
         &mut self,
         measured: bool,
         split: bool,
         global: usize,
-        previous_seconds: Option<f64>,
+        seconds: StepSeconds,
     ) -> Option<u64> {
-        if let Some(seconds) = previous_seconds {
-            if let (true, Some((kind, at))) = (self.timed, self.state.last) {
-                self.state.cost.record(kind, at, seconds);
-            }
-            self.timed = true;
-        }
         let kind = if split {
             StepKind::Split
         } else {
             StepKind::Plain
         };
+        match seconds {
+            StepSeconds::Previous(Some(seconds)) => {
+                if let (true, Some((kind, at))) = (self.timed, self.state.last) {
+                    self.state.cost.record(kind, at, seconds);
+                }
+                self.timed = true;
+            }
+            StepSeconds::Previous(None) => {}
+            StepSeconds::This(seconds) => self.state.cost.record(kind, global, seconds),
+        }
         self.state.last = Some((kind, global));
         let spans = self.state.since.map_or(1, |since| since as u64 + 1);
         if measured {
@@ -215,7 +229,7 @@ mod tests {
             if measures {
                 measured.push(step);
             }
-            cadence.after_step(measures, measures, 64, previous);
+            cadence.after_step(measures, measures, 64, StepSeconds::Previous(previous));
             cadence.choose(true, 64);
             previous = Some(seconds(measures));
         }
@@ -267,13 +281,28 @@ mod tests {
         assert!(cadence.measures_next());
     }
 
+    /// goodput's step-time model in the tests: 40 ms + 2 ms an example + 5 ms a
+    /// micro-batch. At 2 examples a plain step is 47 ms and a split one 52 ms: c =
+    /// 5/47, and ⌈19 · 5/47⌉ = 3, the same on every run.
+    #[test]
+    fn a_given_step_time_chooses_a_repeatable_interval() {
+        let mut cadence = NoiseCadence::new(MeasureEvery::Auto);
+        for _ in 0..4 {
+            let split = cadence.measures_next();
+            let seconds = 0.04 + 0.002 + 0.005 * if split { 2.0 } else { 1.0 };
+            cadence.after_step(split, split, 2, StepSeconds::This(seconds));
+            cadence.choose(true, 2);
+        }
+        assert_eq!(cadence.interval(), 3);
+    }
+
     #[test]
     fn measurements_report_the_steps_they_span() {
         let mut cadence = NoiseCadence::new(MeasureEvery::Steps(3));
         let mut spans = Vec::new();
         for _ in 0..9 {
             let measures = cadence.measures_next();
-            if let Some(s) = cadence.after_step(measures, true, 8, None) {
+            if let Some(s) = cadence.after_step(measures, true, 8, StepSeconds::Previous(None)) {
                 spans.push(s);
             }
         }

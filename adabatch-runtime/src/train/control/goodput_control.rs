@@ -79,6 +79,16 @@ impl GoodputControl {
         Ok(())
     }
 
+    /// This step's time under `step_time = f` (`None` where times are measured).
+    pub(crate) fn given_seconds(&self, report: &StepReport<'_>) -> Option<f64> {
+        let f = self.spec.step_time?;
+        Some(f(StepShape {
+            global: report.batches.global_size(),
+            micro_batches: report.batches.micro.len(),
+            world: self.world,
+        }))
+    }
+
     /// Folds in the time of the step before this one (measured runs), or this
     /// step's given time.
     fn learn(&mut self, step_shape: StepShape, measured: Option<f64>) -> Result<()> {

@@ -3,7 +3,7 @@
 //! sizes the next global batch; the cadence decides which steps measure, and
 //! splits them when they lack two small batches.
 
-use crate::adapt::noise_cadence::{CadenceState, NoiseCadence};
+use crate::adapt::noise_cadence::{CadenceState, NoiseCadence, StepSeconds};
 use crate::adapt::noise_scale::{NoiseScaleEstimator, NoiseScalePolicy};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::error::Result;
@@ -110,9 +110,12 @@ impl Controller for NoiseScaleControl {
         let measured = self.cadence.measures_next();
         let split = steer.planner.split_for_measurement_now();
         let global = report.batches.global_size();
-        let spans = self
-            .cadence
-            .after_step(measured, split, global, previous_step_seconds);
+        let seconds = match &self.resize {
+            Resize::Goodput(goodput) => goodput.given_seconds(report),
+            _ => None,
+        }
+        .map_or(StepSeconds::Previous(previous_step_seconds), StepSeconds::This);
+        let spans = self.cadence.after_step(measured, split, global, seconds);
         self.resize(noise.zip(spans), report, steer)?;
         // The next step, at its (possibly new) batch.
         let needs_split = steer.planner.measurement_needs_split();
