@@ -251,6 +251,7 @@ fn noise_scale_defaults_to_doubling_and_takes_its_tracking_keys() {
             factor: 2,
             hysteresis: 0.1,
             shrink: false,
+            every: None,
         }
     );
     assert_eq!(
@@ -261,7 +262,8 @@ fn noise_scale_defaults_to_doubling_and_takes_its_tracking_keys() {
                 max = 256,
                 factor = 1,
                 hysteresis = 0,
-                shrink = true
+                shrink = true,
+                every = 4
             )
         )),
         Schedule::NoiseScale {
@@ -271,7 +273,22 @@ fn noise_scale_defaults_to_doubling_and_takes_its_tracking_keys() {
             factor: 1,
             hysteresis: 0.0,
             shrink: true,
+            every: Some(4),
         }
+    );
+    assert_eq!(
+        schedule(parse_quote!(
+            schedule = noise_scale(min = 8, max = 256, every = auto)
+        )),
+        schedule(parse_quote!(schedule = noise_scale(min = 8, max = 256))),
+    );
+    assert_error(
+        parse_quote!(schedule = noise_scale(min = 8, max = 256, every = 0)),
+        "`noise_scale`: `every` must be at least 1",
+    );
+    assert_error(
+        parse_quote!(schedule = noise_scale(min = 8, max = 256, every = often)),
+        "`noise_scale`: `every` takes `auto` or a number of steps, found `often`",
     );
     assert_error(
         parse_quote!(schedule = noise_scale(min = 8, max = 256, factor = 0)),
