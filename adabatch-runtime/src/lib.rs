@@ -86,6 +86,7 @@ pub use dist::communicator::{Communicator, Local, Single};
 pub use dist::nccl::Nccl;
 #[cfg(feature = "nccl")]
 pub use dist::rendezvous::{Rendezvous, TorchrunEnv};
+pub use error::INTERRUPTED_EXIT_CODE;
 pub use error::{
     exit_code, CheckpointError, DataError, DistributedError, Error, ModelError, RendezvousError,
     Result, SettingsError, TrainingError,
@@ -99,7 +100,6 @@ pub use report::plot::{plot_runs, RunLog};
 pub use report::record::{EvalLog, SourceLog, StepLog};
 pub use report::summary::{TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};
-pub use train::interrupt::INTERRUPTED_EXIT_CODE;
 pub use train::launch::{RankFactory, Run};
 pub use user::callback::{Callback, EarlyStopping, TrainerControl, TrainerState};
 pub use user::data::{Collate, Dataset, WithLengths};

@@ -352,7 +352,7 @@ fn signal_test_child() {
         match result {
             Err(e @ Error::Training(TrainingError::Interrupted { .. })) => {
                 eprintln!("{e}");
-                std::process::exit(i32::from(adabatch::train::interrupt::INTERRUPTED_EXIT_CODE));
+                std::process::exit(i32::from(adabatch::INTERRUPTED_EXIT_CODE));
             }
             Err(e) => panic!("{e}"),
             Ok(_) => std::process::exit(0),

@@ -201,8 +201,9 @@ pub struct StepArgs {
     pub oom: Option<OomPolicy>,
     /// Fault injection: the first attempt of these steps runs out of memory on one
     /// rank (rank `step % k` of the `k` ranks with examples in that step), e.g.
-    /// `--inject-oom-at-steps 3,7`.
-    #[arg(long, value_delimiter = ',')]
+    /// `--inject-oom-at-steps 3,7`. A test hook: accepted, but not listed in
+    /// `--help`.
+    #[arg(long, value_delimiter = ',', hide = true)]
     pub inject_oom_at_steps: Vec<usize>,
     /// Estimate the gradient noise scale B_simple = tr(Σ)/|G|² every step (from
     /// each rank's or micro-batch's gradient and the all-reduced one) and log it as

@@ -15,7 +15,7 @@ pub use data::DataError;
 pub use distributed::{DistributedError, RendezvousError};
 pub use model::ModelError;
 pub use settings::SettingsError;
-pub use training::TrainingError;
+pub use training::{TrainingError, INTERRUPTED_EXIT_CODE};
 
 use std::path::PathBuf;
 
@@ -94,7 +94,7 @@ pub fn exit_code(result: Result<()>) -> std::process::ExitCode {
             match error {
                 // Saved and stopped: a scheduler may run it again.
                 Error::Training(TrainingError::Interrupted { .. }) => {
-                    std::process::ExitCode::from(crate::train::interrupt::INTERRUPTED_EXIT_CODE)
+                    std::process::ExitCode::from(training::INTERRUPTED_EXIT_CODE)
                 }
                 _ => std::process::ExitCode::FAILURE,
             }

@@ -2,6 +2,11 @@
 
 use std::path::PathBuf;
 
+/// The exit code of a run stopped by a signal after saving (BSD's `EX_TEMPFAIL`:
+/// a temporary failure, run it again to go on): [`crate::exit_code`] gives it to
+/// [`TrainingError::Interrupted`].
+pub const INTERRUPTED_EXIT_CODE: u8 = 75;
+
 /// The run while it trains: divergence, out of memory, schedules and controllers, signals.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -62,7 +67,7 @@ pub enum TrainingError {
     },
     /// A signal (SIGTERM, SIGINT, SIGUSR1) stopped the run after a step, which was
     /// saved: run it again with `--resume-from-checkpoint` to go on. Exit code
-    /// `adabatch::train::interrupt::INTERRUPTED_EXIT_CODE` (75).
+    /// [`INTERRUPTED_EXIT_CODE`] (75).
     #[error("stopped by {signal} after step {step}; the run is saved in {}: run again with --resume-from-checkpoint {} (or latest) to go on", checkpoint.display(), checkpoint.display())]
     Interrupted {
         /// The signal's name.

@@ -6,7 +6,7 @@
 //! step (the flag rides in the step's collective), so all ranks learn of it after
 //! the same step, even ranks in other processes that got no signal. The run then
 //! saves a checkpoint at that step and stops with [`TrainingError::Interrupted`], which
-//! [`crate::exit_code`] turns into exit code [`INTERRUPTED_EXIT_CODE`]. A second
+//! [`crate::exit_code`] turns into exit code [`crate::INTERRUPTED_EXIT_CODE`]. A second
 //! signal while the first is being handled exits at once (code 130), as a second
 //! Ctrl-C does elsewhere.
 //!
@@ -19,9 +19,6 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-/// The exit code of a run stopped by a signal after saving (BSD's `EX_TEMPFAIL`:
-/// a temporary failure, run it again to go on).
-pub const INTERRUPTED_EXIT_CODE: u8 = 75;
 
 /// What the handlers record.
 struct Signals {
