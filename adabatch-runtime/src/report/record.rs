@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 
 use crate::adapt::goodput::GoodputLog;
+use crate::data::planner::StepBatches;
+use crate::data::sampler::GlobalBatchSampler;
 use crate::data::source_spec::MixedSources;
 
 /// One logged optimisation step.
@@ -224,6 +226,36 @@ fn null_as_nan<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<f6
 }
 
 impl StepLog {
+    /// The record of step `step` of `batches`, drawn from `sampler`, before what
+    /// only training tells: loss, gradient norm, learning rate and throughput are
+    /// NaN, the controllers' fields empty. The one place a record is built; the run
+    /// and the dry run fill in what each knows.
+    pub(crate) fn planned(step: usize, sampler: &GlobalBatchSampler, batches: &StepBatches) -> Self {
+        Self {
+            step,
+            epoch: sampler.epoch(),
+            examples_seen: Some(sampler.examples_seen()),
+            train_coverage: sampler.train_coverage(),
+            local_batch_sizes: batches.local_sizes(),
+            global_batch: batches.global_size(),
+            indices: batches.per_rank_indices(),
+            loss: f64::NAN,
+            grad_norm: f64::NAN,
+            learning_rate: f64::NAN,
+            examples_per_s: f64::NAN,
+            micro_batches: batches.micro.len(),
+            oom_events: 0,
+            predicted_memory: None,
+            measured_memory: None,
+            gradient_noise_scale: None,
+            noise_scale_interval: None,
+            goodput: None,
+            loss_scale: None,
+            skipped_steps: 0,
+            sources: SourceLog::default(),
+        }
+    }
+
     /// The HF `Trainer` console form: `{'loss': 0.6931, 'grad_norm': …, …}`.
     pub fn hf_dict(&self) -> String {
         format!(

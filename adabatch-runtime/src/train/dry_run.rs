@@ -280,27 +280,9 @@ fn planned_step(
     let sampler = planner.sampler();
     let consumed_before = settings.lr_position(planner, batches);
     StepLog {
-        step: planner.step(),
-        epoch: sampler.epoch(),
-        examples_seen: Some(sampler.examples_seen()),
-        train_coverage: sampler.train_coverage(),
-        local_batch_sizes: batches.local_sizes(),
-        global_batch: batches.global_size(),
-        indices: batches.per_rank_indices(),
-        loss: f64::NAN,
-        grad_norm: f64::NAN,
         learning_rate: settings.lr.at(consumed_before, batches.global_size()),
-        examples_per_s: f64::NAN,
-        micro_batches: batches.micro.len(),
-        oom_events: 0,
         predicted_memory: sampler.last_predicted(),
-        measured_memory: None,
-        gradient_noise_scale: None,
-            noise_scale_interval: None,
-        goodput: None,
-        loss_scale: None,
-        skipped_steps: 0,
-        sources: Default::default(),
+        ..StepLog::planned(planner.step(), sampler, batches)
     }
 }
 

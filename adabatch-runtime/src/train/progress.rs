@@ -113,27 +113,11 @@ impl Progress {
         let elapsed = self.last_log.elapsed().as_secs_f64();
         let losses = std::mem::take(&mut self.losses_since_log);
         let entry = StepLog {
-            step,
-            epoch: sampler.epoch(),
-            examples_seen: Some(sampler.examples_seen()),
-            train_coverage: sampler.train_coverage(),
-            local_batch_sizes: batches.local_sizes(),
-            global_batch: batches.global_size(),
-            indices: batches.per_rank_indices(),
             loss: losses.iter().sum::<f64>() / losses.len().max(1) as f64,
             grad_norm,
             learning_rate: lr,
             examples_per_s: self.examples_since_log as f64 / elapsed.max(f64::MIN_POSITIVE),
-            micro_batches: batches.micro.len(),
-            oom_events: 0,
-            predicted_memory: None,
-            measured_memory: None,
-            gradient_noise_scale: None,
-            noise_scale_interval: None,
-            goodput: None,
-            loss_scale: None,
-            skipped_steps: 0,
-            sources: Default::default(),
+            ..StepLog::planned(step, sampler, batches)
         };
         self.examples_since_log = 0;
         self.last_log = Instant::now();

@@ -224,9 +224,10 @@ where
                 length_aware,
             );
             while let Some(batches) = self.next_batches()? {
-                // `None`: some rank ran out of memory; the same examples come again.
-                let Some(record) = self.step(&batches, &mut prefetcher)? else {
-                    continue;
+                let record = match self.step(&batches, &mut prefetcher)? {
+                    StepEnd::Trained { record } => record,
+                    // The same examples come again.
+                    StepEnd::OutOfMemory => continue,
                 };
                 let control = self.after_step(record)?;
                 if self.interrupted {
@@ -255,14 +256,12 @@ where
             .next_step_with(|epoch| memory.plan_epoch(settings, index, &mut *trainer, comm, epoch))
     }
 
-    /// Trains one step on this rank and lets the controllers adapt to it. Returns
-    /// the step's log record when it ran (`Some(None)` when this step is not
-    /// logged), `None` when some rank ran out of memory.
+    /// Trains one step on this rank and lets the controllers adapt to it.
     fn step<'s>(
         &mut self,
         batches: &StepBatches,
         prefetcher: &mut RunPrefetcher<'s, '_, D, C>,
-    ) -> Result<Option<Option<StepLog>>>
+    ) -> Result<StepEnd>
     where
         BatchOf<T>: 's,
     {
@@ -306,7 +305,7 @@ where
         } = outcome
         else {
             self.adapt(step, batches, &outcome, None)?;
-            return Ok(None);
+            return Ok(StepEnd::OutOfMemory);
         };
         let rank_chunks = (self.comm.rank(), chunks);
         let memory = (self.controllers.memory).measure(
@@ -336,7 +335,7 @@ where
             loss,
             learning_rate: lr,
         };
-        Ok(Some(record))
+        Ok(StepEnd::Trained { record })
     }
 
     /// A logged step's record before the controllers add theirs: `(step, batches,
@@ -667,6 +666,14 @@ where
         );
         Ok(summary)
     }
+}
+
+/// How a step ended on this rank, for the loop.
+enum StepEnd {
+    /// It trained; `record` is its log record when the step is logged.
+    Trained { record: Option<StepLog> },
+    /// Some rank ran out of memory: nobody stepped.
+    OutOfMemory,
 }
 
 /// The ranks' callback requests combined (any rank asking is enough), so every
