@@ -141,8 +141,8 @@ impl GoodputSpec {
 
     /// The shapes goodput may choose on `world` ranks: every global batch in
     /// `[min, max]` with the fewest micro-batches that keep each under
-    /// `max_local`, and at least two small batches per step (the noise scale's
-    /// estimator needs them). `None` for a batch no split allows.
+    /// `max_local` (the noise scale's cadence splits the steps that measure it).
+    /// A batch no split allows is left out.
     fn shapes(&self, world: usize) -> impl Iterator<Item = StepShape> + '_ {
         (self.min..=self.max).filter_map(move |global| self.shape_for(global, world))
     }

@@ -58,7 +58,7 @@ pub enum SettingsError {
         reason: &'static str,
     },
     /// The gradient noise scale was asked for without two small batches per step.
-    #[error("the gradient noise scale needs at least two small batches per step (each rank's share, or each micro-batch's), found {small_batches}: on one rank, accumulate at least 2 micro-batches (grad_accum = fixed(2)) or run on 2 or more ranks")]
+    #[error("the gradient noise scale needs at least two small batches per step (each rank's share, or each micro-batch's), found {small_batches}: on one rank, accumulate at least 2 micro-batches (grad_accum = fixed(2)), run on 2 or more ranks, or use a schedule in global units (noise_scale, goodput, a ramp or --global-batch-size), whose measuring steps the engine splits in two")]
     NoiseScaleNeedsSmallBatches {
         /// Small batches (smaller than the step's global batch) per step.
         small_batches: usize,
