@@ -62,8 +62,8 @@ pub struct NoiseScalePolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MeasureEvery {
     /// From the measured cost of a split against a plain step, so that measuring
-    /// costs at most [`MEASURE_BUDGET`] of the run's time (every step when the
-    /// step has its small batches anyway: four ranks, accumulation).
+    /// costs at most 5 % of the run's time (every step when the step has its
+    /// small batches anyway: four ranks, accumulation).
     #[default]
     Auto,
     /// Every `k`-th step (1: every step).
