@@ -225,7 +225,7 @@ where
             );
             while let Some(batches) = self.next_batches()? {
                 let record = match self.step(&batches, &mut prefetcher)? {
-                    StepEnd::Trained { record } => record,
+                    StepEnd::Trained { record } => record.map(|r| *r),
                     // The same examples come again.
                     StepEnd::OutOfMemory => continue,
                 };
@@ -335,7 +335,9 @@ where
             loss,
             learning_rate: lr,
         };
-        Ok(StepEnd::Trained { record })
+        Ok(StepEnd::Trained {
+            record: record.map(Box::new),
+        })
     }
 
     /// A logged step's record before the controllers add theirs: `(step, batches,
@@ -670,8 +672,9 @@ where
 
 /// How a step ended on this rank, for the loop.
 enum StepEnd {
-    /// It trained; `record` is its log record when the step is logged.
-    Trained { record: Option<StepLog> },
+    /// It trained; `record` is its log record when the step is logged (boxed:
+    /// a record is large, and an out-of-memory end carries nothing).
+    Trained { record: Option<Box<StepLog>> },
     /// Some rank ran out of memory: nobody stepped.
     OutOfMemory,
 }
