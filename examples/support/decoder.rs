@@ -173,8 +173,8 @@ pub struct RampTrainer {
 
 /// The batch follows the gradient noise scale: doubled from 8 up to 512
 /// documents whenever half of B_simple clears the next size by 10 %, measured on
-/// a cadence (on one rank a measuring step runs as two micro-batches, the others
-/// as one); the rate follows by √2 at each doubling.
+/// a cadence (on fewer than four ranks a measuring step runs as two micro-batches,
+/// the others as one); the rate follows by √2 at each doubling.
 #[adaptive_trainer(
     schedule = noise_scale(fraction = 0.5, min = 8, max = 512, factor = 2, hysteresis = 0.1),
     lr_scaling = sqrt,

@@ -4,11 +4,11 @@
 //! (four ranks, accumulation) measuring costs a norm per small batch, and every
 //! step measures. Otherwise the engine splits a measuring step into two
 //! micro-batches (`StepPlanner::measurement_needs_split`): the same examples and
-//! the same summed gradient, but on a launch-bound GPU nearly a second pass. The cadence then measures every
-//! `k`-th step, `k` fixed ([`MeasureEvery::Steps`]) or chosen from the measured
-//! cost of a split ([`MeasureEvery::Auto`]): with a split step `1 + c` times a
-//! plain one, measuring every `k` steps spends `c / (k + c)` of the run's time,
-//! at most [`MEASURE_BUDGET`] for `k ≥ c · (1/budget − 1)`.
+//! the same summed gradient, but on a launch-bound GPU nearly a second pass. The
+//! cadence then measures every `k`-th step, `k` fixed ([`MeasureEvery::Steps`]) or
+//! chosen from the measured cost of a split ([`MeasureEvery::Auto`]): with a split
+//! step `1 + c` times a plain one, measuring every `k` steps spends `c / (k + c)`
+//! of the run's time, at most [`MEASURE_BUDGET`] for `k ≥ c · (1/budget − 1)`.
 
 use super::noise_scale::{MeasureEvery, MEASURE_BUDGET};
 
@@ -185,8 +185,8 @@ impl NoiseCadence {
     }
 
     /// Sets the interval for the next steps: `split_needed` when a measuring step
-    /// of the next global batch, `global`, must be split (one rank without
-    /// accumulation). Where a measurement needs no split, the automatic cadence
+    /// of the next global batch, `global`, must be split (fewer than four ranks
+    /// without accumulation). Where a measurement needs no split, the automatic cadence
     /// measures every step.
     pub fn choose(&mut self, split_needed: bool, global: usize) {
         let MeasureEvery::Auto = self.every else {

@@ -55,10 +55,11 @@ pub struct NoiseScalePolicy {
     pub every: MeasureEvery,
 }
 
-/// How often the gradient noise scale is measured. A measuring step needs two
-/// small batches: on one rank without accumulation the engine splits that step
-/// into two micro-batches (the same examples, the same summed gradient), which
-/// on a launch-bound GPU costs nearly a second pass; the other steps run as one.
+/// How often the gradient noise scale is measured. A measuring step needs small
+/// batches: on fewer than four ranks without accumulation the engine splits that
+/// step into two micro-batches (the same examples, the same summed gradient),
+/// which on a launch-bound GPU costs nearly a second pass; the other steps run as
+/// one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MeasureEvery {
     /// From the measured cost of a split against a plain step, so that measuring
@@ -398,8 +399,9 @@ mod tests {
         e.observe_after(5.0, 10.0, 19);
         let before = 0.9025 * 0.05 + 0.0975 * 3.0;
         assert!((e.ema_norm - (0.875 * before + 0.125 * 5.0)).abs() < 1e-12);
-        // Constant measurements at any spacing: the bias-corrected ratio is exact.
-        assert!((e.estimate().unwrap() - 10.0 / (e.ema_norm / (1.0 - 0.95 * 0.9025 * 0.875)) ).abs() < 1e-9);
+        // The bias correction divides by 1 minus the product of the decays.
+        let corrected_norm = e.ema_norm / (1.0 - 0.95 * 0.9025 * 0.875);
+        assert!((e.estimate().unwrap() - 10.0 / corrected_norm).abs() < 1e-9);
     }
 
     /// A checkpoint written before the cadence (no `spanned`, no `decayed`) reads

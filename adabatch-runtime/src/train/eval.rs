@@ -177,7 +177,7 @@ where
         epoch,
         eval_loss: sums[0] / sums[1],
         eval_examples: total as usize,
-train_seconds: None,
+        train_seconds: None,
         metrics,
     })
 }

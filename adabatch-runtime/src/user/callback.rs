@@ -288,7 +288,7 @@ mod tests {
             epoch: 0.0,
             eval_loss: loss,
             eval_examples: 1,
-train_seconds: None,
+            train_seconds: None,
             metrics: Default::default(),
         }
     }

@@ -167,7 +167,7 @@ mod tests {
             epoch: 0.0,
             eval_loss: loss,
             eval_examples: 10,
-train_seconds: None,
+            train_seconds: None,
             metrics: [("eval_accuracy".to_string(), accuracy)].into(),
         }
     }
