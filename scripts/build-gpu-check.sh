@@ -52,10 +52,13 @@ done
 # Every linked library must be one the GPU machine has: the driver's libcuda, a
 # library of the pip CUDA wheels (found under $CUDA_HOME or the NCCL wheel), or a
 # system library.
+# Both lists are read whole before matching: under pipefail, `ldconfig -p | grep -q`
+# fails whenever grep's early exit kills ldconfig with SIGPIPE.
+system_libs="$(ldconfig -p)"
 for lib in $needed; do
     [[ "$lib" == libcuda.so.1 ]] && continue
-    if ! find "$CUDA_HOME/lib" "$CUDA_HOME/../nccl/lib" -maxdepth 1 -name "$lib" 2>/dev/null | grep -q . &&
-        ! ldconfig -p | grep -q "[[:space:]]$lib "; then
+    wheel_libs="$(find "$CUDA_HOME/lib" "$CUDA_HOME/../nccl/lib" -maxdepth 1 -name "$lib" 2>/dev/null || true)"
+    if [[ -z "$wheel_libs" ]] && ! grep -q "[[:space:]]$lib " <<<"$system_libs"; then
         say "error: $bin links $lib, which neither the CUDA wheels nor the system provide"
         exit 1
     fi

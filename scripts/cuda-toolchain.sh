@@ -119,7 +119,7 @@ export CUDAFORGE_THREADS="\${CUDAFORGE_THREADS:-2}"
 export LIBRARY_PATH="$cuda_home/lib:$cuda_home/lib/stubs:$nccl_dir/lib\${LIBRARY_PATH:+:\$LIBRARY_PATH}"
 export LD_LIBRARY_PATH="$cuda_home/lib:$nccl_dir/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 EOF
-    "$cuda_home/bin/nvcc" --version | grep -q 'release 13.0' ||
+    [[ "$("$cuda_home/bin/nvcc" --version)" == *"release 13.0"* ]] ||
         die "$cuda_home/bin/nvcc is not CUDA 13.0"
     say "ready: source $root/env.sh"
     cat "$root/env.sh"
