@@ -167,8 +167,9 @@ pub mod prelude {
     pub use crate::adaptive_trainer;
     pub use adabatch_runtime::{
         per_example_cross_entropy, per_example_token_cross_entropy, AdamW, AdaptiveTrainer, Batch,
-        Collate, Dataset, MemoryModel, ParamGroups, Parameters, ParamsAdamW, RankContext, Result,
-        Run, TokenReduction, TrainModel, TrainSummary, Trained, TrainingArgs, WithLengths,
+        Collate, Dataset, LoadPretrained, MemoryModel, ParamGroups, Parameters, ParamsAdamW,
+        RankContext, Result, Run, TokenReduction, TrainModel, TrainSummary, Trained, TrainingArgs,
+        WithLengths,
     };
 }
 

@@ -21,6 +21,10 @@
 //! | `dist` | communicators between ranks, rendezvous, device parsing |
 //! | `report` | records ([`StepLog`], [`EvalLog`]) apart from their sinks (console, JSONL, TensorBoard, plots), the summary |
 //! | `train` | on top of everything: the run's settings and every check of them, one step, evaluation, checkpoints, the controllers that adapt the run after a step (one interface, one order), the rank run as an object, the entry point ([`Run`]) |
+//!
+//! The building blocks models are made of (fused ops, autocast, the seeded
+//! [`Parameters`] store, the Llama family) are crate `adabatch-nn`, re-exported
+//! here as [`nn`] and [`models`].
 
 #![warn(missing_docs)]
 // Every type a public signature names can be named from the root (checked in
@@ -50,17 +54,19 @@ internal_mod!(data);
 internal_mod!(dist);
 internal_mod!(error);
 internal_mod!(memory);
-/// Models built on the differentiable ops, under Hugging Face's weight names: a
-/// Llama-family decoder ([`models::llama`]).
-pub mod models;
 /// Differentiable fused ops and layers (norms, softmax, ropes) for models from
-/// candle's world.
-pub mod nn;
+/// candle's world: crate `adabatch-nn`, apart from the engine.
+pub use adabatch_nn as nn;
+/// Models built on the differentiable ops, under Hugging Face's weight names: a
+/// Llama-family decoder ([`models::llama`]). Crate `adabatch-nn`'s.
+pub use adabatch_nn::models;
 internal_mod!(optim);
 internal_mod!(report);
 internal_mod!(train);
 internal_mod!(user);
 
+pub use adabatch_nn::Parameters;
+pub use adabatch_nn::{autocast, autocast_linear};
 pub use adapt::goodput::{
     GoodputLog, GoodputReason, GoodputSpec, StepShape, StepTimeFit, StepTimeFn,
 };
@@ -92,7 +98,7 @@ pub use error::{
     Result, SettingsError, TrainingError,
 };
 pub use memory::memory_model::{BatchFeatures, MemoryModel, OnlineMemoryModel, OnlineMemoryState};
-pub use optim::precision::{autocast, autocast_linear, Precision};
+pub use optim::precision::Precision;
 pub use optim::{
     AdamW, HeldParameters, OptimizerState, ParamGroups, ParamsAdamW, Sgd, TrainOptimizer,
 };
@@ -109,14 +115,13 @@ pub use user::loss::{
     count_target_tokens, per_example_cross_entropy, per_example_token_cross_entropy,
     per_example_token_cross_entropy_sum, TokenReduction,
 };
-pub use user::params::Parameters;
 pub use user::sources::Sources;
 pub use user::token_batches::{
     Document, PackedBatch, PackedCollate, PackedRows, WindowBatch, WindowCollate, IGNORE_INDEX,
 };
 pub use user::train_model::{Batch, TrainModel};
 pub use user::trainer::{AdaptiveTrainer, CollateFor, RankContext};
-pub use user::weights::{load_weights, save_pretrained, LoadReport};
+pub use user::weights::{load_weights, save_pretrained, LoadPretrained, LoadReport};
 
 // Reachable from public signatures (the sampler's sources, the checkpointed
 // mixture, the fault-injection hook of tests), named here so that they can be

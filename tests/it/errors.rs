@@ -51,7 +51,7 @@
 //! | `Plot`                          | plot.rs |
 //! | `DataError::InvalidTokenSetting` | domains.rs `domain_mistakes_are_typed_errors_before_the_first_step`, data::token_files unit tests |
 //! | `DataError::TokenizerTraining`  | not reachable from a test: the tokenizers crate's BPE trainer fails only on its own internal errors |
-//! | `ModelError::Config`            | models::llama unit tests (a bad config.json) |
+//! | `ModelError::Config`            | error unit tests (a bad config.json, still typed) |
 //! | `DistributedError::Library`, `PeersTimedOut`, `CollectiveInput` | train::out_of_memory unit test; the NCCL rows of examples/gpu_check (feature `nccl`) |
 //! | `DataError::NoValidationDocuments`, `DataError::MixedTokenizers` | domains.rs `domain_mistakes_are_typed_errors_before_the_first_step` |
 //! | `DataError::TokenFileMismatch`             | language_model.rs `damaged_token_files_are_refused_naming_the_file` |

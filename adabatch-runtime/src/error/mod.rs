@@ -132,6 +132,12 @@ impl From<RendezvousError> for Error {
     }
 }
 
+impl From<adabatch_nn::models::llama::ConfigError> for Error {
+    fn from(error: adabatch_nn::models::llama::ConfigError) -> Self {
+        Self::Model(ModelError::Config(error))
+    }
+}
+
 /// `Result` with the runtime's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -154,5 +160,19 @@ mod tests {
             source: serde_json::from_str::<u8>("x").unwrap_err(),
         };
         assert_eq!(json.report().lines().count(), 1, "{}", json.report());
+    }
+
+    #[test]
+    fn a_bad_model_config_stays_typed_as_a_model_error() {
+        use adabatch_nn::models::llama::{ConfigError, LlamaConfig};
+        let config = LlamaConfig::from_json_str("{\"hidden_size\": 0}").unwrap_err();
+        let error = Error::from(config);
+        assert!(
+            matches!(
+                &error,
+                Error::Model(ModelError::Config(ConfigError::Json { path: None, .. }))
+            ),
+            "{error}"
+        );
     }
 }

@@ -8,11 +8,8 @@ use std::path::PathBuf;
 pub enum ModelError {
     /// A model configuration (`config.json`) that cannot build the model, or
     /// cannot be read or written.
-    #[error("{detail}")]
-    Config {
-        /// What is wrong, with the file or field.
-        detail: String,
-    },
+    #[error(transparent)]
+    Config(#[from] adabatch_nn::models::llama::ConfigError),
     /// `--bf16` / `--fp16` was given but the model never cast anything with
     /// `adabatch::autocast`: it would train in f32 unknowingly.
     #[error("{flag} was given, but the model's per_example_loss never called `adabatch::autocast` (or `autocast_linear`): it computes in f32. Cast its weights and inputs with them, or drop {flag}")]

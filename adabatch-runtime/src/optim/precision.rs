@@ -1,26 +1,14 @@
 //! Mixed precision (HF's `--bf16` / `--fp16`): the model computes in half
-//! precision wherever it casts with [`autocast`]; the variables the optimizer
+//! precision wherever it casts with [`autocast`](adabatch_nn::autocast); the variables the optimizer
 //! updates (master weights), its state, and the gradients that are all-reduced
 //! stay f32. f16's narrow range needs loss scaling: [`LossScaler`], PyTorch's
 //! `GradScaler` (the loss is multiplied by the scale before the backward pass;
 //! a step whose gradients overflow is skipped and the scale halved; after
 //! `growth_interval` clean steps it doubles).
 //!
-//! candle has no autocast of its own, so a model opts in where it computes:
-//!
-//! ```
-//! # use candle_core::{Device, Tensor};
-//! # let layer = candle_nn::Linear::new(Tensor::ones((2, 3), candle_core::DType::F32, &Device::Cpu)?, None);
-//! # let x = Tensor::ones((4, 3), candle_core::DType::F32, &Device::Cpu)?;
-//! // In `per_example_loss`: half-precision matmuls, f32 loss.
-//! let hidden = adabatch_runtime::autocast_linear(&layer, &x)?; // `adabatch::autocast_linear`
-//! # Ok::<(), candle_core::Error>(())
-//! ```
-//!
-//! The casts are differentiable: a gradient flows back through them into the f32
-//! variable, in f32. Outside a `--bf16` / `--fp16` run they return their input.
-
-use std::cell::Cell;
+//! candle has no autocast of its own, so a model opts in where it computes, with
+//! `adabatch::autocast` / `adabatch::autocast_linear` (crate `adabatch-nn`); the
+//! engine enters their scope for each step's forward passes.
 
 use candle_core::{DType, Tensor};
 
@@ -39,7 +27,7 @@ pub enum Precision {
 }
 
 impl Precision {
-    /// The dtype [`autocast`] casts to, `None` for f32 runs.
+    /// The dtype [`autocast`](adabatch_nn::autocast) casts to, `None` for f32 runs.
     pub fn compute_dtype(self) -> Option<DType> {
         match self {
             Precision::F32 => None,
@@ -58,70 +46,28 @@ impl Precision {
     }
 }
 
-thread_local! {
-    /// The compute dtype of the forward pass running on this thread (each rank is
-    /// a thread), and how many casts the model made under it.
-    static AUTOCAST: Cell<(Option<DType>, usize)> = const { Cell::new((None, 0)) };
-}
-
-/// `tensor` in the run's compute dtype while the engine runs the model under
-/// `--bf16` / `--fp16`; otherwise (and for integer tensors) `tensor` itself.
-pub fn autocast(tensor: &Tensor) -> candle_core::Result<Tensor> {
-    let (dtype, casts) = AUTOCAST.get();
-    match dtype {
-        Some(dtype) if tensor.dtype().is_float() => {
-            AUTOCAST.set((Some(dtype), casts + 1));
-            if tensor.dtype() == dtype {
-                Ok(tensor.clone())
-            } else {
-                tensor.to_dtype(dtype)
-            }
-        }
-        _ => Ok(tensor.clone()),
-    }
-}
-
-/// `layer` applied to `x` under [`autocast`]: weight, bias and input cast, then
-/// `x·Wᵀ + b` in the compute dtype.
-pub fn autocast_linear(layer: &candle_nn::Linear, x: &Tensor) -> candle_core::Result<Tensor> {
-    use candle_nn::Module;
-    let cast = candle_nn::Linear::new(
-        autocast(layer.weight())?,
-        layer.bias().map(autocast).transpose()?,
-    );
-    cast.forward(&autocast(x)?)
-}
-
 /// The forward passes of one step on this rank run inside it; dropping it
 /// restores f32.
 pub(crate) struct AutocastScope {
-    active: bool,
+    scope: adabatch_nn::AutocastScope,
 }
 
 impl AutocastScope {
     pub(crate) fn enter(precision: Precision) -> Self {
-        let dtype = precision.compute_dtype();
-        AUTOCAST.set((dtype, 0));
         Self {
-            active: dtype.is_some(),
+            scope: adabatch_nn::AutocastScope::enter(precision.compute_dtype()),
         }
     }
 
     /// A half-precision run whose model never cast anything trains in f32
     /// while the user believes otherwise: a typed error instead.
     pub(crate) fn check_used(&self, precision: Precision) -> Result<()> {
-        if self.active && AUTOCAST.get().1 == 0 {
+        if self.scope.dtype().is_some() && self.scope.casts() == 0 {
             return Err(Error::Model(ModelError::AutocastUnused {
                 flag: precision.flag(),
             }));
         }
         Ok(())
-    }
-}
-
-impl Drop for AutocastScope {
-    fn drop(&mut self) {
-        AUTOCAST.set((None, 0));
     }
 }
 
@@ -198,6 +144,7 @@ impl LossScaler {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use adabatch_nn::{autocast, autocast_linear};
     use candle_core::{Device, Var};
 
     #[test]

@@ -15,7 +15,7 @@
 
 use candle_core::{DType, Result, Tensor};
 
-use crate::nn::cross_entropy_rows;
+use adabatch_nn::cross_entropy_rows;
 
 /// Cross-entropy of every example: `logits` `[batch, classes]` (unnormalised),
 /// `targets` `[batch]` class ids (`u32`, `u8` or `i64`); returns `[batch]`, entry

@@ -6,7 +6,6 @@ pub mod data;
 #[cfg(feature = "tokenizers")]
 pub mod domains;
 pub mod loss;
-pub mod params;
 pub mod sources;
 pub mod token_batches;
 pub mod train_model;

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use candle_core::safetensors::MmapedSafetensors;
+use adabatch_nn::Parameters;
 use candle_core::{Tensor, Var};
 
 use crate::error::{Error, ModelError, Result};
@@ -96,6 +97,22 @@ pub fn weight_files(source: &Path) -> Result<Vec<PathBuf>> {
         .map_err(|e| not_found(format!("{WEIGHTS_INDEX} is not a weights index: {e}")))?;
     let shards: BTreeSet<String> = parsed.weight_map.into_values().collect();
     Ok(shards.into_iter().map(|s| source.join(s)).collect())
+}
+
+/// Pretrained weights into a [`Parameters`] store (crate `adabatch-nn` holds the
+/// store; loading is the engine's, with its typed errors).
+pub trait LoadPretrained {
+    /// Sets the parameters created so far from a safetensors file or a saved
+    /// model's directory, by name (strict: anything that does not fit is an error
+    /// and nothing is set). Build the model first: the store creates parameters as
+    /// the model asks for them.
+    fn load_pretrained(&self, source: &Path, strict: bool) -> Result<LoadReport>;
+}
+
+impl LoadPretrained for Parameters {
+    fn load_pretrained(&self, source: &Path, strict: bool) -> Result<LoadReport> {
+        load_weights(&self.named_parameters(), source, strict)
+    }
 }
 
 /// Loads the weights of `source` (a safetensors file, or a directory's

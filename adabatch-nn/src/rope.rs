@@ -426,7 +426,7 @@ impl CustomOp2 for RopeTableBwd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::testing::{
+    use crate::testing::{
         assert_close, assert_finite_differences, assert_grads_match, assert_same, grads, randn,
     };
     use candle_core::{DType, Device, Var};

@@ -4,7 +4,7 @@
 //! norms, tied or untied embeddings, optional biases.
 //!
 //! ```
-//! # use adabatch_runtime as adabatch;
+//! # use adabatch_nn as adabatch;
 //! use adabatch::models::llama::{Llama, LlamaConfig, ModelType};
 //! use adabatch::Parameters;
 //! use candle_core::{DType, Device, Tensor};
@@ -35,7 +35,7 @@
 //! Files, from the bottom up: `config` (the configuration and its checks),
 //! `linear` (layers initialised as transformers does), `rms_norm`, `mlp`, `attention`, `layer` (one decoder layer), `decoder` ([`Llama`]), `generate`
 //! (greedy and temperature sampling). The rotary angles and the causal,
-//! sliding-window and document masks are [`crate::nn`]'s, public for models of
+//! sliding-window and document masks are [`crate`]'s (`adabatch::nn`), public for models of
 //! your own.
 
 mod attention;

@@ -477,7 +477,7 @@ impl Module for LayerNorm {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::testing::{
+    use crate::testing::{
         assert_close, assert_finite_differences, assert_grads_match, assert_same, grads, randn,
         rel_err,
     };

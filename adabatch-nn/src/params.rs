@@ -6,8 +6,6 @@
 //! the same seed gives the same weights on every rank, in every run, whatever order
 //! the model creates them in.
 
-use std::path::Path;
-
 use candle_core::{DType, Device, Shape, Tensor, Var};
 use candle_nn::init::{Init, NormalOrUniform};
 use candle_nn::var_builder::SimpleBackend;
@@ -15,9 +13,6 @@ use candle_nn::{VarBuilder, VarMap};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal, Uniform};
-
-use super::weights::{load_weights, LoadReport};
-use crate::error::Result;
 
 /// A seeded [`VarMap`]: build a model through [`Parameters::var_builder`], hand
 /// [`Parameters::all_vars`] to the optimizer, return
@@ -68,18 +63,10 @@ impl Parameters {
     }
 
     /// The underlying `VarMap`. To load pretrained weights use
-    /// [`Parameters::load_pretrained`] (candle's `VarMap::load` needs `&mut`);
-    /// to save, [`save_pretrained`](crate::save_pretrained).
+    /// `adabatch::LoadPretrained::load_pretrained` (candle's `VarMap::load` needs
+    /// `&mut`); to save, `adabatch::save_pretrained`.
     pub fn var_map(&self) -> &VarMap {
         &self.vars
-    }
-
-    /// Sets the parameters created so far from a safetensors file or a saved
-    /// model's directory, by name (strict: anything that does not fit is an error
-    /// and nothing is set). Build the model first: the store creates parameters as
-    /// the model asks for them.
-    pub fn load_pretrained(&self, source: &Path, strict: bool) -> Result<LoadReport> {
-        load_weights(&self.named_parameters(), source, strict)
     }
 
     fn seeded_init(

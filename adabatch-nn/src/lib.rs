@@ -1,4 +1,8 @@
-//! Differentiable building blocks candle-nn lacks.
+//! adabatch's building blocks, apart from its engine: differentiable fused ops
+//! candle-nn lacks, mixed precision's casts, and models built on them
+//! ([`models::llama`]). It depends on candle alone; the `adabatch` crate re-exports
+//! it as `adabatch::nn` and `adabatch::models`, so a model written against those
+//! paths does not change.
 //!
 //! In candle-nn 0.11.1, `ops::rms_norm`, `ops::layer_norm`, `ops::softmax_last_dim`
 //! and the three `rotary_emb` ropes are fused ops built with `apply_op*_no_bwd`: a
@@ -16,13 +20,13 @@
 //! backward of their own.
 //!
 //! For models of your own, and candle-transformers' ported to training:
-//! - [`attention_bias`](crate::nn::attention_bias) and
-//!   [`positions_in_documents`](crate::nn::positions_in_documents): the block-diagonal causal
+//! - [`attention_bias`] and
+//!   [`positions_in_documents`]: the block-diagonal causal
 //!   mask and the restarting positions of packed rows (a mask built once for `t`
 //!   tokens is wrong for packed batches);
-//! - [`RotaryEmbedding`](crate::nn::RotaryEmbedding): rotary angles from per-row positions, full or partial
+//! - [`RotaryEmbedding`]: rotary angles from per-row positions, full or partial
 //!   (Phi's `partial_rotary_factor`);
-//! - [`check_gradients`](crate::nn::check_gradients): analytic gradients against central finite differences,
+//! - [`check_gradients`]: analytic gradients against central finite differences,
 //!   per parameter, in f64 (as `torch.autograd.gradcheck`). The engine's
 //!   coverage guard sees a parameter with *no* gradient; only this check sees one
 //!   whose gradient is partly cut (a fused op without a backward on one of two
@@ -33,11 +37,16 @@
 //! these: which calls to swap, why rope tables and masks must be plain tensors,
 //! packing and positions, configs, attention without `sdpa`, and the check.
 
+#![warn(missing_docs)]
+
 mod cpu;
 mod cross_entropy;
 mod gradcheck;
+pub mod models;
 mod norm;
 mod packed_attention;
+mod params;
+mod precision;
 mod rope;
 pub(crate) mod rotary_embedding;
 mod softmax;
@@ -48,6 +57,8 @@ pub use cross_entropy::cross_entropy_rows;
 pub use gradcheck::{check_gradients, GradCheck, GradCheckOptions, ParamCheck};
 pub use norm::{layer_norm, rms_norm, LayerNorm, RmsNorm};
 pub use packed_attention::{attention_bias, positions_in_documents};
+pub use params::Parameters;
+pub use precision::{autocast, autocast_linear, AutocastScope};
 pub use rope::{rope, rope_i, rope_thd};
 pub use rotary_embedding::RotaryEmbedding;
 pub use softmax::softmax_last_dim;

@@ -8,7 +8,7 @@ use super::config::LlamaConfig;
 use super::layer::DecoderLayer;
 use super::linear::{embedding, linear, push_linear};
 use super::rms_norm::Norm;
-use crate::nn::{positions_in_documents, RotaryEmbedding};
+use crate::{positions_in_documents, RotaryEmbedding};
 
 /// A trainable Llama-family decoder (Llama, Mistral, Qwen2 shapes) for causal
 /// language modelling: token ids `[b, t]` → logits `[b, t, vocab]`.
@@ -16,7 +16,7 @@ use crate::nn::{positions_in_documents, RotaryEmbedding};
 /// Built through a [`VarBuilder`] under Hugging Face's weight names
 /// (`model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`, ...,
 /// `model.norm.weight`, `lm_head.weight` unless tied): from an
-/// [`adabatch::Parameters`](crate::Parameters) store it creates seeded weights
+/// `adabatch::Parameters` store it creates seeded weights
 /// initialised as transformers does, from saved safetensors it loads them. Its
 /// norms, softmax and ropes are adabatch's differentiable ops, so every weight gets
 /// a gradient. The rotary tables and the masks are computed in each forward, never
@@ -106,7 +106,7 @@ impl Llama {
             x = layer.forward(&x, &frame)?;
         }
         let x = self.norm.forward(&x)?;
-        crate::optim::precision::autocast_linear(&self.lm_head, &x)?.to_dtype(DType::F32)
+        crate::autocast_linear(&self.lm_head, &x)?.to_dtype(DType::F32)
     }
 
     /// The rotary tables and masks every layer shares, after checking the shapes
@@ -161,7 +161,7 @@ impl Llama {
     }
 
     /// The weights that are trainable variables (all of them when built from a
-    /// [`Parameters`](crate::Parameters) store; none when loaded from
+    /// `adabatch::Parameters` store (or a `VarMap`); none when loaded from
     /// safetensors), under their Hugging Face names. They are the store's own
     /// variables: `Parameters::named_parameters` lists the same ones, sorted.
     pub fn named_parameters(&self) -> Vec<(String, Var)> {

@@ -15,7 +15,7 @@
 //! `(L(p + εv) − L(p − εv)) / 2ε`.
 //!
 //! ```
-//! # use adabatch_runtime as adabatch;
+//! # mod adabatch { pub mod nn { pub use adabatch_nn::*; } }
 //! use adabatch::nn::{check_gradients, GradCheckOptions};
 //! use candle_core::{DType, Device, Tensor, Var};
 //!

@@ -3,7 +3,7 @@
 use candle_core::{Module, Result, Tensor};
 use candle_nn::VarBuilder;
 
-use crate::nn::RmsNorm;
+use crate::RmsNorm;
 
 /// An RMS norm of the model: adabatch's differentiable [`RmsNorm`]. candle-nn's
 /// fused norm has no backward, so a model built on it would leave its norm

@@ -10,7 +10,7 @@
 //! as [`Llama`](crate::models::llama::Llama) does.
 //!
 //! ```
-//! # use adabatch_runtime as adabatch;
+//! # mod adabatch { pub mod nn { pub use adabatch_nn::*; } }
 //! use adabatch::nn::{attention_bias, positions_in_documents};
 //! use candle_core::{DType, Device, Tensor};
 //!

@@ -5,7 +5,7 @@ use candle_nn::{Linear, VarBuilder};
 
 use super::config::LlamaConfig;
 use super::linear::{linear, push_linear};
-use crate::optim::precision::autocast_linear;
+use crate::autocast_linear;
 
 /// `down_proj(silu(gate_proj(x)) · up_proj(x))`.
 #[derive(Clone, Debug)]
@@ -40,7 +40,7 @@ impl Mlp {
 }
 
 impl Module for Mlp {
-    /// Under [`autocast`](crate::autocast) in half precision, the output back in
+    /// Under [`autocast`](crate::autocast()) in half precision, the output back in
     /// `x`'s dtype.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let gate = autocast_linear(&self.gate_proj, x)?.silu()?;

@@ -117,7 +117,7 @@ impl CustomOp2 for SoftmaxBwd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::testing::{
+    use crate::testing::{
         assert_close, assert_finite_differences, assert_grads_match, assert_same, randn,
     };
     use candle_core::{DType, Device, Var};

@@ -261,7 +261,7 @@ impl CustomOp3 for CrossEntropyBwd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nn::testing::{assert_close, assert_finite_differences, assert_grads_match, randn};
+    use crate::testing::{assert_close, assert_finite_differences, assert_grads_match, randn};
     use candle_core::Device;
 
     /// Logits with a spread, and targets with some rows ignored (-100).

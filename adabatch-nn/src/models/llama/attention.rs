@@ -6,9 +6,9 @@ use candle_nn::{Linear, VarBuilder};
 
 use super::config::LlamaConfig;
 use super::linear::{linear, push_linear};
-use crate::nn::rotary_embedding::rotate_heads_first as rotate;
-use crate::nn::{attention_bias, softmax_last_dim, RotaryEmbedding};
-use crate::optim::precision::{autocast, autocast_linear};
+use crate::rotary_embedding::rotate_heads_first as rotate;
+use crate::{attention_bias, softmax_last_dim, RotaryEmbedding};
+use crate::{autocast, autocast_linear};
 
 /// What every layer's attention needs of a forward's tokens, computed once.
 ///

@@ -7,8 +7,8 @@ use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;
 
 use super::*;
-use crate::nn::positions_in_documents;
-use crate::user::params::Parameters;
+use crate::positions_in_documents;
+use crate::Parameters;
 
 const VOCAB: usize = 32;
 
@@ -403,16 +403,13 @@ fn a_sliding_window_hides_older_tokens() -> Result<()> {
 #[test]
 fn under_bf16_autocast_the_decoder_follows_f32_and_every_weight_gets_an_f32_gradient() -> Result<()>
 {
-    use crate::optim::precision::{AutocastScope, Precision};
     let (model, params) = build(&tiny(ModelType::Llama, 2), 5)?;
     let batch = ids(&[&[1, 5, 9, 2, 7, 3], &[4, 4, 8, 0, 31, 6]])?;
     let documents = ids(&[&[0, 0, 0, 1, 1, 1], &[0, 0, 0, 0, 0, 0]])?;
     let full = model.forward_packed(&batch, None, Some(&documents))?;
-    let scope = AutocastScope::enter(Precision::Bf16);
+    let scope = crate::AutocastScope::enter(Some(DType::BF16));
     let half = model.forward_packed(&batch, None, Some(&documents))?;
-    scope
-        .check_used(Precision::Bf16)
-        .expect("the decoder casts");
+    assert!(scope.casts() > 0, "the decoder casts");
     let loss = next_token_loss(&half, &batch)?;
     let grads = loss.backward()?;
     drop(scope);
@@ -434,14 +431,4 @@ fn under_bf16_autocast_the_decoder_follows_f32_and_every_weight_gets_an_f32_grad
     let again = model.forward_packed(&batch, None, Some(&documents))?;
     assert_eq!(max_abs_diff(&full, &again)?, 0.0);
     Ok(())
-}
-
-#[test]
-fn a_bad_config_is_a_model_error_of_the_engine() {
-    let config = LlamaConfig::from_json_str("{\"hidden_size\": 0}").unwrap_err();
-    let error = crate::error::Error::from(config);
-    assert!(
-        matches!(&error, crate::error::Error::Model(crate::error::ModelError::Config { detail }) if detail.contains("config")),
-        "{error}"
-    );
 }

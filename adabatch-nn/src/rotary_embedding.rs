@@ -4,7 +4,7 @@
 //! them, or a part as in Phi's `partial_rotary_factor`).
 //!
 //! ```
-//! # use adabatch_runtime as adabatch;
+//! # mod adabatch { pub mod nn { pub use adabatch_nn::*; } }
 //! use adabatch::nn::{positions_in_documents, RotaryEmbedding};
 //! use candle_core::{DType, Device, Tensor};
 //!

@@ -94,14 +94,6 @@ impl From<ConfigError> for candle_core::Error {
     }
 }
 
-impl From<ConfigError> for crate::error::Error {
-    fn from(e: ConfigError) -> Self {
-        crate::error::Error::Model(crate::error::ModelError::Config {
-            detail: e.to_string(),
-        })
-    }
-}
-
 fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field,
