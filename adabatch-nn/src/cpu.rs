@@ -1,11 +1,10 @@
-//! What the fused CPU kernels share: the dtype dispatch, the type they compute in,
-//! and a row-parallel loop on candle's CPU thread pool.
+//! What the fused ops' CPU bodies compute with: the type they compute in, row loops
+//! on candle's CPU thread pool, and sums.
 
 use std::ops::{Add, AddAssign, Div, Mul, Range, Sub};
 use std::sync::Mutex;
 
-use candle_core::backend::BackendStorage;
-use candle_core::{bail, CpuStorage, DType, Layout, Result, WithDType};
+use candle_core::{DType, WithDType};
 
 /// Below this many elements touched, a kernel runs on the calling thread: waking
 /// the pool costs more than it saves.
@@ -106,66 +105,16 @@ impl Acc for f64 {
     }
 }
 
-/// A fused CPU kernel, generic over the tensor type `T` and the type `A` it
-/// computes in.
-pub(super) trait Kernel {
-    /// The output, from the contiguous inputs (all of one dtype) and the dims of
-    /// the first.
-    fn run<T: WithDType, A: Acc>(&self, inputs: &[&[T]], dims: &[usize]) -> Result<Vec<T>>;
-}
-
-/// Runs `kernel` on `inputs` after checking that they share one float dtype and are
-/// contiguous; `name` prefixes the errors.
-pub(super) fn dispatch<K: Kernel>(
-    kernel: &K,
-    name: &str,
-    inputs: &[(&CpuStorage, &Layout)],
-) -> Result<CpuStorage> {
-    let (first, _) = inputs[0];
-    match first {
-        CpuStorage::BF16(s) => run::<_, f32, K>(kernel, name, s, inputs),
-        CpuStorage::F16(s) => run::<_, f32, K>(kernel, name, s, inputs),
-        CpuStorage::F32(s) => run::<_, f32, K>(kernel, name, s, inputs),
-        CpuStorage::F64(s) => run::<_, f64, K>(kernel, name, s, inputs),
-        other => bail!("{name}: unsupported dtype {:?}", other.dtype()),
-    }
-}
-
-/// [`dispatch`] once `T` is known (`_first` only names it).
-fn run<T: WithDType, A: Acc, K: Kernel>(
-    kernel: &K,
-    name: &str,
-    _first: &[T],
-    inputs: &[(&CpuStorage, &Layout)],
-) -> Result<CpuStorage> {
-    let mut slices = Vec::with_capacity(inputs.len());
-    for (i, (storage, layout)) in inputs.iter().enumerate() {
-        if storage.dtype() != T::DTYPE {
-            bail!(
-                "{name}: input {i} is {:?}, input 0 is {:?}",
-                storage.dtype(),
-                T::DTYPE
-            )
-        }
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            bail!("{name}: input {i} has to be contiguous")
-        };
-        slices.push(&T::cpu_storage_as_slice(storage)?[start..end]);
-    }
-    let dims = inputs[0].1.dims();
-    Ok(T::to_cpu_storage_owned(kernel.run::<T, A>(&slices, dims)?))
-}
-
 /// Splits `n_rows` rows in blocks, one per thread of candle's CPU pool, and calls
-/// `f(rows, dst_rows, acc)` on each, where `dst_rows` is the part of `dst` (an equal
-/// share per row, possibly empty) those rows own and `acc` a fresh `init()` per
-/// block. Returns the blocks' accumulators, in no particular order.
+/// `f(row, dst_row, acc)` on each row, where `dst_row` is the row's equal share of
+/// `dst` (possibly empty) and `acc` a fresh `init()` per block. Returns the blocks'
+/// accumulators, in no particular order.
 pub(super) fn reduce_rows<T: Send, S: Send>(
     dst: &mut [T],
     n_rows: usize,
     work: usize,
     init: impl Fn() -> S,
-    f: impl Fn(Range<usize>, &mut [T], &mut S) + Sync,
+    f: impl Fn(usize, &mut [T], &mut S) + Sync,
 ) -> Vec<S> {
     let pool = candle_core::utils::barrier_pool();
     let blocks = if work < PAR_MIN_ELEMS {
@@ -175,7 +124,7 @@ pub(super) fn reduce_rows<T: Send, S: Send>(
     };
     if blocks <= 1 {
         let mut acc = init();
-        f(0..n_rows, dst, &mut acc);
+        each_row(0..n_rows, dst, &mut acc, &f);
         return vec![acc];
     }
     let cells: Vec<_> = split_rows(dst, n_rows, blocks)
@@ -188,13 +137,27 @@ pub(super) fn reduce_rows<T: Send, S: Send>(
         for cell in &cells[range] {
             let mut guard = cell.lock().unwrap_or_else(|e| e.into_inner());
             let (rows, dst, acc) = &mut *guard;
-            f(rows.clone(), dst, acc);
+            each_row(rows.clone(), dst, acc, &f);
         }
     });
     cells
         .into_iter()
         .map(|cell| cell.into_inner().unwrap_or_else(|e| e.into_inner()).2)
         .collect()
+}
+
+/// `f(row, dst_row, acc)` for each row of a block, `dst` being the block's share.
+fn each_row<T, S>(
+    rows: Range<usize>,
+    dst: &mut [T],
+    acc: &mut S,
+    f: &impl Fn(usize, &mut [T], &mut S),
+) {
+    // Indexed rather than `chunks_exact_mut`, which refuses rows of length 0.
+    let row_len = dst.len().checked_div(rows.len()).unwrap_or(0);
+    for (i, row) in rows.enumerate() {
+        f(row, &mut dst[i * row_len..][..row_len], acc);
+    }
 }
 
 /// `dst` (an equal share per row of `n_rows`, possibly empty) cut into at most
@@ -213,14 +176,43 @@ fn split_rows<T>(dst: &mut [T], n_rows: usize, blocks: usize) -> Vec<(Range<usiz
     parts
 }
 
-/// [`reduce_rows`] without accumulators.
+/// [`reduce_rows`] without accumulators: `f(row, dst_row)` on each row.
 pub(super) fn for_rows<T: Send>(
     dst: &mut [T],
     n_rows: usize,
     work: usize,
-    f: impl Fn(Range<usize>, &mut [T]) + Sync,
+    f: impl Fn(usize, &mut [T]) + Sync,
 ) {
-    reduce_rows(dst, n_rows, work, || (), |rows, dst, _| f(rows, dst));
+    reduce_rows(dst, n_rows, work, || (), |row, dst, _| f(row, dst));
+}
+
+/// Row `row` of `values`, rows of `len`.
+#[inline(always)]
+pub(super) fn row<T>(values: &[T], row: usize, len: usize) -> &[T] {
+    &values[row * len..][..len]
+}
+
+/// A backward's output: `n_rows` rows of `row_len` (the per-row gradient), each
+/// written by `f(row, dst_row, sums)`, then `sums_len` values that `f` adds to (the
+/// parameters' gradients), summed over the blocks of rows and rounded to `T` once.
+pub(super) fn rows_then_sums<T: WithDType, A: Acc>(
+    n_rows: usize,
+    row_len: usize,
+    sums_len: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [T], &mut [A]) + Sync,
+) -> Vec<T> {
+    let mut out = vec![T::zero(); n_rows * row_len + sums_len];
+    let (rows, sums) = out.split_at_mut(n_rows * row_len);
+    let accs = reduce_rows(
+        rows,
+        n_rows,
+        work,
+        || vec![A::ZERO; sums_len],
+        |row, dst, acc| f(row, dst, acc),
+    );
+    sums.copy_from_slice(&sum_accs::<T, A>(&accs, sums_len));
+    out
 }
 
 /// `Σ term(a[i], b[i], c[i])` in eight interleaved partial sums, which the compiler
@@ -256,7 +248,7 @@ pub(super) fn sum8<T: WithDType, A: Acc>(
 }
 
 /// The element-wise sum of `accs` (each `len` long), rounded to `T`.
-pub(super) fn sum_accs<T: WithDType, A: Acc>(accs: &[Vec<A>], len: usize) -> Vec<T> {
+fn sum_accs<T: WithDType, A: Acc>(accs: &[Vec<A>], len: usize) -> Vec<T> {
     (0..len)
         .map(|i| {
             let mut sum = A::ZERO;
@@ -271,7 +263,7 @@ pub(super) fn sum_accs<T: WithDType, A: Acc>(accs: &[Vec<A>], len: usize) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::{Device, Storage, Tensor};
+    use candle_core::{CpuStorage, Device, Result, Storage, Tensor};
 
     /// `values` rounded to the dtype of `like` by `Acc::to`, as f64.
     fn through_acc(like: &Tensor, values: &[f32]) -> Vec<f64> {
@@ -310,11 +302,9 @@ mod tests {
             n_rows,
             PAR_MIN_ELEMS,
             Vec::new,
-            |rows, dst, seen| {
-                for (row, d) in rows.zip(dst) {
-                    *d = row as u64;
-                    seen.push(row);
-                }
+            |row, dst, seen| {
+                dst[0] = row as u64;
+                seen.push(row);
             },
         );
         assert!(dst.iter().enumerate().all(|(i, d)| *d == i as u64));

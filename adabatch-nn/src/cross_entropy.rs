@@ -8,13 +8,10 @@
 //! exponentials) and the backward one (`softmax − one-hot`, times the row's
 //! gradient), on candle's CPU pool. On other devices: the composite.
 
-use candle_core::{
-    bail, CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType, D,
-};
-
-use candle_core::backend::BackendStorage;
+use candle_core::{bail, DType, Result, Shape, Tensor, WithDType, D};
 
 use super::cpu::{self, Acc};
+use super::rows::{self, Apply, CpuInputs, RowOp};
 
 /// `logsumexp(logits[i]) − logits[i, targets[i]]` for every row `i` of `logits`
 /// `[n, classes]`, and 0 where `targets[i]` is `ignore_index`; `targets` `[n]` of
@@ -39,16 +36,14 @@ pub fn cross_entropy_rows(
         _ => logits.clone(),
     };
     let targets = targets.to_dtype(DType::I64)?;
-    if !logits.device().is_cpu() {
+    if !rows::runs_fused_on(logits.device()) {
         return composite(&logits, &targets, ignore_index, classes);
     }
-    logits.contiguous()?.apply_op2(
-        &targets.contiguous()?,
-        CrossEntropy {
-            ignore_index,
-            classes,
-        },
-    )
+    let op = CrossEntropy {
+        ignore_index,
+        classes,
+    };
+    op.apply([&logits, &targets])
 }
 
 /// The same with candle ops, which candle differentiates (non-CPU devices, and
@@ -99,47 +94,6 @@ impl CrossEntropy {
             })
             .collect()
     }
-
-    /// Per-row losses of `x` (rows of `classes`).
-    fn forward<T: WithDType, A: Acc>(&self, x: &[T], targets: &[Option<usize>]) -> Vec<T> {
-        let c = self.classes;
-        let mut out = vec![T::zero(); targets.len()];
-        cpu::for_rows(&mut out, targets.len(), x.len(), |rows, out| {
-            for (row, out) in rows.zip(out.iter_mut()) {
-                let Some(target) = targets[row] else { continue };
-                let x = &x[row * c..][..c];
-                let lse = log_sum_exp::<T, A>(x);
-                *out = (lse - A::of(x[target])).to();
-            }
-        });
-        out
-    }
-
-    /// `d logits` from the rows' upstream gradients `g` and losses: the softmax
-    /// of a row is `exp(x − lse)`, where `lse = loss + x[target]`.
-    fn backward<T: WithDType, A: Acc>(
-        &self,
-        x: &[T],
-        targets: &[Option<usize>],
-        losses: &[T],
-        g: &[T],
-    ) -> Vec<T> {
-        let c = self.classes;
-        let mut dx = vec![T::zero(); x.len()];
-        cpu::for_rows(&mut dx, targets.len(), x.len(), |rows, dx| {
-            for (row, dx) in rows.zip(dx.chunks_exact_mut(c)) {
-                let Some(target) = targets[row] else { continue };
-                let x = &x[row * c..][..c];
-                let lse = A::of(losses[row]) + A::of(x[target]);
-                let g = A::of(g[row]);
-                for (dx, &x) in dx.iter_mut().zip(x) {
-                    *dx = (g * (A::of(x) - lse).exp()).to();
-                }
-                dx[target] = (A::of(dx[target]) - g).to();
-            }
-        });
-        dx
-    }
 }
 
 /// `log Σ exp(x)`, from the row's maximum (`x` is not empty).
@@ -156,59 +110,40 @@ fn log_sum_exp<T: WithDType, A: Acc>(x: &[T]) -> A {
     max + sum.ln()
 }
 
-/// The i64 targets of a contiguous storage.
-fn target_slice<'a>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [i64]> {
-    let CpuStorage::I64(all) = storage else {
-        bail!("cross_entropy_rows: targets must be i64 here")
-    };
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        bail!("cross_entropy_rows: targets must be contiguous")
-    };
-    Ok(&all[start..end])
-}
-
-fn float_slice<'a, T: WithDType>(storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [T]> {
-    let Some((start, end)) = layout.contiguous_offsets() else {
-        bail!("cross_entropy_rows: inputs must be contiguous")
-    };
-    Ok(&T::cpu_storage_as_slice(storage)?[start..end])
-}
-
-impl CustomOp2 for CrossEntropy {
+impl RowOp<2> for CrossEntropy {
     fn name(&self) -> &'static str {
         "adabatch-cross-entropy-rows"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let targets = self.rows(target_slice(s2, l2)?)?;
-        let out = match s1 {
-            CpuStorage::F32(_) => {
-                CpuStorage::F32(self.forward::<f32, f32>(float_slice(s1, l1)?, &targets))
-            }
-            CpuStorage::F64(_) => {
-                CpuStorage::F64(self.forward::<f64, f64>(float_slice(s1, l1)?, &targets))
-            }
-            other => bail!("cross_entropy_rows: unsupported dtype {:?}", other.dtype()),
-        };
-        Ok((out, Shape::from(targets.len())))
+    /// One loss per row.
+    fn shape(&self, dims: &[usize]) -> Shape {
+        Shape::from(&dims[..dims.len().saturating_sub(1)])
     }
 
-    fn bwd(
+    /// Per-row losses of the logits (rows of `classes`).
+    fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
+        let [x] = inputs.floats()?;
+        let targets = self.rows(inputs.indices(1)?)?;
+        let c = self.classes;
+        let mut out = vec![T::zero(); targets.len()];
+        cpu::for_rows(&mut out, targets.len(), x.len(), |row, out| {
+            let Some(target) = targets[row] else { return };
+            let x = cpu::row(x, row, c);
+            let lse = log_sum_exp::<T, A>(x);
+            out[0] = (lse - A::of(x[target])).to();
+        });
+        Ok(out)
+    }
+
+    fn backward(
         &self,
-        logits: &Tensor,
-        targets: &Tensor,
+        [logits, targets]: [&Tensor; 2],
         losses: &Tensor,
         grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+    ) -> Result<[Option<Tensor>; 2]> {
         let losses_and_grads = Tensor::stack(&[losses, &grad.to_dtype(losses.dtype())?], 0)?;
-        let dx = logits.apply_op3_no_bwd(&losses_and_grads, targets, &CrossEntropyBwd(*self))?;
-        Ok((Some(dx), None))
+        let dx = CrossEntropyBwd(*self).apply_no_bwd([logits, &losses_and_grads, targets])?;
+        Ok([Some(dx), None])
     }
 }
 
@@ -217,44 +152,30 @@ impl CustomOp2 for CrossEntropy {
 #[derive(Clone, Copy, Debug)]
 struct CrossEntropyBwd(CrossEntropy);
 
-impl CustomOp3 for CrossEntropyBwd {
+impl RowOp<3> for CrossEntropyBwd {
     fn name(&self) -> &'static str {
         "adabatch-cross-entropy-rows-bwd"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let targets = self.0.rows(target_slice(s3, l3)?)?;
-        let n = targets.len();
-        let dx = match s1 {
-            CpuStorage::F32(_) => {
-                let (losses, g) = float_slice::<f32>(s2, l2)?.split_at(n);
-                CpuStorage::F32(self.0.backward::<f32, f32>(
-                    float_slice(s1, l1)?,
-                    &targets,
-                    losses,
-                    g,
-                ))
+    /// `d logits` from the rows' upstream gradients `g` and losses: the softmax
+    /// of a row is `exp(x − lse)`, where `lse = loss + x[target]`.
+    fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
+        let [x, losses_and_grads] = inputs.floats()?;
+        let targets = self.0.rows(inputs.indices(2)?)?;
+        let (losses, g) = losses_and_grads.split_at(targets.len());
+        let c = self.0.classes;
+        let mut dx = vec![T::zero(); x.len()];
+        cpu::for_rows(&mut dx, targets.len(), x.len(), |row, dx| {
+            let Some(target) = targets[row] else { return };
+            let x = cpu::row(x, row, c);
+            let lse = A::of(losses[row]) + A::of(x[target]);
+            let g = A::of(g[row]);
+            for (dx, &x) in dx.iter_mut().zip(x) {
+                *dx = (g * (A::of(x) - lse).exp()).to();
             }
-            CpuStorage::F64(_) => {
-                let (losses, g) = float_slice::<f64>(s2, l2)?.split_at(n);
-                CpuStorage::F64(self.0.backward::<f64, f64>(
-                    float_slice(s1, l1)?,
-                    &targets,
-                    losses,
-                    g,
-                ))
-            }
-            other => bail!("cross_entropy_rows: unsupported dtype {:?}", other.dtype()),
-        };
-        Ok((dx, l1.shape().clone()))
+            dx[target] = (A::of(dx[target]) - g).to();
+        });
+        Ok(dx)
     }
 }
 

@@ -49,6 +49,7 @@ mod params;
 mod precision;
 mod rope;
 pub(crate) mod rotary_embedding;
+mod rows;
 mod softmax;
 #[cfg(test)]
 mod testing;

@@ -5,11 +5,10 @@
 //! one pass over the rows. On other devices they are candle-nn's composite
 //! `rms_norm_slow` and `layer_norm_slow`, which candle differentiates.
 
-use candle_core::{
-    bail, CpuStorage, CustomOp2, CustomOp3, Layout, Module, Result, Shape, Tensor, WithDType, D,
-};
+use candle_core::{bail, Module, Result, Shape, Tensor, WithDType, D};
 
-use super::cpu::{self, Acc, Kernel};
+use super::cpu::{self, Acc};
+use super::rows::{self, Apply, CpuInputs, RowOp};
 
 /// `x / sqrt(mean(x²) + eps) * alpha` over the last dimension; candle-nn's
 /// `ops::rms_norm` with a backward (for `x` and `alpha`).
@@ -18,11 +17,10 @@ use super::cpu::{self, Acc, Kernel};
 /// this also takes f64). Elsewhere: candle-nn's composite `rms_norm_slow`.
 pub fn rms_norm(x: &Tensor, alpha: &Tensor, eps: f32) -> Result<Tensor> {
     check_params("rms-norm", x, &[("alpha", alpha)])?;
-    if !x.device().is_cpu() {
+    if !rows::runs_fused_on(x.device()) {
         return candle_nn::ops::rms_norm_slow(x, alpha, eps);
     }
-    x.contiguous()?
-        .apply_op2(&alpha.contiguous()?, RmsNormOp { eps })
+    RmsNormOp { eps }.apply([x, alpha])
 }
 
 /// `(x - mean) / sqrt(var + eps) * alpha + beta` over the last dimension;
@@ -32,14 +30,10 @@ pub fn rms_norm(x: &Tensor, alpha: &Tensor, eps: f32) -> Result<Tensor> {
 /// this also takes f64). Elsewhere: candle-nn's composite `layer_norm_slow`.
 pub fn layer_norm(x: &Tensor, alpha: &Tensor, beta: &Tensor, eps: f32) -> Result<Tensor> {
     check_params("layer-norm", x, &[("alpha", alpha), ("beta", beta)])?;
-    if !x.device().is_cpu() {
+    if !rows::runs_fused_on(x.device()) {
         return candle_nn::ops::layer_norm_slow(x, alpha, beta, eps);
     }
-    x.contiguous()?.apply_op3(
-        &alpha.contiguous()?,
-        &beta.contiguous()?,
-        LayerNormOp { eps },
-    )
+    LayerNormOp { eps }.apply([x, alpha, beta])
 }
 
 /// Each parameter must be `[hidden]` (the last dim of `x`) and of `x`'s dtype.
@@ -98,74 +92,43 @@ fn moments_two_pass<T: WithDType, A: Acc>(x: &[T], eps: A) -> (A, A) {
     (mean, (sum2 / n + eps).sqrt().recip())
 }
 
-/// The last dim of `dims` and how many rows of it there are.
-fn rows_of(dims: &[usize]) -> (usize, usize) {
-    let n = dims.last().copied().unwrap_or(1);
-    let count: usize = dims.iter().product();
-    (count.checked_div(n).unwrap_or(0), n)
-}
-
 /// The fused RMS norm: `x`, `alpha` -> `y`.
 #[derive(Clone, Copy, Debug)]
 struct RmsNormOp {
     eps: f32,
 }
 
-impl Kernel for RmsNormOp {
-    fn run<T: WithDType, A: Acc>(&self, inputs: &[&[T]], dims: &[usize]) -> Result<Vec<T>> {
-        let (x, alpha) = (inputs[0], inputs[1]);
-        let (rows, n) = rows_of(dims);
-        let mut y = vec![T::zero(); x.len()];
-        if n == 0 {
-            return Ok(y);
-        }
-        let eps = A::from_f32(self.eps);
-        cpu::for_rows(&mut y, rows, x.len(), |rows, y| {
-            for (row, y) in rows.zip(y.chunks_exact_mut(n)) {
-                let x = &x[row * n..][..n];
-                // Rounded to T before dividing, as candle-nn does.
-                let m: T = rms::<T, A>(x, eps).to();
-                for ((y, &x), &a) in y.iter_mut().zip(x).zip(alpha) {
-                    *y = x / m * a;
-                }
-            }
-        });
-        Ok(y)
-    }
-}
-
-impl CustomOp2 for RmsNormOp {
+impl RowOp<2> for RmsNormOp {
     fn name(&self) -> &'static str {
         "adabatch-rms-norm"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let y = cpu::dispatch(self, self.name(), &[(s1, l1), (s2, l2)])?;
-        Ok((y, l1.shape().clone()))
+    fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
+        let [x, alpha] = inputs.floats()?;
+        let (rows, n) = inputs.rows();
+        let eps = A::from_f32(self.eps);
+        let mut y = vec![T::zero(); x.len()];
+        cpu::for_rows(&mut y, rows, x.len(), |row, y| {
+            let x = cpu::row(x, row, n);
+            // Rounded to T before dividing, as candle-nn does.
+            let m: T = rms::<T, A>(x, eps).to();
+            for ((y, &x), &a) in y.iter_mut().zip(x).zip(alpha) {
+                *y = x / m * a;
+            }
+        });
+        Ok(y)
     }
 
-    fn bwd(
+    fn backward(
         &self,
-        x: &Tensor,
-        alpha: &Tensor,
+        [x, alpha]: [&Tensor; 2],
         _y: &Tensor,
         grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
-        let grads = grad
-            .contiguous()?
-            .apply_op3_no_bwd(x, alpha, &RmsNormBwd { eps: self.eps })?;
-        let rows = grads.dim(0)? - 1;
-        let dx = grads.narrow(0, 0, rows)?.reshape(x.shape())?;
-        let dalpha = grads.get(rows)?;
-        Ok((
-            x.track_op().then_some(dx),
-            alpha.track_op().then_some(dalpha),
+    ) -> Result<[Option<Tensor>; 2]> {
+        let grads = RmsNormBwd { eps: self.eps }.apply_no_bwd([grad, x, alpha])?;
+        Ok(rows::where_tracked(
+            [x, alpha],
+            rows::split_grads(&grads, x)?,
         ))
     }
 }
@@ -177,61 +140,36 @@ struct RmsNormBwd {
     eps: f32,
 }
 
-impl Kernel for RmsNormBwd {
-    fn run<T: WithDType, A: Acc>(&self, inputs: &[&[T]], dims: &[usize]) -> Result<Vec<T>> {
-        let (g, x, alpha) = (inputs[0], inputs[1], inputs[2]);
-        let (rows, n) = rows_of(dims);
-        let mut out = vec![T::zero(); (rows + 1) * n];
-        if n == 0 {
-            return Ok(out);
-        }
-        let eps = A::from_f32(self.eps);
-        let (dx, dalpha) = out.split_at_mut(rows * n);
-        let accs = cpu::reduce_rows(
-            dx,
-            rows,
-            2 * x.len(),
-            || vec![A::ZERO; n],
-            |rows, dx, acc| {
-                for (row, dx) in rows.zip(dx.chunks_exact_mut(n)) {
-                    let (g, x) = (&g[row * n..][..n], &x[row * n..][..n]);
-                    // Sums vectorised (`sum8`): the backward needs no particular order.
-                    let sum2 = cpu::sum8(x, x, x, |x, _, _| A::of(x) * A::of(x));
-                    let r = (sum2 / A::from_usize(n) + eps).sqrt().recip();
-                    let dot = cpu::sum8(g, x, alpha, |g, x, a| A::of(g) * A::of(a) * A::of(x));
-                    // d/dx_j of x_j·r·a_j summed against g: r·g_j·a_j − x_j·r³·dot/n.
-                    let c = r * r * dot / A::from_usize(n);
-                    let terms = g.iter().zip(x).zip(alpha).zip(acc.iter_mut());
-                    for (dx, (((&g, &x), &a), acc)) in dx.iter_mut().zip(terms) {
-                        let (g, x) = (A::of(g), A::of(x));
-                        *dx = (r * (g * A::of(a) - x * c)).to();
-                        *acc += g * x * r;
-                    }
-                }
-            },
-        );
-        dalpha.copy_from_slice(&cpu::sum_accs::<T, A>(&accs, n));
-        Ok(out)
-    }
-}
-
-impl CustomOp3 for RmsNormBwd {
+impl RowOp<3> for RmsNormBwd {
     fn name(&self) -> &'static str {
         "adabatch-rms-norm-bwd"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let out = cpu::dispatch(self, self.name(), &[(s1, l1), (s2, l2), (s3, l3)])?;
-        let (rows, n) = rows_of(l1.dims());
-        Ok((out, Shape::from((rows + 1, n))))
+    fn shape(&self, dims: &[usize]) -> Shape {
+        rows::grads_shape(dims, 1)
+    }
+
+    fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
+        let [g, x, alpha] = inputs.floats()?;
+        let (rows, n) = inputs.rows();
+        let eps = A::from_f32(self.eps);
+        let dx_and_dalpha =
+            cpu::rows_then_sums::<T, A>(rows, n, n, 2 * x.len(), |row, dx, dalpha| {
+                let (g, x) = (cpu::row(g, row, n), cpu::row(x, row, n));
+                // Sums vectorised (`sum8`): the backward needs no particular order.
+                let sum2 = cpu::sum8(x, x, x, |x, _, _| A::of(x) * A::of(x));
+                let r = (sum2 / A::from_usize(n) + eps).sqrt().recip();
+                let dot = cpu::sum8(g, x, alpha, |g, x, a| A::of(g) * A::of(a) * A::of(x));
+                // d/dx_j of x_j·r·a_j summed against g: r·g_j·a_j − x_j·r³·dot/n.
+                let c = r * r * dot / A::from_usize(n);
+                let terms = g.iter().zip(x).zip(alpha).zip(dalpha.iter_mut());
+                for (dx, (((&g, &x), &a), da)) in dx.iter_mut().zip(terms) {
+                    let (g, x) = (A::of(g), A::of(x));
+                    *dx = (r * (g * A::of(a) - x * c)).to();
+                    *da += g * x * r;
+                }
+            });
+        Ok(dx_and_dalpha)
     }
 }
 
@@ -241,64 +179,36 @@ struct LayerNormOp {
     eps: f32,
 }
 
-impl Kernel for LayerNormOp {
-    fn run<T: WithDType, A: Acc>(&self, inputs: &[&[T]], dims: &[usize]) -> Result<Vec<T>> {
-        let (x, alpha, beta) = (inputs[0], inputs[1], inputs[2]);
-        let (rows, n) = rows_of(dims);
-        let mut y = vec![T::zero(); x.len()];
-        if n == 0 {
-            return Ok(y);
-        }
-        let eps = A::from_f32(self.eps);
-        cpu::for_rows(&mut y, rows, x.len(), |rows, y| {
-            for (row, y) in rows.zip(y.chunks_exact_mut(n)) {
-                let x = &x[row * n..][..n];
-                let (mean, inv_std) = moments::<T, A>(x, eps);
-                for ((y, &x), (&a, &b)) in y.iter_mut().zip(x).zip(alpha.iter().zip(beta)) {
-                    *y = ((A::of(x) - mean) * inv_std * A::of(a) + A::of(b)).to();
-                }
-            }
-        });
-        Ok(y)
-    }
-}
-
-impl CustomOp3 for LayerNormOp {
+impl RowOp<3> for LayerNormOp {
     fn name(&self) -> &'static str {
         "adabatch-layer-norm"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let y = cpu::dispatch(self, self.name(), &[(s1, l1), (s2, l2), (s3, l3)])?;
-        Ok((y, l1.shape().clone()))
+    fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
+        let [x, alpha, beta] = inputs.floats()?;
+        let (rows, n) = inputs.rows();
+        let eps = A::from_f32(self.eps);
+        let mut y = vec![T::zero(); x.len()];
+        cpu::for_rows(&mut y, rows, x.len(), |row, y| {
+            let x = cpu::row(x, row, n);
+            let (mean, inv_std) = moments::<T, A>(x, eps);
+            for ((y, &x), (&a, &b)) in y.iter_mut().zip(x).zip(alpha.iter().zip(beta)) {
+                *y = ((A::of(x) - mean) * inv_std * A::of(a) + A::of(b)).to();
+            }
+        });
+        Ok(y)
     }
 
-    fn bwd(
+    fn backward(
         &self,
-        x: &Tensor,
-        alpha: &Tensor,
-        beta: &Tensor,
+        [x, alpha, beta]: [&Tensor; 3],
         _y: &Tensor,
         grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let grads =
-            grad.contiguous()?
-                .apply_op3_no_bwd(x, alpha, &LayerNormBwd { eps: self.eps })?;
-        let rows = grads.dim(0)? - 2;
-        let dx = grads.narrow(0, 0, rows)?.reshape(x.shape())?;
-        let (dalpha, dbeta) = (grads.get(rows)?, grads.get(rows + 1)?);
-        Ok((
-            x.track_op().then_some(dx),
-            alpha.track_op().then_some(dalpha),
-            beta.track_op().then_some(dbeta),
+    ) -> Result<[Option<Tensor>; 3]> {
+        let grads = LayerNormBwd { eps: self.eps }.apply_no_bwd([grad, x, alpha])?;
+        Ok(rows::where_tracked(
+            [x, alpha, beta],
+            rows::split_grads(&grads, x)?,
         ))
     }
 }
@@ -310,68 +220,42 @@ struct LayerNormBwd {
     eps: f32,
 }
 
-impl Kernel for LayerNormBwd {
-    fn run<T: WithDType, A: Acc>(&self, inputs: &[&[T]], dims: &[usize]) -> Result<Vec<T>> {
-        let (g, x, alpha) = (inputs[0], inputs[1], inputs[2]);
-        let (rows, n) = rows_of(dims);
-        let mut out = vec![T::zero(); (rows + 2) * n];
-        if n == 0 {
-            return Ok(out);
-        }
-        let eps = A::from_f32(self.eps);
-        let (dx, dparams) = out.split_at_mut(rows * n);
-        let accs = cpu::reduce_rows(
-            dx,
-            rows,
-            2 * x.len(),
-            || vec![A::ZERO; 2 * n],
-            |rows, dx, acc| {
-                let (dalpha, dbeta) = acc.split_at_mut(n);
-                for (row, dx) in rows.zip(dx.chunks_exact_mut(n)) {
-                    let (g, x) = (&g[row * n..][..n], &x[row * n..][..n]);
-                    let (mean, inv_std) = moments_two_pass::<T, A>(x, eps);
-                    let sum_ga = cpu::sum8(g, alpha, alpha, |g, a, _| A::of(g) * A::of(a));
-                    let sum_gax = cpu::sum8(g, x, alpha, |g, x, a| {
-                        A::of(g) * A::of(a) * (A::of(x) - mean) * inv_std
-                    });
-                    let n_a = A::from_usize(n);
-                    let (mean_ga, mean_gax) = (sum_ga / n_a, sum_gax / n_a);
-                    let terms = g
-                        .iter()
-                        .zip(x)
-                        .zip(alpha)
-                        .zip(dalpha.iter_mut().zip(dbeta.iter_mut()));
-                    for (dx, (((&g, &x), &a), (da, db))) in dx.iter_mut().zip(terms) {
-                        let (g, xhat) = (A::of(g), (A::of(x) - mean) * inv_std);
-                        *dx = (inv_std * (g * A::of(a) - mean_ga - xhat * mean_gax)).to();
-                        *da += g * xhat;
-                        *db += g;
-                    }
-                }
-            },
-        );
-        dparams.copy_from_slice(&cpu::sum_accs::<T, A>(&accs, 2 * n));
-        Ok(out)
-    }
-}
-
-impl CustomOp3 for LayerNormBwd {
+impl RowOp<3> for LayerNormBwd {
     fn name(&self) -> &'static str {
         "adabatch-layer-norm-bwd"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let out = cpu::dispatch(self, self.name(), &[(s1, l1), (s2, l2), (s3, l3)])?;
-        let (rows, n) = rows_of(l1.dims());
-        Ok((out, Shape::from((rows + 2, n))))
+    fn shape(&self, dims: &[usize]) -> Shape {
+        rows::grads_shape(dims, 2)
+    }
+
+    fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
+        let [g, x, alpha] = inputs.floats()?;
+        let (rows, n) = inputs.rows();
+        let eps = A::from_f32(self.eps);
+        let grads = cpu::rows_then_sums::<T, A>(rows, n, 2 * n, 2 * x.len(), |row, dx, dparams| {
+            let (dalpha, dbeta) = dparams.split_at_mut(n);
+            let (g, x) = (cpu::row(g, row, n), cpu::row(x, row, n));
+            let (mean, inv_std) = moments_two_pass::<T, A>(x, eps);
+            let sum_ga = cpu::sum8(g, alpha, alpha, |g, a, _| A::of(g) * A::of(a));
+            let sum_gax = cpu::sum8(g, x, alpha, |g, x, a| {
+                A::of(g) * A::of(a) * (A::of(x) - mean) * inv_std
+            });
+            let n_a = A::from_usize(n);
+            let (mean_ga, mean_gax) = (sum_ga / n_a, sum_gax / n_a);
+            let terms = g
+                .iter()
+                .zip(x)
+                .zip(alpha)
+                .zip(dalpha.iter_mut().zip(dbeta.iter_mut()));
+            for (dx, (((&g, &x), &a), (da, db))) in dx.iter_mut().zip(terms) {
+                let (g, xhat) = (A::of(g), (A::of(x) - mean) * inv_std);
+                *dx = (inv_std * (g * A::of(a) - mean_ga - xhat * mean_gax)).to();
+                *da += g * xhat;
+                *db += g;
+            }
+        });
+        Ok(grads)
     }
 }
 

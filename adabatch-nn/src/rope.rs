@@ -12,11 +12,10 @@
 //! `cos` and `sin` are `[t', d/2]`, or `[b, t', d/2]` for one table per sequence,
 //! with `t' ≥ t`: the first `t` positions are used, as in candle-nn.
 
-use candle_core::{
-    bail, CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor, WithDType,
-};
+use candle_core::{bail, Result, Shape, Tensor, WithDType};
 
-use super::cpu::{self, Acc, Kernel};
+use super::cpu::{self, Acc};
+use super::rows::{self, Apply, CpuInputs, RowOp};
 
 /// Rotates the halves of the last dimension (`x` `[b, h, t, d]`); candle-nn's
 /// `rotary_emb::rope` with a backward (for `x`, `cos` and `sin`).
@@ -56,15 +55,14 @@ enum Variant {
 fn apply(variant: Variant, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let t = check(variant, x, cos, sin)?;
     let (cos, sin) = (first_positions(cos, t)?, first_positions(sin, t)?);
-    if !x.device().is_cpu() {
+    if !rows::runs_fused_on(x.device()) {
         return composite(variant, x, &cos, &sin);
     }
     let op = RopeOp {
         variant,
         negate_sin: false,
     };
-    x.contiguous()?
-        .apply_op3(&cos.contiguous()?, &sin.contiguous()?, op)
+    op.apply([x, &cos, &sin])
 }
 
 /// candle-nn's checks (and that the three share a dtype); returns `t`.
@@ -270,35 +268,7 @@ struct RopeOp {
     negate_sin: bool,
 }
 
-impl Kernel for RopeOp {
-    fn run<T: WithDType, A: Acc>(&self, inputs: &[&[T]], dims: &[usize]) -> Result<Vec<T>> {
-        let (x, cos, sin) = (inputs[0], inputs[1], inputs[2]);
-        let geo = Geometry::new(self.variant, dims, cos.len())?;
-        let mut y = vec![T::zero(); x.len()];
-        if geo.d == 0 || geo.rows == 0 {
-            return Ok(y);
-        }
-        let (d, half) = (geo.d, geo.d / 2);
-        let interleaved = self.variant == Variant::Interleaved;
-        cpu::for_rows(&mut y, geo.rows, x.len(), |rows, y| {
-            for (row, y) in rows.zip(y.chunks_exact_mut(d)) {
-                let at = geo.table_offset(row);
-                let (cos, sin) = (&cos[at..][..half], &sin[at..][..half]);
-                rotate_row(
-                    &x[row * d..][..d],
-                    y,
-                    cos,
-                    sin,
-                    interleaved,
-                    self.negate_sin,
-                );
-            }
-        });
-        Ok(y)
-    }
-}
-
-impl CustomOp3 for RopeOp {
+impl RowOp<3> for RopeOp {
     fn name(&self) -> &'static str {
         match self.variant {
             Variant::Halves => "adabatch-rope",
@@ -307,52 +277,48 @@ impl CustomOp3 for RopeOp {
         }
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-        s3: &CpuStorage,
-        l3: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let y = cpu::dispatch(self, self.name(), &[(s1, l1), (s2, l2), (s3, l3)])?;
-        Ok((y, l1.shape().clone()))
+    fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
+        let [x, cos, sin] = inputs.floats()?;
+        let geo = Geometry::new(self.variant, inputs.dims(), cos.len())?;
+        let (d, half) = (geo.d, geo.d / 2);
+        let interleaved = self.variant == Variant::Interleaved;
+        let mut y = vec![T::zero(); x.len()];
+        cpu::for_rows(&mut y, geo.rows, x.len(), |row, y| {
+            let at = geo.table_offset(row);
+            let (cos, sin) = (&cos[at..][..half], &sin[at..][..half]);
+            let x = cpu::row(x, row, d);
+            rotate_row(x, y, cos, sin, interleaved, self.negate_sin);
+        });
+        Ok(y)
     }
 
-    fn bwd(
+    fn backward(
         &self,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
+        [x, cos, sin]: [&Tensor; 3],
         _y: &Tensor,
         grad: &Tensor,
-    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let grad = grad.contiguous()?;
+    ) -> Result<[Option<Tensor>; 3]> {
         let dx = if x.track_op() {
             let back = RopeOp {
                 negate_sin: !self.negate_sin,
                 ..*self
             };
-            Some(grad.apply_op3_no_bwd(cos, sin, &back)?)
+            Some(back.apply_no_bwd([grad, cos, sin])?)
         } else {
             None
         };
         if !cos.track_op() && !sin.track_op() {
-            return Ok((dx, None, None));
+            return Ok([dx, None, None]);
         }
         let op = RopeTableBwd {
             variant: self.variant,
             batched: cos.rank() == 3,
         };
-        let dtables = grad.apply_op2_no_bwd(x, &op)?;
+        let dtables = op.apply_no_bwd([grad, x])?;
         let dcos = dtables.get(0)?.reshape(cos.shape())?;
         let dsin = dtables.get(1)?.reshape(sin.shape())?;
-        Ok((
-            dx,
-            cos.track_op().then_some(dcos),
-            sin.track_op().then_some(dsin),
-        ))
+        let [dcos, dsin] = rows::where_tracked([cos, sin], [dcos, dsin]);
+        Ok([dx, dcos, dsin])
     }
 }
 
@@ -365,61 +331,43 @@ struct RopeTableBwd {
 }
 
 impl RopeTableBwd {
-    /// `[2, table rows, d/2]` for an `x` of `dims`.
-    fn shape(&self, dims: &[usize]) -> Shape {
-        let (b, t, d) = match self.variant {
-            Variant::Thd => (dims[0], dims[1], dims[3]),
-            _ => (dims[0], dims[2], dims[3]),
+    /// The rows of a table and their length, `d/2`, for an `x` of `dims`.
+    fn table_dims(&self, dims: &[usize]) -> Result<(usize, usize)> {
+        let [b, a1, a2, d] = *dims else {
+            bail!("rope: x has to be 4D, got {dims:?}")
         };
-        let rows = if self.batched { b * t } else { t };
-        Shape::from((2, rows, d / 2))
+        let t = if self.variant == Variant::Thd { a1 } else { a2 };
+        Ok((if self.batched { b * t } else { t }, d / 2))
     }
 }
 
-impl Kernel for RopeTableBwd {
-    fn run<T: WithDType, A: Acc>(&self, inputs: &[&[T]], dims: &[usize]) -> Result<Vec<T>> {
-        let (g, x) = (inputs[0], inputs[1]);
-        let table_len = self.shape(dims).elem_count() / 2;
-        let geo = Geometry::new(self.variant, dims, table_len)?;
-        if geo.d == 0 || geo.rows == 0 {
-            return Ok(vec![T::zero(); 2 * table_len]);
-        }
-        let (d, half) = (geo.d, geo.d / 2);
-        let interleaved = self.variant == Variant::Interleaved;
-        let init = || vec![A::ZERO; 2 * table_len];
-        let accs = cpu::reduce_rows(
-            &mut [] as &mut [T],
-            geo.rows,
-            2 * x.len(),
-            init,
-            |rows, _, acc| {
-                let (dcos, dsin) = acc.split_at_mut(table_len);
-                for row in rows {
-                    let at = geo.table_offset(row);
-                    let (g, x) = (&g[row * d..][..d], &x[row * d..][..d]);
-                    let (dcos, dsin) = (&mut dcos[at..][..half], &mut dsin[at..][..half]);
-                    table_grad_row(g, x, dcos, dsin, interleaved);
-                }
-            },
-        );
-        Ok(cpu::sum_accs::<T, A>(&accs, 2 * table_len))
-    }
-}
-
-impl CustomOp2 for RopeTableBwd {
+impl RowOp<2> for RopeTableBwd {
     fn name(&self) -> &'static str {
         "adabatch-rope-table-bwd"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let out = cpu::dispatch(self, self.name(), &[(s1, l1), (s2, l2)])?;
-        Ok((out, self.shape(l1.dims())))
+    fn shape(&self, dims: &[usize]) -> Shape {
+        // Only asked once `cpu` has taken `dims` as 4-D.
+        let (rows, half) = self.table_dims(dims).unwrap_or_default();
+        Shape::from((2, rows, half))
+    }
+
+    fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
+        let [g, x] = inputs.floats()?;
+        let (table_rows, half) = self.table_dims(inputs.dims())?;
+        let table_len = table_rows * half;
+        let geo = Geometry::new(self.variant, inputs.dims(), table_len)?;
+        let d = geo.d;
+        let interleaved = self.variant == Variant::Interleaved;
+        let dtables =
+            cpu::rows_then_sums::<T, A>(geo.rows, 0, 2 * table_len, 2 * x.len(), |row, _, acc| {
+                let (dcos, dsin) = acc.split_at_mut(table_len);
+                let at = geo.table_offset(row);
+                let (g, x) = (cpu::row(g, row, d), cpu::row(x, row, d));
+                let (dcos, dsin) = (&mut dcos[at..][..half], &mut dsin[at..][..half]);
+                table_grad_row(g, x, dcos, dsin, interleaved);
+            });
+        Ok(dtables)
     }
 }
 

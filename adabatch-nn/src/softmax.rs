@@ -4,9 +4,10 @@
 //! (`y · (g − Σ g·y)` per row) is a second fused op. On other devices: candle-nn's
 //! composite `ops::softmax`, which candle differentiates.
 
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor, WithDType, D};
+use candle_core::{Result, Tensor, WithDType, D};
 
-use super::cpu::{self, Acc, Kernel};
+use super::cpu::{self, Acc};
+use super::rows::{self, Apply, CpuInputs, RowOp};
 
 /// candle-nn's `ops::softmax_last_dim` with a backward.
 ///
@@ -14,61 +15,49 @@ use super::cpu::{self, Acc, Kernel};
 /// candle-nn's, it sums a bf16 or f16 row in that type). Elsewhere: candle-nn's
 /// composite `ops::softmax(x, D::Minus1)`.
 pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
-    if !x.device().is_cpu() {
+    if !rows::runs_fused_on(x.device()) {
         return candle_nn::ops::softmax(x, D::Minus1);
     }
     // The last dim must exist (candle-nn fails on a scalar the same way).
     x.dim(D::Minus1)?;
-    x.contiguous()?.apply_op1(SoftmaxOp)
+    SoftmaxOp.apply([x])
 }
 
 /// The fused softmax: `x` -> `y`.
 #[derive(Clone, Copy, Debug)]
 struct SoftmaxOp;
 
-impl Kernel for SoftmaxOp {
-    fn run<T: WithDType, A: Acc>(&self, inputs: &[&[T]], dims: &[usize]) -> Result<Vec<T>> {
-        let x = inputs[0];
-        let n = dims.last().copied().unwrap_or(1);
-        let mut y = vec![T::zero(); x.len()];
-        if n == 0 {
-            return Ok(y);
-        }
-        cpu::for_rows(&mut y, x.len() / n, x.len(), |rows, y| {
-            for (row, y) in rows.zip(y.chunks_exact_mut(n)) {
-                let x = &x[row * n..][..n];
-                let mut max = x[0];
-                // SAFETY: `x` holds `n` > 0 elements and `max` is a valid slot.
-                // candle's own reductions, so that the values are candle-nn's.
-                unsafe { T::vec_reduce_max(x.as_ptr(), &mut max, n) };
-                for (y, &x) in y.iter_mut().zip(x) {
-                    *y = A::of(x - max).exp().to();
-                }
-                let mut sum = T::zero();
-                // SAFETY: as above, for `y`.
-                unsafe { T::vec_reduce_sum(y.as_ptr(), &mut sum, n) };
-                for y in y.iter_mut() {
-                    *y /= sum;
-                }
-            }
-        });
-        Ok(y)
-    }
-}
-
-impl CustomOp1 for SoftmaxOp {
+impl RowOp<1> for SoftmaxOp {
     fn name(&self) -> &'static str {
         "adabatch-softmax-last-dim"
     }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
-        let y = cpu::dispatch(self, self.name(), &[(storage, layout)])?;
-        Ok((y, layout.shape().clone()))
+    fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
+        let [x] = inputs.floats()?;
+        let (rows, n) = inputs.rows();
+        let mut y = vec![T::zero(); x.len()];
+        cpu::for_rows(&mut y, rows, x.len(), |row, y| {
+            let x = cpu::row(x, row, n);
+            let mut max = x[0];
+            // SAFETY: `x` holds `n` > 0 elements (`rows` counts no empty ones) and
+            // `max` is a valid slot. candle's own reductions, so that the values
+            // are candle-nn's.
+            unsafe { T::vec_reduce_max(x.as_ptr(), &mut max, n) };
+            for (y, &x) in y.iter_mut().zip(x) {
+                *y = A::of(x - max).exp().to();
+            }
+            let mut sum = T::zero();
+            // SAFETY: as above, for `y`.
+            unsafe { T::vec_reduce_sum(y.as_ptr(), &mut sum, n) };
+            for y in y.iter_mut() {
+                *y /= sum;
+            }
+        });
+        Ok(y)
     }
 
-    fn bwd(&self, _x: &Tensor, y: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
-        let dx = grad.contiguous()?.apply_op2_no_bwd(y, &SoftmaxBwd)?;
-        Ok(Some(dx))
+    fn backward(&self, _x: [&Tensor; 1], y: &Tensor, grad: &Tensor) -> Result<[Option<Tensor>; 1]> {
+        Ok([Some(SoftmaxBwd.apply_no_bwd([grad, y])?)])
     }
 }
 
@@ -76,41 +65,23 @@ impl CustomOp1 for SoftmaxOp {
 #[derive(Clone, Copy, Debug)]
 struct SoftmaxBwd;
 
-impl Kernel for SoftmaxBwd {
-    fn run<T: WithDType, A: Acc>(&self, inputs: &[&[T]], dims: &[usize]) -> Result<Vec<T>> {
-        let (g, y) = (inputs[0], inputs[1]);
-        let n = dims.last().copied().unwrap_or(1);
-        let mut dx = vec![T::zero(); g.len()];
-        if n == 0 {
-            return Ok(dx);
-        }
-        cpu::for_rows(&mut dx, g.len() / n, 2 * g.len(), |rows, dx| {
-            for (row, dx) in rows.zip(dx.chunks_exact_mut(n)) {
-                let (g, y) = (&g[row * n..][..n], &y[row * n..][..n]);
-                let dot = cpu::sum8(g, y, y, |g, y, _| A::of(g) * A::of(y));
-                for ((dx, &g), &y) in dx.iter_mut().zip(g).zip(y) {
-                    *dx = (A::of(y) * (A::of(g) - dot)).to();
-                }
-            }
-        });
-        Ok(dx)
-    }
-}
-
-impl CustomOp2 for SoftmaxBwd {
+impl RowOp<2> for SoftmaxBwd {
     fn name(&self) -> &'static str {
         "adabatch-softmax-last-dim-bwd"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> Result<(CpuStorage, Shape)> {
-        let dx = cpu::dispatch(self, self.name(), &[(s1, l1), (s2, l2)])?;
-        Ok((dx, l1.shape().clone()))
+    fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
+        let [g, y] = inputs.floats()?;
+        let (rows, n) = inputs.rows();
+        let mut dx = vec![T::zero(); g.len()];
+        cpu::for_rows(&mut dx, rows, 2 * g.len(), |row, dx| {
+            let (g, y) = (cpu::row(g, row, n), cpu::row(y, row, n));
+            let dot = cpu::sum8(g, y, y, |g, y, _| A::of(g) * A::of(y));
+            for ((dx, &g), &y) in dx.iter_mut().zip(g).zip(y) {
+                *dx = (A::of(y) * (A::of(g) - dot)).to();
+            }
+        });
+        Ok(dx)
     }
 }
 

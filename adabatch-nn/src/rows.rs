@@ -1,0 +1,295 @@
+//! The frame the fused row-wise ops share. An op states its name, its CPU body and
+//! its backward ([`RowOp`]); the frame checks its inputs, picks the type the body
+//! computes in, and makes it the candle custom op of its arity ([`Apply`]). Which
+//! device runs which body is decided here alone: a CUDA body would be one more
+//! `RowOp` method, called from the custom ops' `cuda_fwd` below and allowed by
+//! [`runs_fused_on`].
+
+use std::marker::PhantomData;
+
+use candle_core::backend::BackendStorage;
+use candle_core::{
+    bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, Device, Error, Layout, Result, Shape,
+    Tensor, WithDType,
+};
+
+use super::cpu::Acc;
+
+/// Whether the fused ops run on `device`; elsewhere each falls back to its composite
+/// of candle ops, which candle differentiates. Only CPU bodies exist so far.
+pub(super) fn runs_fused_on(device: &Device) -> bool {
+    device.is_cpu()
+}
+
+/// A fused op of `N` inputs over the rows of its first one.
+pub(super) trait RowOp<const N: usize>: Send + Sync + 'static {
+    /// Its name in candle's graph, and the prefix of its errors.
+    fn name(&self) -> &'static str;
+
+    /// The output's shape, from the first input's dims: by default those dims.
+    fn shape(&self, dims: &[usize]) -> Shape {
+        Shape::from(dims)
+    }
+
+    /// The output on CPU, computed in `A`: `f32` for bf16, f16 and f32 inputs (as
+    /// candle-nn's kernels do), `f64` for f64 ones.
+    fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>>;
+
+    /// The inputs' gradients from the output's: none for the backward ops, which
+    /// are applied without a backward of their own.
+    fn backward(
+        &self,
+        _inputs: [&Tensor; N],
+        _output: &Tensor,
+        _grad: &Tensor,
+    ) -> Result<[Option<Tensor>; N]> {
+        Err(Error::BackwardNotSupported { op: self.name() })
+    }
+}
+
+/// Runs a [`RowOp`] on tensors, made contiguous first, as a candle op.
+pub(super) trait Apply<const N: usize> {
+    /// Differentiable, through [`RowOp::backward`].
+    fn apply(self, inputs: [&Tensor; N]) -> Result<Tensor>;
+    /// Not differentiable: for the backward ops.
+    fn apply_no_bwd(self, inputs: [&Tensor; N]) -> Result<Tensor>;
+}
+
+impl<K: RowOp<1>> Apply<1> for K {
+    fn apply(self, [a]: [&Tensor; 1]) -> Result<Tensor> {
+        a.contiguous()?.apply_op1(Fused(self))
+    }
+    fn apply_no_bwd(self, [a]: [&Tensor; 1]) -> Result<Tensor> {
+        a.contiguous()?.apply_op1_no_bwd(&Fused(self))
+    }
+}
+
+impl<K: RowOp<2>> Apply<2> for K {
+    fn apply(self, [a, b]: [&Tensor; 2]) -> Result<Tensor> {
+        a.contiguous()?.apply_op2(&b.contiguous()?, Fused(self))
+    }
+    fn apply_no_bwd(self, [a, b]: [&Tensor; 2]) -> Result<Tensor> {
+        a.contiguous()?
+            .apply_op2_no_bwd(&b.contiguous()?, &Fused(self))
+    }
+}
+
+impl<K: RowOp<3>> Apply<3> for K {
+    fn apply(self, [a, b, c]: [&Tensor; 3]) -> Result<Tensor> {
+        a.contiguous()?
+            .apply_op3(&b.contiguous()?, &c.contiguous()?, Fused(self))
+    }
+    fn apply_no_bwd(self, [a, b, c]: [&Tensor; 3]) -> Result<Tensor> {
+        a.contiguous()?
+            .apply_op3_no_bwd(&b.contiguous()?, &c.contiguous()?, &Fused(self))
+    }
+}
+
+/// A [`RowOp`] as the candle custom op of its arity.
+struct Fused<K>(K);
+
+impl<K: RowOp<1>> CustomOp1 for Fused<K> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn cpu_fwd(&self, s1: &CpuStorage, l1: &Layout) -> Result<(CpuStorage, Shape)> {
+        cpu_forward(&self.0, &[(s1, l1)])
+    }
+
+    fn bwd(&self, arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
+        let [d1] = self.0.backward([arg], res, grad)?;
+        Ok(d1)
+    }
+}
+
+impl<K: RowOp<2>> CustomOp2 for Fused<K> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        cpu_forward(&self.0, &[(s1, l1), (s2, l2)])
+    }
+
+    fn bwd(
+        &self,
+        arg1: &Tensor,
+        arg2: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>)> {
+        let [d1, d2] = self.0.backward([arg1, arg2], res, grad)?;
+        Ok((d1, d2))
+    }
+}
+
+impl<K: RowOp<3>> CustomOp3 for Fused<K> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        cpu_forward(&self.0, &[(s1, l1), (s2, l2), (s3, l3)])
+    }
+
+    fn bwd(
+        &self,
+        arg1: &Tensor,
+        arg2: &Tensor,
+        arg3: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let [d1, d2, d3] = self.0.backward([arg1, arg2, arg3], res, grad)?;
+        Ok((d1, d2, d3))
+    }
+}
+
+/// The dtype dispatch: runs `op`'s CPU body in the type of the first input.
+fn cpu_forward<K: RowOp<N>, const N: usize>(
+    op: &K,
+    inputs: &[(&CpuStorage, &Layout)],
+) -> Result<(CpuStorage, Shape)> {
+    let Some(&(first, layout)) = inputs.first() else {
+        bail!("{}: no inputs", op.name())
+    };
+    let out = match first {
+        CpuStorage::BF16(s) => run_cpu::<_, f32, K, N>(op, s, inputs)?,
+        CpuStorage::F16(s) => run_cpu::<_, f32, K, N>(op, s, inputs)?,
+        CpuStorage::F32(s) => run_cpu::<_, f32, K, N>(op, s, inputs)?,
+        CpuStorage::F64(s) => run_cpu::<_, f64, K, N>(op, s, inputs)?,
+        other => bail!("{}: unsupported dtype {:?}", op.name(), other.dtype()),
+    };
+    Ok((out, op.shape(layout.dims())))
+}
+
+/// [`cpu_forward`] once `T` is known (`_first` only names it).
+fn run_cpu<T: WithDType, A: Acc, K: RowOp<N>, const N: usize>(
+    op: &K,
+    _first: &[T],
+    inputs: &[(&CpuStorage, &Layout)],
+) -> Result<CpuStorage> {
+    let inputs = CpuInputs {
+        name: op.name(),
+        inputs,
+        dtype: PhantomData,
+    };
+    Ok(T::to_cpu_storage_owned(op.cpu::<T, A>(&inputs)?))
+}
+
+/// A CPU body's inputs: each is checked to be contiguous, and a float one to be of
+/// the first input's dtype `T`, as the body takes it.
+pub(super) struct CpuInputs<'a, T> {
+    name: &'static str,
+    inputs: &'a [(&'a CpuStorage, &'a Layout)],
+    dtype: PhantomData<T>,
+}
+
+impl<'a, T: WithDType> CpuInputs<'a, T> {
+    /// The first input's dims.
+    pub(super) fn dims(&self) -> &'a [usize] {
+        self.inputs.first().map_or(&[], |(_, layout)| layout.dims())
+    }
+
+    /// The first input's rows: how many, and their length (its last dim).
+    pub(super) fn rows(&self) -> (usize, usize) {
+        rows_of(self.dims())
+    }
+
+    /// The first `K` inputs, as slices of `T`.
+    pub(super) fn floats<const K: usize>(&self) -> Result<[&'a [T]; K]> {
+        let mut floats = [&[] as &[T]; K];
+        for (i, slot) in floats.iter_mut().enumerate() {
+            let storage = self.input(i)?;
+            if storage.dtype() != T::DTYPE {
+                bail!(
+                    "{}: input {i} is {:?}, input 0 is {:?}",
+                    self.name,
+                    storage.dtype(),
+                    T::DTYPE
+                )
+            }
+            *slot = &T::cpu_storage_as_slice(storage)?[self.offsets(i)?];
+        }
+        Ok(floats)
+    }
+
+    /// Input `i`, of i64 indices.
+    pub(super) fn indices(&self, i: usize) -> Result<&'a [i64]> {
+        let CpuStorage::I64(all) = self.input(i)? else {
+            bail!("{}: input {i} has to be i64", self.name)
+        };
+        Ok(&all[self.offsets(i)?])
+    }
+
+    fn input(&self, i: usize) -> Result<&'a CpuStorage> {
+        match self.inputs.get(i) {
+            Some((storage, _)) => Ok(storage),
+            None => bail!("{}: there is no input {i}", self.name),
+        }
+    }
+
+    /// Where contiguous input `i` lies in its storage.
+    fn offsets(&self, i: usize) -> Result<std::ops::Range<usize>> {
+        match self.inputs.get(i).and_then(|(_, l)| l.contiguous_offsets()) {
+            Some((start, end)) => Ok(start..end),
+            None => bail!("{}: input {i} has to be contiguous", self.name),
+        }
+    }
+}
+
+/// How many rows of the last dim `dims` holds, and its length; rows of nothing
+/// count as none, so that a body never reads an empty row.
+fn rows_of(dims: &[usize]) -> (usize, usize) {
+    let n = dims.last().copied().unwrap_or(1);
+    let count: usize = dims.iter().product();
+    (count.checked_div(n).unwrap_or(0), n)
+}
+
+/// The shape of a backward's output that holds the gradient of an `x` of `dims`
+/// and of `params` parameters of its last dim: `[rows + params, n]`, taken apart by
+/// [`split_grads`].
+pub(super) fn grads_shape(dims: &[usize], params: usize) -> Shape {
+    let (rows, n) = rows_of(dims);
+    Shape::from((rows + params, n))
+}
+
+/// A backward's output `[rows + M - 1, n]`, the rows of the gradient of `x` then
+/// one summed row per parameter, as those `M` gradients (`x`'s shaped like it).
+pub(super) fn split_grads<const M: usize>(grads: &Tensor, x: &Tensor) -> Result<[Tensor; M]> {
+    let total = grads.dim(0)?;
+    let Some(rows) = (total + 1).checked_sub(M) else {
+        bail!("a backward's output of {total} rows has no room for {M} gradients")
+    };
+    let mut parts = vec![grads.narrow(0, 0, rows)?.reshape(x.shape())?];
+    for i in rows..total {
+        parts.push(grads.get(i)?);
+    }
+    parts
+        .try_into()
+        .map_err(|_| Error::Msg(format!("a backward's output holds no {M} gradients")))
+}
+
+/// `grads` where their input needs one, `None` for the others.
+pub(super) fn where_tracked<const N: usize>(
+    inputs: [&Tensor; N],
+    grads: [Tensor; N],
+) -> [Option<Tensor>; N] {
+    let mut grads = grads.into_iter();
+    inputs.map(|input| grads.next().filter(|_| input.track_op()))
+}
