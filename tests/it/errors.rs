@@ -252,7 +252,7 @@ fn a_failing_collate_on_one_rank_stops_every_rank() {
         .launch(adamw_factory(|model, opt| Ordered { model, opt }))
         .map(|trained| trained.summary)
         .unwrap_err();
-    assert!(err.to_string().contains("poisoned"), "{err}");
+    assert!(err.report().contains("poisoned"), "{}", err.report());
 }
 
 #[test]
@@ -662,13 +662,104 @@ fn candle_errors_keep_their_type() {
     };
     assert_eq!((*rank, *step), (0, 1));
     assert!(matches!(**source, Error::Candle(_)), "{source:?}");
-    // candle appends its backtrace when RUST_BACKTRACE is set: the first line is
-    // the message.
-    let text = err.to_string();
-    let first = text.lines().next().unwrap();
+    // Each cause once, in order: the rank and step, candle, candle's message
+    // (candle appends its backtrace when RUST_BACKTRACE is set: first lines only).
+    let report = err.report();
+    let firsts: Vec<&str> = report
+        .split("\ncaused by: ")
+        .map(|cause| cause.lines().next().unwrap())
+        .collect();
     assert_eq!(
-        first,
-        "rank 0, step 1: candle: the collate cannot build this batch"
+        firsts,
+        [
+            "error: rank 0 failed at step 1",
+            "a tensor operation failed (candle)",
+            "the collate cannot build this batch"
+        ]
+    );
+}
+
+/// What `anyhow`'s `{:#}` and `eyre`'s reports print: the message, then each
+/// `source()` in turn.
+fn chain(err: &dyn std::error::Error) -> Vec<String> {
+    let mut causes = vec![err.to_string()];
+    let mut cause = err.source();
+    while let Some(source) = cause {
+        causes.push(source.to_string());
+        cause = source.source();
+    }
+    causes
+}
+
+#[test]
+fn a_report_of_a_nested_error_names_each_cause_once() {
+    let nested = Error::OnRank {
+        rank: 1,
+        step: 4,
+        source: Box::new(Error::Io {
+            path: "out/loss.jsonl".into(),
+            source: std::io::Error::other("disk full"),
+        }),
+    };
+    let causes = chain(&nested);
+    assert_eq!(
+        causes,
+        [
+            "rank 1 failed at step 4",
+            "could not read or write out/loss.jsonl",
+            "disk full"
+        ]
+    );
+    // No message repeats another's text: each cause is named once.
+    for (i, cause) in causes.iter().enumerate() {
+        for other in &causes[i + 1..] {
+            assert!(
+                !cause.contains(other.as_str()),
+                "{cause:?} repeats {other:?}"
+            );
+        }
+    }
+    assert_eq!(
+        nested.report(),
+        "error: rank 1 failed at step 4\ncaused by: could not read or write out/loss.jsonl\ncaused by: disk full"
+    );
+    // A bad model config stays typed and shows its JSON error once.
+    let config = adabatch::models::llama::LlamaConfig::from_json_str("{").unwrap_err();
+    let causes = chain(&Error::from(config));
+    assert_eq!(causes.len(), 2, "{causes:?}");
+    assert!(!causes[0].contains(&causes[1]), "{causes:?}");
+}
+
+/// A user's own error type, as a program would have one.
+#[derive(Debug)]
+struct NoGpuLeft {
+    asked: usize,
+}
+
+impl std::fmt::Display for NoGpuLeft {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no GPU left for rank {}", self.asked)
+    }
+}
+
+impl std::error::Error for NoGpuLeft {}
+
+#[test]
+fn a_users_own_error_type_comes_back_out_of_source() {
+    let err = adabatch::Run::new(&dataset(8, 0), &collate, &args(1, 1, 1))
+        .launch(|ctx: &RankContext| -> adabatch::Result<IntervalTrainer> {
+            Err(Error::user(NoGpuLeft { asked: ctx.rank() }))
+        })
+        .map(|t| t.summary)
+        .unwrap_err();
+    let source = std::error::Error::source(&err).expect("the user's error is the source");
+    let mine = source
+        .downcast_ref::<NoGpuLeft>()
+        .expect("downcasts to the user's type");
+    assert_eq!(mine.asked, 0);
+    assert_eq!(
+        err.report(),
+        "error: the program's own code failed\ncaused by: no GPU left for rank 0"
     );
 }
 
@@ -690,10 +781,14 @@ fn a_failure_on_one_rank_names_that_rank_and_its_step() {
     };
     assert!(*rank < 2 && (1..=3).contains(step), "{err}");
     assert!(matches!(**source, Error::Candle(_)), "{source:?}");
-    let first = err.to_string().lines().next().unwrap().to_string();
     assert_eq!(
-        first,
-        format!("rank {rank}, step {step}: candle: example 7 cannot be collated")
+        err.to_string(),
+        format!("rank {rank} failed at step {step}")
+    );
+    let report = err.report();
+    assert!(
+        report.contains("\ncaused by: example 7 cannot be collated"),
+        "{report}"
     );
 }
 

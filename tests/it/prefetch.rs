@@ -219,12 +219,14 @@ fn a_failing_collate_fails_the_same_step_either_way() {
                     panic!("the collate fails");
                 };
                 let steps = read_log(&log).len();
-                // The first line: candle appends a backtrace when RUST_BACKTRACE is set.
-                let message = error.to_string();
-                format!(
-                    "{} after {steps} steps",
-                    message.lines().next().unwrap_or("")
-                )
+                // Each cause's first line: candle appends a backtrace when
+                // RUST_BACKTRACE is set.
+                let report = error.report();
+                let causes: Vec<&str> = report
+                    .split("\ncaused by: ")
+                    .map(|cause| cause.lines().next().unwrap_or(""))
+                    .collect();
+                format!("{} after {steps} steps", causes.join(": "))
             })
             .collect();
         assert!(errors[0].contains("99 tokens"), "{}", errors[0]);

@@ -23,14 +23,19 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A tensor operation failed inside candle.
-    #[error("candle: {0}")]
+    /// A tensor operation failed inside candle (the candle error is the source).
+    #[error("a tensor operation failed (candle)")]
     Candle(#[from] candle_core::Error),
-    /// An error raised by the user's own code (a factory, a callback).
+    /// The user's own code (a factory, a callback) failed, with a message.
     #[error("{0}")]
     Message(String),
-    /// A rank's share of a step failed (its collate or its model).
-    #[error("rank {rank}, step {step}: {source}")]
+    /// The user's own code failed with an error of its own type: it is the
+    /// source, so `error.source()` downcasts back to it.
+    #[error("the program's own code failed")]
+    User(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+    /// A rank's share of a step failed (its collate or its model); what failed is
+    /// the source.
+    #[error("rank {rank} failed at step {step}")]
     OnRank {
         /// The rank.
         rank: usize,
@@ -39,8 +44,9 @@ pub enum Error {
         /// What failed.
         source: Box<Error>,
     },
-    /// Writing a log or checkpoint failed.
-    #[error("{path}: {source}")]
+    /// Reading or writing a file (a log, a checkpoint) failed; the I/O error is
+    /// the source.
+    #[error("could not read or write {}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -55,8 +61,9 @@ pub enum Error {
         /// What failed.
         detail: String,
     },
-    /// Reading or writing JSON (a checkpoint's state, a log) failed.
-    #[error("{path}: {source}")]
+    /// Reading or writing JSON (a checkpoint's state, a log) failed; the JSON
+    /// error is the source.
+    #[error("could not read or write the JSON of {}", path.display())]
     Json {
         /// The file.
         path: PathBuf,
@@ -103,18 +110,15 @@ pub fn exit_code(result: Result<()>) -> std::process::ExitCode {
 }
 
 impl Error {
-    /// `error: <message>`, then `caused by: <source>` for each underlying cause
-    /// that the line before does not already end with.
+    /// `error: <message>`, then `caused by: <source>` for each underlying cause,
+    /// one per line. Every variant either shows its cause or returns it from
+    /// `source()`, never both, so each cause is named once (as in an `anyhow` or
+    /// `eyre` report of the same error).
     pub fn report(&self) -> String {
-        let mut last = self.to_string();
-        let mut text = format!("error: {last}");
+        let mut text = format!("error: {self}");
         let mut cause = std::error::Error::source(self);
         while let Some(source) = cause {
-            let message = source.to_string();
-            if !last.ends_with(&message) {
-                text.push_str(&format!("\ncaused by: {message}"));
-            }
-            last = message;
+            text.push_str(&format!("\ncaused by: {source}"));
             cause = source.source();
         }
         text
@@ -123,6 +127,12 @@ impl Error {
     /// An error of the user's own code, with its message.
     pub fn msg(message: impl std::fmt::Display) -> Self {
         Self::Message(message.to_string())
+    }
+
+    /// An error of the user's own code, of its own type: it comes back from
+    /// [`source()`](std::error::Error::source) (`downcast_ref` it there).
+    pub fn user(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> Self {
+        Self::User(error.into())
     }
 }
 
@@ -153,13 +163,13 @@ mod tests {
         };
         assert_eq!(
             io.report(),
-            "error: out/.checkpoint-3.partial: Not a directory"
+            "error: could not read or write out/.checkpoint-3.partial\ncaused by: Not a directory"
         );
         let json = Error::Json {
             path: PathBuf::from("trainer_state.json"),
             source: serde_json::from_str::<u8>("x").unwrap_err(),
         };
-        assert_eq!(json.report().lines().count(), 1, "{}", json.report());
+        assert_eq!(json.report().lines().count(), 2, "{}", json.report());
     }
 
     #[test]

@@ -64,16 +64,17 @@ pub enum ConfigError {
         /// What is wrong, with the values involved.
         reason: String,
     },
-    /// The JSON does not parse, or lacks a required key.
-    #[error("model config{}: {source}", path_note(path))]
+    /// The JSON does not parse, or lacks a required key (the JSON error is the
+    /// source).
+    #[error("model config{} is not a valid config.json", path_note(path))]
     Json {
         /// The file, when read from one.
         path: Option<PathBuf>,
         /// The cause.
         source: serde_json::Error,
     },
-    /// Reading or writing the file failed.
-    #[error("{path}: {source}")]
+    /// Reading or writing the file failed (the I/O error is the source).
+    #[error("model config {}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -88,9 +89,16 @@ fn path_note(path: &Option<PathBuf>) -> String {
         .unwrap_or_default()
 }
 
+/// candle's error keeps text only: the message and its causes, joined.
 impl From<ConfigError> for candle_core::Error {
     fn from(e: ConfigError) -> Self {
-        candle_core::Error::Msg(e.to_string())
+        let mut text = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(source) = cause {
+            text.push_str(&format!(": {source}"));
+            cause = source.source();
+        }
+        candle_core::Error::Msg(text)
     }
 }
 

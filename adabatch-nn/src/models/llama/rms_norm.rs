@@ -13,7 +13,7 @@ pub(crate) enum Norm {
     /// What the model uses.
     Trainable(RmsNorm),
     /// candle-nn's `RmsNorm` (fused op, no backward); only the tests build it.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg(test)]
     CandleNn(candle_nn::RmsNorm),
 }
 
@@ -27,6 +27,7 @@ impl Norm {
     pub(crate) fn weight(&self) -> &Tensor {
         match self {
             Norm::Trainable(norm) => norm.weight(),
+            #[cfg(test)]
             Norm::CandleNn(norm) => norm.weight(),
         }
     }
@@ -36,6 +37,7 @@ impl Module for Norm {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         match self {
             Norm::Trainable(norm) => norm.forward(x),
+            #[cfg(test)]
             Norm::CandleNn(norm) => norm.forward(x),
         }
     }
