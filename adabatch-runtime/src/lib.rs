@@ -124,11 +124,12 @@ pub use user::trainer::{AdaptiveTrainer, CollateFor, RankContext};
 pub use user::weights::{load_weights, save_pretrained, LoadPretrained, LoadReport};
 
 // Reachable from public signatures (the sampler's sources, the checkpointed
-// mixture, the fault-injection hook of tests), named here so that they can be
-// named; not a stable API.
+// mixture), named here so that they can be named; not a stable API.
 #[doc(hidden)]
 pub use data::mixture::Mixture;
 #[doc(hidden)]
 pub use data::source_spec::{MixedSources, SourceCursor, SourcesState};
+// The fault-injection hook of tests: only for the workspace's own builds.
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub use train::out_of_memory::FaultInjector;

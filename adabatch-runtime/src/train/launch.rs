@@ -69,8 +69,10 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
         self
     }
 
-    /// Out-of-memory faults injected from code (a test hook; the command line has
-    /// `--inject-oom-at-steps`). Unstable.
+    /// Out-of-memory faults injected from code: a test hook, only under the
+    /// `internals` feature the workspace's tests enable (the command line has the
+    /// hidden `--inject-oom-at-steps`).
+    #[cfg(feature = "internals")]
     #[doc(hidden)]
     pub fn with_faults(mut self, faults: FaultInjector) -> Self {
         self.faults = faults;

@@ -136,23 +136,7 @@ where
         let output_lock = hold_output_dir(settings, comm.rank())?;
         let params = sorted_parameters(&*trainer.parts().0)?;
         let trainable = trainable_parameters(&*trainer.parts().1, &params)?;
-        let resumed = match &settings.saves.resume {
-            Some(dir) => Some(resume_checkpoint(
-                dir,
-                settings,
-                &params,
-                trainer.parts().1,
-                device,
-            )?),
-            None => None,
-        };
-        init_weights(settings, &params, resumed.is_some(), logger.as_deref())?;
-        synchronise_parameters(comm, &params)?;
-        if let (Some(state), Some(dir), Some(logger)) =
-            (&resumed, &settings.saves.resume, logger.as_deref_mut())
-        {
-            logger.mark_resume(dir, state.planner.global_step)?;
-        }
+        let resumed = starting_weights(settings, &params, &mut *trainer, comm, device, &mut logger)?;
         let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
         let mut controllers = Controllers::new(settings)?;
         match &resumed {
@@ -168,7 +152,13 @@ where
         }
         let length_index = settings.length_index(data.train);
         Ok(Self {
-            input: StepInput::new(data.train, data.collate, device, settings),
+            input: StepInput::new(
+                data.train,
+                data.collate,
+                device,
+                &settings.step,
+                settings.sources.clone(),
+            ),
             trainer,
             comm,
             data,
@@ -248,12 +238,12 @@ where
     /// The next step's batches; before an epoch's first step a length-aware run
     /// plans the epoch from the memory model.
     fn next_batches(&mut self) -> Result<Option<StepBatches>> {
-        let (settings, comm) = (self.settings, self.comm);
+        let comm = self.comm;
         let index = self.length_index.as_ref();
         let memory = &self.controllers.memory;
         let trainer = &mut *self.trainer;
         self.planner
-            .next_step_with(|epoch| memory.plan_epoch(settings, index, &mut *trainer, comm, epoch))
+            .next_step_with(|epoch| memory.plan_epoch(index, &mut *trainer, comm, epoch))
     }
 
     /// Trains one step on this rank and lets the controllers adapt to it.
@@ -273,28 +263,7 @@ where
         // Only memory-aware runs need the device's peak (it synchronises the device).
         let peak = (self.controllers.memory.memory_mode() && !self.device.is_cpu())
             .then(|| PeakSampler::start(self.device));
-        self.controllers.prepare(&mut self.input);
-        // The step's own time (collating, computing, the all-reduce, the update),
-        // without evaluation or saving: what goodput's step-time model fits.
-        let started = std::time::Instant::now();
-        let chunks = self.controllers.oom.chunks();
-        let ready = prefetcher.take(batches, chunks);
-        prefetcher.look_ahead(&self.planner, chunks);
-        let plan = StepPlan {
-            batches,
-            step,
-            lr,
-            chunks,
-            want_norm: log_now,
-            ready,
-        };
-        let (input, trainable) = (&mut self.input, &self.trainable);
-        let outcome = train_step(self.trainer, self.comm, input, trainable, plan)
-            .map_err(|e| self.diverged(e))?;
-        self.input.previous_step_seconds = match outcome {
-            StepOutcome::Trained { .. } => started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE),
-            StepOutcome::OutOfMemory { .. } => 0.0,
-        };
+        let (outcome, chunks) = self.train((step, lr, log_now), batches, prefetcher)?;
         let device_peak = peak.and_then(|p| p.finish().pool_peak);
         let StepOutcome::Trained {
             loss,
@@ -338,6 +307,42 @@ where
         Ok(StepEnd::Trained {
             record: record.map(Box::new),
         })
+    }
+
+    /// Runs the step's passes, all-reduce and update on this rank, in the pieces
+    /// the OOM controller asks for, and times it: `(step, lr, want_norm)`.
+    fn train<'s>(
+        &mut self,
+        (step, lr, want_norm): (usize, f64, bool),
+        batches: &StepBatches,
+        prefetcher: &mut RunPrefetcher<'s, '_, D, C>,
+    ) -> Result<(StepOutcome, usize)>
+    where
+        BatchOf<T>: 's,
+    {
+        self.controllers.prepare(&mut self.input);
+        // The step's own time (collating, computing, the all-reduce, the update),
+        // without evaluation or saving: what goodput's step-time model fits.
+        let started = std::time::Instant::now();
+        let chunks = self.controllers.oom.chunks();
+        let ready = prefetcher.take(batches, chunks);
+        prefetcher.look_ahead(&self.planner, chunks);
+        let plan = StepPlan {
+            batches,
+            step,
+            lr,
+            chunks,
+            want_norm,
+            ready,
+        };
+        let (input, trainable) = (&mut self.input, &self.trainable);
+        let outcome = train_step(self.trainer, self.comm, input, trainable, plan)
+            .map_err(|e| self.diverged(e))?;
+        self.input.previous_step_seconds = match outcome {
+            StepOutcome::Trained { .. } => started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE),
+            StepOutcome::OutOfMemory { .. } => 0.0,
+        };
+        Ok((outcome, chunks))
     }
 
     /// A logged step's record before the controllers add theirs: `(step, batches,
@@ -529,7 +534,7 @@ where
         let (model, optimizer) = self.trainer.parts();
         let config = model.pretrained_config();
         save_checkpoint(
-            self.settings,
+            &self.settings.saves,
             &state,
             &self.params,
             config.as_deref(),
@@ -636,7 +641,7 @@ where
             let logger = self.logger.as_deref();
             load_best(
                 self.comm,
-                self.settings,
+                &self.settings.saves,
                 &self.params,
                 best,
                 self.device,
@@ -658,7 +663,7 @@ where
             prefetch,
             skipped_steps: self.controllers.skipped_steps(),
             oom_events: self.controllers.oom.events(),
-            best: best.map(|b| (best_checkpoint_dir(self.settings, b.step), b.metric)),
+            best: best.map(|b| (best_checkpoint_dir(&self.settings.saves, b.step), b.metric)),
         };
         let summary = self.progress.summary(
             &self.planner,
@@ -706,6 +711,36 @@ fn non_finite(params: &[(String, Var)]) -> Result<Vec<String>> {
         }
     }
     Ok(names)
+}
+
+/// The weights the run starts from, the same on every rank: the checkpoint's
+/// when resuming (its state returned), else `--init-from`'s or the trainer's own.
+fn starting_weights<T: AdaptiveTrainer>(
+    settings: &RunSettings,
+    params: &[(String, Var)],
+    trainer: &mut T,
+    comm: &impl Communicator,
+    device: &Device,
+    logger: &mut Option<&mut Logger>,
+) -> Result<Option<CheckpointState>> {
+    let resumed = match &settings.saves.resume {
+        Some(dir) => Some(resume_checkpoint(
+            dir,
+            settings,
+            params,
+            trainer.parts().1,
+            device,
+        )?),
+        None => None,
+    };
+    init_weights(&settings.saves, params, resumed.is_some(), logger.as_deref())?;
+    synchronise_parameters(comm, params)?;
+    if let (Some(state), Some(dir), Some(logger)) =
+        (&resumed, &settings.saves.resume, logger.as_deref_mut())
+    {
+        logger.mark_resume(dir, state.planner.global_step)?;
+    }
+    Ok(resumed)
 }
 
 /// Rank 0 of a run that saves locks its output directory (a run that only

@@ -17,7 +17,7 @@ use crate::train::interrupt::Interrupts;
 use crate::train::out_of_memory::{is_out_of_memory, FaultInjector};
 use crate::train::payload::{PayloadLayout, StepScalars};
 use crate::train::prefetch::{take_chunk, Prefetched};
-use crate::train::settings::RunSettings;
+use crate::train::settings::StepRules;
 use crate::train::source_sums;
 use crate::user::data::{Collate, Dataset};
 use crate::user::train_model::{Batch, TrainModel};
@@ -57,25 +57,27 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
 }
 
 impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
-    /// A run's step input: the data, the device and the settings' step rules.
+    /// A run's step input: the data (of `sources` when it mixes several), the
+    /// device and the step rules.
     pub(crate) fn new(
         dataset: &'a D,
         collate: &'a C,
         device: &'a Device,
-        settings: &RunSettings,
+        rules: &StepRules,
+        sources: Option<SourceSpec>,
     ) -> Self {
         Self {
             dataset,
             collate,
             device,
-            reweight: settings.step.reweight,
-            max_grad_norm: settings.step.max_grad_norm,
-            faults: settings.step.faults.clone(),
+            reweight: rules.reweight,
+            max_grad_norm: rules.max_grad_norm,
+            faults: rules.faults.clone(),
             verify_update: true,
             check_coverage: true,
-            noise_scale: settings.step.noise_scale_beta.is_some(),
-            sources: settings.sources.clone(),
-            precision: settings.step.precision,
+            noise_scale: rules.noise_scale_beta.is_some(),
+            sources,
+            precision: rules.precision,
             loss_scale: 1.0,
             previous_step_seconds: 0.0,
             interrupts: Interrupts::start(),
@@ -464,11 +466,13 @@ fn norm_and_clip(update: &mut Update, max_grad_norm: f64, wanted: bool) -> Resul
 /// recovers from it together), and so do the engine's own typed errors.
 fn on_rank(error: Error, rank: usize, step: usize) -> Error {
     match error {
-        Error::Candle(_) | Error::Message(_) if !is_out_of_memory(&error) => Error::OnRank {
-            rank,
-            step,
-            source: Box::new(error),
-        },
+        Error::Candle(_) | Error::Message(_) | Error::User(_) if !is_out_of_memory(&error) => {
+            Error::OnRank {
+                rank,
+                step,
+                source: Box::new(error),
+            }
+        }
         other => other,
     }
 }

@@ -25,7 +25,7 @@ use crate::optim::{OptimizerState, TrainOptimizer};
 use crate::report::logging::Logger;
 use crate::report::record::EvalLog;
 use crate::train::control::states::{ControllerStates, MIXER};
-use crate::train::settings::{BestCheckpoint, ResumePoint, RunSettings};
+use crate::train::settings::{BestCheckpoint, ResumePoint, RunSettings, SaveRules};
 use crate::user::weights;
 
 pub use format::{
@@ -83,7 +83,7 @@ impl CheckpointState {
 
 /// Writes rank 0's checkpoint of the run as it stands.
 pub(crate) fn save_checkpoint(
-    settings: &RunSettings,
+    rules: &SaveRules,
     state: &CheckpointState,
     params: &[(String, Var)],
     config: Option<&str>,
@@ -92,15 +92,15 @@ pub(crate) fn save_checkpoint(
 ) -> Result<()> {
     let optimizer_state = optimizer.export_state(params)?;
     let dir = save(
-        &settings.saves.output_dir,
+        &rules.output_dir,
         params,
         config,
         optimizer_state.as_ref(),
         state,
     )?;
-    if let Some(keep) = settings.saves.total_limit {
-        let best = state.best.filter(|_| settings.saves.best_model.is_some());
-        prune(&settings.saves.output_dir, keep, best.map(|b| b.step))?;
+    if let Some(keep) = rules.total_limit {
+        let best = state.best.filter(|_| rules.best_model.is_some());
+        prune(&rules.output_dir, keep, best.map(|b| b.step))?;
     }
     if let Some(logger) = logger {
         logger.event(&format!(
@@ -134,12 +134,12 @@ fn verify_files(dir: &std::path::Path, state: &CheckpointState) -> Result<()> {
 /// non-strict load skipped). A resumed run restores its checkpoint's weights
 /// instead.
 pub(crate) fn init_weights(
-    settings: &RunSettings,
+    rules: &SaveRules,
     params: &[(String, Var)],
     resuming: bool,
     logger: Option<&Logger>,
 ) -> Result<()> {
-    let Some((path, strict)) = &settings.saves.init_from else {
+    let Some((path, strict)) = &rules.init_from else {
         return Ok(());
     };
     if resuming {
@@ -308,19 +308,19 @@ fn check_planned_epoch(
 /// only rank sure to see `--output-dir`) and broadcast to every rank.
 pub(crate) fn load_best(
     comm: &impl Communicator,
-    settings: &RunSettings,
+    rules: &SaveRules,
     params: &[(String, Var)],
     best: BestCheckpoint,
     device: &Device,
     logger: Option<&Logger>,
 ) -> Result<()> {
-    let dir = best_checkpoint_dir(settings, best.step);
+    let dir = best_checkpoint_dir(rules, best.step);
     if comm.rank() == 0 {
         verify_files(&dir, &load_state(&dir)?)?;
         load_weights(&dir, params, device)?;
     }
     synchronise_parameters(comm, params)?;
-    if let (Some(logger), Some(rule)) = (logger, &settings.saves.best_model) {
+    if let (Some(logger), Some(rule)) = (logger, &rules.best_model) {
         logger.event(&format!(
             "loaded the best model: {} ({} = {})",
             dir.display(),
@@ -334,9 +334,9 @@ pub(crate) fn load_best(
 /// Where the best checkpoint, of `step`, lies: in `--output-dir`, or, when it
 /// was written before the checkpoint this run resumed from and this run writes
 /// elsewhere, beside that checkpoint.
-pub(crate) fn best_checkpoint_dir(settings: &RunSettings, step: usize) -> PathBuf {
-    let here = checkpoint_dir(&settings.saves.output_dir, step);
-    let resumed_from = settings.saves.resume.as_deref().and_then(Path::parent);
+pub(crate) fn best_checkpoint_dir(rules: &SaveRules, step: usize) -> PathBuf {
+    let here = checkpoint_dir(&rules.output_dir, step);
+    let resumed_from = rules.resume.as_deref().and_then(Path::parent);
     match resumed_from {
         Some(earlier) if !here.exists() && checkpoint_dir(earlier, step).exists() => {
             checkpoint_dir(earlier, step)

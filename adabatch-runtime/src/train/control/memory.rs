@@ -4,7 +4,7 @@
 
 use candle_core::Device;
 
-use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex};
+use crate::data::length::{LengthAwareEpoch, LengthBatching, LengthIndex, LengthOptions};
 use crate::data::planner::StepBatches;
 use crate::dist::communicator::Communicator;
 use crate::error::{DistributedError, Error, Result, TrainingError};
@@ -13,7 +13,7 @@ use crate::memory::memory_model::{
     OnlineMemoryState,
 };
 use crate::report::record::StepLog;
-use crate::train::settings::RunSettings;
+
 use crate::user::data::Dataset;
 
 use super::controller::{Controller, Restore, Save, Steer, StepReport, UserControllers};
@@ -27,14 +27,32 @@ pub(crate) struct MemoryControl {
     online: OnlineMemoryModel,
     /// `schedule = memory(..)`: steps measure their memory.
     memory_mode: bool,
+    batching: Option<(LengthBatching, LengthOptions)>,
+    seed: u64,
     measured: Option<u64>,
 }
 
+/// What a length-aware epoch's plan derives from.
+pub(crate) struct EpochPlan<'a> {
+    batching: (LengthBatching, LengthOptions),
+    index: &'a LengthIndex,
+    seed: u64,
+    epoch: usize,
+}
+
 impl MemoryControl {
-    pub(crate) fn new(settings: &RunSettings) -> Self {
+    /// `margin`: the online model's safety margin; `batching`: a length-aware
+    /// run's batching, whose epochs it plans from `seed`.
+    pub(crate) fn new(
+        margin: f64,
+        batching: Option<(LengthBatching, LengthOptions)>,
+        seed: u64,
+    ) -> Self {
         Self {
-            online: OnlineMemoryModel::new(settings.memory_margin),
-            memory_mode: matches!(settings.batching, Some((LengthBatching::Memory { .. }, _))),
+            online: OnlineMemoryModel::new(margin),
+            memory_mode: matches!(batching, Some((LengthBatching::Memory { .. }, _))),
+            batching,
+            seed,
             measured: None,
         }
     }
@@ -47,13 +65,21 @@ impl MemoryControl {
     /// The plan of a length-aware epoch (see [`length_aware_epoch`]).
     pub(crate) fn plan_epoch(
         &self,
-        settings: &RunSettings,
         index: Option<&LengthIndex>,
         trainer: &mut dyn UserControllers,
         comm: &dyn Communicator,
         epoch: usize,
     ) -> Result<Option<LengthAwareEpoch>> {
-        length_aware_epoch(settings, index, trainer, &self.online, comm, epoch)
+        let (Some(batching), Some(index)) = (self.batching, index) else {
+            return Ok(None);
+        };
+        let plan = EpochPlan {
+            batching,
+            index,
+            seed: self.seed,
+            epoch,
+        };
+        length_aware_epoch(&plan, trainer, &self.online, comm).map(Some)
     }
 
     /// Memory-aware runs: the features and peak memory of this rank's (first)
@@ -172,19 +198,15 @@ fn gather_memory_models(
 /// (each fitted to its own rank's measurements) are combined by taking the most
 /// conservative prediction.
 pub(crate) fn length_aware_epoch(
-    settings: &RunSettings,
-    index: Option<&LengthIndex>,
+    plan: &EpochPlan<'_>,
     trainer: &mut dyn UserControllers,
     online: &OnlineMemoryModel,
     comm: &dyn Communicator,
-    epoch: usize,
-) -> Result<Option<LengthAwareEpoch>> {
-    let (Some((batching, options)), Some(index)) = (settings.batching, index) else {
-        return Ok(None);
-    };
+) -> Result<LengthAwareEpoch> {
+    let ((batching, options), index, seed, epoch) = (plan.batching, plan.index, plan.seed, plan.epoch);
     let world = comm.world_size();
     if let Some(user) = trainer.regressor() {
-        let epoch_plan = index.plan_epoch(batching, &options, &*user, settings.seed, epoch);
+        let epoch_plan = index.plan_epoch(batching, &options, &*user, seed, epoch);
         if world > 1 {
             let fingerprint = epoch_plan
                 .sizes
@@ -206,16 +228,10 @@ pub(crate) fn length_aware_epoch(
                 return Err(Error::Training(TrainingError::RegressorDisagrees { epoch }));
             }
         }
-        return Ok(Some(epoch_plan));
+        return Ok(epoch_plan);
     }
     if world == 1 || !matches!(batching, LengthBatching::Memory { .. }) {
-        return Ok(Some(index.plan_epoch(
-            batching,
-            &options,
-            online,
-            settings.seed,
-            epoch,
-        )));
+        return Ok(index.plan_epoch(batching, &options, online, seed, epoch));
     }
     let mut all = vec![0.0; 5 * world];
     all[5 * comm.rank()..5 * comm.rank() + 5].copy_from_slice(&online.snapshot());
@@ -224,13 +240,13 @@ pub(crate) fn length_aware_epoch(
         .chunks(5)
         .map(|s| OnlineMemoryModel::from_snapshot([s[0], s[1], s[2], s[3], s[4]]))
         .collect();
-    Ok(Some(index.plan_epoch(
+    Ok(index.plan_epoch(
         batching,
         &options,
         &MostConservative(models),
-        settings.seed,
+        seed,
         epoch,
-    )))
+    ))
 }
 
 /// Peak memory of a step: on CPU the documented proxy of its features, on a GPU

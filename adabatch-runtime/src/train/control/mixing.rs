@@ -7,7 +7,8 @@ use crate::adapt::schedule::ScheduleSpec;
 use crate::data::planner::StepPlanner;
 use crate::error::Result;
 use crate::report::record::EvalLog;
-use crate::train::settings::RunSettings;
+use crate::data::source_spec::SourceSpec;
+use crate::train::settings::BuiltinMixer;
 use crate::train::step::StepOutcome;
 
 use super::controller::{Controller, Restore, Save, Steer, StepReport, UserControllers};
@@ -21,10 +22,11 @@ pub(crate) struct MixingControl {
 }
 
 impl MixingControl {
-    /// A run of several sources mixes them.
-    pub(crate) fn new(settings: &RunSettings) -> Option<Self> {
-        settings.sources.as_ref().map(|spec| Self {
-            builtin: settings.builtin_mixer.map(|m| m.build()),
+    /// A run of several sources mixes them, with the engine's `builtin` mixer
+    /// unless the trainer has its own.
+    pub(crate) fn new(sources: Option<&SourceSpec>, builtin: Option<BuiltinMixer>) -> Option<Self> {
+        sources.map(|spec| Self {
+            builtin: builtin.map(|m| m.build()),
             sources: spec.names.len(),
         })
     }

@@ -63,10 +63,14 @@ impl Controllers {
         Ok(Self {
             oom: OomControl::new(settings.step.oom),
             loss_scale: settings.step.loss_scaler.map(LossScaleControl::new),
-            noise_scale: NoiseScaleControl::new(settings)?,
-            mixing: MixingControl::new(settings),
+            noise_scale: NoiseScaleControl::new(
+                &settings.step,
+                &settings.schedule,
+                settings.units_world,
+            )?,
+            mixing: MixingControl::new(settings.sources.as_ref(), settings.builtin_mixer),
             schedule: ScheduleControl,
-            memory: MemoryControl::new(settings),
+            memory: MemoryControl::new(settings.memory_margin, settings.batching, settings.seed),
         })
     }
 

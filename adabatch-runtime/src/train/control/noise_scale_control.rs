@@ -8,7 +8,7 @@ use crate::adapt::noise_scale::{NoiseScaleEstimator, NoiseScalePolicy};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::error::Result;
 use crate::report::record::StepLog;
-use crate::train::settings::RunSettings;
+use crate::train::settings::StepRules;
 use crate::train::step::StepOutcome;
 
 use super::controller::{Controller, Restore, Save, Steer, StepReport};
@@ -33,19 +33,22 @@ enum Resize {
 }
 
 impl NoiseScaleControl {
-    /// When the run measures the noise scale.
-    pub(crate) fn new(settings: &RunSettings) -> Result<Option<Self>> {
-        let Some(beta) = settings.step.noise_scale_beta else {
+    /// When the step rules measure the noise scale; `schedule` says whether the
+    /// measurements resize the batch, in global batches of `units_world` units.
+    pub(crate) fn new(
+        rules: &StepRules,
+        schedule: &ScheduleSpec,
+        units_world: usize,
+    ) -> Result<Option<Self>> {
+        let Some(beta) = rules.noise_scale_beta else {
             return Ok(None);
         };
         Ok(Some(Self {
             estimator: NoiseScaleEstimator::new(beta)?,
-            cadence: NoiseCadence::new(settings.step.noise_every),
-            resize: match settings.schedule {
+            cadence: NoiseCadence::new(rules.noise_every),
+            resize: match *schedule {
                 ScheduleSpec::NoiseScale(policy) => Resize::NoiseScale(policy),
-                ScheduleSpec::Goodput(spec) => {
-                    Resize::Goodput(GoodputControl::new(spec, settings.units_world))
-                }
+                ScheduleSpec::Goodput(spec) => Resize::Goodput(GoodputControl::new(spec, units_world)),
                 _ => Resize::LogOnly,
             },
         }))
