@@ -104,16 +104,16 @@ if [[ "${ADABATCH_SKIP_TESTS:-0}" != 1 ]]; then
     # answers CUDA_ERROR_NO_DEVICE).
     step_start=$SECONDS
     stub_path="$CUDA_HOME/lib/stubs:$LD_LIBRARY_PATH"
-    say "cargo test --release --features nccl -p adabatch-runtime --lib (no GPU: link stub)"
-    LD_LIBRARY_PATH="$stub_path" cargo test --release --features nccl -p adabatch-runtime --lib -q
+    say "cargo test --release --features nccl -p adabatch-runtime -p adabatch-nn --lib (no GPU: link stub)"
+    LD_LIBRARY_PATH="$stub_path" cargo test --release --features nccl -p adabatch-runtime -p adabatch-nn --lib -q
     LD_LIBRARY_PATH="$stub_path" "$tests_out" --test-threads 1 -q
     say "tests without a GPU passed in $(took)"
 fi
 
 if [[ "${ADABATCH_SKIP_CLIPPY:-0}" != 1 ]]; then
     step_start=$SECONDS
-    say "cargo clippy --release --features nccl --lib --example gpu_check --example language_model --test gpu -- -D warnings"
-    cargo clippy --release --features nccl -p adabatch -p adabatch-runtime --lib \
+    say "cargo clippy --release --features nccl (adabatch, -runtime, -nn) --lib --example gpu_check --example language_model --test gpu -- -D warnings"
+    cargo clippy --release --features nccl -p adabatch -p adabatch-runtime -p adabatch-nn --lib \
         --example gpu_check --example language_model --test gpu -- -D warnings
     say "clippy clean in $(took)"
 fi

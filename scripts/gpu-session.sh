@@ -58,6 +58,8 @@ os.environ.update(MASTER_ADDR=\"127.0.0.1\", MASTER_PORT=\"29533\")
 dist.init_process_group(\"nccl\", rank=0, world_size=1)
 x = torch.ones(4, device=\"cuda\"); dist.all_reduce(x); print(\"torch nccl all_reduce\", x.tolist())
 dist.destroy_process_group()'"
+# The kernels first: what a session with a GPU must check before anything else.
+step kernels 120 "$B/gpu_check kernels"
 step replay 120 "$B/gpu_check replay"
 step nccl 120 "NCCL_DEBUG=WARN $B/gpu_check nccl"
 step memory 120 "$B/gpu_check memory --data $D"

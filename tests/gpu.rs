@@ -85,6 +85,13 @@ fn check(args: &[&str]) {
 
 #[test]
 #[ignore = "needs a CUDA GPU: run with --include-ignored on the GPU machine"]
+fn kernels_match_their_cpu_twins() {
+    cuda("kernels_match_their_cpu_twins");
+    check(&["gpu_check", "kernels", "--rounds", "2"]);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --include-ignored on the GPU machine"]
 fn replay_on_cuda_matches_cpu() {
     cuda("replay_on_cuda_matches_cpu");
     check(&["gpu_check", "replay"]);

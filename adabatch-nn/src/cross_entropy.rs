@@ -36,13 +36,13 @@ pub fn cross_entropy_rows(
         _ => logits.clone(),
     };
     let targets = targets.to_dtype(DType::I64)?;
-    if !rows::runs_fused_on(logits.device()) {
-        return composite(&logits, &targets, ignore_index, classes);
-    }
     let op = CrossEntropy {
         ignore_index,
         classes,
     };
+    if !rows::runs_fused(&op, logits.device()) {
+        return composite(&logits, &targets, ignore_index, classes);
+    }
     op.apply([&logits, &targets])
 }
 

@@ -8,7 +8,7 @@
 use candle_core::{bail, Module, Result, Shape, Tensor, WithDType, D};
 
 use super::cpu::{self, Acc};
-use super::rows::{self, Apply, CpuInputs, RowOp};
+use super::rows::{self, Apply, CpuInputs, CudaKernel, RowOp};
 
 /// `x / sqrt(mean(x²) + eps) * alpha` over the last dimension; candle-nn's
 /// `ops::rms_norm` with a backward (for `x` and `alpha`).
@@ -17,10 +17,11 @@ use super::rows::{self, Apply, CpuInputs, RowOp};
 /// this also takes f64). Elsewhere: candle-nn's composite `rms_norm_slow`.
 pub fn rms_norm(x: &Tensor, alpha: &Tensor, eps: f32) -> Result<Tensor> {
     check_params("rms-norm", x, &[("alpha", alpha)])?;
-    if !rows::runs_fused_on(x.device()) {
+    let op = RmsNormOp { eps };
+    if !rows::runs_fused(&op, x.device()) {
         return candle_nn::ops::rms_norm_slow(x, alpha, eps);
     }
-    RmsNormOp { eps }.apply([x, alpha])
+    op.apply([x, alpha])
 }
 
 /// `(x - mean) / sqrt(var + eps) * alpha + beta` over the last dimension;
@@ -30,10 +31,11 @@ pub fn rms_norm(x: &Tensor, alpha: &Tensor, eps: f32) -> Result<Tensor> {
 /// this also takes f64). Elsewhere: candle-nn's composite `layer_norm_slow`.
 pub fn layer_norm(x: &Tensor, alpha: &Tensor, beta: &Tensor, eps: f32) -> Result<Tensor> {
     check_params("layer-norm", x, &[("alpha", alpha), ("beta", beta)])?;
-    if !rows::runs_fused_on(x.device()) {
+    let op = LayerNormOp { eps };
+    if !rows::runs_fused(&op, x.device()) {
         return candle_nn::ops::layer_norm_slow(x, alpha, beta, eps);
     }
-    LayerNormOp { eps }.apply([x, alpha, beta])
+    op.apply([x, alpha, beta])
 }
 
 /// Each parameter must be `[hidden]` (the last dim of `x`) and of `x`'s dtype.
@@ -103,6 +105,10 @@ impl RowOp<2> for RmsNormOp {
         "adabatch-rms-norm"
     }
 
+    fn cuda(&self) -> Option<CudaKernel> {
+        Some(CudaKernel::rows("rms_norm", self.eps))
+    }
+
     fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
         let [x, alpha] = inputs.floats()?;
         let (rows, n) = inputs.rows();
@@ -145,6 +151,11 @@ impl RowOp<3> for RmsNormBwd {
         "adabatch-rms-norm-bwd"
     }
 
+    /// Each row's `1/rms` is left for the column pass that sums `dalpha`.
+    fn cuda(&self) -> Option<CudaKernel> {
+        Some(CudaKernel::rows_then_columns("rms_norm_bwd", self.eps, 1))
+    }
+
     fn shape(&self, dims: &[usize]) -> Shape {
         rows::grads_shape(dims, 1)
     }
@@ -182,6 +193,10 @@ struct LayerNormOp {
 impl RowOp<3> for LayerNormOp {
     fn name(&self) -> &'static str {
         "adabatch-layer-norm"
+    }
+
+    fn cuda(&self) -> Option<CudaKernel> {
+        Some(CudaKernel::rows("layer_norm", self.eps))
     }
 
     fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
@@ -223,6 +238,12 @@ struct LayerNormBwd {
 impl RowOp<3> for LayerNormBwd {
     fn name(&self) -> &'static str {
         "adabatch-layer-norm-bwd"
+    }
+
+    /// Each row's mean and `1/std` are left for the column pass that sums
+    /// `dalpha` and `dbeta`.
+    fn cuda(&self) -> Option<CudaKernel> {
+        Some(CudaKernel::rows_then_columns("layer_norm_bwd", self.eps, 2))
     }
 
     fn shape(&self, dims: &[usize]) -> Shape {
@@ -387,6 +408,19 @@ mod tests {
 
     fn params(n: usize, dtype: DType) -> (Tensor, Tensor) {
         (randn(&[n], dtype, 11), randn(&[n], dtype, 12))
+    }
+
+    #[test]
+    fn every_cuda_body_names_a_kernel_and_has_a_backward() {
+        let eps = 1e-5;
+        for kernel in [
+            RmsNormOp { eps }.cuda(),
+            RmsNormBwd { eps }.cuda(),
+            LayerNormOp { eps }.cuda(),
+            LayerNormBwd { eps }.cuda(),
+        ] {
+            rows::assert_kernel_exists(kernel.expect("a CUDA body"));
+        }
     }
 
     #[test]

@@ -55,13 +55,13 @@ enum Variant {
 fn apply(variant: Variant, x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor> {
     let t = check(variant, x, cos, sin)?;
     let (cos, sin) = (first_positions(cos, t)?, first_positions(sin, t)?);
-    if !rows::runs_fused_on(x.device()) {
-        return composite(variant, x, &cos, &sin);
-    }
     let op = RopeOp {
         variant,
         negate_sin: false,
     };
+    if !rows::runs_fused(&op, x.device()) {
+        return composite(variant, x, &cos, &sin);
+    }
     op.apply([x, &cos, &sin])
 }
 

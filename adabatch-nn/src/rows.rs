@@ -1,11 +1,12 @@
 //! The frame the fused row-wise ops share. An op states its name, its CPU body and
 //! its backward ([`RowOp`]); the frame checks its inputs, picks the type the body
 //! computes in, and makes it the candle custom op of its arity ([`Apply`]). Which
-//! device runs which body is decided here alone: a CUDA body would be one more
-//! `RowOp` method, called from the custom ops' `cuda_fwd` below and allowed by
-//! [`runs_fused_on`].
+//! device runs which body is decided here alone ([`runs_fused`]): an op's CUDA body
+//! is the kernel its [`RowOp::cuda`] names, launched from the custom ops'
+//! `cuda_fwd` by `cuda.rs`.
 
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use candle_core::backend::BackendStorage;
 use candle_core::{
@@ -14,12 +15,53 @@ use candle_core::{
 };
 
 use super::cpu::Acc;
+pub(super) use super::cuda_kernel::CudaKernel;
+#[cfg(feature = "cuda")]
+use candle_core::CudaStorage;
 
-/// Whether the fused ops run on `device`; elsewhere each falls back to its composite
-/// of candle ops, which candle differentiates. Only CPU bodies exist so far.
-pub(super) fn runs_fused_on(device: &Device) -> bool {
-    device.is_cpu()
+/// Whether `op` runs fused on `device`; elsewhere it falls back to its composite
+/// of candle ops, which candle differentiates. On CUDA an op runs fused when it
+/// has a CUDA body and those are switched on ([`cuda_bodies_enabled`]).
+pub(super) fn runs_fused<K: RowOp<N>, const N: usize>(op: &K, device: &Device) -> bool {
+    match device {
+        Device::Cpu => true,
+        Device::Cuda(_) => cfg!(feature = "cuda") && op.cuda().is_some() && cuda_bodies_enabled(),
+        _ => false,
+    }
 }
+
+/// Whether the CUDA bodies run: off until switched on, by
+/// [`set_cuda_bodies`] or `ADABATCH_CUDA_KERNELS=1` in the environment, until a
+/// GPU has checked them against their CPU twins (`gpu_check kernels`): a kernel
+/// that was never run must not change what a user's model computes.
+pub fn cuda_bodies_enabled() -> bool {
+    match CUDA_BODIES.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => {
+            let on = std::env::var("ADABATCH_CUDA_KERNELS").is_ok_and(|v| v == "1");
+            // A concurrent `set_cuda_bodies` wins over the environment.
+            let _ = CUDA_BODIES.compare_exchange(
+                UNSET,
+                if on { ON } else { OFF },
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            CUDA_BODIES.load(Ordering::Relaxed) == ON
+        }
+    }
+}
+
+/// Switches the fused ops' CUDA bodies on or off for the whole process (ops built
+/// before keep the body they chose).
+pub fn set_cuda_bodies(on: bool) {
+    CUDA_BODIES.store(if on { ON } else { OFF }, Ordering::Relaxed);
+}
+
+const UNSET: u8 = 0;
+const OFF: u8 = 1;
+const ON: u8 = 2;
+static CUDA_BODIES: AtomicU8 = AtomicU8::new(UNSET);
 
 /// A fused op of `N` inputs over the rows of its first one.
 pub(super) trait RowOp<const N: usize>: Send + Sync + 'static {
@@ -34,6 +76,11 @@ pub(super) trait RowOp<const N: usize>: Send + Sync + 'static {
     /// The output on CPU, computed in `A`: `f32` for bf16, f16 and f32 inputs (as
     /// candle-nn's kernels do), `f64` for f64 ones.
     fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>>;
+
+    /// Its CUDA body, if it has one.
+    fn cuda(&self) -> Option<CudaKernel> {
+        None
+    }
 
     /// The inputs' gradients from the output's: none for the backward ops, which
     /// are applied without a backward of their own.
@@ -97,6 +144,11 @@ impl<K: RowOp<1>> CustomOp1 for Fused<K> {
         cpu_forward(&self.0, &[(s1, l1)])
     }
 
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s1: &CudaStorage, l1: &Layout) -> Result<(CudaStorage, Shape)> {
+        cuda_forward(&self.0, &[(s1, l1)])
+    }
+
     fn bwd(&self, arg: &Tensor, res: &Tensor, grad: &Tensor) -> Result<Option<Tensor>> {
         let [d1] = self.0.backward([arg], res, grad)?;
         Ok(d1)
@@ -116,6 +168,17 @@ impl<K: RowOp<2>> CustomOp2 for Fused<K> {
         l2: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         cpu_forward(&self.0, &[(s1, l1), (s2, l2)])
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        s1: &CudaStorage,
+        l1: &Layout,
+        s2: &CudaStorage,
+        l2: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        cuda_forward(&self.0, &[(s1, l1), (s2, l2)])
     }
 
     fn bwd(
@@ -147,6 +210,20 @@ impl<K: RowOp<3>> CustomOp3 for Fused<K> {
         cpu_forward(&self.0, &[(s1, l1), (s2, l2), (s3, l3)])
     }
 
+    #[cfg(feature = "cuda")]
+    #[allow(clippy::too_many_arguments)]
+    fn cuda_fwd(
+        &self,
+        s1: &CudaStorage,
+        l1: &Layout,
+        s2: &CudaStorage,
+        l2: &Layout,
+        s3: &CudaStorage,
+        l3: &Layout,
+    ) -> Result<(CudaStorage, Shape)> {
+        cuda_forward(&self.0, &[(s1, l1), (s2, l2), (s3, l3)])
+    }
+
     fn bwd(
         &self,
         arg1: &Tensor,
@@ -158,6 +235,20 @@ impl<K: RowOp<3>> CustomOp3 for Fused<K> {
         let [d1, d2, d3] = self.0.backward([arg1, arg2, arg3], res, grad)?;
         Ok((d1, d2, d3))
     }
+}
+
+/// `op`'s CUDA body on the inputs (`cuda.rs` launches the kernel it names).
+#[cfg(feature = "cuda")]
+fn cuda_forward<K: RowOp<N>, const N: usize>(
+    op: &K,
+    inputs: &[(&CudaStorage, &Layout)],
+) -> Result<(CudaStorage, Shape)> {
+    let (Some(kernel), Some((_, layout))) = (op.cuda(), inputs.first()) else {
+        bail!("{}: no CUDA body, or no inputs", op.name())
+    };
+    let shape = op.shape(layout.dims());
+    let out = super::cuda::launch(kernel, op.name(), rows_of(layout.dims()), &shape, inputs)?;
+    Ok((out, shape))
 }
 
 /// The dtype dispatch: runs `op`'s CPU body in the type of the first input.
@@ -292,4 +383,30 @@ pub(super) fn where_tracked<const N: usize>(
 ) -> [Option<Tensor>; N] {
     let mut grads = grads.into_iter();
     inputs.map(|input| grads.next().filter(|_| input.track_op()))
+}
+
+/// Checks that `kernel` names entry points `kernels/rows.cu` defines, for every
+/// dtype: a misspelt name would fail only on a GPU.
+#[cfg(test)]
+pub(super) fn assert_kernel_exists(kernel: CudaKernel) {
+    const SOURCE: &str = include_str!("../kernels/rows.cu");
+    let mut names = vec![kernel.name.to_string()];
+    if kernel.column_pass {
+        names.push(format!("{}_cols", kernel.name));
+    }
+    for name in names {
+        let entry = format!("void adabatch_{name}_##SUFFIX(");
+        assert!(SOURCE.contains(&entry), "kernels/rows.cu has no {entry}");
+    }
+    for instance in [
+        "(float, f32)",
+        "(double, f64)",
+        "(__half, f16)",
+        "(__nv_bfloat16, bf16)",
+    ] {
+        assert!(
+            SOURCE.contains(&format!("ROW_KERNELS{instance}")),
+            "kernels/rows.cu does not instantiate ROW_KERNELS{instance}"
+        );
+    }
 }

@@ -7,7 +7,7 @@
 use candle_core::{Result, Tensor, WithDType, D};
 
 use super::cpu::{self, Acc};
-use super::rows::{self, Apply, CpuInputs, RowOp};
+use super::rows::{self, Apply, CpuInputs, CudaKernel, RowOp};
 
 /// candle-nn's `ops::softmax_last_dim` with a backward.
 ///
@@ -15,7 +15,7 @@ use super::rows::{self, Apply, CpuInputs, RowOp};
 /// candle-nn's, it sums a bf16 or f16 row in that type). Elsewhere: candle-nn's
 /// composite `ops::softmax(x, D::Minus1)`.
 pub fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
-    if !rows::runs_fused_on(x.device()) {
+    if !rows::runs_fused(&SoftmaxOp, x.device()) {
         return candle_nn::ops::softmax(x, D::Minus1);
     }
     // The last dim must exist (candle-nn fails on a scalar the same way).
@@ -30,6 +30,10 @@ struct SoftmaxOp;
 impl RowOp<1> for SoftmaxOp {
     fn name(&self) -> &'static str {
         "adabatch-softmax-last-dim"
+    }
+
+    fn cuda(&self) -> Option<CudaKernel> {
+        Some(CudaKernel::rows("softmax", 0.0))
     }
 
     fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
@@ -70,6 +74,10 @@ impl RowOp<2> for SoftmaxBwd {
         "adabatch-softmax-last-dim-bwd"
     }
 
+    fn cuda(&self) -> Option<CudaKernel> {
+        Some(CudaKernel::rows("softmax_bwd", 0.0))
+    }
+
     fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
         let [g, y] = inputs.floats()?;
         let (rows, n) = inputs.rows();
@@ -107,6 +115,13 @@ mod tests {
         (randn(dims, DType::F64, seed) * 3.)
             .and_then(|x| x.to_dtype(dtype))
             .unwrap()
+    }
+
+    #[test]
+    fn every_cuda_body_names_a_kernel_and_has_a_backward() {
+        for kernel in [SoftmaxOp.cuda(), SoftmaxBwd.cuda()] {
+            rows::assert_kernel_exists(kernel.expect("a CUDA body"));
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! how to run it on a GPU machine is in `docs/guide/gpu.md`.
 //!
 //! ```text
+//! gpu_check kernels                # adabatch-nn's CUDA bodies against their CPU twins; fused vs composite ms
 //! gpu_check replay                 # CUDA vs CPU: same steps, sizes, coverage; losses within tolerance
 //! gpu_check nccl                   # NCCL communicator at world size 1: values, flags, broadcast
 //! gpu_check memory --data FILE     # free/total device memory, per-step memory of growing batches
@@ -26,6 +27,7 @@ use serde_json::Value;
 mod batching;
 mod bench;
 mod breakdown;
+mod kernels;
 mod memory;
 mod nccl;
 mod oom;
@@ -47,6 +49,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// adabatch-nn's CUDA bodies (norms, softmax) against their CPU twins: values
+    /// and gradients in each dtype; then fused against composite times.
+    Kernels(kernels::KernelsOpts),
     /// Train the replay-dataloader model on CUDA and on CPU with the same seed and
     /// compare the per-step traces.
     Replay(replay::ReplayOpts),
@@ -68,6 +73,7 @@ enum Cmd {
 
 fn dispatch(cli: Cli) -> AnyResult<bool> {
     match cli.cmd {
+        Cmd::Kernels(o) => kernels::run(&o),
         Cmd::Replay(o) => replay::run(&o),
         Cmd::Nccl(o) => nccl::run(&o),
         Cmd::Memory(o) => memory::run(&o),

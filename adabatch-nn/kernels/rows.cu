@@ -1,0 +1,308 @@
+// The CUDA bodies of adabatch-nn's fused row-wise ops (src/rows.rs launches them).
+//
+// Each op is the arithmetic of its CPU twin (src/norm.rs, src/softmax.rs), in the
+// same accumulation type: float for f32, f16 and bf16 inputs, double for f64. One
+// block runs one row of the last dimension, its threads striding over the row and
+// summing through warp shuffles. Backward ops that also return the parameters'
+// gradients (summed over rows) first write each row's statistics to `stats`, then
+// a second kernel sums every column over the rows in row order: no atomics, so a
+// step's gradients are the same from run to run.
+//
+// Every kernel takes (inputs..., out, stats, rows, n, eps) so that the launcher is
+// one function; an op ignores what it does not use.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+template <typename T> struct Acc { typedef float type; };
+template <> struct Acc<double> { typedef double type; };
+
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_acc(float v);
+template <> __device__ __forceinline__ float from_acc<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) {
+    return __float2bfloat16(v);
+}
+template <typename T> __device__ __forceinline__ T from_acc(double v) { return v; }
+
+__device__ __forceinline__ float acc_exp(float v) { return expf(v); }
+__device__ __forceinline__ double acc_exp(double v) { return exp(v); }
+__device__ __forceinline__ float acc_sqrt(float v) { return sqrtf(v); }
+__device__ __forceinline__ double acc_sqrt(double v) { return sqrt(v); }
+
+template <typename A> __device__ __forceinline__ A warp_sum(A v) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        v += __shfl_xor_sync(0xffffffff, v, offset);
+    }
+    return v;
+}
+
+template <typename A> __device__ __forceinline__ A warp_max(A v) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+        A other = __shfl_xor_sync(0xffffffff, v, offset);
+        v = other > v ? other : v;
+    }
+    return v;
+}
+
+// The sum (or maximum) of every thread's `v`, returned to all threads of the block.
+// `shared` holds 32 slots; the leading barrier lets a block reduce twice in a row.
+template <typename A, bool MAX> __device__ A block_reduce(A v, A *shared) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warps = (blockDim.x + 31) >> 5;
+    v = MAX ? warp_max(v) : warp_sum(v);
+    __syncthreads();
+    if (lane == 0) {
+        shared[warp] = v;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < warps ? shared[lane] : (MAX ? shared[0] : A(0));
+        v = MAX ? warp_max(v) : warp_sum(v);
+        if (lane == 0) {
+            shared[0] = v;
+        }
+    }
+    __syncthreads();
+    return shared[0];
+}
+
+template <typename A> __device__ A block_sum(A v, A *shared) {
+    return block_reduce<A, false>(v, shared);
+}
+
+template <typename A> __device__ A block_max(A v, A *shared) {
+    return block_reduce<A, true>(v, shared);
+}
+
+// y = x / rms(x) · alpha, the rms rounded to T first as candle-nn does.
+template <typename T>
+__device__ void rms_norm(const T *x, const T *alpha, T *y, int n, float eps) {
+    typedef typename Acc<T>::type A;
+    __shared__ A shared[32];
+    const T *row = x + (size_t)blockIdx.x * n;
+    T *out = y + (size_t)blockIdx.x * n;
+    A sum2 = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A v = to_acc(row[j]);
+        sum2 += v * v;
+    }
+    sum2 = block_sum(sum2, shared);
+    const A m = to_acc(from_acc<T>(acc_sqrt(sum2 / A(n) + A(eps))));
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        out[j] = from_acc<T>(to_acc(row[j]) / m * to_acc(alpha[j]));
+    }
+}
+
+// dx = r·(g·alpha − x·r²·Σ(g·alpha·x)/n), r = 1/sqrt(mean(x²) + eps); r per row
+// into `stats` for the column sums.
+template <typename T>
+__device__ void rms_norm_bwd(const T *g, const T *x, const T *alpha, T *dx,
+                             typename Acc<T>::type *stats, int n, float eps) {
+    typedef typename Acc<T>::type A;
+    __shared__ A shared[32];
+    const size_t offset = (size_t)blockIdx.x * n;
+    A sum2 = 0, dot = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A xv = to_acc(x[offset + j]);
+        sum2 += xv * xv;
+        dot += to_acc(g[offset + j]) * to_acc(alpha[j]) * xv;
+    }
+    sum2 = block_sum(sum2, shared);
+    dot = block_sum(dot, shared);
+    const A r = A(1) / acc_sqrt(sum2 / A(n) + A(eps));
+    const A c = r * r * dot / A(n);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A gv = to_acc(g[offset + j]), xv = to_acc(x[offset + j]);
+        dx[offset + j] = from_acc<T>(r * (gv * to_acc(alpha[j]) - xv * c));
+    }
+    if (threadIdx.x == 0) {
+        stats[blockIdx.x] = r;
+    }
+}
+
+// dalpha[j] = Σ_rows g·x·r, one thread per column, rows in order.
+template <typename T>
+__device__ void rms_norm_bwd_cols(const T *g, const T *x, T *dalpha,
+                                  const typename Acc<T>::type *stats, int rows, int n) {
+    typedef typename Acc<T>::type A;
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) {
+        return;
+    }
+    A sum = 0;
+    for (int row = 0; row < rows; ++row) {
+        const size_t at = (size_t)row * n + j;
+        sum += to_acc(g[at]) * to_acc(x[at]) * stats[row];
+    }
+    dalpha[j] = from_acc<T>(sum);
+}
+
+// y = (x − mean)·inv_std·alpha + beta, with candle-nn's one-pass variance.
+template <typename T>
+__device__ void layer_norm(const T *x, const T *alpha, const T *beta, T *y, int n, float eps) {
+    typedef typename Acc<T>::type A;
+    __shared__ A shared[32];
+    const size_t offset = (size_t)blockIdx.x * n;
+    A sum = 0, sum2 = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A v = to_acc(x[offset + j]);
+        sum += v;
+        sum2 += v * v;
+    }
+    sum = block_sum(sum, shared);
+    sum2 = block_sum(sum2, shared);
+    const A mean = sum / A(n);
+    const A inv_std = A(1) / acc_sqrt(sum2 / A(n) - mean * mean + A(eps));
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A v = (to_acc(x[offset + j]) - mean) * inv_std;
+        y[offset + j] = from_acc<T>(v * to_acc(alpha[j]) + to_acc(beta[j]));
+    }
+}
+
+// dx = inv_std·(g·alpha − mean(g·alpha) − x̂·mean(g·alpha·x̂)), the variance from
+// the deviations (two passes); mean and inv_std per row into `stats`.
+template <typename T>
+__device__ void layer_norm_bwd(const T *g, const T *x, const T *alpha, T *dx,
+                               typename Acc<T>::type *stats, int n, float eps) {
+    typedef typename Acc<T>::type A;
+    __shared__ A shared[32];
+    const size_t offset = (size_t)blockIdx.x * n;
+    A sum = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        sum += to_acc(x[offset + j]);
+    }
+    const A mean = block_sum(sum, shared) / A(n);
+    A sum2 = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A d = to_acc(x[offset + j]) - mean;
+        sum2 += d * d;
+    }
+    const A inv_std = A(1) / acc_sqrt(block_sum(sum2, shared) / A(n) + A(eps));
+    A sum_ga = 0, sum_gax = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A ga = to_acc(g[offset + j]) * to_acc(alpha[j]);
+        sum_ga += ga;
+        sum_gax += ga * (to_acc(x[offset + j]) - mean) * inv_std;
+    }
+    const A mean_ga = block_sum(sum_ga, shared) / A(n);
+    const A mean_gax = block_sum(sum_gax, shared) / A(n);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A xhat = (to_acc(x[offset + j]) - mean) * inv_std;
+        const A gv = to_acc(g[offset + j]);
+        dx[offset + j] = from_acc<T>(inv_std * (gv * to_acc(alpha[j]) - mean_ga - xhat * mean_gax));
+    }
+    if (threadIdx.x == 0) {
+        stats[2 * blockIdx.x] = mean;
+        stats[2 * blockIdx.x + 1] = inv_std;
+    }
+}
+
+// dalpha[j] = Σ_rows g·x̂ and dbeta[j] = Σ_rows g, rows in order.
+template <typename T>
+__device__ void layer_norm_bwd_cols(const T *g, const T *x, T *dparams,
+                                    const typename Acc<T>::type *stats, int rows, int n) {
+    typedef typename Acc<T>::type A;
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) {
+        return;
+    }
+    A dalpha = 0, dbeta = 0;
+    for (int row = 0; row < rows; ++row) {
+        const size_t at = (size_t)row * n + j;
+        const A gv = to_acc(g[at]);
+        dalpha += gv * (to_acc(x[at]) - stats[2 * row]) * stats[2 * row + 1];
+        dbeta += gv;
+    }
+    dparams[j] = from_acc<T>(dalpha);
+    dparams[n + j] = from_acc<T>(dbeta);
+}
+
+// y = exp(x − max) / Σ exp(x − max).
+template <typename T> __device__ void softmax(const T *x, T *y, int n) {
+    typedef typename Acc<T>::type A;
+    __shared__ A shared[32];
+    const size_t offset = (size_t)blockIdx.x * n;
+    A max = to_acc(x[offset]);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A v = to_acc(x[offset + j]);
+        max = v > max ? v : max;
+    }
+    max = block_max(max, shared);
+    A sum = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        sum += acc_exp(to_acc(x[offset + j]) - max);
+    }
+    const A inv = A(1) / block_sum(sum, shared);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        y[offset + j] = from_acc<T>(acc_exp(to_acc(x[offset + j]) - max) * inv);
+    }
+}
+
+// dx = y·(g − Σ g·y).
+template <typename T> __device__ void softmax_bwd(const T *g, const T *y, T *dx, int n) {
+    typedef typename Acc<T>::type A;
+    __shared__ A shared[32];
+    const size_t offset = (size_t)blockIdx.x * n;
+    A dot = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        dot += to_acc(g[offset + j]) * to_acc(y[offset + j]);
+    }
+    dot = block_sum(dot, shared);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A yv = to_acc(y[offset + j]);
+        dx[offset + j] = from_acc<T>(yv * (to_acc(g[offset + j]) - dot));
+    }
+}
+
+// The entry points, one per op and dtype, all of one signature:
+// (in0, in1, in2, out, stats, rows, n, eps).
+#define ROW_KERNELS(T, SUFFIX)                                                                 \
+    extern "C" __global__ void adabatch_rms_norm_##SUFFIX(                                     \
+        const T *x, const T *alpha, const T *, T *y, Acc<T>::type *, int, int n, float eps) {  \
+        rms_norm<T>(x, alpha, y, n, eps);                                                      \
+    }                                                                                          \
+    extern "C" __global__ void adabatch_rms_norm_bwd_##SUFFIX(                                 \
+        const T *g, const T *x, const T *alpha, T *out, Acc<T>::type *stats, int, int n,       \
+        float eps) {                                                                           \
+        rms_norm_bwd<T>(g, x, alpha, out, stats, n, eps);                                      \
+    }                                                                                          \
+    extern "C" __global__ void adabatch_rms_norm_bwd_cols_##SUFFIX(                            \
+        const T *g, const T *x, const T *, T *out, Acc<T>::type *stats, int rows, int n,       \
+        float) {                                                                               \
+        rms_norm_bwd_cols<T>(g, x, out + (size_t)rows * n, stats, rows, n);                    \
+    }                                                                                          \
+    extern "C" __global__ void adabatch_layer_norm_##SUFFIX(                                   \
+        const T *x, const T *alpha, const T *beta, T *y, Acc<T>::type *, int, int n,           \
+        float eps) {                                                                           \
+        layer_norm<T>(x, alpha, beta, y, n, eps);                                              \
+    }                                                                                          \
+    extern "C" __global__ void adabatch_layer_norm_bwd_##SUFFIX(                               \
+        const T *g, const T *x, const T *alpha, T *out, Acc<T>::type *stats, int, int n,       \
+        float eps) {                                                                           \
+        layer_norm_bwd<T>(g, x, alpha, out, stats, n, eps);                                    \
+    }                                                                                          \
+    extern "C" __global__ void adabatch_layer_norm_bwd_cols_##SUFFIX(                          \
+        const T *g, const T *x, const T *, T *out, Acc<T>::type *stats, int rows, int n,       \
+        float) {                                                                               \
+        layer_norm_bwd_cols<T>(g, x, out + (size_t)rows * n, stats, rows, n);                  \
+    }                                                                                          \
+    extern "C" __global__ void adabatch_softmax_##SUFFIX(                                      \
+        const T *x, const T *, const T *, T *y, Acc<T>::type *, int, int n, float) {           \
+        softmax<T>(x, y, n);                                                                   \
+    }                                                                                          \
+    extern "C" __global__ void adabatch_softmax_bwd_##SUFFIX(                                  \
+        const T *g, const T *y, const T *, T *dx, Acc<T>::type *, int, int n, float) {         \
+        softmax_bwd<T>(g, y, dx, n);                                                           \
+    }
+
+ROW_KERNELS(float, f32)
+ROW_KERNELS(double, f64)
+ROW_KERNELS(__half, f16)
+ROW_KERNELS(__nv_bfloat16, bf16)

@@ -1,0 +1,177 @@
+//! The fused ops' CUDA bodies: `kernels/rows.cu`, compiled by `build.rs` into a
+//! fatbin (SASS for the build's GPU, PTX beside it), loaded once per device and
+//! launched one block per row. Every kernel has one signature, `(in0, in1, in2,
+//! out, stats, rows, n, eps)`, so this one launcher serves them all.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{
+    CudaFunction, CudaModule, CudaView, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+};
+use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
+use candle_core::cuda_backend::{
+    CudaDType, CudaDevice, CudaStorage, CudaStorageSlice, DeviceId, WrapErr,
+};
+use candle_core::{bail, Layout, Result, Shape};
+
+use super::cuda_kernel::CudaKernel;
+
+static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rows.fatbin"));
+
+/// Threads of a column pass's block (one thread per column).
+const COLUMN_THREADS: u32 = 256;
+
+/// `kernel` of the op `name` on CUDA, in the first input's dtype, over `rows`
+/// rows of `n`, its output of `shape`.
+pub(super) fn launch(
+    kernel: CudaKernel,
+    name: &'static str,
+    rows: (usize, usize),
+    shape: &Shape,
+    inputs: &[(&CudaStorage, &Layout)],
+) -> Result<CudaStorage> {
+    let Some(&(first, _)) = inputs.first() else {
+        bail!("{name}: no inputs")
+    };
+    let launch = Launch {
+        kernel,
+        name,
+        rows,
+        out_len: shape.elem_count(),
+    };
+    match &first.slice {
+        CudaStorageSlice::F32(_) => launch.run::<f32, f32>("f32", inputs),
+        CudaStorageSlice::F64(_) => launch.run::<f64, f64>("f64", inputs),
+        CudaStorageSlice::F16(_) => launch.run::<half::f16, f32>("f16", inputs),
+        CudaStorageSlice::BF16(_) => launch.run::<half::bf16, f32>("bf16", inputs),
+        _ => bail!("{name}: unsupported dtype {:?}", first.dtype()),
+    }
+}
+
+/// One op's launch: its kernel, its rows and the length of its output.
+struct Launch {
+    kernel: CudaKernel,
+    name: &'static str,
+    rows: (usize, usize),
+    out_len: usize,
+}
+
+impl Launch {
+    /// Runs the kernel in `T`, its per-row statistics in the accumulation type `A`.
+    fn run<T, A>(&self, suffix: &str, inputs: &[(&CudaStorage, &Layout)]) -> Result<CudaStorage>
+    where
+        T: CudaDType + DeviceRepr + ValidAsZeroBits,
+        A: DeviceRepr + ValidAsZeroBits,
+    {
+        let device = inputs[0].0.device().clone();
+        let views = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, (storage, layout))| self.view::<T>(i, storage, layout))
+            .collect::<Result<Vec<_>>>()?;
+        let (rows, n) = self.rows;
+        if rows == 0 || n == 0 {
+            // No rows: the parameters' summed gradients (if any) are zeros.
+            let zeros = device.alloc_zeros::<T>(self.out_len.max(1))?;
+            return Ok(T::wrap_cuda_slice(zeros, device));
+        }
+        // SAFETY: every element is written by the kernels below (the row kernel
+        // writes each row's outputs, the column pass the summed rows).
+        let mut out = unsafe { device.alloc::<T>(self.out_len.max(1))? };
+        let mut stats = device.alloc_zeros::<A>((rows * self.kernel.stats_per_row).max(1))?;
+        let (in1, in2) = (
+            views.get(1).unwrap_or(&views[0]),
+            views.get(2).unwrap_or(&views[0]),
+        );
+        let (rows_arg, n_arg, eps) = (to_i32(rows)?, to_i32(n)?, self.kernel.eps);
+        let row_pass = LaunchConfig {
+            grid_dim: (rows_arg as u32, 1, 1),
+            block_dim: (threads_for(n), 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let column_pass = LaunchConfig {
+            grid_dim: ((n as u32).div_ceil(COLUMN_THREADS), 1, 1),
+            block_dim: (COLUMN_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut passes = vec![(self.kernel.name.to_string(), row_pass)];
+        if self.kernel.column_pass {
+            passes.push((format!("{}_cols", self.kernel.name), column_pass));
+        }
+        for (kernel, config) in passes {
+            let function = function(&device, &format!("adabatch_{kernel}_{suffix}"))?;
+            let stream = device.cuda_stream();
+            let mut builder = stream.launch_builder(&function);
+            builder
+                .arg(&views[0])
+                .arg(in1)
+                .arg(in2)
+                .arg(&mut out)
+                .arg(&mut stats);
+            builder.arg(&rows_arg).arg(&n_arg).arg(&eps);
+            // SAFETY: the arguments match the kernel's signature (kernels/rows.cu):
+            // three inputs of `rows × n` (or `n`) elements of T, an output of
+            // `out_len`, and `stats_per_row` A's per row.
+            unsafe { builder.launch(config) }.w()?;
+        }
+        Ok(T::wrap_cuda_slice(out, device))
+    }
+
+    /// Input `i`'s elements, contiguous, as the kernel reads them.
+    fn view<'a, T: CudaDType>(
+        &self,
+        i: usize,
+        storage: &'a CudaStorage,
+        layout: &Layout,
+    ) -> Result<CudaView<'a, T>> {
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            bail!("{}: input {i} has to be contiguous", self.name)
+        };
+        match T::as_cuda_slice(storage) {
+            Ok(slice) => Ok(slice.slice(start..end)),
+            Err(_) => bail!(
+                "{}: input {i} is {:?}, not the first input's dtype",
+                self.name,
+                storage.dtype()
+            ),
+        }
+    }
+}
+
+/// A block of whole warps, one thread per element up to 1024.
+fn threads_for(n: usize) -> u32 {
+    (n.div_ceil(32) * 32).clamp(32, 1024) as u32
+}
+
+fn to_i32(value: usize) -> Result<i32> {
+    i32::try_from(value).map_err(|_| {
+        candle_core::Error::Msg(format!(
+            "{value} rows or columns exceed a CUDA kernel's i32"
+        ))
+    })
+}
+
+/// The fatbin's module on `device`, loaded on first use.
+fn function(device: &CudaDevice, name: &str) -> Result<CudaFunction> {
+    static MODULES: OnceLock<Mutex<HashMap<DeviceId, Arc<CudaModule>>>> = OnceLock::new();
+    let location = device.id();
+    let mut modules = MODULES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let module = match modules.get(&location) {
+        Some(module) => module.clone(),
+        None => {
+            let stream = device.cuda_stream();
+            let module = stream
+                .context()
+                .load_module(Ptx::from_binary(FATBIN.to_vec()))
+                .w()?;
+            modules.insert(location, module.clone());
+            module
+        }
+    };
+    module.load_function(name).w()
+}

@@ -1,0 +1,188 @@
+//! `gpu_check kernels`: every fused op with a CUDA body (`adabatch-nn/kernels/`)
+//! against its CPU twin, the reference: forward values and the gradients of every
+//! input, in each dtype, on odd shapes (rows of one element, rows longer than a
+//! block of threads, a single row); then, after a warm-up, forward + backward times
+//! of the fused CUDA body against the composite of candle ops it replaces.
+
+use std::time::Instant;
+
+use adabatch::nn::{layer_norm, rms_norm, set_cuda_bodies, softmax_last_dim};
+use candle_core::{DType, Device, Tensor, Var};
+use clap::Args;
+use serde_json::json;
+
+use super::{emit, parse_device, AnyResult};
+
+#[derive(Args)]
+pub struct KernelsOpts {
+    #[arg(long, default_value = "cuda")]
+    device: String,
+    /// Timed rounds of each op, after one warm-up round.
+    #[arg(long, default_value_t = 20)]
+    rounds: usize,
+}
+
+/// The checked shapes: the last dim is the row.
+const SHAPES: &[&[usize]] = &[
+    &[1, 1],
+    &[7],
+    &[3, 5, 17],
+    &[2, 9, 1000],
+    &[4, 4097],
+    &[64, 33],
+];
+
+/// An op under test: its name, how many `[n]` parameters it takes, and itself.
+struct Op {
+    name: &'static str,
+    params: usize,
+    run: fn(&Tensor, &[Tensor]) -> candle_core::Result<Tensor>,
+}
+
+const OPS: &[Op] = &[
+    Op {
+        name: "rms_norm",
+        params: 1,
+        run: |x, p| rms_norm(x, &p[0], 1e-5),
+    },
+    Op {
+        name: "layer_norm",
+        params: 2,
+        run: |x, p| layer_norm(x, &p[0], &p[1], 1e-5),
+    },
+    Op {
+        name: "softmax_last_dim",
+        params: 0,
+        run: |x, _| softmax_last_dim(x),
+    },
+];
+
+pub fn run(opts: &KernelsOpts) -> AnyResult<bool> {
+    let device = parse_device(&opts.device)?;
+    set_cuda_bodies(true);
+    let mut ok = true;
+    for op in OPS {
+        for dtype in [DType::F32, DType::F64, DType::BF16, DType::F16] {
+            for (seed, dims) in SHAPES.iter().enumerate() {
+                ok &= check(op, dims, dtype, seed as u64, &device)?;
+            }
+        }
+    }
+    for op in OPS {
+        time(op, opts.rounds, &device)?;
+    }
+    Ok(ok)
+}
+
+/// Relative tolerance of a dtype: a few units in the last place of the output,
+/// and of the gradients summed over rows.
+fn tolerance(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => 1e-10,
+        DType::F32 => 1e-4,
+        DType::F16 => 1e-2,
+        _ => 4e-2,
+    }
+}
+
+/// The op's output and input gradients (of `Σ y·w`) on `device`, as f64 on CPU.
+fn outputs(
+    op: &Op,
+    inputs: &[Tensor],
+    w: &Tensor,
+    dtype: DType,
+    device: &Device,
+) -> candle_core::Result<Vec<Tensor>> {
+    let vars = inputs
+        .iter()
+        .map(|t| Var::from_tensor(&t.to_dtype(dtype)?.to_device(device)?))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let params: Vec<Tensor> = vars[1..].iter().map(|v| v.as_tensor().clone()).collect();
+    let y = (op.run)(vars[0].as_tensor(), &params)?;
+    let loss = (y.to_dtype(DType::F64)? * w.to_device(device)?)?.sum_all()?;
+    let grads = loss.backward()?;
+    let mut all = vec![y];
+    for var in &vars {
+        match grads.get(var.as_tensor()) {
+            Some(g) => all.push(g.clone()),
+            None => candle_core::bail!("{}: no gradient for an input", op.name),
+        }
+    }
+    all.iter()
+        .map(|t| t.to_dtype(DType::F64)?.to_device(&Device::Cpu))
+        .collect()
+}
+
+/// One case: CUDA's output and gradients against the CPU twin's.
+fn check(op: &Op, dims: &[usize], dtype: DType, seed: u64, device: &Device) -> AnyResult<bool> {
+    let n = *dims.last().unwrap_or(&1);
+    let cpu = Device::Cpu;
+    let spread = 1.0 + seed as f64;
+    let mut inputs = vec![(Tensor::randn(0f64, spread, dims, &cpu)? + 0.5)?];
+    for _ in 0..op.params {
+        inputs.push((Tensor::randn(0f64, 1.0, n, &cpu)? + 1.0)?);
+    }
+    let w = Tensor::randn(0f64, 1.0, dims, &cpu)?;
+    let want = outputs(op, &inputs, &w, dtype, &cpu)?;
+    let got = outputs(op, &inputs, &w, dtype, device)?;
+    let names = ["y", "dx", "dparam0", "dparam1"];
+    let mut ok = true;
+    for (i, (want, got)) in want.iter().zip(&got).enumerate() {
+        let scale = want.abs()?.max_all()?.to_scalar::<f64>()?.max(1e-30);
+        let diff = (want - got)?.abs()?.max_all()?.to_scalar::<f64>()?;
+        let relative = diff / scale;
+        let passed = relative <= tolerance(dtype) && relative.is_finite();
+        ok &= passed;
+        emit(&json!({
+            "check": format!("kernels.{}.{}", op.name, names[i]),
+            "ok": passed,
+            "dtype": format!("{dtype:?}"),
+            "dims": dims,
+            "max_abs_diff": diff,
+            "relative": relative,
+            "tolerance": tolerance(dtype),
+        }));
+    }
+    Ok(ok)
+}
+
+/// Forward + backward, fused CUDA body against the composite, f32, the shapes of
+/// `benches/nn_ops.rs`.
+fn time(op: &Op, rounds: usize, device: &Device) -> AnyResult<()> {
+    let dims: &[usize] = match op.name {
+        "softmax_last_dim" => &[8, 8, 256, 256],
+        _ => &[8, 256, 512],
+    };
+    let n = dims[dims.len() - 1];
+    let x = Var::randn(0f32, 1.0, dims, device)?;
+    let params = (0..op.params)
+        .map(|_| Var::randn(0f32, 1.0, n, device))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let tensors: Vec<Tensor> = params.iter().map(|v| v.as_tensor().clone()).collect();
+    let seconds = |fused: bool| -> AnyResult<f64> {
+        set_cuda_bodies(fused);
+        let step = || -> candle_core::Result<()> {
+            let y = (op.run)(x.as_tensor(), &tensors)?;
+            y.sum_all()?.backward()?;
+            Ok(())
+        };
+        step()?;
+        device.synchronize()?;
+        let started = Instant::now();
+        for _ in 0..rounds {
+            step()?;
+        }
+        device.synchronize()?;
+        Ok(started.elapsed().as_secs_f64() / rounds.max(1) as f64)
+    };
+    let composite = seconds(false)?;
+    let fused = seconds(true)?;
+    emit(&json!({
+        "timing": format!("kernels.{}", op.name),
+        "dims": dims,
+        "fused_ms": fused * 1e3,
+        "composite_ms": composite * 1e3,
+        "composite_over_fused": composite / fused,
+    }));
+    Ok(())
+}
