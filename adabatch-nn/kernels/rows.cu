@@ -8,8 +8,9 @@
 // a second kernel sums every column over the rows in row order: no atomics, so a
 // step's gradients are the same from run to run.
 //
-// Every kernel takes (inputs..., out, stats, rows, n, eps) so that the launcher is
-// one function; an op ignores what it does not use.
+// Every kernel takes (in0, in1, in2, out, stats, rows, n, eps, ignore, has_ignore)
+// so that the launcher is one function; an op ignores what it does not use. An
+// index input (the cross-entropy's targets) is int64.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -35,6 +36,12 @@ __device__ __forceinline__ float acc_exp(float v) { return expf(v); }
 __device__ __forceinline__ double acc_exp(double v) { return exp(v); }
 __device__ __forceinline__ float acc_sqrt(float v) { return sqrtf(v); }
 __device__ __forceinline__ double acc_sqrt(double v) { return sqrt(v); }
+
+__device__ __forceinline__ float acc_log(float v) { return logf(v); }
+__device__ __forceinline__ double acc_log(double v) { return log(v); }
+template <typename A> __device__ __forceinline__ A acc_nan();
+template <> __device__ __forceinline__ float acc_nan<float>() { return nanf(""); }
+template <> __device__ __forceinline__ double acc_nan<double>() { return nan(""); }
 
 template <typename A> __device__ __forceinline__ A warp_sum(A v) {
     for (int offset = 16; offset > 0; offset >>= 1) {
@@ -261,45 +268,124 @@ template <typename T> __device__ void softmax_bwd(const T *g, const T *y, T *dx,
     }
 }
 
+// loss = logsumexp(x) − x[target] per row; 0 where the target is the ignored
+// index; NaN where it lies outside 0..n (the CPU twin's error, found without
+// reading the targets back to the host: the engine stops on the non-finite loss).
+template <typename T>
+__device__ void cross_entropy(const T *x, const int64_t *targets, T *loss, int n,
+                              long long ignore, int has_ignore) {
+    typedef typename Acc<T>::type A;
+    __shared__ A shared[32];
+    const size_t offset = (size_t)blockIdx.x * n;
+    const int64_t target = targets[blockIdx.x];
+    // The whole block takes the same branch: no barrier is left waiting.
+    if (has_ignore && target == ignore) {
+        if (threadIdx.x == 0) {
+            loss[blockIdx.x] = from_acc<T>(A(0));
+        }
+        return;
+    }
+    if (target < 0 || target >= n) {
+        if (threadIdx.x == 0) {
+            loss[blockIdx.x] = from_acc<T>(acc_nan<A>());
+        }
+        return;
+    }
+    A max = to_acc(x[offset]);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A v = to_acc(x[offset + j]);
+        max = v > max ? v : max;
+    }
+    max = block_max(max, shared);
+    A sum = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        sum += acc_exp(to_acc(x[offset + j]) - max);
+    }
+    sum = block_sum(sum, shared);
+    if (threadIdx.x == 0) {
+        loss[blockIdx.x] = from_acc<T>(max + acc_log(sum) - to_acc(x[offset + target]));
+    }
+}
+
+// dx = g·(softmax(x) − onehot(target)), the softmax as exp(x − lse) with
+// lse = loss + x[target]; `losses_and_grads` holds the rows' losses, then their
+// upstream gradients. Ignored rows get zeros, out-of-range ones NaN.
+template <typename T>
+__device__ void cross_entropy_bwd(const T *x, const T *losses_and_grads, const int64_t *targets,
+                                  T *dx, int rows, int n, long long ignore, int has_ignore) {
+    typedef typename Acc<T>::type A;
+    const size_t offset = (size_t)blockIdx.x * n;
+    const int64_t target = targets[blockIdx.x];
+    const bool ignored = has_ignore && target == ignore;
+    const bool outside = !ignored && (target < 0 || target >= n);
+    if (ignored || outside) {
+        const T fill = from_acc<T>(ignored ? A(0) : acc_nan<A>());
+        for (int j = threadIdx.x; j < n; j += blockDim.x) {
+            dx[offset + j] = fill;
+        }
+        return;
+    }
+    const A lse = to_acc(losses_and_grads[blockIdx.x]) + to_acc(x[offset + target]);
+    const A g = to_acc(losses_and_grads[rows + blockIdx.x]);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A p = acc_exp(to_acc(x[offset + j]) - lse);
+        dx[offset + j] = from_acc<T>(g * p - (j == target ? g : A(0)));
+    }
+}
+
 // The entry points, one per op and dtype, all of one signature:
-// (in0, in1, in2, out, stats, rows, n, eps).
-#define ROW_KERNELS(T, SUFFIX)                                                                 \
-    extern "C" __global__ void adabatch_rms_norm_##SUFFIX(                                     \
-        const T *x, const T *alpha, const T *, T *y, Acc<T>::type *, int, int n, float eps) {  \
-        rms_norm<T>(x, alpha, y, n, eps);                                                      \
-    }                                                                                          \
-    extern "C" __global__ void adabatch_rms_norm_bwd_##SUFFIX(                                 \
-        const T *g, const T *x, const T *alpha, T *out, Acc<T>::type *stats, int, int n,       \
-        float eps) {                                                                           \
-        rms_norm_bwd<T>(g, x, alpha, out, stats, n, eps);                                      \
-    }                                                                                          \
-    extern "C" __global__ void adabatch_rms_norm_bwd_cols_##SUFFIX(                            \
-        const T *g, const T *x, const T *, T *out, Acc<T>::type *stats, int rows, int n,       \
-        float) {                                                                               \
-        rms_norm_bwd_cols<T>(g, x, out + (size_t)rows * n, stats, rows, n);                    \
-    }                                                                                          \
-    extern "C" __global__ void adabatch_layer_norm_##SUFFIX(                                   \
-        const T *x, const T *alpha, const T *beta, T *y, Acc<T>::type *, int, int n,           \
-        float eps) {                                                                           \
-        layer_norm<T>(x, alpha, beta, y, n, eps);                                              \
-    }                                                                                          \
-    extern "C" __global__ void adabatch_layer_norm_bwd_##SUFFIX(                               \
-        const T *g, const T *x, const T *alpha, T *out, Acc<T>::type *stats, int, int n,       \
-        float eps) {                                                                           \
-        layer_norm_bwd<T>(g, x, alpha, out, stats, n, eps);                                    \
-    }                                                                                          \
-    extern "C" __global__ void adabatch_layer_norm_bwd_cols_##SUFFIX(                          \
-        const T *g, const T *x, const T *, T *out, Acc<T>::type *stats, int rows, int n,       \
-        float) {                                                                               \
-        layer_norm_bwd_cols<T>(g, x, out + (size_t)rows * n, stats, rows, n);                  \
-    }                                                                                          \
-    extern "C" __global__ void adabatch_softmax_##SUFFIX(                                      \
-        const T *x, const T *, const T *, T *y, Acc<T>::type *, int, int n, float) {           \
-        softmax<T>(x, y, n);                                                                   \
-    }                                                                                          \
-    extern "C" __global__ void adabatch_softmax_bwd_##SUFFIX(                                  \
-        const T *g, const T *y, const T *, T *dx, Acc<T>::type *, int, int n, float) {         \
-        softmax_bwd<T>(g, y, dx, n);                                                           \
+// (in0, in1, in2, out, stats, rows, n, eps, ignore, has_ignore).
+#define ROW_KERNELS(T, SUFFIX)                                                                     \
+    extern "C" __global__ void adabatch_rms_norm_##SUFFIX(                                         \
+        const T *x, const T *alpha, const T *, T *y, Acc<T>::type *, int, int n, float eps,        \
+        long long, int) {                                                                          \
+        rms_norm<T>(x, alpha, y, n, eps);                                                          \
+    }                                                                                              \
+    extern "C" __global__ void adabatch_rms_norm_bwd_##SUFFIX(                                     \
+        const T *g, const T *x, const T *alpha, T *out, Acc<T>::type *stats, int, int n,           \
+        float eps, long long, int) {                                                               \
+        rms_norm_bwd<T>(g, x, alpha, out, stats, n, eps);                                          \
+    }                                                                                              \
+    extern "C" __global__ void adabatch_rms_norm_bwd_cols_##SUFFIX(                                \
+        const T *g, const T *x, const T *, T *out, Acc<T>::type *stats, int rows, int n,           \
+        float, long long, int) {                                                                   \
+        rms_norm_bwd_cols<T>(g, x, out + (size_t)rows * n, stats, rows, n);                        \
+    }                                                                                              \
+    extern "C" __global__ void adabatch_layer_norm_##SUFFIX(                                       \
+        const T *x, const T *alpha, const T *beta, T *y, Acc<T>::type *, int, int n,               \
+        float eps, long long, int) {                                                               \
+        layer_norm<T>(x, alpha, beta, y, n, eps);                                                  \
+    }                                                                                              \
+    extern "C" __global__ void adabatch_layer_norm_bwd_##SUFFIX(                                   \
+        const T *g, const T *x, const T *alpha, T *out, Acc<T>::type *stats, int, int n,           \
+        float eps, long long, int) {                                                               \
+        layer_norm_bwd<T>(g, x, alpha, out, stats, n, eps);                                        \
+    }                                                                                              \
+    extern "C" __global__ void adabatch_layer_norm_bwd_cols_##SUFFIX(                              \
+        const T *g, const T *x, const T *, T *out, Acc<T>::type *stats, int rows, int n,           \
+        float, long long, int) {                                                                   \
+        layer_norm_bwd_cols<T>(g, x, out + (size_t)rows * n, stats, rows, n);                      \
+    }                                                                                              \
+    extern "C" __global__ void adabatch_softmax_##SUFFIX(                                          \
+        const T *x, const T *, const T *, T *y, Acc<T>::type *, int, int n, float, long long,      \
+        int) {                                                                                     \
+        softmax<T>(x, y, n);                                                                       \
+    }                                                                                              \
+    extern "C" __global__ void adabatch_softmax_bwd_##SUFFIX(                                      \
+        const T *g, const T *y, const T *, T *dx, Acc<T>::type *, int, int n, float,               \
+        long long, int) {                                                                          \
+        softmax_bwd<T>(g, y, dx, n);                                                               \
+    }                                                                                              \
+    extern "C" __global__ void adabatch_cross_entropy_##SUFFIX(                                    \
+        const T *x, const T *targets, const T *, T *loss, Acc<T>::type *, int, int n, float,       \
+        long long ignore, int has_ignore) {                                                        \
+        cross_entropy<T>(x, (const int64_t *)targets, loss, n, ignore, has_ignore);                \
+    }                                                                                              \
+    extern "C" __global__ void adabatch_cross_entropy_bwd_##SUFFIX(                                \
+        const T *x, const T *losses_and_grads, const T *targets, T *dx, Acc<T>::type *,            \
+        int rows, int n, float, long long ignore, int has_ignore) {                                \
+        cross_entropy_bwd<T>(x, losses_and_grads, (const int64_t *)targets, dx, rows, n,           \
+                             ignore, has_ignore);                                                  \
     }
 
 ROW_KERNELS(float, f32)

@@ -11,14 +11,15 @@
 use candle_core::{bail, DType, Result, Shape, Tensor, WithDType, D};
 
 use super::cpu::{self, Acc};
-use super::rows::{self, Apply, CpuInputs, RowOp};
+use super::rows::{self, Apply, CpuInputs, CudaKernel, RowOp};
 
 /// `logsumexp(logits[i]) − logits[i, targets[i]]` for every row `i` of `logits`
 /// `[n, classes]`, and 0 where `targets[i]` is `ignore_index`; `targets` `[n]` of
 /// any integer dtype. Differentiable in `logits`. Half-precision logits are taken
 /// in f32 (as torch's autocast computes the cross-entropy), and the result is f32
 /// (f64 for f64 logits). A target outside `0..classes` (other than the ignored
-/// one) is an error.
+/// one) is an error; on CUDA, with the CUDA bodies on, such a row's loss is NaN
+/// instead (the targets stay on the device).
 pub fn cross_entropy_rows(
     logits: &Tensor,
     targets: &Tensor,
@@ -115,6 +116,12 @@ impl RowOp<2> for CrossEntropy {
         "adabatch-cross-entropy-rows"
     }
 
+    /// On CUDA a target outside `0..classes` gives its row a NaN loss (the
+    /// targets are not read back to the host to say which).
+    fn cuda(&self) -> Option<CudaKernel> {
+        Some(CudaKernel::rows("cross_entropy", 0.0).ignoring(self.ignore_index))
+    }
+
     /// One loss per row.
     fn shape(&self, dims: &[usize]) -> Shape {
         Shape::from(&dims[..dims.len().saturating_sub(1)])
@@ -155,6 +162,10 @@ struct CrossEntropyBwd(CrossEntropy);
 impl RowOp<3> for CrossEntropyBwd {
     fn name(&self) -> &'static str {
         "adabatch-cross-entropy-rows-bwd"
+    }
+
+    fn cuda(&self) -> Option<CudaKernel> {
+        Some(CudaKernel::rows("cross_entropy_bwd", 0.0).ignoring(self.0.ignore_index))
     }
 
     /// `d logits` from the rows' upstream gradients `g` and losses: the softmax
@@ -203,6 +214,17 @@ mod tests {
     }
 
     const SHAPES: &[(usize, usize)] = &[(1, 1), (4, 3), (9, 17), (64, 300), (300, 257)];
+
+    #[test]
+    fn every_cuda_body_names_a_kernel_and_has_a_backward() {
+        let op = CrossEntropy {
+            ignore_index: Some(-100),
+            classes: 3,
+        };
+        for kernel in [op.cuda(), CrossEntropyBwd(op).cuda()] {
+            rows::assert_kernel_exists(kernel.expect("a CUDA body"));
+        }
+    }
 
     #[test]
     fn forward_equals_the_composite() -> Result<()> {

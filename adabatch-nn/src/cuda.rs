@@ -1,14 +1,16 @@
 //! The fused ops' CUDA bodies: `kernels/rows.cu`, compiled by `build.rs` into a
 //! fatbin (SASS for the build's GPU, PTX beside it), loaded once per device and
 //! launched one block per row. Every kernel has one signature, `(in0, in1, in2,
-//! out, stats, rows, n, eps)`, so this one launcher serves them all.
+//! out, stats, rows, n, eps, ignore, has_ignore)`, so this one launcher serves
+//! them all; an input of indices (i64) is passed where the kernel reads one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaFunction, CudaModule, CudaView, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits,
+    CudaFunction, CudaModule, CudaView, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg,
+    ValidAsZeroBits,
 };
 use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
 use candle_core::cuda_backend::{
@@ -71,6 +73,10 @@ impl Launch {
             .enumerate()
             .map(|(i, (storage, layout))| self.view::<T>(i, storage, layout))
             .collect::<Result<Vec<_>>>()?;
+        let (ignore, has_ignore) = match self.kernel.ignore {
+            Some(index) => (index, 1i32),
+            None => (0i64, 0i32),
+        };
         let (rows, n) = self.rows;
         if rows == 0 || n == 0 {
             // No rows: the parameters' summed gradients (if any) are zeros.
@@ -104,13 +110,12 @@ impl Launch {
             let function = function(&device, &format!("adabatch_{kernel}_{suffix}"))?;
             let stream = device.cuda_stream();
             let mut builder = stream.launch_builder(&function);
-            builder
-                .arg(&views[0])
-                .arg(in1)
-                .arg(in2)
-                .arg(&mut out)
-                .arg(&mut stats);
+            for input in [&views[0], in1, in2] {
+                input.push(&mut builder);
+            }
+            builder.arg(&mut out).arg(&mut stats);
             builder.arg(&rows_arg).arg(&n_arg).arg(&eps);
+            builder.arg(&ignore).arg(&has_ignore);
             // SAFETY: the arguments match the kernel's signature (kernels/rows.cu):
             // three inputs of `rows × n` (or `n`) elements of T, an output of
             // `out_len`, and `stats_per_row` A's per row.
@@ -119,23 +124,46 @@ impl Launch {
         Ok(T::wrap_cuda_slice(out, device))
     }
 
-    /// Input `i`'s elements, contiguous, as the kernel reads them.
+    /// Input `i`'s elements, contiguous, as the kernel reads them: of the first
+    /// input's dtype, or indices.
     fn view<'a, T: CudaDType>(
         &self,
         i: usize,
         storage: &'a CudaStorage,
         layout: &Layout,
-    ) -> Result<CudaView<'a, T>> {
+    ) -> Result<Input<'a, T>> {
         let Some((start, end)) = layout.contiguous_offsets() else {
             bail!("{}: input {i} has to be contiguous", self.name)
         };
+        if let CudaStorageSlice::I64(indices) = &storage.slice {
+            return Ok(Input::Indices(indices.slice(start..end)));
+        }
         match T::as_cuda_slice(storage) {
-            Ok(slice) => Ok(slice.slice(start..end)),
+            Ok(slice) => Ok(Input::Values(slice.slice(start..end))),
             Err(_) => bail!(
                 "{}: input {i} is {:?}, not the first input's dtype",
                 self.name,
                 storage.dtype()
             ),
+        }
+    }
+}
+
+/// A kernel's input: values of the op's dtype, or indices.
+enum Input<'a, T> {
+    Values(CudaView<'a, T>),
+    Indices(CudaView<'a, i64>),
+}
+
+impl<'a, T> Input<'a, T> {
+    /// Pushes the input's device pointer as the next argument.
+    fn push<'b, 'c>(&'a self, builder: &'b mut LaunchArgs<'c>) -> &'b mut LaunchArgs<'c>
+    where
+        'a: 'c,
+    {
+        match self {
+            Input::Values(view) => builder.arg(view),
+            Input::Indices(view) => builder.arg(view),
         }
     }
 }

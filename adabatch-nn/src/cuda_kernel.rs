@@ -15,6 +15,8 @@ pub(crate) struct CudaKernel {
     pub(crate) stats_per_row: usize,
     /// Whether `<name>_cols` sums the parameters' gradients after the rows.
     pub(crate) column_pass: bool,
+    /// The target index whose rows are left out (the cross-entropy's).
+    pub(crate) ignore: Option<i64>,
 }
 
 impl CudaKernel {
@@ -25,7 +27,13 @@ impl CudaKernel {
             eps,
             stats_per_row: 0,
             column_pass: false,
+            ignore: None,
         }
+    }
+
+    /// The same kernel, leaving out the rows whose target is `ignore`.
+    pub(crate) fn ignoring(self, ignore: Option<i64>) -> Self {
+        Self { ignore, ..self }
     }
 
     /// A backward kernel whose rows leave `stats_per_row` statistics for the
@@ -36,6 +44,7 @@ impl CudaKernel {
             eps,
             stats_per_row,
             column_pass: true,
+            ignore: None,
         }
     }
 }

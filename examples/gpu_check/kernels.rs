@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use adabatch::nn::{layer_norm, rms_norm, set_cuda_bodies, softmax_last_dim};
+use adabatch::nn::{cross_entropy_rows, layer_norm, rms_norm, set_cuda_bodies, softmax_last_dim};
 use candle_core::{DType, Device, Tensor, Var};
 use clap::Args;
 use serde_json::json;
@@ -31,6 +31,10 @@ const SHAPES: &[&[usize]] = &[
     &[4, 4097],
     &[64, 33],
 ];
+
+/// `(rows, classes)` of the cross-entropy's checks: one class, a vocabulary longer
+/// than a block, the language model's.
+const CROSS_ENTROPY_SHAPES: &[(usize, usize)] = &[(1, 1), (9, 17), (5, 5000), (256, 4096)];
 
 /// An op under test: its name, how many `[n]` parameters it takes, and itself.
 struct Op {
@@ -66,6 +70,11 @@ pub fn run(opts: &KernelsOpts) -> AnyResult<bool> {
             for (seed, dims) in SHAPES.iter().enumerate() {
                 ok &= check(op, dims, dtype, seed as u64, &device)?;
             }
+        }
+    }
+    for dtype in [DType::F32, DType::F64, DType::BF16] {
+        for (seed, &(rows, classes)) in CROSS_ENTROPY_SHAPES.iter().enumerate() {
+            ok &= check_cross_entropy(rows, classes, dtype, seed as u64, &device)?;
         }
     }
     for op in OPS {
@@ -127,23 +136,41 @@ fn check(op: &Op, dims: &[usize], dtype: DType, seed: u64, device: &Device) -> A
     let got = outputs(op, &inputs, &w, dtype, device)?;
     let names = ["y", "dx", "dparam0", "dparam1"];
     let mut ok = true;
-    for (i, (want, got)) in want.iter().zip(&got).enumerate() {
-        let scale = want.abs()?.max_all()?.to_scalar::<f64>()?.max(1e-30);
-        let diff = (want - got)?.abs()?.max_all()?.to_scalar::<f64>()?;
-        let relative = diff / scale;
-        let passed = relative <= tolerance(dtype) && relative.is_finite();
-        ok &= passed;
-        emit(&json!({
-            "check": format!("kernels.{}.{}", op.name, names[i]),
-            "ok": passed,
-            "dtype": format!("{dtype:?}"),
-            "dims": dims,
-            "max_abs_diff": diff,
-            "relative": relative,
-            "tolerance": tolerance(dtype),
-        }));
+    for (name, (want, got)) in names.iter().zip(want.iter().zip(&got)) {
+        ok &= compare(
+            &format!("kernels.{}.{name}", op.name),
+            dtype,
+            dims,
+            want,
+            got,
+        )?;
     }
     Ok(ok)
+}
+
+/// CUDA's `got` against the CPU twin's `want` (both f64 on CPU), within the
+/// dtype's tolerance relative to the largest value; one JSON line.
+fn compare(
+    check: &str,
+    dtype: DType,
+    dims: &[usize],
+    want: &Tensor,
+    got: &Tensor,
+) -> AnyResult<bool> {
+    let scale = want.abs()?.max_all()?.to_scalar::<f64>()?.max(1e-30);
+    let diff = (want - got)?.abs()?.max_all()?.to_scalar::<f64>()?;
+    let relative = diff / scale;
+    let passed = relative <= tolerance(dtype) && relative.is_finite();
+    emit(&json!({
+        "check": check,
+        "ok": passed,
+        "dtype": format!("{dtype:?}"),
+        "dims": dims,
+        "max_abs_diff": diff,
+        "relative": relative,
+        "tolerance": tolerance(dtype),
+    }));
+    Ok(passed)
 }
 
 /// Forward + backward, fused CUDA body against the composite, f32, the shapes of
@@ -185,4 +212,49 @@ fn time(op: &Op, rounds: usize, device: &Device) -> AnyResult<()> {
         "composite_over_fused": composite / fused,
     }));
     Ok(())
+}
+
+/// `cross_entropy_rows` on CUDA against its CPU twin: losses and `d logits` (of
+/// `Σ loss·w`), with every fourth row's target the ignored index.
+fn check_cross_entropy(
+    rows: usize,
+    classes: usize,
+    dtype: DType,
+    seed: u64,
+    device: &Device,
+) -> AnyResult<bool> {
+    let cpu = Device::Cpu;
+    let logits =
+        (Tensor::randn(0f64, 2.0 + seed as f64, (rows, classes), &cpu)?).to_dtype(dtype)?;
+    let targets: Vec<i64> = (0..rows)
+        .map(|i| {
+            if i % 4 == 3 {
+                -100
+            } else {
+                ((i * 7 + 3) % classes) as i64
+            }
+        })
+        .collect();
+    let targets = Tensor::new(targets, &cpu)?;
+    let w = Tensor::randn(0f64, 1.0, rows, &cpu)?;
+    let run = |on: &Device| -> candle_core::Result<[Tensor; 2]> {
+        let x = Var::from_tensor(&logits.to_device(on)?)?;
+        let loss = cross_entropy_rows(x.as_tensor(), &targets.to_device(on)?, Some(-100))?;
+        let total = (loss.to_dtype(DType::F64)? * w.to_device(on)?)?.sum_all()?;
+        let grads = total.backward()?;
+        let Some(dx) = grads.get(x.as_tensor()) else {
+            candle_core::bail!("cross_entropy_rows: no gradient for the logits")
+        };
+        Ok([
+            loss.to_dtype(DType::F64)?.to_device(&cpu)?,
+            dx.to_dtype(DType::F64)?.to_device(&cpu)?,
+        ])
+    };
+    let (want, got) = (run(&cpu)?, run(device)?);
+    let mut ok = true;
+    for (name, (want, got)) in ["loss", "dlogits"].iter().zip(want.iter().zip(&got)) {
+        let check = format!("kernels.cross_entropy_rows.{name}");
+        ok &= compare(&check, dtype, &[rows, classes], want, got)?;
+    }
+    Ok(ok)
 }
