@@ -8,13 +8,31 @@
 // a second kernel sums every column over the rows in row order: no atomics, so a
 // step's gradients are the same from run to run.
 //
-// Every kernel takes (in0, in1, in2, out, stats, rows, n, eps, ignore, has_ignore)
-// so that the launcher is one function; an op ignores what it does not use. An
-// index input (the cross-entropy's targets) is int64.
+// Every kernel takes (in0, in1, in2, out, stats, RowArgs) so that the launcher is
+// one function; an op ignores what it does not use. An index input (the
+// cross-entropy's targets) is int64.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+
+// The scalar arguments of every kernel (`RowArgs` in src/cuda.rs, the same layout).
+struct RowArgs {
+    int rows;        // rows the launch covers (blocks of the row pass)
+    int n;           // their length
+    float eps;       // the norms' epsilon
+    int has_ignore;  // the cross-entropy: whether `ignore` is an ignored target
+    long long ignore;
+    int h, t;        // the ropes: heads and positions of x
+    int flags;       // the ropes: ROPE_* below
+    int x_rows;      // the ropes' table backward: the rows of x (`rows` counts the table's)
+};
+
+// The ropes' layout and direction.
+#define ROPE_INTERLEAVED 1  // pairs (2i, 2i + 1), else (i, i + d/2)
+#define ROPE_THD 2          // x is [b, t, h, d], else [b, h, t, d]
+#define ROPE_BATCHED 4      // one table per sequence, [b, t, d/2], else [t, d/2]
+#define ROPE_NEGATE 8       // rotate the other way: the backward for x
 
 template <typename T> struct Acc { typedef float type; };
 template <> struct Acc<double> { typedef double type; };
@@ -333,60 +351,90 @@ __device__ void cross_entropy_bwd(const T *x, const T *losses_and_grads, const i
     }
 }
 
-// The entry points, one per op and dtype, all of one signature:
-// (in0, in1, in2, out, stats, rows, n, eps, ignore, has_ignore).
-#define ROW_KERNELS(T, SUFFIX)                                                                     \
-    extern "C" __global__ void adabatch_rms_norm_##SUFFIX(                                         \
-        const T *x, const T *alpha, const T *, T *y, Acc<T>::type *, int, int n, float eps,        \
-        long long, int) {                                                                          \
-        rms_norm<T>(x, alpha, y, n, eps);                                                          \
-    }                                                                                              \
-    extern "C" __global__ void adabatch_rms_norm_bwd_##SUFFIX(                                     \
-        const T *g, const T *x, const T *alpha, T *out, Acc<T>::type *stats, int, int n,           \
-        float eps, long long, int) {                                                               \
-        rms_norm_bwd<T>(g, x, alpha, out, stats, n, eps);                                          \
-    }                                                                                              \
-    extern "C" __global__ void adabatch_rms_norm_bwd_cols_##SUFFIX(                                \
-        const T *g, const T *x, const T *, T *out, Acc<T>::type *stats, int rows, int n,           \
-        float, long long, int) {                                                                   \
-        rms_norm_bwd_cols<T>(g, x, out + (size_t)rows * n, stats, rows, n);                        \
-    }                                                                                              \
-    extern "C" __global__ void adabatch_layer_norm_##SUFFIX(                                       \
-        const T *x, const T *alpha, const T *beta, T *y, Acc<T>::type *, int, int n,               \
-        float eps, long long, int) {                                                               \
-        layer_norm<T>(x, alpha, beta, y, n, eps);                                                  \
-    }                                                                                              \
-    extern "C" __global__ void adabatch_layer_norm_bwd_##SUFFIX(                                   \
-        const T *g, const T *x, const T *alpha, T *out, Acc<T>::type *stats, int, int n,           \
-        float eps, long long, int) {                                                               \
-        layer_norm_bwd<T>(g, x, alpha, out, stats, n, eps);                                        \
-    }                                                                                              \
-    extern "C" __global__ void adabatch_layer_norm_bwd_cols_##SUFFIX(                              \
-        const T *g, const T *x, const T *, T *out, Acc<T>::type *stats, int rows, int n,           \
-        float, long long, int) {                                                                   \
-        layer_norm_bwd_cols<T>(g, x, out + (size_t)rows * n, stats, rows, n);                      \
-    }                                                                                              \
-    extern "C" __global__ void adabatch_softmax_##SUFFIX(                                          \
-        const T *x, const T *, const T *, T *y, Acc<T>::type *, int, int n, float, long long,      \
-        int) {                                                                                     \
-        softmax<T>(x, y, n);                                                                       \
-    }                                                                                              \
-    extern "C" __global__ void adabatch_softmax_bwd_##SUFFIX(                                      \
-        const T *g, const T *y, const T *, T *dx, Acc<T>::type *, int, int n, float,               \
-        long long, int) {                                                                          \
-        softmax_bwd<T>(g, y, dx, n);                                                               \
-    }                                                                                              \
-    extern "C" __global__ void adabatch_cross_entropy_##SUFFIX(                                    \
-        const T *x, const T *targets, const T *, T *loss, Acc<T>::type *, int, int n, float,       \
-        long long ignore, int has_ignore) {                                                        \
-        cross_entropy<T>(x, (const int64_t *)targets, loss, n, ignore, has_ignore);                \
-    }                                                                                              \
-    extern "C" __global__ void adabatch_cross_entropy_bwd_##SUFFIX(                                \
-        const T *x, const T *losses_and_grads, const T *targets, T *dx, Acc<T>::type *,            \
-        int rows, int n, float, long long ignore, int has_ignore) {                                \
-        cross_entropy_bwd<T>(x, losses_and_grads, (const int64_t *)targets, dx, rows, n,           \
-                             ignore, has_ignore);                                                  \
+// The table row (of d/2 angles) of x's row `row`.
+__device__ __forceinline__ size_t rope_table_row(size_t row, const RowArgs &a) {
+    const size_t h = a.h, t = a.t;
+    const size_t b_i = row / (h * t);
+    const size_t t_i = (a.flags & ROPE_THD) ? (row / h) % t : row % t;
+    return (a.flags & ROPE_BATCHED) ? b_i * t + t_i : t_i;
+}
+
+// y = x rotated by the row's angles, pairs (x1, x2) -> (x1·c − x2·s, x1·s + x2·c).
+template <typename T>
+__device__ void rope(const T *x, const T *cos, const T *sin, T *y, const RowArgs &a) {
+    typedef typename Acc<T>::type A;
+    const int half = a.n / 2;
+    const size_t offset = (size_t)blockIdx.x * a.n;
+    const size_t table = rope_table_row(blockIdx.x, a) * half;
+    const bool interleaved = a.flags & ROPE_INTERLEAVED;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const int i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
+        const A x1 = to_acc(x[offset + i1]), x2 = to_acc(x[offset + i2]);
+        const A c = to_acc(cos[table + i]);
+        const A s = (a.flags & ROPE_NEGATE) ? -to_acc(sin[table + i]) : to_acc(sin[table + i]);
+        y[offset + i1] = from_acc<T>(x1 * c - x2 * s);
+        y[offset + i2] = from_acc<T>(x1 * s + x2 * c);
     }
+}
+
+// The tables' gradients: a block per table row, a thread per angle, summing over
+// the rows of x that use it in a fixed order. Out: [2, table rows, d/2], dcos
+// then dsin. `a.rows` is the table's rows here, `a.n` x's row length.
+template <typename T>
+__device__ void rope_table_bwd(const T *g, const T *x, T *out, const RowArgs &a) {
+    typedef typename Acc<T>::type A;
+    const int half = a.n / 2;
+    const size_t h = a.h, t = a.t, tr = blockIdx.x;
+    const size_t batches = (size_t)a.x_rows / (h * t);
+    const bool interleaved = a.flags & ROPE_INTERLEAVED, thd = a.flags & ROPE_THD;
+    const size_t first_b = (a.flags & ROPE_BATCHED) ? tr / t : 0;
+    const size_t last_b = (a.flags & ROPE_BATCHED) ? first_b + 1 : batches;
+    const size_t t_i = (a.flags & ROPE_BATCHED) ? tr % t : tr;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const int i1 = interleaved ? 2 * i : i, i2 = interleaved ? 2 * i + 1 : i + half;
+        A dc = 0, ds = 0;
+        for (size_t b_i = first_b; b_i < last_b; ++b_i) {
+            for (size_t h_i = 0; h_i < h; ++h_i) {
+                const size_t row = thd ? (b_i * t + t_i) * h + h_i : (b_i * h + h_i) * t + t_i;
+                const size_t at = row * a.n;
+                const A g1 = to_acc(g[at + i1]), g2 = to_acc(g[at + i2]);
+                const A x1 = to_acc(x[at + i1]), x2 = to_acc(x[at + i2]);
+                dc += g1 * x1 + g2 * x2;
+                ds += g2 * x1 - g1 * x2;
+            }
+        }
+        out[tr * half + i] = from_acc<T>(dc);
+        out[((size_t)a.rows + tr) * half + i] = from_acc<T>(ds);
+    }
+}
+
+// The entry points, one per op and dtype, all of one signature:
+// (in0, in1, in2, out, stats, args).
+#define ENTRY(NAME, SUFFIX, T, BODY)                                                               \
+    extern "C" __global__ void adabatch_##NAME##_##SUFFIX(const T *in0, const T *in1,              \
+                                                          const T *in2, T *out,                    \
+                                                          Acc<T>::type *stats, RowArgs a) {        \
+        BODY;                                                                                      \
+    }
+
+#define ROW_KERNELS(T, SUFFIX)                                                                     \
+    ENTRY(rms_norm, SUFFIX, T, rms_norm<T>(in0, in1, out, a.n, a.eps))                             \
+    ENTRY(rms_norm_bwd, SUFFIX, T, rms_norm_bwd<T>(in0, in1, in2, out, stats, a.n, a.eps))         \
+    ENTRY(rms_norm_bwd_cols, SUFFIX, T,                                                            \
+          rms_norm_bwd_cols<T>(in0, in1, out + (size_t)a.rows * a.n, stats, a.rows, a.n))          \
+    ENTRY(layer_norm, SUFFIX, T, layer_norm<T>(in0, in1, in2, out, a.n, a.eps))                    \
+    ENTRY(layer_norm_bwd, SUFFIX, T, layer_norm_bwd<T>(in0, in1, in2, out, stats, a.n, a.eps))     \
+    ENTRY(layer_norm_bwd_cols, SUFFIX, T,                                                          \
+          layer_norm_bwd_cols<T>(in0, in1, out + (size_t)a.rows * a.n, stats, a.rows, a.n))        \
+    ENTRY(softmax, SUFFIX, T, softmax<T>(in0, out, a.n))                                           \
+    ENTRY(softmax_bwd, SUFFIX, T, softmax_bwd<T>(in0, in1, out, a.n))                              \
+    ENTRY(cross_entropy, SUFFIX, T,                                                                \
+          cross_entropy<T>(in0, (const int64_t *)in1, out, a.n, a.ignore, a.has_ignore))           \
+    ENTRY(cross_entropy_bwd, SUFFIX, T,                                                            \
+          cross_entropy_bwd<T>(in0, in1, (const int64_t *)in2, out, a.rows, a.n, a.ignore,         \
+                               a.has_ignore))                                                      \
+    ENTRY(rope, SUFFIX, T, rope<T>(in0, in1, in2, out, a))                                         \
+    ENTRY(rope_table_bwd, SUFFIX, T, rope_table_bwd<T>(in0, in1, out, a))
 
 ROW_KERNELS(float, f32)
 ROW_KERNELS(double, f64)

@@ -1,8 +1,8 @@
 //! The fused ops' CUDA bodies: `kernels/rows.cu`, compiled by `build.rs` into a
 //! fatbin (SASS for the build's GPU, PTX beside it), loaded once per device and
 //! launched one block per row. Every kernel has one signature, `(in0, in1, in2,
-//! out, stats, rows, n, eps, ignore, has_ignore)`, so this one launcher serves
-//! them all; an input of indices (i64) is passed where the kernel reads one.
+//! out, stats, args)`, so this one launcher serves them all; an input of indices
+//! (i64) is passed where the kernel reads one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -52,6 +52,26 @@ pub(super) fn launch(
     }
 }
 
+/// The scalar arguments of every kernel: `RowArgs` of `kernels/rows.cu`, the
+/// same layout.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct RowArgs {
+    rows: i32,
+    n: i32,
+    eps: f32,
+    has_ignore: i32,
+    ignore: i64,
+    h: i32,
+    t: i32,
+    flags: i32,
+    x_rows: i32,
+}
+
+// SAFETY: a plain `repr(C)` struct of integers and a float, laid out as the
+// kernels' `RowArgs`, passed by value.
+unsafe impl DeviceRepr for RowArgs {}
+
 /// One op's launch: its kernel, its rows and the length of its output.
 struct Launch {
     kernel: CudaKernel,
@@ -73,11 +93,9 @@ impl Launch {
             .enumerate()
             .map(|(i, (storage, layout))| self.view::<T>(i, storage, layout))
             .collect::<Result<Vec<_>>>()?;
-        let (ignore, has_ignore) = match self.kernel.ignore {
-            Some(index) => (index, 1i32),
-            None => (0i64, 0i32),
-        };
-        let (rows, n) = self.rows;
+
+        let x_rows = self.rows.0;
+        let (rows, n) = self.kernel.grid.unwrap_or(self.rows);
         if rows == 0 || n == 0 {
             // No rows: the parameters' summed gradients (if any) are zeros.
             let zeros = device.alloc_zeros::<T>(self.out_len.max(1))?;
@@ -91,9 +109,9 @@ impl Launch {
             views.get(1).unwrap_or(&views[0]),
             views.get(2).unwrap_or(&views[0]),
         );
-        let (rows_arg, n_arg, eps) = (to_i32(rows)?, to_i32(n)?, self.kernel.eps);
+        let args = self.args(rows, n, x_rows)?;
         let row_pass = LaunchConfig {
-            grid_dim: (rows_arg as u32, 1, 1),
+            grid_dim: (args.rows as u32, 1, 1),
             block_dim: (threads_for(n), 1, 1),
             shared_mem_bytes: 0,
         };
@@ -113,15 +131,29 @@ impl Launch {
             for input in [&views[0], in1, in2] {
                 input.push(&mut builder);
             }
-            builder.arg(&mut out).arg(&mut stats);
-            builder.arg(&rows_arg).arg(&n_arg).arg(&eps);
-            builder.arg(&ignore).arg(&has_ignore);
+            builder.arg(&mut out).arg(&mut stats).arg(&args);
             // SAFETY: the arguments match the kernel's signature (kernels/rows.cu):
             // three inputs of `rows × n` (or `n`) elements of T, an output of
             // `out_len`, and `stats_per_row` A's per row.
             unsafe { builder.launch(config) }.w()?;
         }
         Ok(T::wrap_cuda_slice(out, device))
+    }
+
+    /// The kernels' scalar arguments for `rows` blocks over rows of `n`.
+    fn args(&self, rows: usize, n: usize, x_rows: usize) -> Result<RowArgs> {
+        let kernel = &self.kernel;
+        Ok(RowArgs {
+            rows: to_i32(rows)?,
+            n: to_i32(n)?,
+            eps: kernel.eps,
+            has_ignore: i32::from(kernel.ignore.is_some()),
+            ignore: kernel.ignore.unwrap_or(0),
+            h: to_i32(kernel.rope.heads)?,
+            t: to_i32(kernel.rope.positions)?,
+            flags: kernel.rope.flags,
+            x_rows: to_i32(x_rows)?,
+        })
     }
 
     /// Input `i`'s elements, contiguous, as the kernel reads them: of the first

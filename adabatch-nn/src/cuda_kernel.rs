@@ -4,8 +4,6 @@
 /// An op's CUDA body in `kernels/rows.cu`: one block per row, then (for the
 /// backward ops that sum their parameters' gradients over rows) a pass per column.
 #[derive(Clone, Copy, Debug)]
-// Read by the CUDA launcher (`cuda.rs`), which only the `cuda` feature builds.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct CudaKernel {
     /// The kernel's name without `adabatch_` and the dtype suffix.
     pub(crate) name: &'static str,
@@ -17,6 +15,30 @@ pub(crate) struct CudaKernel {
     pub(crate) column_pass: bool,
     /// The target index whose rows are left out (the cross-entropy's).
     pub(crate) ignore: Option<i64>,
+    /// The ropes' geometry: heads and positions of x, and `ROPE_*` flags.
+    pub(crate) rope: RopeArgs,
+    /// Blocks and row length of the row pass where they are not the first
+    /// input's rows (the rope tables' backward runs a block per table row).
+    pub(crate) grid: Option<(usize, usize)>,
+}
+
+/// A rope's layout and direction, as `kernels/rows.cu` reads them.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RopeArgs {
+    pub(crate) heads: usize,
+    pub(crate) positions: usize,
+    pub(crate) flags: i32,
+}
+
+impl RopeArgs {
+    /// Pairs `(2i, 2i + 1)`, else `(i, i + d/2)`.
+    pub(crate) const INTERLEAVED: i32 = 1;
+    /// x is `[b, t, h, d]`, else `[b, h, t, d]`.
+    pub(crate) const THD: i32 = 2;
+    /// One table per sequence, `[b, t, d/2]`.
+    pub(crate) const BATCHED: i32 = 4;
+    /// Rotates the other way (the backward for x).
+    pub(crate) const NEGATE: i32 = 8;
 }
 
 impl CudaKernel {
@@ -28,6 +50,21 @@ impl CudaKernel {
             stats_per_row: 0,
             column_pass: false,
             ignore: None,
+            rope: RopeArgs::default(),
+            grid: None,
+        }
+    }
+
+    /// The same kernel with a rope's geometry.
+    pub(crate) fn with_rope(self, rope: RopeArgs) -> Self {
+        Self { rope, ..self }
+    }
+
+    /// The same kernel run as `blocks` blocks over rows of `n`.
+    pub(crate) fn over(self, blocks: usize, n: usize) -> Self {
+        Self {
+            grid: Some((blocks, n)),
+            ..self
         }
     }
 
@@ -45,6 +82,8 @@ impl CudaKernel {
             stats_per_row,
             column_pass: true,
             ignore: None,
+            rope: RopeArgs::default(),
+            grid: None,
         }
     }
 }

@@ -14,13 +14,12 @@
 //! step for step (the same values, bit for bit, in every dtype candle-nn's kernel
 //! takes: bf16, f16, f32, and f64 for the softmax and ropes; the norms take f64
 //! too, which candle-nn's kernels refuse) and whose backward is a second fused op;
-//! rows are split over candle's CPU thread pool. With the `cuda` feature the norms,
-//! the softmax and the cross-entropy also have CUDA bodies, forward and backward, in bf16, f16, f32
+//! rows are split over candle's CPU thread pool. With the `cuda` feature every op
+//! here also has a CUDA body, forward and backward, in bf16, f16, f32
 //! and f64 (`kernels/rows.cu`, shipped as SASS for the build's GPU beside PTX);
 //! they run only when switched on ([`set_cuda_bodies`], or
 //! `ADABATCH_CUDA_KERNELS=1`) until a GPU has checked them against these CPU twins
-//! (`gpu_check kernels`). Elsewhere (CUDA without them, the ropes on CUDA,
-//! Metal) each op falls back to a composite of candle ops,
+//! (`gpu_check kernels`). Elsewhere (CUDA without them, Metal) each op falls back to a composite of candle ops,
 //! which candle differentiates: correct, but not fused. Gradients are first-order:
 //! the backward ops have no backward of their own.
 //!
@@ -48,6 +47,8 @@ mod cpu;
 mod cross_entropy;
 #[cfg(feature = "cuda")]
 mod cuda;
+// Read by the CUDA launcher, which only the `cuda` feature builds.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod cuda_kernel;
 mod gradcheck;
 pub mod models;

@@ -15,7 +15,7 @@
 use candle_core::{bail, Result, Shape, Tensor, WithDType};
 
 use super::cpu::{self, Acc};
-use super::rows::{self, Apply, CpuInputs, RowOp};
+use super::rows::{self, Apply, CpuInputs, CudaKernel, RopeArgs, RowOp};
 
 /// Rotates the halves of the last dimension (`x` `[b, h, t, d]`); candle-nn's
 /// `rotary_emb::rope` with a backward (for `x`, `cos` and `sin`).
@@ -182,6 +182,26 @@ impl Geometry {
         })
     }
 
+    /// The kernels' view of it: heads, positions and flags (`negate` added).
+    #[cfg_attr(not(any(feature = "cuda", test)), allow(dead_code))]
+    fn rope_args(&self, variant: Variant, negate: i32) -> RopeArgs {
+        let mut flags = negate;
+        if variant == Variant::Interleaved {
+            flags |= RopeArgs::INTERLEAVED;
+        }
+        if self.thd {
+            flags |= RopeArgs::THD;
+        }
+        if self.batched {
+            flags |= RopeArgs::BATCHED;
+        }
+        RopeArgs {
+            heads: self.h,
+            positions: self.t,
+            flags,
+        }
+    }
+
     /// The offset of row `row`'s first `cos`/`sin` element.
     fn table_offset(&self, row: usize) -> usize {
         let b_i = row / (self.h * self.t);
@@ -277,6 +297,22 @@ impl RowOp<3> for RopeOp {
         }
     }
 
+    fn cuda(&self) -> Option<CudaKernel> {
+        Some(CudaKernel::rows("rope", 0.0))
+    }
+
+    /// x's heads and positions, the variant, the direction, and whether the
+    /// tables are per sequence (from `cos`'s length).
+    fn cuda_for(&self, kernel: CudaKernel, dims: &[&[usize]]) -> Result<CudaKernel> {
+        let (x, table_len) = match dims {
+            [x, cos, ..] => (*x, cos.iter().product()),
+            _ => bail!("{}: x, cos and sin are needed", self.name()),
+        };
+        let geo = Geometry::new(self.variant, x, table_len)?;
+        let negate = if self.negate_sin { RopeArgs::NEGATE } else { 0 };
+        Ok(kernel.with_rope(geo.rope_args(self.variant, negate)))
+    }
+
     fn cpu<T: WithDType, A: Acc>(&self, inputs: &CpuInputs<'_, T>) -> Result<Vec<T>> {
         let [x, cos, sin] = inputs.floats()?;
         let geo = Geometry::new(self.variant, inputs.dims(), cos.len())?;
@@ -344,6 +380,22 @@ impl RopeTableBwd {
 impl RowOp<2> for RopeTableBwd {
     fn name(&self) -> &'static str {
         "adabatch-rope-table-bwd"
+    }
+
+    fn cuda(&self) -> Option<CudaKernel> {
+        Some(CudaKernel::rows("rope_table_bwd", 0.0))
+    }
+
+    /// A block per table row, each summing over the rows of x that use it.
+    fn cuda_for(&self, kernel: CudaKernel, dims: &[&[usize]]) -> Result<CudaKernel> {
+        let Some(x) = dims.first() else {
+            bail!("{}: the gradient and x are needed", self.name())
+        };
+        let (table_rows, half) = self.table_dims(x)?;
+        let geo = Geometry::new(self.variant, x, table_rows * half)?;
+        Ok(kernel
+            .with_rope(geo.rope_args(self.variant, 0))
+            .over(table_rows, geo.d))
     }
 
     fn shape(&self, dims: &[usize]) -> Shape {
@@ -421,6 +473,47 @@ mod tests {
         let cos = angles.cos().and_then(|c| c.to_dtype(dtype)).unwrap();
         let sin = angles.sin().and_then(|s| s.to_dtype(dtype)).unwrap();
         [randn(&x_dims, dtype, 1), cos, sin]
+    }
+
+    #[test]
+    fn every_cuda_body_names_a_kernel_and_has_a_backward() {
+        for variant in [Variant::Halves, Variant::Interleaved, Variant::Thd] {
+            let op = RopeOp {
+                variant,
+                negate_sin: false,
+            };
+            let tables = RopeTableBwd {
+                variant,
+                batched: false,
+            };
+            for kernel in [op.cuda(), tables.cuda()] {
+                rows::assert_kernel_exists(kernel.expect("a CUDA body"));
+            }
+        }
+    }
+
+    #[test]
+    fn the_cuda_geometry_follows_the_layout() -> Result<()> {
+        let op = RopeOp {
+            variant: Variant::Thd,
+            negate_sin: true,
+        };
+        let kernel = CudaKernel::rows("rope", 0.0);
+        // x [b 2, t 5, h 3, d 8]; tables per sequence: [2, 5, 4].
+        let args = op.cuda_for(kernel, &[&[2, 5, 3, 8], &[2, 5, 4]])?.rope;
+        assert_eq!((args.heads, args.positions), (3, 5));
+        let flags = RopeArgs::THD | RopeArgs::BATCHED | RopeArgs::NEGATE;
+        assert_eq!(args.flags, flags);
+        let tables = RopeTableBwd {
+            variant: Variant::Interleaved,
+            batched: false,
+        };
+        // x [b 2, h 3, t 5, d 8]: a block per table row (5), rows of x of 8.
+        let k = tables.cuda_for(kernel, &[&[2, 3, 5, 8], &[2, 3, 5, 8]])?;
+        assert_eq!(k.grid, Some((5, 8)));
+        assert_eq!((k.rope.heads, k.rope.positions), (3, 5));
+        assert_eq!(k.rope.flags, RopeArgs::INTERLEAVED);
+        Ok(())
     }
 
     #[test]

@@ -15,7 +15,7 @@ use candle_core::{
 };
 
 use super::cpu::Acc;
-pub(super) use super::cuda_kernel::CudaKernel;
+pub(super) use super::cuda_kernel::{CudaKernel, RopeArgs};
 #[cfg(feature = "cuda")]
 use candle_core::CudaStorage;
 
@@ -80,6 +80,13 @@ pub(super) trait RowOp<const N: usize>: Send + Sync + 'static {
     /// Its CUDA body, if it has one.
     fn cuda(&self) -> Option<CudaKernel> {
         None
+    }
+
+    /// The CUDA body's arguments that depend on the inputs' dims (a rope's
+    /// geometry): by default none.
+    #[cfg_attr(not(any(feature = "cuda", test)), allow(dead_code))]
+    fn cuda_for(&self, kernel: CudaKernel, _dims: &[&[usize]]) -> Result<CudaKernel> {
+        Ok(kernel)
     }
 
     /// The inputs' gradients from the output's: none for the backward ops, which
@@ -246,6 +253,8 @@ fn cuda_forward<K: RowOp<N>, const N: usize>(
     let (Some(kernel), Some((_, layout))) = (op.cuda(), inputs.first()) else {
         bail!("{}: no CUDA body, or no inputs", op.name())
     };
+    let dims: Vec<&[usize]> = inputs.iter().map(|(_, l)| l.dims()).collect();
+    let kernel = op.cuda_for(kernel, &dims)?;
     let shape = op.shape(layout.dims());
     let out = super::cuda::launch(kernel, op.name(), rows_of(layout.dims()), &shape, inputs)?;
     Ok((out, shape))
@@ -395,7 +404,7 @@ pub(super) fn assert_kernel_exists(kernel: CudaKernel) {
         names.push(format!("{}_cols", kernel.name));
     }
     for name in names {
-        let entry = format!("void adabatch_{name}_##SUFFIX(");
+        let entry = format!("ENTRY({name}, SUFFIX, T,");
         assert!(SOURCE.contains(&entry), "kernels/rows.cu has no {entry}");
     }
     for instance in [

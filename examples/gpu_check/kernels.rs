@@ -6,7 +6,10 @@
 
 use std::time::Instant;
 
-use adabatch::nn::{cross_entropy_rows, layer_norm, rms_norm, set_cuda_bodies, softmax_last_dim};
+use adabatch::nn::{
+    cross_entropy_rows, layer_norm, rms_norm, rope, rope_i, rope_thd, set_cuda_bodies,
+    softmax_last_dim,
+};
 use candle_core::{DType, Device, Tensor, Var};
 use clap::Args;
 use serde_json::json;
@@ -35,6 +38,11 @@ const SHAPES: &[&[usize]] = &[
 /// `(rows, classes)` of the cross-entropy's checks: one class, a vocabulary longer
 /// than a block, the language model's.
 const CROSS_ENTROPY_SHAPES: &[(usize, usize)] = &[(1, 1), (9, 17), (5, 5000), (256, 4096)];
+
+/// `(b, h, t, d)` of the ropes' checks: odd sizes, one position, pairs of one, the
+/// decoder's heads.
+const ROPE_SIZES: &[(usize, usize, usize, usize)] =
+    &[(2, 3, 5, 8), (1, 2, 1, 6), (3, 1, 7, 2), (2, 8, 40, 64)];
 
 /// An op under test: its name, how many `[n]` parameters it takes, and itself.
 struct Op {
@@ -75,6 +83,13 @@ pub fn run(opts: &KernelsOpts) -> AnyResult<bool> {
     for dtype in [DType::F32, DType::F64, DType::BF16] {
         for (seed, &(rows, classes)) in CROSS_ENTROPY_SHAPES.iter().enumerate() {
             ok &= check_cross_entropy(rows, classes, dtype, seed as u64, &device)?;
+        }
+    }
+    for dtype in [DType::F32, DType::F64, DType::BF16, DType::F16] {
+        for (seed, &size) in ROPE_SIZES.iter().enumerate() {
+            for batched in [false, true] {
+                ok &= check_ropes(size, batched, dtype, seed as u64, &device)?;
+            }
         }
     }
     for op in OPS {
@@ -255,6 +270,73 @@ fn check_cross_entropy(
     for (name, (want, got)) in ["loss", "dlogits"].iter().zip(want.iter().zip(&got)) {
         let check = format!("kernels.cross_entropy_rows.{name}");
         ok &= compare(&check, dtype, &[rows, classes], want, got)?;
+    }
+    Ok(ok)
+}
+
+type RopeFn = fn(&Tensor, &Tensor, &Tensor) -> candle_core::Result<Tensor>;
+
+/// The three ropes on CUDA against their CPU twins: `y` and the gradients of x
+/// and of both tables (per sequence when `batched`).
+fn check_ropes(
+    (b, h, t, d): (usize, usize, usize, usize),
+    batched: bool,
+    dtype: DType,
+    seed: u64,
+    device: &Device,
+) -> AnyResult<bool> {
+    let cpu = Device::Cpu;
+    let table: Vec<usize> = if batched {
+        vec![b, t, d / 2]
+    } else {
+        vec![t, d / 2]
+    };
+    let angles = (Tensor::randn(0f64, 1.0 + seed as f64, table.as_slice(), &cpu))?;
+    let tables = [angles.cos()?, angles.sin()?];
+    let ropes: [(&str, RopeFn, [usize; 4]); 3] = [
+        ("rope", rope, [b, h, t, d]),
+        ("rope_i", rope_i, [b, h, t, d]),
+        ("rope_thd", rope_thd, [b, t, h, d]),
+    ];
+    let mut ok = true;
+    for (name, op, dims) in ropes {
+        let x = Tensor::randn(0f64, 1.0, &dims, &cpu)?;
+        let w = Tensor::randn(0f64, 1.0, &dims, &cpu)?;
+        let run = |on: &Device| -> candle_core::Result<Vec<Tensor>> {
+            let vars = [&x, &tables[0], &tables[1]]
+                .iter()
+                .map(|t| Var::from_tensor(&t.to_dtype(dtype)?.to_device(on)?))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            let y = op(
+                vars[0].as_tensor(),
+                vars[1].as_tensor(),
+                vars[2].as_tensor(),
+            )?;
+            let grads = (y.to_dtype(DType::F64)? * w.to_device(on)?)?
+                .sum_all()?
+                .backward()?;
+            let mut all = vec![y];
+            for var in &vars {
+                match grads.get(var.as_tensor()) {
+                    Some(g) => all.push(g.clone()),
+                    None => candle_core::bail!("{name}: no gradient for an input"),
+                }
+            }
+            all.iter()
+                .map(|t| t.to_dtype(DType::F64)?.to_device(&cpu))
+                .collect()
+        };
+        let (want, got) = (run(&cpu)?, run(device)?);
+        for (part, (want, got)) in ["y", "dx", "dcos", "dsin"]
+            .iter()
+            .zip(want.iter().zip(&got))
+        {
+            let check = format!(
+                "kernels.{name}.{part}{}",
+                if batched { ".batched" } else { "" }
+            );
+            ok &= compare(&check, dtype, &dims, want, got)?;
+        }
     }
     Ok(ok)
 }

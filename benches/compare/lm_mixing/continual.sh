@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Continual pretraining with a phase 1 long enough that the old domains are near
+# convergence (BENCHMARKS.md, "Continual pretraining: a longer phase 1"): for each
+# seed, phase 1 on en + kjv for P1 tokens (default 1,200,000: about two passes over
+# the English sentences), then phase 2 from its weights on python for P2 tokens
+# (default 200,000) at each phase-2 peak rate of RATES (default "1e-3 3e-4": a
+# third and a tenth of phase 1's 3e-3, re-warmed over 2 % of the tokens and
+# re-decayed by the cosine over phase 2) with a replay of en + kjv at 0 and 10 %
+# of the tokens (halves each). The same example, tokens and settings as run.sh.
+#
+#   bash benches/compare/lm_mixing/continual.sh [SEEDS...]     # default: 1 2 3
+#
+# Writes OUT/phase1-<seed>.json, OUT/replay<P>-lr<rate>-<seed>.json, then the
+# table (continual.py).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+out=${OUT:-target/lm-continual}
+seeds=("$@")
+[[ ${#seeds[@]} -gt 0 ]] || seeds=(1 2 3)
+p1=${P1:-1200000}
+p2=${P2:-200000}
+rates=(${RATES:-1e-3 3e-4})
+bin=${BIN:-target/release/examples/mixture}
+mkdir -p "$out"
+[[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
+tok=${TOKENS_DIR:-$out/tokens}
+if [[ ! -s "$tok/domains.json" ]]; then
+    target/release/adabatch tokenize --output "$tok" --validation-fraction 0.02 \
+        --domain en=data/en_sentences_15k.txt.gz --domain kjv=data/kjv_verses.txt.gz \
+        --domain python=data/python_functions.jsonl.gz
+fi
+common=(--nproc-per-node 2 --quiet --report-to none --logging-steps 1
+    --per-device-eval-batch-size 64)
+train() { # NAME FLAGS...
+    local name=$1
+    shift
+    [[ -s "$out/$name.json" ]] && return 0
+    "$bin" "${common[@]}" --log-jsonl "$out/$name.jsonl" \
+        --output-dir "$out/run-$name" --summary-json "$out/$name.json" "$@" \
+        > "$out/$name.log" 2>&1
+    echo "done $name: $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['steps'], 'steps,', {k: round(v, 4) for k, v in r['final'].items()})" "$out/$name.json")"
+}
+new_first=(--domain python="$tok/python" --domain en="$tok/en" --domain kjv="$tok/kjv")
+for seed in "${seeds[@]}"; do
+    train "phase1-$seed" --domain en="$tok/en" --domain kjv="$tok/kjv" --seed "$seed" \
+        --max-train-tokens "$p1" --eval-steps 100 --save-steps 1000000
+    for rate in "${rates[@]}"; do
+        for replay in 0 10; do
+            w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
+            train "replay$replay-lr$rate-$seed" "${new_first[@]}" \
+                --init-from "$out/run-phase1-$seed" --mix-weights "$w" --seed "$seed" \
+                --max-train-tokens "$p2" --eval-steps 25 --eval-on-start --save-steps 0 \
+                --learning-rate "$rate"
+        done
+    done
+    # Only the final weights of phase 1 are needed (by the runs above).
+    find "$out/run-replay"*"-$seed" -name '*.safetensors' -delete 2>/dev/null || true
+done
+python3 benches/compare/lm_mixing/continual.py "$out"
