@@ -15,13 +15,13 @@
 //! takes: bf16, f16, f32, and f64 for the softmax and ropes; the norms take f64
 //! too, which candle-nn's kernels refuse) and whose backward is a second fused op;
 //! rows are split over candle's CPU thread pool. With the `cuda` feature every op
-//! here also has a CUDA body, forward and backward, in bf16, f16, f32
-//! and f64 (`kernels/rows.cu`, shipped as SASS for the build's GPU beside PTX);
-//! they run only when switched on ([`set_cuda_bodies`], or
-//! `ADABATCH_CUDA_KERNELS=1`) until a GPU has checked them against these CPU twins
-//! (`gpu_check kernels`). Elsewhere (CUDA without them, Metal) each op falls back to a composite of candle ops,
-//! which candle differentiates: correct, but not fused. Gradients are first-order:
-//! the backward ops have no backward of their own.
+//! here also has a CUDA body, forward and backward, in bf16, f16, f32 and f64
+//! (`kernels/rows.cu`, shipped as SASS for the build's GPU beside PTX); they run
+//! only when switched on ([`set_cuda_bodies`], or `ADABATCH_CUDA_KERNELS=1`)
+//! until a GPU has checked them against these CPU twins (`gpu_check kernels`).
+//! Elsewhere (CUDA without them, Metal) each op falls back to a composite of
+//! candle ops, which candle differentiates: correct, but not fused. Gradients
+//! are first-order: the backward ops have no backward of their own.
 //!
 //! For models of your own, and candle-transformers' ported to training:
 //! - [`attention_bias`] and
