@@ -91,6 +91,10 @@ step lm-fixed 180 "for b in 8 32 128 512; do $B/language_model --device cuda --g
 step lm-epoch 240 "for b in 16 32 64 128; do $B/language_model --device cuda --global-batch-size \$b \
     --tokens-dir $L/tokens --output-dir $L/epoch-\$b --save-steps 0 --samples 0 --report-to none \
     --quiet --summary-json $L/epoch-\$b.json > /dev/null && cp $L/epoch-\$b.json $out/; done"
+# Speed of the fused CUDA kernels (adabatch-nn, benches/compare/gpu_speed.sh): the
+# classifier against PyTorch, the 1.3 M and 28 M decoders against transformers,
+# kernels off and on, bf16 with them on, after a warm-up.
+step speed ${SPEED_LIMIT:-330} "B=$B L=$L D=$D PY=$PY bash benches/compare/gpu_speed.sh"
 # The frontier in seconds (benches/compare/lm_frontier/gpu.sh): one epoch of the
 # carried tokens' corpus, the 1.3 M and 28 M decoders, fixed batches of 16 to 128
 # against the default and goodput, FRONTIER_SEEDS (default 1 2), each run alone on

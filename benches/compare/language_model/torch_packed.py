@@ -1,6 +1,7 @@
 """The language-model example's packed training replayed in transformers.
 
     python3 torch_packed.py init DIR          # DIR/init: LlamaForCausalLM weights + config.json
+    LM_SHAPE=512,1536,8,8,4 python3 torch_packed.py init DIR   # another shape
     python3 torch_packed.py replay DIR [DEVICE]
 
 `init` builds transformers' LlamaForCausalLM in the example's shape (vocabulary from
@@ -18,6 +19,7 @@ setting the learning rate to the optimizer step, the batches built beforehand).
 """
 
 import json
+import os
 import sys
 import time
 
@@ -28,15 +30,24 @@ from transformers import LlamaConfig, LlamaForCausalLM
 SEQ_LEN = 128
 
 
+def shape():
+    """The decoder's shape: the example's (hidden 128, MLP 384, 4 layers, 4 heads,
+    2 kv heads), or LM_SHAPE="hidden,intermediate,layers,heads,kv_heads" (the
+    flags --hidden-size ... --num-key-value-heads of the example)."""
+    given = os.environ.get("LM_SHAPE")
+    return [int(v) for v in given.split(",")] if given else [128, 384, 4, 4, 2]
+
+
 def config(tokens):
     info = json.load(open(f"{tokens}/tokens.json"))
+    hidden, intermediate, layers, heads, kv_heads = shape()
     return LlamaConfig(
         vocab_size=info["vocab_size"],
-        hidden_size=128,
-        intermediate_size=384,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=SEQ_LEN,
         rms_norm_eps=1e-6,
         rope_theta=10000.0,
