@@ -20,8 +20,6 @@ use candle_core::{bail, Layout, Result, Shape};
 
 use super::cuda_kernel::CudaKernel;
 
-static FATBIN: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/rows.fatbin"));
-
 /// Threads of a column pass's block (one thread per column).
 const COLUMN_THREADS: u32 = 256;
 
@@ -125,7 +123,11 @@ impl Launch {
             passes.push((format!("{}_cols", self.kernel.name), column_pass));
         }
         for (kernel, config) in passes {
-            let function = function(&device, &format!("adabatch_{kernel}_{suffix}"))?;
+            let function = function(
+                &device,
+                Module::Rows,
+                &format!("adabatch_{kernel}_{suffix}"),
+            )?;
             let stream = device.cuda_stream();
             let mut builder = stream.launch_builder(&function);
             for input in [&views[0], in1, in2] {
@@ -213,25 +215,42 @@ fn to_i32(value: usize) -> Result<i32> {
     })
 }
 
-/// The fatbin's module on `device`, loaded on first use.
-fn function(device: &CudaDevice, name: &str) -> Result<CudaFunction> {
-    static MODULES: OnceLock<Mutex<HashMap<DeviceId, Arc<CudaModule>>>> = OnceLock::new();
-    let location = device.id();
+/// A compiled kernel file of `kernels/`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Module {
+    Rows,
+    AdamW,
+}
+
+impl Module {
+    fn fatbin(self) -> &'static [u8] {
+        match self {
+            Module::Rows => include_bytes!(concat!(env!("OUT_DIR"), "/rows.fatbin")),
+            Module::AdamW => include_bytes!(concat!(env!("OUT_DIR"), "/adamw.fatbin")),
+        }
+    }
+}
+
+/// `name` of `module` on `device`, the module loaded on first use.
+pub(super) fn function(device: &CudaDevice, module: Module, name: &str) -> Result<CudaFunction> {
+    type Loaded = HashMap<(DeviceId, Module), Arc<CudaModule>>;
+    static MODULES: OnceLock<Mutex<Loaded>> = OnceLock::new();
+    let key = (device.id(), module);
     let mut modules = MODULES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    let module = match modules.get(&location) {
-        Some(module) => module.clone(),
+    let loaded = match modules.get(&key) {
+        Some(loaded) => loaded.clone(),
         None => {
             let stream = device.cuda_stream();
-            let module = stream
+            let loaded = stream
                 .context()
-                .load_module(Ptx::from_binary(FATBIN.to_vec()))
+                .load_module(Ptx::from_binary(module.fatbin().to_vec()))
                 .w()?;
-            modules.insert(location, module.clone());
-            module
+            modules.insert(key, loaded.clone());
+            loaded
         }
     };
-    module.load_function(name).w()
+    loaded.load_function(name).w()
 }

@@ -43,10 +43,13 @@
 
 #![warn(missing_docs)]
 
+mod adamw;
 mod cpu;
 mod cross_entropy;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod cuda_adamw;
 // Read by the CUDA launcher, which only the `cuda` feature builds.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod cuda_kernel;
@@ -63,7 +66,10 @@ mod softmax;
 #[cfg(test)]
 mod testing;
 
+pub use adamw::AdamWStep;
 pub use cross_entropy::cross_entropy_rows;
+#[cfg(feature = "cuda")]
+pub use cuda_adamw::CudaMoments;
 pub use gradcheck::{check_gradients, GradCheck, GradCheckOptions, ParamCheck};
 pub use norm::{layer_norm, rms_norm, LayerNorm, RmsNorm};
 pub use packed_attention::{attention_bias, positions_in_documents};

@@ -10,7 +10,9 @@ use adabatch::nn::{
     cross_entropy_rows, layer_norm, rms_norm, rope, rope_i, rope_thd, set_cuda_bodies,
     softmax_last_dim,
 };
+use adabatch::{AdamW, ParamsAdamW, TrainOptimizer};
 use candle_core::{DType, Device, Tensor, Var};
+use candle_nn::Optimizer;
 use clap::Args;
 use serde_json::json;
 
@@ -92,6 +94,7 @@ pub fn run(opts: &KernelsOpts) -> AnyResult<bool> {
             }
         }
     }
+    ok &= check_adamw(&device)?;
     for op in OPS {
         time(op, opts.rounds, &device)?;
     }
@@ -337,6 +340,82 @@ fn check_ropes(
             );
             ok &= compare(&check, dtype, &dims, want, got)?;
         }
+    }
+    Ok(ok)
+}
+
+/// adabatch's AdamW on CUDA (one kernel per parameter) against the same on CPU:
+/// 5 steps of the same gradients give the same bits; then its state, exported
+/// and imported into a fresh optimizer, continues as the uninterrupted one.
+fn check_adamw(device: &Device) -> AnyResult<bool> {
+    let cpu = Device::Cpu;
+    let shapes: [&[usize]; 3] = [&[1], &[7, 33], &[300, 257]];
+    let init: Vec<Tensor> = shapes
+        .iter()
+        .map(|s| Tensor::randn(0f32, 1.0, *s, &cpu))
+        .collect::<candle_core::Result<_>>()?;
+    let grads: Vec<Vec<Tensor>> = (0..6)
+        .map(|_| {
+            shapes
+                .iter()
+                .map(|s| Tensor::randn(0f32, 1.0, *s, &cpu))
+                .collect()
+        })
+        .collect::<candle_core::Result<_>>()?;
+    let params = ParamsAdamW {
+        lr: 1e-2,
+        weight_decay: 0.1,
+        ..ParamsAdamW::default()
+    };
+    let run = |on: &Device, steps: std::ops::Range<usize>, from: Option<(&[Tensor], &AdamW)>| {
+        let start = from.map_or(init.as_slice(), |(values, _)| values);
+        let vars = start
+            .iter()
+            .map(|t| Var::from_tensor(&t.to_device(on)?))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let named: Vec<(String, Var)> = vars
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (format!("p{i}"), v.clone()))
+            .collect();
+        let mut opt = AdamW::new(vars.clone(), params)?;
+        if let Some((_, earlier)) = from {
+            let state = earlier
+                .export_state(&named)?
+                .expect("AdamW exports its state");
+            opt.import_state(&named, &state)?;
+        }
+        for step in steps {
+            // Σ var·grad: the gradient of each variable is its `grad`, exactly.
+            let mut loss = Tensor::zeros((), DType::F32, on)?;
+            for (var, grad) in vars.iter().zip(&grads[step]) {
+                loss = (loss + (var.as_tensor() * grad.to_device(on)?)?.sum_all()?)?;
+            }
+            opt.step(&loss.backward()?)?;
+        }
+        let values = vars
+            .iter()
+            .map(|v| v.as_tensor().to_device(&cpu))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        AnyResult::Ok((values, opt))
+    };
+    let (want, _) = run(&cpu, 0..6, None)?;
+    let (got, _) = run(device, 0..6, None)?;
+    let (half, first) = run(device, 0..3, None)?;
+    let (resumed, _) = run(device, 3..6, Some((&half, &first)))?;
+    let mut ok = true;
+    for (check, values) in [
+        ("kernels.adamw.cpu_bits", &got),
+        ("kernels.adamw.resumed_bits", &resumed),
+    ] {
+        let mut max = 0f64;
+        for (want, got) in want.iter().zip(values) {
+            let diff = (want - got)?.abs()?.max_all()?.to_scalar::<f32>()?;
+            max = max.max(f64::from(diff));
+        }
+        let passed = max == 0.0;
+        ok &= passed;
+        emit(&json!({"check": check, "ok": passed, "max_abs_diff": max, "steps": 6}));
     }
     Ok(ok)
 }

@@ -1,9 +1,11 @@
 //! AdamW with decoupled weight decay and bias correction: candle's update, fused
-//! and in place on the CPU (one pass over each parameter), with exportable state.
+//! and in place (one pass over each parameter: `adabatch_nn::AdamWStep` on CPU,
+//! and on CUDA when the CUDA bodies are on), with exportable state.
 
 use std::sync::Mutex;
 
 use candle_core::backprop::GradStore;
+use adabatch_nn::AdamWStep;
 use candle_core::{CpuStorage, DType, Layout, Tensor, Var};
 
 use super::groups::{HeldParameters, ParamGroups};
@@ -50,15 +52,21 @@ struct Slot {
 
 impl Slot {
     fn new(var: Var, decay: bool) -> Result<Self> {
-        let host = var.device().is_cpu() && var.dtype() == DType::F32;
-        let moments = if host {
-            let n = var.elem_count();
-            Moments::Host(Mutex::new((vec![0.0; n], vec![0.0; n])))
-        } else {
-            Moments::Device {
+        let f32 = var.dtype() == DType::F32;
+        let moments = match var.device() {
+            candle_core::Device::Cpu if f32 => {
+                let n = var.elem_count();
+                Moments::Host(Mutex::new((vec![0.0; n], vec![0.0; n])))
+            }
+            #[cfg(feature = "cuda")]
+            candle_core::Device::Cuda(device) if f32 && adabatch_nn::cuda_bodies_enabled() => {
+                let moments = adabatch_nn::CudaMoments::zeros(device, var.elem_count())?;
+                Moments::Cuda(Mutex::new(moments))
+            }
+            _ => Moments::Device {
                 m: Var::zeros(var.shape(), var.dtype(), var.device())?,
                 v: Var::zeros(var.shape(), var.dtype(), var.device())?,
-            }
+            },
         };
         Ok(Slot {
             var,
@@ -69,10 +77,13 @@ impl Slot {
 }
 
 /// f32 CPU parameters keep their moments as plain buffers, updated by the fused
-/// kernel; other parameters (CUDA, other dtypes) as tensors, updated with tensor ops.
+/// step; f32 CUDA parameters (with the CUDA bodies on) as device buffers, updated
+/// by its kernel; other parameters as tensors, updated with tensor ops.
 #[derive(Debug)]
 enum Moments {
     Host(Mutex<(Vec<f32>, Vec<f32>)>),
+    #[cfg(feature = "cuda")]
+    Cuda(Mutex<adabatch_nn::CudaMoments>),
     Device { m: Var, v: Var },
 }
 
@@ -86,30 +97,13 @@ pub struct AdamW {
     groups: Option<ParamGroups>,
 }
 
-/// The constants of one update.
-#[derive(Clone, Copy)]
-struct Update {
-    lr: f32,
-    beta1: f32,
-    beta2: f32,
-    /// `1 - beta1`, `1 - beta2` and `1 - lr * weight_decay`, computed in f64 and
-    /// rounded once, as candle's scalar ops do.
-    one_minus_beta1: f32,
-    one_minus_beta2: f32,
-    keep: f32,
-    eps: f32,
-    scale_m: f32,
-    scale_v: f32,
-}
-
-impl Update {
-    /// No decay (`keep` = 1, an exact no-op) for slots without weight decay.
-    fn for_slot(self, slot: &Slot) -> Self {
-        if slot.decay {
-            self
-        } else {
-            Self { keep: 1.0, ..self }
-        }
+/// The constants of one update for `slot`: no decay (`keep` = 1, an exact no-op)
+/// for slots without weight decay.
+fn step_for(step: AdamWStep, slot: &Slot) -> AdamWStep {
+    if slot.decay {
+        step
+    } else {
+        step.without_decay()
     }
 }
 
@@ -123,10 +117,10 @@ impl Slot {
     }
 }
 
-/// The fused CPU kernel: `theta`, `m`, `v` updated in one pass from `g`.
+/// The fused step: `theta`, `m`, `v` updated in one pass from `g`.
 struct FusedStep<'a> {
-    update: Update,
-    moments: &'a Mutex<(Vec<f32>, Vec<f32>)>,
+    update: AdamWStep,
+    moments: &'a Moments,
 }
 
 impl candle_core::InplaceOp2 for FusedStep<'_> {
@@ -150,22 +144,28 @@ impl candle_core::InplaceOp2 for FusedStep<'_> {
         ) else {
             candle_core::bail!("adabatch AdamW: the fused step needs contiguous tensors")
         };
-        let mut guard = self.moments.lock().unwrap_or_else(|p| p.into_inner());
+        let Moments::Host(moments) = self.moments else {
+            candle_core::bail!("adabatch AdamW: a CPU parameter's moments are not on the CPU")
+        };
+        let mut guard = moments.lock().unwrap_or_else(|p| p.into_inner());
         let (m, v) = &mut *guard;
-        let u = self.update;
-        for (((t, &g), m), v) in theta[t0..t1]
-            .iter_mut()
-            .zip(&grad[g0..g1])
-            .zip(m.iter_mut())
-            .zip(v.iter_mut())
-        {
-            *m = *m * u.beta1 + g * u.one_minus_beta1;
-            *v = *v * u.beta2 + g * g * u.one_minus_beta2;
-            let m_hat = *m * u.scale_m;
-            let v_hat = *v * u.scale_v;
-            *t = *t * u.keep - m_hat / (v_hat.sqrt() + u.eps) * u.lr;
-        }
+        self.update.apply(&mut theta[t0..t1], &grad[g0..g1], m, v);
         Ok(())
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        theta: &mut candle_core::CudaStorage,
+        theta_layout: &Layout,
+        grad: &candle_core::CudaStorage,
+        grad_layout: &Layout,
+    ) -> candle_core::Result<()> {
+        let Moments::Cuda(moments) = self.moments else {
+            candle_core::bail!("adabatch AdamW: a CUDA parameter's moments are not on its device")
+        };
+        let mut moments = moments.lock().unwrap_or_else(|p| p.into_inner());
+        moments.update(theta, theta_layout, grad, grad_layout, self.update)
     }
 }
 
@@ -219,11 +219,11 @@ impl AdamW {
         self.step
     }
 
-    fn update(&self) -> (Update, f64, f64) {
+    fn update(&self) -> (AdamWStep, f64, f64) {
         let p = self.params;
         let scale_m = 1.0 / (1.0 - p.beta1.powi(self.step as i32));
         let scale_v = 1.0 / (1.0 - p.beta2.powi(self.step as i32));
-        let u = Update {
+        let u = AdamWStep {
             lr: p.lr as f32,
             beta1: p.beta1 as f32,
             beta2: p.beta2 as f32,
@@ -290,16 +290,6 @@ impl candle_nn::Optimizer for AdamW {
                 continue;
             };
             match &slot.moments {
-                Moments::Host(moments) => {
-                    let grad = grad.contiguous()?;
-                    slot.var.as_tensor().inplace_op2(
-                        &grad,
-                        &FusedStep {
-                            update: update.for_slot(slot),
-                            moments,
-                        },
-                    )?;
-                }
                 // The fewest tensor ops of the same update (candle's).
                 Moments::Device { m, v } => {
                     let next_m = ((m.as_tensor() * p.beta1)? + (grad * (1.0 - p.beta1))?)?;
@@ -312,6 +302,15 @@ impl candle_nn::Optimizer for AdamW {
                     m.set(&next_m)?;
                     v.set(&next_v)?;
                     slot.var.set(&next_theta)?;
+                }
+                // One fused pass (on the CPU, or one kernel on CUDA).
+                fused => {
+                    let grad = grad.contiguous()?;
+                    let step = FusedStep {
+                        update: step_for(update, slot),
+                        moments: fused,
+                    };
+                    slot.var.as_tensor().inplace_op2(&grad, &step)?;
                 }
             }
         }
@@ -365,6 +364,11 @@ impl TrainOptimizer for AdamW {
                         Tensor::from_slice(&guard.1, shape, device)?,
                     )
                 }
+                #[cfg(feature = "cuda")]
+                Moments::Cuda(moments) => moments
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .to_tensors(slot.var.shape())?,
                 Moments::Device { m, v } => (m.as_tensor().copy()?, v.as_tensor().copy()?),
             };
             state.tensors.insert(format!("{name}.m"), m);
@@ -409,6 +413,11 @@ impl TrainOptimizer for AdamW {
                     let mut guard = moments.lock().unwrap_or_else(|p| p.into_inner());
                     guard.0 = m.flatten_all()?.to_vec1::<f32>()?;
                     guard.1 = v.flatten_all()?.to_vec1::<f32>()?;
+                }
+                #[cfg(feature = "cuda")]
+                Moments::Cuda(moments) => {
+                    let mut moments = moments.lock().unwrap_or_else(|p| p.into_inner());
+                    moments.set(&m, &v)?;
                 }
                 Moments::Device { m: dm, v: dv } => {
                     dm.set(&m)?;
