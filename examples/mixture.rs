@@ -37,7 +37,7 @@
 use std::path::{Path, PathBuf};
 
 use adabatch::prelude::*;
-use adabatch::{Domains, Exp3Mixer, MixUnit, Mixer, OnlineMixer, PackedCollate};
+use adabatch::{Domains, Exp3Mixer, MixUnit, Mixer, OnlineMixer, PackedCollate, ReplayBudget};
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 // The language-model example's parts; this one uses the model and optimizer.
@@ -73,6 +73,14 @@ struct Cli {
     /// Write the run's figures (per-domain losses, steps, tokens) here as JSON.
     #[arg(long)]
     summary_json: Option<PathBuf>,
+    /// Continual pretraining under `--mixer online` or `odm`: the domains being
+    /// learnt now (repeat it); the others are replayed, within --replay-budget.
+    #[arg(long)]
+    new_domain: Vec<String>,
+    /// The replayed (old) domains' largest share of each step, together (0 to 1),
+    /// with --new-domain: `adabatch::ReplayBudget` around the mixer.
+    #[arg(long, requires = "new_domain")]
+    replay_budget: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -197,6 +205,7 @@ fn run() -> adabatch::Result<()> {
         let equal: Vec<(String, f64)> = names.iter().map(|n| (n.clone(), 1.0)).collect();
         train = train.with_weights(&equal)?;
     }
+    check_replay(&cli, &names)?;
     let validation = domains.validation;
     let info = domains.info;
     let config = decoder::llama_config(&cli.model, &info);
@@ -226,6 +235,13 @@ fn run() -> adabatch::Result<()> {
                     MixerChoice::Odm => Box::new(Exp3Mixer::default()),
                     _ => Box::new(OnlineMixer::default()),
                 };
+                let mixer: Box<dyn Mixer> = match cli.replay_budget {
+                    Some(budget) => Box::new(
+                        ReplayBudget::new(mixer, cli.new_domain.iter().cloned(), budget)
+                            .map_err(adabatch::Error::msg)?,
+                    ),
+                    None => mixer,
+                };
                 Ok(MixerTrainer::new(model, opt, mixer))
             };
             adabatch::Run::new(&train, &collate, &args)
@@ -235,6 +251,32 @@ fn run() -> adabatch::Result<()> {
         }
     };
     report(&cli, &names, &summary)
+}
+
+/// `--replay-budget` steers a mixer (online or odm) over domains that exist, with
+/// a share from 0 to 1: said before the first step.
+fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
+    let Some(budget) = cli.replay_budget else {
+        return Ok(());
+    };
+    if matches!(cli.mixer, MixerChoice::Stratified | MixerChoice::Uniform) {
+        return Err(adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings {
+            first: "--replay-budget",
+            second: "--mixer stratified / uniform",
+            reason: "the budget caps what a mixer chooses: use --mixer online or odm (fixed shares: --mix-weights)",
+        }));
+    }
+    if let Some(unknown) = cli.new_domain.iter().find(|d| !names.contains(d)) {
+        return Err(adabatch::Error::msg(format!(
+            "--new-domain {unknown}: the domains are {names:?}"
+        )));
+    }
+    if !(0.0..=1.0).contains(&budget) {
+        return Err(adabatch::Error::msg(format!(
+            "--replay-budget {budget}: a share, from 0 to 1"
+        )));
+    }
+    Ok(())
 }
 
 /// The domains: opened where every path is a prepared folder, else tokenized into

@@ -75,6 +75,7 @@ pub use adapt::mixer::{
     CurriculumMixer, Exp3Mixer, FnMixer, LastEval, MixFn, Mixer, OnlineMixer, SourceStats,
 };
 pub use adapt::noise_scale::{MeasureEvery, NoiseScalePolicy};
+pub use adapt::replay_budget::ReplayBudget;
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{
     BatchArgs, DataArgs, EvalArgs, IntervalStrategy, LaunchArgs, LengthAwareArgs, LogArgs, LrArgs,

@@ -9,4 +9,5 @@ pub mod mixer;
 pub mod noise_cadence;
 pub mod noise_scale;
 pub mod ramp;
+pub mod replay_budget;
 pub mod schedule;
