@@ -249,22 +249,30 @@ __device__ void layer_norm_bwd_cols(const T *g, const T *x, T *dparams,
     dparams[n + j] = from_acc<T>(dbeta);
 }
 
+// The row's maximum and Σ exp(x − max), to every thread of the block.
+template <typename T, typename A>
+__device__ void max_and_sum_exp(const T *row, int n, A *shared, A &max, A &sum) {
+    max = to_acc(row[0]);
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const A v = to_acc(row[j]);
+        max = v > max ? v : max;
+    }
+    max = block_max(max, shared);
+    sum = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        sum += acc_exp(to_acc(row[j]) - max);
+    }
+    sum = block_sum(sum, shared);
+}
+
 // y = exp(x − max) / Σ exp(x − max).
 template <typename T> __device__ void softmax(const T *x, T *y, int n) {
     typedef typename Acc<T>::type A;
     __shared__ A shared[32];
     const size_t offset = (size_t)blockIdx.x * n;
-    A max = to_acc(x[offset]);
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        const A v = to_acc(x[offset + j]);
-        max = v > max ? v : max;
-    }
-    max = block_max(max, shared);
-    A sum = 0;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        sum += acc_exp(to_acc(x[offset + j]) - max);
-    }
-    const A inv = A(1) / block_sum(sum, shared);
+    A max, sum;
+    max_and_sum_exp(x + offset, n, shared, max, sum);
+    const A inv = A(1) / sum;
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
         y[offset + j] = from_acc<T>(acc_exp(to_acc(x[offset + j]) - max) * inv);
     }
@@ -309,17 +317,8 @@ __device__ void cross_entropy(const T *x, const int64_t *targets, T *loss, int n
         }
         return;
     }
-    A max = to_acc(x[offset]);
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        const A v = to_acc(x[offset + j]);
-        max = v > max ? v : max;
-    }
-    max = block_max(max, shared);
-    A sum = 0;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {
-        sum += acc_exp(to_acc(x[offset + j]) - max);
-    }
-    sum = block_sum(sum, shared);
+    A max, sum;
+    max_and_sum_exp(x + offset, n, shared, max, sum);
     if (threadIdx.x == 0) {
         loss[blockIdx.x] = from_acc<T>(max + acc_log(sum) - to_acc(x[offset + target]));
     }
