@@ -6,12 +6,14 @@
 # (default 200,000) at each phase-2 peak rate of RATES (default "1e-3 3e-4": a
 # third and a tenth of phase 1's 3e-3, re-warmed over 2 % of the tokens and
 # re-decayed by the cosine over phase 2) with a replay of en + kjv at 0 and 10 %
-# of the tokens (halves each). The same example, tokens and settings as run.sh.
+# of the tokens (halves each), and with the online mixer over all three whose
+# old domains are capped at 10 % of each step (--new-domain python
+# --replay-budget 0.1). The same example, tokens and settings as run.sh.
 #
 #   bash benches/compare/lm_mixing/continual.sh [SEEDS...]     # default: 1 2 3
 #
-# Writes OUT/phase1-<seed>.json, OUT/replay<P>-lr<rate>-<seed>.json, then the
-# table (continual.py).
+# Writes OUT/phase1-<seed>.json, OUT/replay<P>-lr<rate>-<seed>.json and
+# OUT/online-budget10-lr<rate>-<seed>.json, then the table (continual.py).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:-target/lm-continual}
@@ -23,23 +25,8 @@ rates=(${RATES:-1e-3 3e-4})
 bin=${BIN:-target/release/examples/mixture}
 mkdir -p "$out"
 [[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
-tok=${TOKENS_DIR:-$out/tokens}
-if [[ ! -s "$tok/domains.json" ]]; then
-    target/release/adabatch tokenize --output "$tok" --validation-fraction 0.02 \
-        --domain en=data/en_sentences_15k.txt.gz --domain kjv=data/kjv_verses.txt.gz \
-        --domain python=data/python_functions.jsonl.gz
-fi
-common=(--nproc-per-node 2 --quiet --report-to none --logging-steps 1
-    --per-device-eval-batch-size 64)
-train() { # NAME FLAGS...
-    local name=$1
-    shift
-    [[ -s "$out/$name.json" ]] && return 0
-    "$bin" "${common[@]}" --log-jsonl "$out/$name.jsonl" \
-        --output-dir "$out/run-$name" --summary-json "$out/$name.json" "$@" \
-        > "$out/$name.log" 2>&1
-    echo "done $name: $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['steps'], 'steps,', {k: round(v, 4) for k, v in r['final'].items()})" "$out/$name.json")"
-}
+# shellcheck source=benches/compare/lm_mixing/common.sh
+source benches/compare/lm_mixing/common.sh
 new_first=(--domain python="$tok/python" --domain en="$tok/en" --domain kjv="$tok/kjv")
 for seed in "${seeds[@]}"; do
     train "phase1-$seed" --domain en="$tok/en" --domain kjv="$tok/kjv" --seed "$seed" \
@@ -52,8 +39,12 @@ for seed in "${seeds[@]}"; do
                 --max-train-tokens "$p2" --eval-steps 25 --eval-on-start --save-steps 0 \
                 --learning-rate "$rate"
         done
+        train "online-budget10-lr$rate-$seed" "${new_first[@]}" \
+            --init-from "$out/run-phase1-$seed" --mixer online --new-domain python \
+            --replay-budget 0.1 --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 \
+            --eval-on-start --save-steps 0 --learning-rate "$rate"
     done
     # Only the final weights of phase 1 are needed (by the runs above).
-    find "$out/run-replay"*"-$seed" -name '*.safetensors' -delete 2>/dev/null || true
+    find "$out"/run-{replay,online}*"-$seed" -name '*.safetensors' -delete 2>/dev/null || true
 done
 python3 benches/compare/lm_mixing/continual.py "$out"

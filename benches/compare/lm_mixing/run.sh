@@ -34,25 +34,8 @@ tokens=${TOKENS:-400000}
 bin=${BIN:-target/release/examples/mixture}
 mkdir -p "$out"
 [[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
-tok="$out/tokens"
-if [[ ! -s "$tok/domains.json" ]]; then
-    target/release/adabatch tokenize --output "$tok" --validation-fraction 0.02 \
-        --domain en=data/en_sentences_15k.txt.gz --domain kjv=data/kjv_verses.txt.gz \
-        --domain python=data/python_functions.jsonl.gz
-fi
-common=(--nproc-per-node 2 --quiet --report-to none --logging-steps 1
-    --per-device-eval-batch-size 64)
-
-train() { # NAME FLAGS...
-    local name=$1
-    shift
-    [[ -s "$out/$name.json" ]] && return 0
-    "$bin" "${common[@]}" --log-jsonl "$out/$name.jsonl" --plot "$out/$name.svg" \
-        --output-dir "$out/run-$name" --summary-json "$out/$name.json" "$@" \
-        > "$out/$name.log" 2>&1
-    echo "done $name: $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['steps'], 'steps, mean', round(r['mean'], 4), 'worst', round(r['worst'], 4))" "$out/$name.json")"
-}
-
+# shellcheck source=benches/compare/lm_mixing/common.sh
+source benches/compare/lm_mixing/common.sh
 three=(--domain en="$tok/en" --domain kjv="$tok/kjv" --domain python="$tok/python")
 for seed in "${seeds[@]}"; do
     for mixer in "${mixers[@]}"; do
