@@ -236,10 +236,11 @@ fn run() -> adabatch::Result<()> {
                     _ => Box::new(OnlineMixer::default()),
                 };
                 let mixer: Box<dyn Mixer> = match cli.replay_budget {
-                    Some(budget) => Box::new(
-                        ReplayBudget::new(mixer, cli.new_domain.iter().cloned(), budget)
-                            .map_err(adabatch::Error::msg)?,
-                    ),
+                    Some(budget) => Box::new(ReplayBudget::new(
+                        mixer,
+                        cli.new_domain.iter().cloned(),
+                        budget,
+                    )?),
                     None => mixer,
                 };
                 Ok(MixerTrainer::new(model, opt, mixer))
@@ -271,12 +272,13 @@ fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
             "--new-domain {unknown}: the domains are {names:?}"
         )));
     }
-    if !(0.0..=1.0).contains(&budget) {
-        return Err(adabatch::Error::msg(format!(
-            "--replay-budget {budget}: a share, from 0 to 1"
-        )));
-    }
-    Ok(())
+    // The budget's own checks, before the first step.
+    ReplayBudget::new(
+        OnlineMixer::default(),
+        cli.new_domain.iter().cloned(),
+        budget,
+    )
+    .map(|_| ())
 }
 
 /// The domains: opened where every path is a prepared folder, else tokenized into

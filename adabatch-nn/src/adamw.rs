@@ -39,9 +39,24 @@ impl AdamWStep {
         Self { keep: 1.0, ..self }
     }
 
-    /// The update on CPU: `theta`, `m` and `v` in place from `grad` (all of one
-    /// length).
-    pub fn apply(&self, theta: &mut [f32], grad: &[f32], m: &mut [f32], v: &mut [f32]) {
+    /// The update on CPU: `theta`, `m` and `v` in place from `grad`; an error
+    /// unless all four have one length.
+    pub fn apply(
+        &self,
+        theta: &mut [f32],
+        grad: &[f32],
+        m: &mut [f32],
+        v: &mut [f32],
+    ) -> candle_core::Result<()> {
+        let n = theta.len();
+        if grad.len() != n || m.len() != n || v.len() != n {
+            candle_core::bail!(
+                "adabatch AdamW: a parameter of {n}, a gradient of {} and moments of {} and {}",
+                grad.len(),
+                m.len(),
+                v.len()
+            )
+        }
         let u = self;
         for (((t, &g), m), v) in theta
             .iter_mut()
@@ -55,5 +70,40 @@ impl AdamWStep {
             let v_hat = *v * u.scale_v;
             *t = *t * u.keep - m_hat / (v_hat.sqrt() + u.eps) * u.lr;
         }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step() -> AdamWStep {
+        AdamWStep {
+            lr: 0.1,
+            beta1: 0.9,
+            beta2: 0.999,
+            one_minus_beta1: 0.1,
+            one_minus_beta2: 0.001,
+            keep: 0.99,
+            eps: 1e-8,
+            scale_m: 10.0,
+            scale_v: 1000.0,
+        }
+    }
+
+    #[test]
+    fn one_step_follows_the_closed_form_and_refuses_mismatched_lengths() {
+        let (mut theta, mut m, mut v) = ([1.0f32], [0.0f32], [0.0f32]);
+        step().apply(&mut theta, &[2.0], &mut m, &mut v).unwrap();
+        // m = 0.2, v = 0.004; m̂ = 2, v̂ = 4: θ = 0.99 − 0.1·2/(2 + 1e-8).
+        assert_eq!((m[0], v[0]), (0.2, 0.004));
+        assert!(
+            (theta[0] - (0.99 - 0.1 * 2.0 / (2.0 + 1e-8))).abs() < 1e-6,
+            "{theta:?}"
+        );
+        let mut short = [0.0f32];
+        let err = step().apply(&mut [1.0, 2.0], &[1.0, 2.0], &mut short, &mut [0.0, 0.0]);
+        assert!(err.is_err());
     }
 }

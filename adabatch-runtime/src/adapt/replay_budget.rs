@@ -2,6 +2,7 @@
 //! the new, with the old domains' share of every step capped.
 
 use super::mixer::{Mixer, SourceStats};
+use crate::error::{Error, Result, SettingsError};
 
 /// A mixer whose old domains (every source not named new) together take at most
 /// `budget` of each step's batch: when the inner mixer gives them more, their
@@ -20,19 +21,26 @@ pub struct ReplayBudget<M> {
 
 impl<M: Mixer> ReplayBudget<M> {
     /// `inner` over all sources, the old ones (all but `new_sources`) capped at
-    /// `budget` (in `0..=1`) of each step together. An error for a budget outside
-    /// `0..=1` or no new source.
+    /// `budget` (in `0..=1`) of each step together. A typed error for a budget
+    /// outside `0..=1` or no new source.
     pub fn new<S: Into<String>>(
         inner: M,
         new_sources: impl IntoIterator<Item = S>,
         budget: f64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self> {
+        let invalid = |value: String, expected| {
+            Error::Settings(SettingsError::InvalidSetting {
+                name: "replay_budget",
+                value,
+                expected,
+            })
+        };
         if !(0.0..=1.0).contains(&budget) {
-            return Err(format!("a replay budget of {budget}: it is a share, from 0 to 1"));
+            return Err(invalid(budget.to_string(), "a share of each step, from 0 to 1"));
         }
         let new_sources: Vec<String> = new_sources.into_iter().map(Into::into).collect();
         if new_sources.is_empty() {
-            return Err("a replay budget needs the new sources it does not cap".into());
+            return Err(invalid("no new sources".into(), "at least one new source, which it does not cap"));
         }
         Ok(Self {
             inner,
@@ -57,7 +65,7 @@ impl<M: Mixer> Mixer for ReplayBudget<M> {
         self.inner.state()
     }
 
-    fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
+    fn restore(&mut self, state: &serde_json::Value) -> std::result::Result<(), String> {
         self.inner.restore(state)
     }
 }
@@ -140,9 +148,18 @@ mod tests {
 
     #[test]
     fn bad_budgets_are_errors() {
-        assert!(ReplayBudget::new(Fixed(vec![]), ["python"], 1.5).is_err());
-        assert!(ReplayBudget::new(Fixed(vec![]), ["python"], f64::NAN).is_err());
-        assert!(ReplayBudget::new(Fixed(vec![]), Vec::<String>::new(), 0.1).is_err());
+        let refused = |result: Result<ReplayBudget<Fixed>>| {
+            matches!(
+                result,
+                Err(Error::Settings(SettingsError::InvalidSetting {
+                    name: "replay_budget",
+                    ..
+                }))
+            )
+        };
+        assert!(refused(ReplayBudget::new(Fixed(vec![]), ["python"], 1.5)));
+        assert!(refused(ReplayBudget::new(Fixed(vec![]), ["python"], f64::NAN)));
+        assert!(refused(ReplayBudget::new(Fixed(vec![]), Vec::<String>::new(), 0.1)));
     }
 
     proptest! {

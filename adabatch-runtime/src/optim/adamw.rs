@@ -149,7 +149,7 @@ impl candle_core::InplaceOp2 for FusedStep<'_> {
         };
         let mut guard = moments.lock().unwrap_or_else(|p| p.into_inner());
         let (m, v) = &mut *guard;
-        self.update.apply(&mut theta[t0..t1], &grad[g0..g1], m, v);
+        self.update.apply(&mut theta[t0..t1], &grad[g0..g1], m, v)?;
         Ok(())
     }
 
