@@ -44,12 +44,19 @@
 #![warn(missing_docs)]
 
 mod adamw;
+mod attention;
+mod attention_cpu;
+// The CUDA launcher reads more of it than the CPU body does.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+mod attention_layout;
 mod cpu;
 mod cross_entropy;
 #[cfg(feature = "cuda")]
 mod cuda;
 #[cfg(feature = "cuda")]
 mod cuda_adamw;
+#[cfg(feature = "cuda")]
+mod cuda_attention;
 // Read by the CUDA launcher, which only the `cuda` feature builds.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod cuda_kernel;
@@ -67,6 +74,7 @@ mod softmax;
 mod testing;
 
 pub use adamw::AdamWStep;
+pub use attention::packed_attention;
 pub use cross_entropy::cross_entropy_rows;
 #[cfg(feature = "cuda")]
 pub use cuda_adamw::CudaMoments;

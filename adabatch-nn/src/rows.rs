@@ -23,9 +23,15 @@ use candle_core::CudaStorage;
 /// of candle ops, which candle differentiates. On CUDA an op runs fused when it
 /// has a CUDA body and those are switched on ([`cuda_bodies_enabled`]).
 pub(super) fn runs_fused<K: RowOp<N>, const N: usize>(op: &K, device: &Device) -> bool {
+    fused_on(device, op.cuda().is_some())
+}
+
+/// Whether a fused op runs fused on `device`: always on CPU, on CUDA when it has a
+/// CUDA body (`has_cuda_body`) and those are switched on, never elsewhere.
+pub(super) fn fused_on(device: &Device, has_cuda_body: bool) -> bool {
     match device {
         Device::Cpu => true,
-        Device::Cuda(_) => cfg!(feature = "cuda") && op.cuda().is_some() && cuda_bodies_enabled(),
+        Device::Cuda(_) => cfg!(feature = "cuda") && has_cuda_body && cuda_bodies_enabled(),
         _ => false,
     }
 }
@@ -260,7 +266,8 @@ fn cuda_forward<K: RowOp<N>, const N: usize>(
     Ok((out, shape))
 }
 
-/// The dtype dispatch: runs `op`'s CPU body in the type of the first input.
+/// The dtype dispatch of a row op: runs `op`'s CPU body in the type of the first
+/// input.
 fn cpu_forward<K: RowOp<N>, const N: usize>(
     op: &K,
     inputs: &[(&CpuStorage, &Layout)],
@@ -268,28 +275,52 @@ fn cpu_forward<K: RowOp<N>, const N: usize>(
     let Some(&(first, layout)) = inputs.first() else {
         bail!("{}: no inputs", op.name())
     };
-    let out = match first {
-        CpuStorage::BF16(s) => run_cpu::<_, f32, K, N>(op, s, inputs)?,
-        CpuStorage::F16(s) => run_cpu::<_, f32, K, N>(op, s, inputs)?,
-        CpuStorage::F32(s) => run_cpu::<_, f32, K, N>(op, s, inputs)?,
-        CpuStorage::F64(s) => run_cpu::<_, f64, K, N>(op, s, inputs)?,
-        other => bail!("{}: unsupported dtype {:?}", op.name(), other.dtype()),
-    };
+    let out = on_cpu(op.name(), first, &RowBody { op, inputs })?;
     Ok((out, op.shape(layout.dims())))
 }
 
-/// [`cpu_forward`] once `T` is known (`_first` only names it).
-fn run_cpu<T: WithDType, A: Acc, K: RowOp<N>, const N: usize>(
-    op: &K,
-    _first: &[T],
-    inputs: &[(&CpuStorage, &Layout)],
-) -> Result<CpuStorage> {
-    let inputs = CpuInputs {
-        name: op.name(),
-        inputs,
-        dtype: PhantomData,
-    };
-    Ok(T::to_cpu_storage_owned(op.cpu::<T, A>(&inputs)?))
+/// A row op's CPU body on its inputs, as a [`CpuBody`].
+struct RowBody<'a, K, const N: usize> {
+    op: &'a K,
+    inputs: &'a [(&'a CpuStorage, &'a Layout)],
+}
+
+impl<K: RowOp<N>, const N: usize> CpuBody for RowBody<'_, K, N> {
+    type Output = CpuStorage;
+
+    fn run<T: WithDType, A: Acc + WithDType>(&self) -> Result<CpuStorage> {
+        let inputs = CpuInputs::new(self.op.name(), self.inputs);
+        Ok(T::to_cpu_storage_owned(self.op.cpu::<T, A>(&inputs)?))
+    }
+}
+
+/// A fused op's CPU body, generic in its element type `T` and the type `A` it
+/// computes in.
+pub(super) trait CpuBody {
+    /// What it returns.
+    type Output;
+    /// The body in `T`, computing in `A`.
+    fn run<T: WithDType, A: Acc + WithDType>(&self) -> Result<Self::Output>;
+}
+
+/// Runs `body` in the dtype of `first`, computing in `f32` for bf16, f16 and f32
+/// (as candle-nn's kernels do), in `f64` for f64; other dtypes are an error of
+/// the op `name`.
+pub(super) fn on_cpu<B: CpuBody>(name: &str, first: &CpuStorage, body: &B) -> Result<B::Output> {
+    // `_first` only names `T`.
+    fn run<B: CpuBody, T: WithDType, A: Acc + WithDType>(
+        body: &B,
+        _first: &[T],
+    ) -> Result<B::Output> {
+        body.run::<T, A>()
+    }
+    match first {
+        CpuStorage::BF16(s) => run::<B, _, f32>(body, s),
+        CpuStorage::F16(s) => run::<B, _, f32>(body, s),
+        CpuStorage::F32(s) => run::<B, _, f32>(body, s),
+        CpuStorage::F64(s) => run::<B, _, f64>(body, s),
+        other => bail!("{name}: unsupported dtype {:?}", other.dtype()),
+    }
 }
 
 /// A CPU body's inputs: each is checked to be contiguous, and a float one to be of
@@ -301,6 +332,15 @@ pub(super) struct CpuInputs<'a, T> {
 }
 
 impl<'a, T: WithDType> CpuInputs<'a, T> {
+    /// The inputs of the op `name`, as its body of `T` takes them.
+    pub(super) fn new(name: &'static str, inputs: &'a [(&'a CpuStorage, &'a Layout)]) -> Self {
+        Self {
+            name,
+            inputs,
+            dtype: PhantomData,
+        }
+    }
+
     /// The first input's dims.
     pub(super) fn dims(&self) -> &'a [usize] {
         self.inputs.first().map_or(&[], |(_, layout)| layout.dims())
