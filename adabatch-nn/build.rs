@@ -18,7 +18,7 @@ fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into());
     let cap: String = cap.chars().filter(char::is_ascii_digit).collect();
-    for name in ["rows", "adamw"] {
+    for name in ["rows", "adamw", "attention"] {
         compile(
             &format!("kernels/{name}.cu"),
             &out.join(format!("{name}.fatbin")),

@@ -1,54 +1,8 @@
 //! Attention over packed rows as one differentiable op:
 //! `softmax(q·kᵀ·scale + bias)·v`, the bias that of [`attention_bias`] (query `i`
 //! attends key `j` iff `j ≤ i`, `i − j < window`, and both lie in one document),
-//! without the `t × t` scores in memory.
-//!
-//! Layout, heads first: queries `[kv, b, g·t, d]`, keys and values `[kv, b, t, d]`,
-//! output like the queries. The `g` query heads that share a key/value head are
-//! stacked along time (query head `h = kv_head·g + i` of row `r` is
-//! `q[kv_head, r, i·t..(i + 1)·t]`), so grouped-query attention reads each key and
-//! value once, and neither repeats them `g` times nor sums their gradients back.
-//! It is the layout of the [`Llama`](crate::models::llama::Llama)'s attention (whose
-//! ropes want heads first, so that batch and time are adjacent: one table row per
-//! token), which calls this op without a copy. Multi-head attention is `g = 1`:
-//! from `[b, h, t, d]`, pass `x.transpose(0, 1)` (one copy) and transpose back.
-//!
-//! Arithmetic: FlashAttention-2's. The forward keeps each query row's log-sum-exp
-//! of its scores (in the op, beside the output: recomputing it in the backward
-//! would cost a third pass over every score); the backward recomputes the
-//! probabilities `P = exp(s − lse)` from it, with `D = Σ dO·O` per query row,
-//! `dS = P∘(dO·vᵀ − D)`, `dq = scale·dS·K`, `dk = scale·dSᵀ·Q`, `dv = Pᵀ·dO`; a key's
-//! gradients sum its queries (of all `g` heads) in one fixed order, without
-//! atomics, so that a step's gradients are the same from run to run. bf16 and f16
-//! inputs are computed in f32 (scores, softmax, sums), f64 in f64, f32 in f32.
-//!
-//! Bodies: on CPU, loops over (pair, head, query row) on candle's thread pool
-//! (`attention_cpu.rs`, the reference twin). With the `cuda` feature, kernels that
-//! tile queries and keys through shared memory with an online softmax
-//! (`kernels/attention.cu`), used only while [`cuda_bodies_enabled`] holds, like the
-//! other fused ops' CUDA bodies; otherwise (and on other devices) the composite of
-//! candle ops (matmul, [`attention_bias`], [`softmax_last_dim`], matmul), which
-//! candle differentiates. The Llama uses this op where it runs fused on CUDA; on
-//! CPU it keeps the composite, whose matrix products (candle's gemm) were faster at
-//! the example decoder's shapes (rows of 128, heads of 32: BENCHMARKS.md).
-//!
-//! ```
-//! # mod adabatch { pub mod nn { pub use adabatch_nn::*; } }
-//! use adabatch::nn::packed_attention;
-//! use candle_core::{Device, Tensor};
-//!
-//! # fn main() -> candle_core::Result<()> {
-//! // 2 key/value heads shared by 3 query heads each, 1 row of 5 tokens, heads of 8.
-//! let (kv, b, g, t, d) = (2, 1, 3, 5, 8);
-//! let q = Tensor::randn(0f32, 1.0, (kv, b, g * t, d), &Device::Cpu)?;
-//! let k = Tensor::randn(0f32, 1.0, (kv, b, t, d), &Device::Cpu)?;
-//! let v = Tensor::randn(0f32, 1.0, (kv, b, t, d), &Device::Cpu)?;
-//! // Two documents packed in the row.
-//! let documents = Tensor::new(&[[0u32, 0, 0, 1, 1]], &Device::Cpu)?;
-//! let y = packed_attention(&q, &k, &v, Some(&documents), None, (d as f64).powf(-0.5))?;
-//! assert_eq!(y.dims(), q.dims());
-//! # Ok(()) }
-//! ```
+//! without the `t × t` scores in memory. [`packed_attention`] says its layout,
+//! arithmetic and bodies.
 
 use std::sync::Mutex;
 
@@ -69,14 +23,63 @@ const NAME: &str = "adabatch-packed-attention";
 
 /// `softmax(q·kᵀ·scale + attention_bias(t, document_ids, window))·v` over packed
 /// rows, differentiable in `q`, `k` and `v`: queries `[kv, b, g·t, d]`, keys and
-/// values `[kv, b, t, d]` (the module's layout), `document_ids` `[b, t]` of any
-/// integer dtype (as [`attention_bias`] takes them), `window` the sliding window
-/// (`None`: full causal attention). Returns `[kv, b, g·t, d]`, of `q`'s dtype.
+/// values `[kv, b, t, d]`, `document_ids` `[b, t]` of any integer dtype (as
+/// [`attention_bias`] takes them), `window` the sliding window (`None`: full
+/// causal attention). Returns `[kv, b, g·t, d]`, of `q`'s dtype.
 ///
-/// Fused on CPU, and on CUDA while [`cuda_bodies_enabled`] holds (heads of at most
-/// 256); elsewhere the composite of candle ops. Errors: shapes that do not fit
-/// together, dtypes that differ or are not floats, document ids of another shape
-/// or not integers, a window of 0 (no key at all).
+/// Errors: shapes that do not fit together, dtypes that differ or are not floats,
+/// document ids of another shape or not integers, a window of 0 (no key at all),
+/// and on CUDA heads wider than 256.
+///
+/// Layout, heads first: queries `[kv, b, g·t, d]`, keys and values `[kv, b, t, d]`,
+/// output like the queries. The `g` query heads that share a key/value head are
+/// stacked along time (query head `h = kv_head·g + i` of row `r` is
+/// `q[kv_head, r, i·t..(i + 1)·t]`), so grouped-query attention reads each key and
+/// value once, and neither repeats them `g` times nor sums their gradients back.
+/// It is the layout of the [`Llama`](crate::models::llama::Llama)'s attention (whose
+/// ropes want heads first, so that batch and time are adjacent: one table row per
+/// token), which calls this op without a copy. Multi-head attention is `g = 1`:
+/// from `[b, h, t, d]`, pass `x.transpose(0, 1)` (one copy) and transpose back.
+///
+/// Arithmetic: FlashAttention-2's. The forward keeps each query row's log-sum-exp
+/// of its scores (in the op, beside the output: recomputing it in the backward
+/// would cost a third pass over every score); the backward recomputes the
+/// probabilities `P = exp(s − lse)` from it, with `D = Σ dO·O` per query row,
+/// `dS = P∘(dO·vᵀ − D)`, `dq = scale·dS·K`, `dk = scale·dSᵀ·Q`, `dv = Pᵀ·dO`; a key's
+/// gradients sum its queries (of all `g` heads) in one fixed order, without
+/// atomics, so that a step's gradients are the same from run to run. bf16 and f16
+/// inputs are computed in f32 (scores, softmax, sums), f64 in f64, f32 in f32.
+///
+/// Bodies: on CPU, loops over (pair, head, query row) on candle's thread pool
+/// (`attention_cpu.rs`, the reference twin). With the `cuda` feature, kernels that
+/// tile queries and keys through shared memory with an online softmax
+/// (`kernels/attention.cu`), used only while
+/// [`cuda_bodies_enabled`](crate::cuda_bodies_enabled) holds, like the other fused
+/// ops' CUDA bodies; otherwise (and on other devices) the composite of candle ops
+/// (matmul, [`attention_bias`], [`softmax_last_dim`], matmul), which candle
+/// differentiates. The Llama uses this op where it runs fused on CUDA. On
+/// CPU it keeps the composite: the fused body was faster at the example decoder's
+/// packed rows (documents of about 35 of 128 positions: it skips the masked keys),
+/// but slower on full causal rows of 64 (`benches/llama_compare.rs`'s models), where
+/// candle's gemm beats its per-row loops (BENCHMARKS.md).
+///
+/// ```
+/// # mod adabatch { pub mod nn { pub use adabatch_nn::*; } }
+/// use adabatch::nn::packed_attention;
+/// use candle_core::{Device, Tensor};
+///
+/// # fn main() -> candle_core::Result<()> {
+/// // 2 key/value heads shared by 3 query heads each, 1 row of 5 tokens, heads of 8.
+/// let (kv, b, g, t, d) = (2, 1, 3, 5, 8);
+/// let q = Tensor::randn(0f32, 1.0, (kv, b, g * t, d), &Device::Cpu)?;
+/// let k = Tensor::randn(0f32, 1.0, (kv, b, t, d), &Device::Cpu)?;
+/// let v = Tensor::randn(0f32, 1.0, (kv, b, t, d), &Device::Cpu)?;
+/// // Two documents packed in the row.
+/// let documents = Tensor::new(&[[0u32, 0, 0, 1, 1]], &Device::Cpu)?;
+/// let y = packed_attention(&q, &k, &v, Some(&documents), None, (d as f64).powf(-0.5))?;
+/// assert_eq!(y.dims(), q.dims());
+/// # Ok(()) }
+/// ```
 pub fn packed_attention(
     q: &Tensor,
     k: &Tensor,
@@ -416,6 +419,7 @@ fn documents<'a>(geo: &Geometry, ids: Option<(&'a Storage, &Layout)>) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attention_layout::{KERNELS, MAX_HEAD_DIM};
     use crate::testing::{assert_close, grads, randn, values};
     use crate::{check_gradients, GradCheckOptions};
     use candle_core::Var;
@@ -539,6 +543,40 @@ mod tests {
             }
         }
         Ok(())
+    }
+
+    /// Every entry point the CUDA launcher names is defined in every dtype and
+    /// for every head width up to the widest: a misspelt name would fail only on
+    /// a GPU.
+    #[test]
+    fn every_cuda_kernel_is_defined() {
+        let source = include_str!("../kernels/attention.cu");
+        let mut needles: Vec<String> = KERNELS
+            .iter()
+            .map(|kernel| format!("ATTENTION_WIDTHS({kernel}, SUFFIX, T)"))
+            .collect();
+        let widths = (1..=MAX_HEAD_DIM).map(|d| Geometry { d, ..geo() }.chunks());
+        let widths: std::collections::BTreeSet<usize> = widths.collect();
+        assert_eq!(widths.iter().copied().collect::<Vec<_>>(), [1, 2, 4, 8]);
+        needles.extend(
+            widths
+                .iter()
+                .map(|c| format!("ATTENTION_ENTRY(NAME, {c}, SUFFIX, T)")),
+        );
+        needles.extend(rows::DTYPE_INSTANCES.map(|i| format!("ATTENTION_KERNELS{i}")));
+        rows::assert_defines("attention.cu", source, &needles);
+    }
+
+    fn geo() -> Geometry {
+        Geometry {
+            kv: 1,
+            b: 1,
+            g: 1,
+            t: 1,
+            d: 1,
+            window: 1,
+            scale: 1.0,
+        }
     }
 
     #[test]

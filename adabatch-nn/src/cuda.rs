@@ -1,6 +1,7 @@
-//! The fused ops' CUDA bodies: `kernels/rows.cu`, compiled by `build.rs` into a
-//! fatbin (SASS for the build's GPU, PTX beside it), loaded once per device and
-//! launched one block per row. Every kernel has one signature, `(in0, in1, in2,
+//! The fused ops' CUDA bodies: `kernels/*.cu`, each compiled by `build.rs` into a
+//! fatbin (SASS for the build's GPU, PTX beside it) and loaded once per device
+//! ([`function`]); the row ops' kernels (`kernels/rows.cu`) are launched here, one
+//! block per row. Every kernel has one signature, `(in0, in1, in2,
 //! out, stats, args)`, so this one launcher serves them all; an input of indices
 //! (i64) is passed where the kernel reads one.
 
@@ -166,20 +167,42 @@ impl Launch {
         storage: &'a CudaStorage,
         layout: &Layout,
     ) -> Result<Input<'a, T>> {
-        let Some((start, end)) = layout.contiguous_offsets() else {
-            bail!("{}: input {i} has to be contiguous", self.name)
-        };
-        if let CudaStorageSlice::I64(indices) = &storage.slice {
-            return Ok(Input::Indices(indices.slice(start..end)));
+        match &storage.slice {
+            CudaStorageSlice::I64(_) => Ok(Input::Indices(indices(self.name, i, storage, layout)?)),
+            _ => Ok(Input::Values(values(self.name, i, storage, layout)?)),
         }
-        match T::as_cuda_slice(storage) {
-            Ok(slice) => Ok(Input::Values(slice.slice(start..end))),
-            Err(_) => bail!(
-                "{}: input {i} is {:?}, not the first input's dtype",
-                self.name,
-                storage.dtype()
-            ),
-        }
+    }
+}
+
+/// Input `i` of the op `name`: its elements of `T`, contiguous.
+pub(super) fn values<'a, T: CudaDType>(
+    name: &str,
+    i: usize,
+    storage: &'a CudaStorage,
+    layout: &Layout,
+) -> Result<CudaView<'a, T>> {
+    let Some((start, end)) = layout.contiguous_offsets() else {
+        bail!("{name}: input {i} has to be contiguous")
+    };
+    match T::as_cuda_slice(storage) {
+        Ok(slice) => Ok(slice.slice(start..end)),
+        Err(_) => bail!(
+            "{name}: input {i} is {:?}, not the op's dtype",
+            storage.dtype()
+        ),
+    }
+}
+
+/// Input `i` of the op `name`: its i64 indices, contiguous.
+pub(super) fn indices<'a>(
+    name: &str,
+    i: usize,
+    storage: &'a CudaStorage,
+    layout: &Layout,
+) -> Result<CudaView<'a, i64>> {
+    match (&storage.slice, layout.contiguous_offsets()) {
+        (CudaStorageSlice::I64(indices), Some((start, end))) => Ok(indices.slice(start..end)),
+        _ => bail!("{name}: input {i} has to be contiguous i64"),
     }
 }
 
@@ -207,7 +230,8 @@ fn threads_for(n: usize) -> u32 {
     (n.div_ceil(32) * 32).clamp(32, 1024) as u32
 }
 
-fn to_i32(value: usize) -> Result<i32> {
+/// `value` as a kernel's `int`, or an error.
+pub(super) fn to_i32(value: usize) -> Result<i32> {
     i32::try_from(value).map_err(|_| {
         candle_core::Error::Msg(format!(
             "{value} rows or columns exceed a CUDA kernel's i32"
@@ -220,6 +244,7 @@ fn to_i32(value: usize) -> Result<i32> {
 pub(super) enum Module {
     Rows,
     AdamW,
+    Attention,
 }
 
 impl Module {
@@ -227,6 +252,7 @@ impl Module {
         match self {
             Module::Rows => include_bytes!(concat!(env!("OUT_DIR"), "/rows.fatbin")),
             Module::AdamW => include_bytes!(concat!(env!("OUT_DIR"), "/adamw.fatbin")),
+            Module::Attention => include_bytes!(concat!(env!("OUT_DIR"), "/attention.fatbin")),
         }
     }
 }

@@ -438,24 +438,35 @@ pub(super) fn where_tracked<const N: usize>(
 /// dtype: a misspelt name would fail only on a GPU.
 #[cfg(test)]
 pub(super) fn assert_kernel_exists(kernel: CudaKernel) {
-    const SOURCE: &str = include_str!("../kernels/rows.cu");
     let mut names = vec![kernel.name.to_string()];
     if kernel.column_pass {
         names.push(format!("{}_cols", kernel.name));
     }
-    for name in names {
-        let entry = format!("ENTRY({name}, SUFFIX, T,");
-        assert!(SOURCE.contains(&entry), "kernels/rows.cu has no {entry}");
-    }
-    for instance in [
-        "(float, f32)",
-        "(double, f64)",
-        "(__half, f16)",
-        "(__nv_bfloat16, bf16)",
-    ] {
+    let mut needles: Vec<String> = names
+        .iter()
+        .map(|name| format!("ENTRY({name}, SUFFIX, T,"))
+        .collect();
+    needles.extend(DTYPE_INSTANCES.map(|i| format!("ROW_KERNELS{i}")));
+    assert_defines("rows.cu", include_str!("../kernels/rows.cu"), &needles);
+}
+
+/// How the `.cu` files instantiate their kernels for each dtype: `(C type, suffix)`.
+#[cfg(test)]
+pub(super) const DTYPE_INSTANCES: [&str; 4] = [
+    "(float, f32)",
+    "(double, f64)",
+    "(__half, f16)",
+    "(__nv_bfloat16, bf16)",
+];
+
+/// Checks that `source` (of `kernels/<file>`) holds each of `needles`: the macro
+/// lines that define and instantiate the entry points a launcher names.
+#[cfg(test)]
+pub(super) fn assert_defines(file: &str, source: &str, needles: &[String]) {
+    for needle in needles {
         assert!(
-            SOURCE.contains(&format!("ROW_KERNELS{instance}")),
-            "kernels/rows.cu does not instantiate ROW_KERNELS{instance}"
+            source.contains(needle.as_str()),
+            "kernels/{file} has no {needle}"
         );
     }
 }
