@@ -1,14 +1,29 @@
-//! Grouped-query self-attention with rotary positions, written out (matmul,
+//! Grouped-query self-attention with rotary positions: one fused op
+//! ([`packed_attention`]) where it runs fused on CUDA, else written out (matmul,
 //! additive mask, softmax, matmul) as transformers' eager attention.
 
-use candle_core::{DType, Result, Tensor};
+use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{Linear, VarBuilder};
 
 use super::config::LlamaConfig;
 use super::linear::{linear, push_linear};
+use crate::attention::{self, composite, tiled};
 use crate::rotary_embedding::rotate_heads_first as rotate;
-use crate::{attention_bias, softmax_last_dim, RotaryEmbedding};
+use crate::{attention_bias, packed_attention, RotaryEmbedding};
 use crate::{autocast, autocast_linear};
+
+/// Whether the layers' attention is the fused [`packed_attention`] on `device`:
+/// on CUDA where its body runs (`cuda_bodies_enabled`). Not on CPU: there the
+/// fused body, faster on the example decoder's packed rows, was slower than the
+/// composite's matrix products (candle's gemm) on full causal rows of 64, which
+/// `benches/llama_compare.rs` times (BENCHMARKS.md).
+fn fused_attention(device: &Device) -> bool {
+    #[cfg(test)]
+    if device.is_cpu() && super::tests::FUSED_ON_CPU.get() {
+        return true;
+    }
+    !device.is_cpu() && attention::runs_fused(device)
+}
 
 /// What every layer's attention needs of a forward's tokens, computed once.
 ///
@@ -29,8 +44,11 @@ pub(crate) struct Frame {
     /// `sin · 1/√head_dim`, `[b·g·t, head_dim / 2]`.
     q_sin: Tensor,
     /// The additive bias `[1, b or 1, g·t, t]` of each sliding window in use
-    /// (`None`: full causal attention).
+    /// (`None`: full causal attention), for the composite attention.
     biases: Vec<(Option<usize>, Tensor)>,
+    /// The fused attention's document ids `[b, t]`, when it runs fused (`None`
+    /// without documents); `None` otherwise.
+    fused: Option<Option<Tensor>>,
 }
 
 impl Frame {
@@ -55,13 +73,13 @@ impl Frame {
             tiled.reshape((b * g * t, half))? * scale
         };
         let (q_cos, q_sin) = (per_group(&cos)?, per_group(&sin)?);
+        let fused = fused_attention(positions.device()).then(|| document_ids.cloned());
         let mut biases: Vec<(Option<usize>, Tensor)> = Vec::new();
-        for window in (0..cfg.num_hidden_layers).map(|i| cfg.sliding_window_of_layer(i)) {
+        let windows = (0..cfg.num_hidden_layers).map(|i| cfg.sliding_window_of_layer(i));
+        for window in windows.filter(|_| fused.is_none()) {
             if biases.iter().all(|(w, _)| *w != window) {
                 let bias = attention_bias(t, document_ids, window, dtype, positions.device())?;
-                let rows = bias.dim(0)?;
-                let tiled = bias.unsqueeze(1)?.broadcast_as((rows, g, t, t))?;
-                biases.push((window, tiled.reshape((1, rows, g * t, t))?));
+                biases.push((window, tiled(&bias, g)?));
             }
         }
         Ok(Self {
@@ -70,6 +88,7 @@ impl Frame {
             q_cos,
             q_sin,
             biases,
+            fused,
         })
     }
 
@@ -138,8 +157,9 @@ impl Attention {
     ///
     /// Under `--bf16` / `--fp16` ([`autocast`]) the projections, ropes and the two
     /// attention products compute in half precision, the mask and softmax in f32
-    /// (as transformers' eager attention under torch's autocast), and the output
-    /// returns in `x`'s dtype for the residual stream.
+    /// (as transformers' eager attention under torch's autocast; the fused op
+    /// takes half-precision q, k, v and computes its scores and softmax in f32),
+    /// and the output returns in `x`'s dtype for the residual stream.
     pub(crate) fn forward(&self, x: &Tensor, frame: &Frame) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (kv, d) = (self.kv_heads, self.head_dim);
@@ -153,13 +173,11 @@ impl Attention {
         let v = self.heads_first(&autocast_linear(&self.v_proj, x)?)?;
         let q = rotate(&q, &autocast(&frame.q_cos)?, &autocast(&frame.q_sin)?)?;
         let k = rotate(&k, &autocast(&frame.cos)?, &autocast(&frame.sin)?)?;
-        let bias = frame.bias(self.window)?;
-        let scores = q
-            .matmul(&k.t()?)?
-            .to_dtype(bias.dtype())?
-            .broadcast_add(bias)?;
-        let probs = softmax_last_dim(&scores)?.to_dtype(v.dtype())?;
-        let y = probs.matmul(&v)?;
+        // The queries' tables carry 1/√head_dim: the scale is 1.
+        let y = match &frame.fused {
+            Some(documents) => packed_attention(&q, &k, &v, documents.as_ref(), self.window, 1.0)?,
+            None => composite(&q, &k, &v, frame.bias(self.window)?, 1.0)?,
+        };
         let y = y
             .reshape((kv, b, g, t, d))?
             .permute((1, 3, 0, 2, 4))?

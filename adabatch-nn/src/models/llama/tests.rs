@@ -437,3 +437,193 @@ fn under_bf16_autocast_the_decoder_follows_f32_and_every_weight_gets_an_f32_grad
     assert_eq!(max_abs_diff(&full, &again)?, 0.0);
     Ok(())
 }
+
+thread_local! {
+    /// Runs this test thread's Llama attention as the fused op on CPU too (see
+    /// `attention::fused_attention`): the comparison and the measurement below.
+    pub(super) static FUSED_ON_CPU: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `f()` with the attention fused (`true`) or the composite, on CPU.
+fn with_attention<R>(fused: bool, f: impl FnOnce() -> R) -> R {
+    FUSED_ON_CPU.set(fused);
+    let out = f();
+    FUSED_ON_CPU.set(false);
+    out
+}
+
+/// The logits and every weight's gradient (by name) of a packed batch.
+fn logits_and_grads(model: &Llama, params: &Parameters) -> Result<(Tensor, Vec<(String, Tensor)>)> {
+    let batch = ids(&[&[1, 5, 9, 2, 7, 3, 8], &[4, 4, 8, 0, 31, 6, 2]])?;
+    let documents = ids(&[&[0, 0, 0, 1, 2, 2, 2], &[5; 7]])?;
+    let logits = model.forward_packed(&batch, None, Some(&documents))?;
+    let grads = next_token_loss(&logits, &batch)?.backward()?;
+    let grads = params
+        .named_parameters()
+        .into_iter()
+        .map(|(name, var)| {
+            let grad = grads.get(var.as_tensor()).expect("a gradient").clone();
+            (name, grad)
+        })
+        .collect();
+    Ok((logits, grads))
+}
+
+#[test]
+fn fused_attention_computes_what_the_composite_does() -> Result<()> {
+    let mut windowed = tiny(ModelType::Mistral, 2);
+    windowed.sliding_window = Some(3);
+    for (i, config) in [
+        tiny(ModelType::Llama, 2),
+        tiny(ModelType::Llama, 4),
+        windowed,
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (model, params) = build(config, 17 + i as u64)?;
+        let (want, want_grads) = with_attention(false, || logits_and_grads(&model, &params))?;
+        let (got, got_grads) = with_attention(true, || logits_and_grads(&model, &params))?;
+        // Another summation order: close, and not the same bits (the fused op ran).
+        let diff = max_abs_diff(&got, &want)?;
+        assert!(
+            diff > 0.0 && diff < 1e-5,
+            "config {i}: logits differ by {diff}"
+        );
+        for ((name, got), (_, want)) in got_grads.iter().zip(&want_grads) {
+            let scale = want.abs()?.max_all()?.to_scalar::<f32>()?;
+            let diff = max_abs_diff(got, want)?;
+            assert!(
+                diff <= 1e-4 * scale,
+                "config {i}: {name}: {diff} of {scale}"
+            );
+        }
+        // Under bf16 autocast both compute their scores and softmax in f32.
+        let half = |fused| {
+            with_attention(fused, || {
+                let _scope = crate::AutocastScope::enter(Some(DType::BF16));
+                logits_and_grads(&model, &params)
+            })
+        };
+        let diff = max_abs_diff(&half(true)?.0, &half(false)?.0)?;
+        assert!(diff < 0.05, "config {i}: bf16 logits differ by {diff}");
+    }
+    Ok(())
+}
+
+/// The CPU measurement behind `attention::fused_attention`: forward + backward of
+/// one layer's attention alone and a model step (forward, loss, backward), fused
+/// and composite, paired medians. Shapes: the example decoder
+/// (`examples/language_model.rs`: rows of 128 packing documents of about 35
+/// tokens, hidden 128, 4 heads of 32 over 2 key/value heads, 4 layers, MLP 384,
+/// 4,096 tokens) at 8 and 32 rows, and `benches/llama_compare.rs`'s two models (8
+/// rows of 64, no documents).
+///
+/// ```text
+/// cargo test -p adabatch-nn --release --lib -- --ignored --nocapture cpu_attention_speed
+/// ```
+#[test]
+#[ignore = "a measurement, not a check"]
+fn cpu_attention_speed() -> Result<()> {
+    let mut example = LlamaConfig::new(ModelType::Llama, 4096, 128, 384, 4, 4, 2);
+    example.tie_word_embeddings = true;
+    let mha = LlamaConfig::new(ModelType::Llama, 256, 128, 352, 4, 4, 4);
+    let mut gqa = LlamaConfig::new(ModelType::Llama, 256, 128, 352, 4, 8, 2);
+    gqa.tie_word_embeddings = true;
+    let cases = [
+        ("example", &example, 8, 128, true),
+        ("example", &example, 32, 128, true),
+        ("llama_mha", &mha, 8, 64, false),
+        ("llama_gqa_tied", &gqa, 8, 64, false),
+    ];
+    for (name, config, b, t, packed) in cases {
+        let documents = packed_documents(b, t)?;
+        let documents = packed.then_some(&documents);
+        let (model, _) = build(config, 1)?;
+        let alone = attention_alone(config, b, t, documents)?;
+        let tokens = (0..b * t).map(|i| (i * 37 % config.vocab_size) as u32);
+        let tokens = Tensor::from_iter(tokens, &Device::Cpu)?.reshape((b, t))?;
+        let step = paired_ms(|fused| {
+            with_attention(fused, || -> Result<()> {
+                let logits = model.forward_packed(&tokens, None, documents)?;
+                next_token_loss(&logits, &tokens)?.backward()?;
+                Ok(())
+            })
+        })?;
+        println!(
+            "{name} {b}x{t}: attention fwd+bwd composite {:.2} ms, fused {:.2} ms; \
+             model step composite {:.2} ms, fused {:.2} ms",
+            alone.0, alone.1, step.0, step.1
+        );
+    }
+    Ok(())
+}
+
+/// Document ids `[b, t]`: runs of 20 to 50 tokens, as the example's packing gives.
+fn packed_documents(b: usize, t: usize) -> Result<Tensor> {
+    let mut ids = Vec::with_capacity(b * t);
+    for row in 0..b {
+        let (mut id, mut left) = (0u32, 0usize);
+        for i in 0..t {
+            if left == 0 {
+                id += 1;
+                left = 20 + (row * 7 + i * 13) % 31;
+            }
+            ids.push(id);
+            left -= 1;
+        }
+    }
+    Tensor::from_vec(ids, (b, t), &Device::Cpu)
+}
+
+/// One layer's attention of `config` alone, forward + backward of `Σ y·w`, in ms:
+/// the composite (its bias built once, outside the timing, as the Llama's frame
+/// does) and the fused op.
+fn attention_alone(
+    config: &LlamaConfig,
+    b: usize,
+    t: usize,
+    documents: Option<&Tensor>,
+) -> Result<(f64, f64)> {
+    let (kv, d) = (config.num_key_value_heads, config.head_dim);
+    let g = config.num_attention_heads / kv;
+    let var =
+        |dims: (usize, usize, usize, usize)| candle_core::Var::randn(0f32, 1.0, dims, &Device::Cpu);
+    let (q, k, v) = (
+        var((kv, b, g * t, d))?,
+        var((kv, b, t, d))?,
+        var((kv, b, t, d))?,
+    );
+    let w = Tensor::randn(0f32, 1.0, (kv, b, g * t, d), &Device::Cpu)?;
+    let bias = crate::attention_bias(t, documents, None, DType::F32, &Device::Cpu)?;
+    let bias = crate::attention::tiled(&bias, g)?;
+    let scale = (d as f64).powf(-0.5);
+    paired_ms(|fused| {
+        let y = match fused {
+            true => crate::packed_attention(&q, &k, &v, documents, None, scale)?,
+            false => crate::attention::composite(&q, &k, &v, &bias, scale)?,
+        };
+        (y * &w)?.sum_all()?.backward().map(drop)
+    })
+}
+
+/// The median times of `f(false)` and `f(true)` over 15 rounds each, interleaved
+/// (a loaded machine slows both alike), after a warm-up of each, in ms.
+fn paired_ms(f: impl Fn(bool) -> Result<()>) -> Result<(f64, f64)> {
+    let rounds = 15;
+    f(false)?;
+    f(true)?;
+    let mut times = [Vec::with_capacity(rounds), Vec::with_capacity(rounds)];
+    for _ in 0..rounds {
+        for fused in [false, true] {
+            let started = std::time::Instant::now();
+            f(fused)?;
+            times[usize::from(fused)].push(started.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let [composite, fused] = times.map(|mut t| {
+        t.sort_by(f64::total_cmp);
+        t[rounds / 2]
+    });
+    Ok((composite, fused))
+}
