@@ -1,14 +1,16 @@
 //! `gpu_check kernels`: every fused op with a CUDA body (`adabatch-nn/kernels/`)
 //! against its CPU twin, the reference: forward values and the gradients of every
 //! input, in each dtype, on odd shapes (rows of one element, rows longer than a
-//! block of threads, a single row); then, after a warm-up, forward + backward times
-//! of the fused CUDA body against the composite of candle ops it replaces.
+//! block of threads, a single row; for the attention, rows that no tile size
+//! divides, documents of one token, windows, grouped heads and heads of up to
+//! 256); then, after a warm-up, forward + backward times of the fused CUDA body
+//! against the composite of candle ops it replaces.
 
 use std::time::Instant;
 
 use adabatch::nn::{
-    cross_entropy_rows, layer_norm, rms_norm, rope, rope_i, rope_thd, set_cuda_bodies,
-    softmax_last_dim,
+    cross_entropy_rows, layer_norm, packed_attention, rms_norm, rope, rope_i, rope_thd,
+    set_cuda_bodies, softmax_last_dim,
 };
 use adabatch::{AdamW, ParamsAdamW, TrainOptimizer};
 use candle_core::{DType, Device, Tensor, Var};
@@ -45,6 +47,20 @@ const CROSS_ENTROPY_SHAPES: &[(usize, usize)] = &[(1, 1), (9, 17), (5, 5000), (2
 /// decoder's heads.
 const ROPE_SIZES: &[(usize, usize, usize, usize)] =
     &[(2, 3, 5, 8), (1, 2, 1, 6), (3, 1, 7, 2), (2, 8, 40, 64)];
+
+/// `(kv, b, g, t, d, documents, window)` of the attention's checks: one position;
+/// `t` and `d` that no tile divides; several key tiles with grouped heads and a
+/// window; rows of 300 and 512; heads of 128, 200 and 256.
+type AttentionCase = (usize, usize, usize, usize, usize, bool, Option<usize>);
+const ATTENTION_CASES: &[AttentionCase] = &[
+    (1, 1, 1, 1, 8, false, None),
+    (2, 2, 1, 37, 33, true, None),
+    (2, 3, 3, 129, 64, true, Some(17)),
+    (1, 2, 2, 300, 128, true, None),
+    (2, 1, 4, 70, 200, false, Some(31)),
+    (1, 2, 1, 512, 96, true, Some(64)),
+    (1, 1, 2, 65, 256, true, None),
+];
 
 /// An op under test: its name, how many `[n]` parameters it takes, and itself.
 struct Op {
@@ -94,9 +110,17 @@ pub fn run(opts: &KernelsOpts) -> AnyResult<bool> {
             }
         }
     }
+    for dtype in [DType::F32, DType::F64, DType::BF16, DType::F16] {
+        for (seed, case) in ATTENTION_CASES.iter().enumerate() {
+            ok &= check_attention(case, dtype, seed as u64, &device)?;
+        }
+    }
     ok &= check_adamw(&device)?;
     for op in OPS {
         time(op, opts.rounds, &device)?;
+    }
+    for dtype in [DType::F32, DType::BF16] {
+        time_attention(dtype, opts.rounds, &device)?;
     }
     Ok(ok)
 }
@@ -418,4 +442,141 @@ fn check_adamw(device: &Device) -> AnyResult<bool> {
         emit(&json!({"check": check, "ok": passed, "max_abs_diff": max, "steps": 6}));
     }
     Ok(ok)
+}
+
+/// Document ids `[b, t]` of `case`: runs of 1, 5, 23, 1 and 40 tokens over and
+/// over, shifted per row (documents of one token included), or none.
+fn attention_documents(b: usize, t: usize, with: bool) -> candle_core::Result<Option<Tensor>> {
+    if !with {
+        return Ok(None);
+    }
+    let lengths = [1, 5, 23, 1, 40];
+    let mut ids = Vec::with_capacity(b * t);
+    for row in 0..b {
+        let (mut id, mut left, mut next) = (0u32, 0usize, row);
+        for _ in 0..t {
+            if left == 0 {
+                (id, left, next) = (id + 1, lengths[next % lengths.len()], next + 1);
+            }
+            ids.push(id);
+            left -= 1;
+        }
+    }
+    Tensor::from_vec(ids, (b, t), &Device::Cpu).map(Some)
+}
+
+/// `packed_attention` on CUDA against its CPU twin: the output and the gradients
+/// of q, k and v (of `Σ y·w`).
+fn check_attention(
+    &(kv, b, g, t, d, documents, window): &AttentionCase,
+    dtype: DType,
+    seed: u64,
+    device: &Device,
+) -> AnyResult<bool> {
+    let cpu = Device::Cpu;
+    let dims = [[kv, b, g * t, d], [kv, b, t, d], [kv, b, t, d]];
+    // A wider spread for later cases: sharper softmaxes.
+    let spread = 1.0 + 0.25 * seed as f64;
+    let inputs = dims
+        .iter()
+        .map(|dims| Tensor::randn(0f64, spread, dims, &cpu))
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    let w = Tensor::randn(0f64, 1.0, &dims[0], &cpu)?;
+    let ids = attention_documents(b, t, documents)?;
+    let scale = (d as f64).powf(-0.5);
+    let run = |on: &Device| -> candle_core::Result<Vec<Tensor>> {
+        let vars = inputs
+            .iter()
+            .map(|x| Var::from_tensor(&x.to_dtype(dtype)?.to_device(on)?))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let ids = ids.as_ref().map(|ids| ids.to_device(on)).transpose()?;
+        let [q, k, v] = [0, 1, 2].map(|i| vars[i].as_tensor());
+        let y = packed_attention(q, k, v, ids.as_ref(), window, scale)?;
+        let grads = (y.to_dtype(DType::F64)? * w.to_device(on)?)?
+            .sum_all()?
+            .backward()?;
+        let mut all = vec![y];
+        for var in &vars {
+            match grads.get(var.as_tensor()) {
+                Some(grad) => all.push(grad.clone()),
+                None => candle_core::bail!("packed_attention: no gradient for an input"),
+            }
+        }
+        all.iter()
+            .map(|t| t.to_dtype(DType::F64)?.to_device(&cpu))
+            .collect()
+    };
+    let (want, got) = (run(&cpu)?, run(device)?);
+    let mut ok = true;
+    let name = format!(
+        "kernels.packed_attention{}{}",
+        if documents { ".documents" } else { "" },
+        window.map_or(String::new(), |w| format!(".window{w}"))
+    );
+    for (part, (want, got)) in ["y", "dq", "dk", "dv"].iter().zip(want.iter().zip(&got)) {
+        // One position: dq and dk are zeros on both sides.
+        if t == 1 && (*part == "dq" || *part == "dk") {
+            let zero = got.abs()?.max_all()?.to_scalar::<f64>()? == 0.0;
+            ok &= zero;
+            emit(
+                &json!({"check": format!("{name}.{part}"), "ok": zero, "dtype": format!("{dtype:?}"), "dims": [kv, b, g, t, d]}),
+            );
+            continue;
+        }
+        ok &= compare(
+            &format!("{name}.{part}"),
+            dtype,
+            &[kv, b, g, t, d],
+            want,
+            got,
+        )?;
+    }
+    Ok(ok)
+}
+
+/// Forward + backward of `packed_attention`, fused CUDA body against the composite
+/// (matmul, mask, softmax, matmul), at a decoder's shapes: 8 rows of 512 packing
+/// documents, 8 heads of 64; 2 key/value heads shared by 8 heads of 128.
+fn time_attention(dtype: DType, rounds: usize, device: &Device) -> AnyResult<()> {
+    for (kv, b, g, t, d) in [(8, 8, 1, 512, 64), (2, 8, 4, 256, 128)] {
+        let var = |dims: &[usize]| -> candle_core::Result<Var> {
+            Var::from_tensor(&Tensor::randn(0f32, 1.0, dims, device)?.to_dtype(dtype)?)
+        };
+        let (q, k, v) = (
+            var(&[kv, b, g * t, d])?,
+            var(&[kv, b, t, d])?,
+            var(&[kv, b, t, d])?,
+        );
+        let ids = attention_documents(b, t, true)?
+            .map(|ids| ids.to_device(device))
+            .transpose()?;
+        let scale = (d as f64).powf(-0.5);
+        let seconds = |fused: bool| -> AnyResult<f64> {
+            set_cuda_bodies(fused);
+            let step = || -> candle_core::Result<()> {
+                let y = packed_attention(&q, &k, &v, ids.as_ref(), None, scale)?;
+                y.to_dtype(DType::F32)?.sum_all()?.backward()?;
+                Ok(())
+            };
+            step()?;
+            device.synchronize()?;
+            let started = Instant::now();
+            for _ in 0..rounds {
+                step()?;
+            }
+            device.synchronize()?;
+            Ok(started.elapsed().as_secs_f64() / rounds.max(1) as f64)
+        };
+        let composite = seconds(false)?;
+        let fused = seconds(true)?;
+        emit(&json!({
+            "timing": "kernels.packed_attention",
+            "dtype": format!("{dtype:?}"),
+            "dims": [kv, b, g, t, d],
+            "fused_ms": fused * 1e3,
+            "composite_ms": composite * 1e3,
+            "composite_over_fused": composite / fused,
+        }));
+    }
+    Ok(())
 }
