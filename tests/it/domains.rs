@@ -90,6 +90,18 @@ struct MixedDecoder {
     mixer: Exp3Mixer,
 }
 
+/// No schedule of its own: `--max-tokens-per-batch N --packed-token-budget`
+/// sizes every step in tokens.
+#[adaptive_trainer(reweight = token_count, drop_last = false, seed = 7)]
+struct MixedBudgetDecoder {
+    #[model]
+    model: decoder::Decoder,
+    #[optimizer]
+    opt: adabatch::optim::AdamW,
+    #[mixer]
+    mixer: Exp3Mixer,
+}
+
 struct Prepared {
     dir: PathBuf,
     domains: Domains,
@@ -276,6 +288,102 @@ fn a_mixed_run_resumed_on_another_number_of_ranks_continues_alike() {
             );
         }
         assert!((a.loss - b.loss).abs() < 1e-4 * b.loss, "step {}", a.step);
+    }
+    std::fs::remove_dir_all(&p.dir).ok();
+}
+
+fn train_in_tokens(p: &Prepared, args: &TrainingArgs) -> adabatch::TrainSummary {
+    let collate = PackedCollate::new(32, p.domains.info.eos_id);
+    let config = &p.config;
+    MixedBudgetDecoder::launch_with_eval(
+        &p.domains.train,
+        &p.domains.validation,
+        &collate,
+        args,
+        |ctx: &RankContext| {
+            let model = decoder::Decoder::new(config, ctx)?;
+            let opt = decoder::optimizer(&model, 1e-2)?;
+            Ok(MixedBudgetDecoder::new(model, opt, Exp3Mixer::default()))
+        },
+    )
+    .unwrap()
+    .summary
+}
+
+/// A mixed global batch in tokens (`--max-tokens-per-batch N
+/// --packed-token-budget`): every step as many documents as fit in N tokens,
+/// every document once per pass over its domain, one rank of the budget equal to
+/// two, and a run resumed on three ranks equal to the uninterrupted run (the
+/// mixer's state included).
+#[test]
+fn a_mixed_batch_in_tokens_fills_the_budget_once_per_pass_and_resumes() {
+    let p = prepared("domains-in-tokens");
+    let train_set = &p.domains.train;
+    let lengths: Vec<usize> = (0..train_set.len())
+        .map(|i| train_set.example_len(i))
+        .collect();
+    let total: usize = lengths.iter().sum();
+    let max_tokens = 200;
+    let in_tokens = |world: usize, out: &str, log: &Path| {
+        let mut args = args(world, &p.dir.join(out), log, (total * 3 / 2) as u64);
+        args.batch.global_batch_size = None;
+        args.length_aware.max_tokens_per_batch = Some(max_tokens);
+        args.length_aware.packed_token_budget = true;
+        args
+    };
+    let log = temp_log("domains-in-tokens-2");
+    let mut two = in_tokens(2, "out-2", &log);
+    two.save.save_steps = 4;
+    two.save.save_total_limit = None;
+    train_in_tokens(&p, &two);
+    let whole = read_log(&log);
+    let steps = indices(&whole);
+    assert!(steps.len() > 8, "{} steps", steps.len());
+    for (k, step) in steps.iter().enumerate() {
+        let tokens: usize = step.iter().map(|&i| lengths[i]).sum();
+        assert!(
+            tokens <= max_tokens || step.len() == 1,
+            "step {k}: {tokens} tokens"
+        );
+        assert!(
+            tokens > max_tokens / 2,
+            "step {k} holds only {tokens} tokens"
+        );
+    }
+    let spec = train_set.sources().unwrap();
+    for (s, name) in spec.names.iter().enumerate() {
+        let drawn: Vec<usize> = whole
+            .iter()
+            .flat_map(|l| l.sources.source_indices.as_ref().unwrap()[name].clone())
+            .collect();
+        for pass in drawn.chunks(spec.sizes[s]) {
+            let mut sorted = pass.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), pass.len(), "`{name}` repeats within a pass");
+        }
+    }
+    let one_log = temp_log("domains-in-tokens-1");
+    train_in_tokens(&p, &in_tokens(1, "out-1", &one_log));
+    assert_eq!(indices(&read_log(&one_log)), steps);
+    let resumed_log = temp_log("domains-in-tokens-resumed");
+    let mut resumed = in_tokens(3, "out-resumed", &resumed_log);
+    resumed.save.resume_from_checkpoint = Some(p.dir.join("out-2").join("checkpoint-4"));
+    train_in_tokens(&p, &resumed);
+    let after = read_log(&resumed_log);
+    let tail: Vec<&StepLog> = whole.iter().filter(|l| l.step > 4).collect();
+    assert_eq!(after.len(), tail.len());
+    for (a, b) in after.iter().zip(tail) {
+        assert_eq!(a.indices.concat(), b.indices.concat(), "step {}", a.step);
+        let (wa, wb) = (&a.sources.mix_weights, &b.sources.mix_weights);
+        for (name, w) in wa.as_ref().unwrap() {
+            // Other ranks sum the losses in another order.
+            assert!(
+                (w - wb.as_ref().unwrap()[name]).abs() < 1e-6,
+                "step {}",
+                a.step
+            );
+        }
     }
     std::fs::remove_dir_all(&p.dir).ok();
 }

@@ -1267,3 +1267,127 @@ proptest! {
         prop_assert_eq!(&resumed, &steps);
     }
 }
+
+/// A mixed planner whose every step holds as many examples as fit in
+/// `max_tokens` tokens summed (`--max-tokens-per-batch N --packed-token-budget`
+/// over sources).
+fn mixed_in_tokens(
+    c: &Case,
+    lengths: &std::sync::Arc<[usize]>,
+    max_tokens: usize,
+    world: usize,
+) -> StepPlanner<ScheduleSpec> {
+    let sampler =
+        GlobalBatchSampler::over_sources(&c.spec, world, c.seed, true, c.drop_last).unwrap();
+    StepPlanner::new(
+        sampler,
+        ScheduleSpec::Constant(None),
+        BatchLimits::new(1, None).unwrap(),
+        1,
+        RunLength::Epochs(c.epochs),
+        world,
+        c.drop_last,
+    )
+    .unwrap()
+    .with_lengths(lengths.clone())
+    .with_mixed_token_budget(max_tokens)
+}
+
+/// The steps of `planner` up to `max`, the weights moved after every step by
+/// `reweight` (a mixer's part), as `drain` gives them.
+fn drain_reweighted(
+    p: &mut StepPlanner<ScheduleSpec>,
+    out: &mut Vec<(usize, Vec<usize>)>,
+    max: usize,
+    reweight: &dyn Fn(usize) -> Option<Vec<f64>>,
+) {
+    while out.len() < max {
+        let Some(step) = p.next_step() else { return };
+        out.push((p.sampler().epoch_index(), step.indices()));
+        p.finish_step().unwrap();
+        if let Some(weights) = reweight(p.step()) {
+            p.set_mix_weights(p.step(), &weights).unwrap();
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+
+    /// Every step at most the budget (or one longer example) and more than the
+    /// budget less its longest example (it is filled); every source's passes
+    /// permutations of it; every primary epoch whole (under a token budget no
+    /// batch is short of a count, so `drop_last` drops nothing); the same steps on
+    /// any number of ranks; resume on other ranks equal to the uninterrupted run;
+    /// all with weights that move while it runs.
+    #[test]
+    fn a_mixed_batch_in_tokens_keeps_every_document_once(
+        c in cases(),
+        length_seed in any::<u64>(),
+        max_tokens in 1usize..300,
+        stopping in 0usize..3,
+        world in 1usize..4,
+        cut in 1usize..10,
+        other in 1usize..4,
+    ) {
+        use rand::{Rng, SeedableRng};
+        let mut c = c;
+        c.spec.stopping = [StoppingStrategy::Primary, StoppingStrategy::FirstExhausted, StoppingStrategy::AllExhausted][stopping];
+        c.spec.weights.iter_mut().for_each(|w| *w = w.max(1.0));
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(length_seed);
+        let lengths: Vec<usize> = (0..c.spec.sizes.iter().sum::<usize>())
+            .map(|_| rng.random_range(1..40))
+            .collect();
+        c.spec.unit = MixUnit::Tokens;
+        c.spec.tokens = (0..c.spec.sizes.len())
+            .map(|s| {
+                let start = c.spec.offset(s);
+                lengths[start..start + c.spec.sizes[s]].iter().map(|&l| l as u64).sum()
+            })
+            .collect();
+        let lengths: std::sync::Arc<[usize]> = lengths.into();
+        let longest = lengths.iter().copied().max().unwrap_or(1);
+        let sources = c.spec.sizes.len();
+        let reweight = move |step: usize| -> Option<Vec<f64>> {
+            (step % 3 == 0).then(|| (0..sources).map(|s| 1.0 + ((step + s * 7) % 5) as f64).collect())
+        };
+        let mut steps = Vec::new();
+        drain_reweighted(&mut mixed_in_tokens(&c, &lengths, max_tokens, world), &mut steps, 5_000, &reweight);
+        prop_assert!(steps.len() < 5_000, "the run ends");
+        let mut drawn: Vec<Vec<usize>> = vec![Vec::new(); sources];
+        for (k, (epoch, indices)) in steps.iter().enumerate() {
+            let tokens: usize = indices.iter().map(|&i| lengths[i]).sum();
+            prop_assert!(tokens <= max_tokens || indices.len() == 1, "step {}: {} tokens", k, tokens);
+            let last_of_epoch = <[_]>::get(&steps, k + 1).is_none_or(|next| next.0 != *epoch);
+            prop_assert!(last_of_epoch || tokens + longest > max_tokens, "step {} holds {} tokens of {}", k, tokens, max_tokens);
+            for &i in indices {
+                let (s, local) = c.spec.locate(i);
+                drawn[s].push(local);
+            }
+        }
+        for (s, seq) in drawn.iter().enumerate() {
+            for pass in seq.chunks(c.spec.sizes[s]) {
+                let mut sorted = pass.to_vec();
+                sorted.sort_unstable();
+                sorted.dedup();
+                prop_assert_eq!(sorted.len(), pass.len(), "source {} repeats within a pass", s);
+            }
+        }
+        if c.spec.stopping == StoppingStrategy::Primary {
+            prop_assert_eq!(drawn[0].len(), c.epochs * c.spec.sizes[0]);
+        }
+        let mut one = Vec::new();
+        drain_reweighted(&mut mixed_in_tokens(&c, &lengths, max_tokens, 1), &mut one, 5_000, &reweight);
+        prop_assert_eq!(&one, &steps);
+        let mut first = mixed_in_tokens(&c, &lengths, max_tokens, world);
+        let mut resumed = Vec::new();
+        drain_reweighted(&mut first, &mut resumed, cut, &reweight);
+        let state: PlannerState =
+            serde_json::from_str(&serde_json::to_string(&first.state()).unwrap()).unwrap();
+        prop_assert_eq!(state.mixed_token_budget, Some(max_tokens));
+        let mut second = mixed_in_tokens(&c, &lengths, max_tokens, other);
+        second.restore(&state);
+        drain_reweighted(&mut second, &mut resumed, 5_000, &reweight);
+        prop_assert_eq!(&resumed, &steps);
+    }
+}

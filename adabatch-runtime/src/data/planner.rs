@@ -118,6 +118,9 @@ pub struct PlannerState {
     /// Tokens trained in total (kept under a token ramp; 0 otherwise).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tokens_seen: u64,
+    /// A mixed run's global batch in tokens (an OOM `halve` may have lowered it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed_token_budget: Option<usize>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -163,6 +166,9 @@ pub struct StepPlanner<S> {
     tokens_seen: u64,
     /// Every example's length in tokens, under a token ramp.
     lengths: Option<std::sync::Arc<[usize]>>,
+    /// A mixed run's global batch in tokens summed (see
+    /// [`StepPlanner::with_mixed_token_budget`]).
+    mixed_token_budget: Option<usize>,
 }
 
 impl<S: Schedule> StepPlanner<S> {
@@ -197,6 +203,7 @@ impl<S: Schedule> StepPlanner<S> {
             ramp_in_tokens,
             tokens_seen: 0,
             lengths: None,
+            mixed_token_budget: None,
         };
         planner.check_fits(None)?;
         if let Some(sources) = planner.sampler.sources() {
@@ -234,6 +241,15 @@ impl<S: Schedule> StepPlanner<S> {
     /// with `ScheduleSpec::TokenRamp`; one length per example of the sampler).
     pub fn with_lengths(mut self, lengths: std::sync::Arc<[usize]>) -> Self {
         self.lengths = Some(lengths);
+        self
+    }
+
+    /// A run of several sources whose every global batch holds as many examples
+    /// as fit in `max_tokens` tokens summed (`--max-tokens-per-batch N
+    /// --packed-token-budget`), instead of a count: every mixer then trains the
+    /// same tokens a step. Needs [`StepPlanner::with_lengths`].
+    pub fn with_mixed_token_budget(mut self, max_tokens: usize) -> Self {
+        self.mixed_token_budget = Some(max_tokens);
         self
     }
 
@@ -382,11 +398,18 @@ impl<S: Schedule> StepPlanner<S> {
                 }
                 _ => {}
             }
-            let sizes = self.micro_sizes();
-            let micro: Vec<GlobalBatch> = sizes
-                .iter()
-                .map_while(|&size| self.sampler.next_global(size))
-                .collect();
+            let micro: Vec<GlobalBatch> = match (self.mixed_token_budget, self.lengths.clone()) {
+                (Some(max_tokens), Some(lengths)) => self
+                    .sampler
+                    .next_global_tokens(max_tokens, &lengths)
+                    .into_iter()
+                    .collect(),
+                _ => self
+                    .micro_sizes()
+                    .iter()
+                    .map_while(|&size| self.sampler.next_global(size))
+                    .collect(),
+            };
             if !micro.is_empty() {
                 self.step += 1;
                 let batches = StepBatches { micro };
@@ -424,6 +447,14 @@ impl<S: Schedule> StepPlanner<S> {
     /// Halves the per-device size and caps later growth there (HF
     /// `auto_find_batch_size`); `false` when it is already 1.
     pub fn halve(&mut self) -> bool {
+        if let Some(max_tokens) = self.mixed_token_budget {
+            // A batch in tokens: halve the budget (kept from then on).
+            if max_tokens <= 1 {
+                return false;
+            }
+            self.mixed_token_budget = Some(max_tokens / 2);
+            return true;
+        }
         if self.sampler.is_planned() {
             // Length-aware epochs: split the failed batch itself.
             return self.sampler.split_next_planned();
@@ -468,6 +499,7 @@ impl<S: Schedule> StepPlanner<S> {
             tokens_seen: self.tokens_seen,
             planned_epoch: self.sampler.planned_remainder(),
             sources: self.sampler.sources_state(),
+            mixed_token_budget: self.mixed_token_budget,
         }
     }
 
@@ -502,6 +534,9 @@ impl<S: Schedule> StepPlanner<S> {
             self.set_micro = state.set_micro_batches;
         }
         self.measure_split = state.measure_split;
+        if state.mixed_token_budget.is_some() {
+            self.mixed_token_budget = state.mixed_token_budget;
+        }
     }
 
     /// The clamps in force.

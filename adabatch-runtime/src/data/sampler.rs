@@ -316,25 +316,44 @@ impl GlobalBatchSampler {
     /// `drop_last`). A run resumed on another number of ranks keeps its global
     /// sizes this way.
     pub fn next_global(&mut self, wanted: usize) -> Option<GlobalBatch> {
-        if let Some(mixed) = &mut self.mixed {
-            let before = mixed.clone();
+        if self.mixed.is_some() {
             // The weights were checked when the sources were made or restored.
-            let indices = mixed.draw(wanted, self.drop_last).ok().flatten()?;
-            let take = indices.len();
-            if self.mixed_history.len() == MIXED_HISTORY {
-                self.mixed_history.pop_front();
-            }
-            self.mixed_history.push_back((before, take));
-            self.position = mixed.epoch_position(self.num_examples);
-            self.examples_seen += take;
-            return Some(GlobalBatch {
-                indices,
-                splits: split_evenly(take, self.world_size),
-            });
+            return self.next_mixed(|mixed, drop_last| mixed.draw(wanted, drop_last).ok().flatten());
         }
         let take = self.next_take(wanted)?;
         let indices = self.order.range(self.position..self.position + take);
         self.advance(take);
+        Some(GlobalBatch {
+            indices,
+            splits: split_evenly(take, self.world_size),
+        })
+    }
+
+    /// The next global batch of a mixed run sized in tokens: as many examples as
+    /// fit in `max_tokens` tokens summed (see [`MixedSources::draw_tokens`]);
+    /// `None` when the epoch is used up or the sampler has one source.
+    pub fn next_global_tokens(&mut self, max_tokens: usize, lengths: &[usize]) -> Option<GlobalBatch> {
+        self.mixed.as_ref()?;
+        self.next_mixed(|mixed, drop_last| {
+            mixed.draw_tokens(max_tokens, lengths, drop_last).ok().flatten()
+        })
+    }
+
+    /// A mixed draw (`draw` on the sources), remembered for [`Self::rewind`].
+    fn next_mixed(
+        &mut self,
+        draw: impl FnOnce(&mut MixedSources, bool) -> Option<Vec<usize>>,
+    ) -> Option<GlobalBatch> {
+        let mixed = self.mixed.as_mut()?;
+        let before = mixed.clone();
+        let indices = draw(mixed, self.drop_last)?;
+        let take = indices.len();
+        if self.mixed_history.len() == MIXED_HISTORY {
+            self.mixed_history.pop_front();
+        }
+        self.mixed_history.push_back((before, take));
+        self.position = mixed.epoch_position(self.num_examples);
+        self.examples_seen += take;
         Some(GlobalBatch {
             indices,
             splits: split_evenly(take, self.world_size),

@@ -359,6 +359,48 @@ impl MixedSources {
         Ok(Some(interleave(&per_source)))
     }
 
+    /// A global batch of as many examples as fit in `max_tokens` tokens summed
+    /// (`lengths`: every dataset index's length), drawn one example at a time as
+    /// [`MixedSources::draw`] draws a batch of one (the source furthest behind its
+    /// target next), until the next would not fit; then interleaved as `draw`
+    /// interleaves. The sources' passes, epoch ends and allocator are `draw`'s, so
+    /// every source still gives each of its examples once per source epoch, and a
+    /// batch stops at the epoch's end (no batch is short of a count, so `drop_last`
+    /// drops nothing). A first example longer than the budget is a batch of its
+    /// own; `None` when the epoch is over.
+    pub fn draw_tokens(
+        &mut self,
+        max_tokens: usize,
+        lengths: &[usize],
+        drop_last: bool,
+    ) -> Result<Option<Vec<usize>>> {
+        let draws = self.draws;
+        let (mut taken, mut tokens) = (Vec::new(), 0usize);
+        // Empty examples would let a batch grow without end: at most `max_tokens`.
+        while tokens < max_tokens && taken.len() < max_tokens.max(1) {
+            let mut trial = self.clone();
+            let Some(next) = trial.draw(1, drop_last)? else {
+                break;
+            };
+            let length: usize = next.iter().map(|&i| lengths[i]).sum();
+            if !taken.is_empty() && tokens + length > max_tokens {
+                break;
+            }
+            *self = trial;
+            tokens += length;
+            taken.extend(next);
+        }
+        if taken.is_empty() {
+            return Ok(None);
+        }
+        self.draws = draws + 1;
+        let mut per_source = vec![Vec::new(); self.spec.sizes.len()];
+        for index in taken {
+            per_source[self.spec.locate(index).0].push(index);
+        }
+        Ok(Some(interleave(&per_source)))
+    }
+
     /// Starts the next epoch: the primary source (`primary`), or every used-up
     /// source (`first_exhausted`, `all_exhausted`) starts its next pass; the
     /// others go on with their own.

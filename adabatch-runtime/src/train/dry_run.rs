@@ -250,12 +250,17 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
         per_device.push(size_now);
         planner.finish_step()?;
     }
-    let batching = settings
-        .batching
-        .map(|(batching, _)| describe_batching(batching, has_regressor));
+    let batching = match (settings.batching, settings.mixed_token_budget) {
+        (Some((batching, _)), _) => Some(describe_batching(batching, has_regressor)),
+        (None, Some(max_tokens)) => Some(format!(
+            "mixed batches of at most {max_tokens} tokens summed, each source's documents drawn by the mixing weights"
+        )),
+        (None, None) => None,
+    };
     // Length-aware batches are sized per step: the last step's, as a run says.
-    let final_per_device = match (settings.batching, steps.last()) {
-        (Some(_), Some(last)) => last.global_batch.div_ceil(settings.world_size.max(1)),
+    let sized_per_step = settings.batching.is_some() || settings.mixed_token_budget.is_some();
+    let final_per_device = match (sized_per_step, steps.last()) {
+        (true, Some(last)) => last.global_batch.div_ceil(settings.world_size.max(1)),
         _ => planner.per_device(),
     };
     Ok(DryRun {

@@ -93,6 +93,8 @@ pub(super) struct Resolved<'a> {
     pub(super) token_budget: bool,
     pub(super) length_aware: bool,
     pub(super) mixed: bool,
+    /// Several sources, each step's batch sized in tokens summed.
+    pub(super) mixed_in_tokens: bool,
     /// The gradient noise scale is measured (logged or scheduling).
     pub(super) noise_measured: bool,
     pub(super) world_size: usize,
@@ -139,11 +141,11 @@ impl Resolved<'_> {
                 "length-aware batching sizes each global batch itself: use grad_accum = fixed(1)",
             );
         }
-        if self.mixed && self.length_aware {
+        if self.mixed && self.length_aware && !self.mixed_in_tokens {
             return conflict(
                 "several sources",
                 "length-aware batching",
-                "a mixed global batch is divided by weights, a length-aware one by lengths: use one",
+                "a mixed global batch is divided by weights, a length-aware one by lengths: size a mixed batch in tokens with --max-tokens-per-batch N --packed-token-budget",
             );
         }
         // Goodput chooses two micro-batches or more on one rank itself.

@@ -70,8 +70,12 @@ pub(crate) struct RunSettings {
     pub(crate) device: DeviceSpec,
     /// Said once at the start of the run (settings that another one overrides).
     pub(crate) warnings: Vec<String>,
-    /// Every example's length, for a ramp over tokens.
+    /// Every example's length, for a ramp over tokens, a run in tokens or a
+    /// mixed batch in tokens.
     pub(crate) token_lengths: Option<std::sync::Arc<[usize]>>,
+    /// `--max-tokens-per-batch N --packed-token-budget` over several sources: each
+    /// step's examples fill `N` tokens summed, drawn by the mixing weights.
+    pub(crate) mixed_token_budget: Option<usize>,
     /// The dataset's sources, when it mixes several (weights after `mix = fixed(..)`
     /// and `--mix-weights`).
     pub(crate) sources: Option<SourceSpec>,
@@ -94,14 +98,16 @@ pub(crate) struct RunSettings {
 }
 
 /// Every example's length, when tokens are counted (a ramp over tokens, a run
-/// length in tokens).
+/// length in tokens, a mixed batch in tokens).
 fn token_lengths<D: Dataset + ?Sized>(
     dataset: &D,
     schedule: &ScheduleSpec,
     length: RunLength,
+    mixed_in_tokens: bool,
 ) -> Option<std::sync::Arc<[usize]>> {
-    let counted =
-        matches!(schedule, ScheduleSpec::TokenRamp(_)) || matches!(length, RunLength::Tokens(_));
+    let counted = mixed_in_tokens
+        || matches!(schedule, ScheduleSpec::TokenRamp(_))
+        || matches!(length, RunLength::Tokens(_));
     counted.then(|| (0..dataset.len()).map(|i| dataset.example_len(i)).collect())
 }
 
@@ -154,6 +160,13 @@ impl RunSettings {
         };
         let batching = (args.length_aware).batching(policy, &schedule, initial_per_device, units_world)?;
         let sources = args.data.sources(dataset, &policy.mix)?;
+        // A mixed run in tokens sizes every step as it draws it (no epoch plan).
+        let (batching, mixed_token_budget) = match (batching, &sources) {
+            (Some((LengthBatching::PackedTokens { max_tokens }, _)), Some(_)) => {
+                (None, Some(max_tokens))
+            }
+            (batching, _) => (batching, None),
+        };
         let noise_measured = args.step.log_gradient_noise_scale || schedule.follows_noise_scale();
         Resolved {
             policy,
@@ -161,8 +174,9 @@ impl RunSettings {
             first_global,
             accumulation_flag: args.batch.gradient_accumulation_steps.is_some(),
             token_budget: args.length_aware.max_tokens_per_batch.is_some(),
-            length_aware: batching.is_some(),
+            length_aware: batching.is_some() || mixed_token_budget.is_some(),
             mixed: sources.is_some(),
+            mixed_in_tokens: mixed_token_budget.is_some(),
             noise_measured,
             world_size,
         }
@@ -192,7 +206,8 @@ impl RunSettings {
             mix_weights_given: !args.data.mix_weights.is_empty(),
             prefetch_workers: args.data.dataloader_num_workers,
             release_freed_memory: args.data.release_freed_memory,
-            token_lengths: token_lengths(dataset, &schedule, length),
+            token_lengths: token_lengths(dataset, &schedule, length, mixed_token_budget.is_some()),
+            mixed_token_budget,
             step: args.step.rules(policy, noise_measured)?,
             logs: args.logging.rules(),
             saves: args.save.rules(eval.every, resume.dir)?,
@@ -378,6 +393,9 @@ impl RunSettings {
         .with_grad_accum(self.grad_accum);
         if let Some(lengths) = &self.token_lengths {
             planner = planner.with_lengths(lengths.clone());
+        }
+        if let Some(max_tokens) = self.mixed_token_budget {
+            planner = planner.with_mixed_token_budget(max_tokens);
         }
         match self.schedule {
             ScheduleSpec::NoiseScale(policy) => planner.set_global_batch(policy.min),
