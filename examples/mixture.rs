@@ -26,7 +26,9 @@
 //!
 //! Shares are of tokens (`--mix-unit documents`: of documents). The run lasts
 //! `--max-train-tokens` (default 600,000; the learning rate's warm-up and cosine run
-//! over them), at a fixed global batch of 32 documents (`--global-batch-size`),
+//! over them), at a fixed global batch of 32 documents (`--global-batch-size`) or of
+//! N tokens (`--max-tokens-per-batch N --packed-token-budget`: as many documents as
+//! fit, so that every mixer trains the same tokens a step),
 //! AdamW at 3e-3 (betas 0.9, 0.95). Every logged step carries `mix_weights`,
 //! `source_loss` (per token) and `source_tokens`; every evaluation
 //! `eval_<domain>_loss`. `--summary-json` writes the per-domain losses, and
@@ -37,7 +39,9 @@
 use std::path::{Path, PathBuf};
 
 use adabatch::prelude::*;
-use adabatch::{Domains, Exp3Mixer, MixUnit, Mixer, OnlineMixer, PackedCollate, ReplayBudget};
+use adabatch::{
+    CurriculumMixer, Domains, Exp3Mixer, MixUnit, Mixer, OnlineMixer, PackedCollate, ReplayBudget,
+};
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 // The language-model example's parts; this one uses the model and optimizer.
@@ -81,6 +85,13 @@ struct Cli {
     /// with --new-domain: `adabatch::ReplayBudget` around the mixer.
     #[arg(long, requires = "new_domain")]
     replay_budget: Option<f64>,
+    /// With --new-domain and --max-train-tokens: the old domains' share of the
+    /// tokens at the start and at the end of the run, `FROM,TO` (e.g. `0,0.2`:
+    /// 10 % in all, most of it late), linear in between and split evenly among
+    /// them: `adabatch::CurriculumMixer` over the documents the run is expected to
+    /// take.
+    #[arg(long, requires = "new_domain", value_parser = parse_ramp)]
+    replay_ramp: Option<(f64, f64)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -103,6 +114,18 @@ enum Unit {
     Documents,
 }
 
+/// `FROM,TO`, two shares from 0 to 1.
+fn parse_ramp(text: &str) -> Result<(f64, f64), String> {
+    let share = |s: &str| match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a share from 0 to 1")),
+    };
+    match text.split_once(',') {
+        Some((from, to)) => Ok((share(from)?, share(to)?)),
+        None => Err(format!("{text:?}: give the replay's shares as FROM,TO")),
+    }
+}
+
 /// `NAME=PATH`.
 fn parse_domain(text: &str) -> Result<(String, PathBuf), String> {
     match text.split_once('=') {
@@ -113,10 +136,10 @@ fn parse_domain(text: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
-/// A fixed global batch (`--global-batch-size`, 32 by default) and the dataset's
+/// A fixed global batch (`--global-batch-size`, 32 by default; or a batch in
+/// tokens, `--max-tokens-per-batch N --packed-token-budget`) and the dataset's
 /// weights: stratified, uniform or `--mix-weights`.
 #[adaptive_trainer(
-    schedule = ramp(start = 8, increment = 8, tokens = 200_000, global = 64),
     lr_scaling = sqrt,
     reweight = token_count,
     drop_last = false,
@@ -131,7 +154,6 @@ struct FixedMixTrainer {
 
 /// The same, the weights of every step decided by a mixer.
 #[adaptive_trainer(
-    schedule = ramp(start = 8, increment = 8, tokens = 200_000, global = 64),
     lr_scaling = sqrt,
     reweight = token_count,
     drop_last = false,
@@ -181,6 +203,11 @@ fn run() -> adabatch::Result<()> {
     }
     let mut args = cli.train.clone();
     let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    if args.length_aware.max_tokens_per_batch.is_some() && !given("global_batch_size") {
+        // A batch in tokens (--max-tokens-per-batch N --packed-token-budget): no
+        // count of documents besides it.
+        args.batch.global_batch_size = None;
+    }
     if !given("per_device_train_batch_size") {
         // The global batch decides; a per-device size nobody set is not warned about.
         let global = args.batch.global_batch_size.unwrap_or(32);
@@ -206,6 +233,7 @@ fn run() -> adabatch::Result<()> {
         train = train.with_weights(&equal)?;
     }
     check_replay(&cli, &names)?;
+    let curriculum = replay_curriculum(&cli, &names, &domains.infos, &args)?;
     let validation = domains.validation;
     let info = domains.info;
     let config = decoder::llama_config(&cli.model, &info);
@@ -214,44 +242,121 @@ fn run() -> adabatch::Result<()> {
         .map_err(|e| adabatch::Error::Message(format!("the model's shape: {e}")))?;
     let collate = PackedCollate::new(cli.model.seq_len, info.eos_id);
     let lr = args.lr.learning_rate;
-    let mixer_choice = cli.mixer;
-    let summary = match mixer_choice {
-        MixerChoice::Stratified | MixerChoice::Uniform => {
-            let factory = |ctx: &RankContext| -> adabatch::Result<FixedMixTrainer> {
-                let model = Decoder::new(&config, ctx)?;
-                let opt = decoder::optimizer(&model, lr)?;
-                Ok(FixedMixTrainer::new(model, opt))
-            };
-            adabatch::Run::new(&train, &collate, &args)
-                .with_eval(&validation)
-                .launch(factory)?
-                .summary
-        }
-        MixerChoice::Online | MixerChoice::Odm => {
-            let factory = |ctx: &RankContext| -> adabatch::Result<MixerTrainer> {
-                let model = Decoder::new(&config, ctx)?;
-                let opt = decoder::optimizer(&model, lr)?;
-                let mixer: Box<dyn Mixer> = match mixer_choice {
-                    MixerChoice::Odm => Box::new(Exp3Mixer::default()),
-                    _ => Box::new(OnlineMixer::default()),
-                };
-                let mixer: Box<dyn Mixer> = match cli.replay_budget {
-                    Some(budget) => Box::new(ReplayBudget::new(
-                        mixer,
-                        cli.new_domain.iter().cloned(),
-                        budget,
-                    )?),
-                    None => mixer,
-                };
-                Ok(MixerTrainer::new(model, opt, mixer))
-            };
-            adabatch::Run::new(&train, &collate, &args)
-                .with_eval(&validation)
-                .launch(factory)?
-                .summary
-        }
+    let summary = if curriculum.is_none()
+        && matches!(cli.mixer, MixerChoice::Stratified | MixerChoice::Uniform)
+    {
+        let factory = |ctx: &RankContext| -> adabatch::Result<FixedMixTrainer> {
+            let model = Decoder::new(&config, ctx)?;
+            let opt = decoder::optimizer(&model, lr)?;
+            Ok(FixedMixTrainer::new(model, opt))
+        };
+        adabatch::Run::new(&train, &collate, &args)
+            .with_eval(&validation)
+            .launch(factory)?
+            .summary
+    } else {
+        let factory = |ctx: &RankContext| -> adabatch::Result<MixerTrainer> {
+            let model = Decoder::new(&config, ctx)?;
+            let opt = decoder::optimizer(&model, lr)?;
+            Ok(MixerTrainer::new(
+                model,
+                opt,
+                mixer_of(&cli, curriculum.clone())?,
+            ))
+        };
+        adabatch::Run::new(&train, &collate, &args)
+            .with_eval(&validation)
+            .launch(factory)?
+            .summary
     };
     report(&cli, &names, &summary)
+}
+
+/// The `#[mixer]` of a run whose weights a mixer decides: `--replay-ramp`'s
+/// curriculum, else `--mixer`, within `--replay-budget` if given.
+fn mixer_of(cli: &Cli, curriculum: Option<CurriculumMixer>) -> adabatch::Result<Box<dyn Mixer>> {
+    if let Some(curriculum) = curriculum {
+        return Ok(Box::new(curriculum));
+    }
+    let mixer: Box<dyn Mixer> = match cli.mixer {
+        MixerChoice::Odm => Box::new(Exp3Mixer::default()),
+        _ => Box::new(OnlineMixer::default()),
+    };
+    Ok(match cli.replay_budget {
+        Some(budget) => Box::new(ReplayBudget::new(
+            mixer,
+            cli.new_domain.iter().cloned(),
+            budget,
+        )?),
+        None => mixer,
+    })
+}
+
+/// `--replay-ramp FROM,TO` as a curriculum over documents: the new domains share
+/// `1 − r`, the old ones `r` (evenly), `r` linear from FROM at the first document
+/// to TO at the last the run is expected to take (its tokens over the mean
+/// document length under the ramp's mean shares).
+fn replay_curriculum(
+    cli: &Cli,
+    names: &[String],
+    infos: &[adabatch::tokenize::CorpusInfo],
+    args: &TrainingArgs,
+) -> adabatch::Result<Option<CurriculumMixer>> {
+    let Some((from, to)) = cli.replay_ramp else {
+        return Ok(None);
+    };
+    let conflict = |second, reason| {
+        adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings {
+            first: "--replay-ramp",
+            second,
+            reason,
+        })
+    };
+    if cli.mixer != MixerChoice::Stratified
+        || cli.replay_budget.is_some()
+        || !args.data.mix_weights.is_empty()
+    {
+        return Err(conflict(
+            "--mixer / --replay-budget / --mix-weights",
+            "the ramp decides every domain's share itself",
+        ));
+    }
+    let Some(tokens) = args.length.max_train_tokens else {
+        return Err(conflict(
+            "a run not counted in tokens",
+            "the ramp runs over --max-train-tokens",
+        ));
+    };
+    let new: Vec<bool> = names.iter().map(|n| cli.new_domain.contains(n)).collect();
+    let (n_new, n_old) = (
+        new.iter().filter(|&&b| b).count(),
+        new.iter().filter(|&&b| !b).count(),
+    );
+    if n_new == 0 || n_old == 0 {
+        return Err(adabatch::Error::msg(format!(
+            "--replay-ramp needs new and old domains: --new-domain {:?} of {names:?}",
+            cli.new_domain
+        )));
+    }
+    let shares = |r: f64| -> Vec<f64> {
+        new.iter()
+            .map(|&is_new| {
+                if is_new {
+                    (1.0 - r) / n_new as f64
+                } else {
+                    r / n_old as f64
+                }
+            })
+            .collect()
+    };
+    let mean = shares((from + to) / 2.0);
+    let per_token: f64 = mean
+        .iter()
+        .zip(infos)
+        .map(|(w, info)| w * info.train_documents as f64 / info.train_tokens.max(1) as f64)
+        .sum();
+    let documents = ((tokens as f64 * per_token).round() as usize).max(1);
+    CurriculumMixer::new(vec![(0, shares(from)), (documents, shares(to))]).map(Some)
 }
 
 /// `--replay-budget` steers a mixer (online or odm) over domains that exist, with

@@ -39,12 +39,12 @@ def main(out: Path) -> None:
     print(f"{len(seeds)} seed(s); old domains at the end of phase 1 (mean over seeds): "
           + ", ".join(f"{d} {statistics.fmean(phase1[s]['final'][d] for s in seeds):.4f}" for d in old))
     print()
-    print("| phase-2 rate | replay | old domains' tokens trained (largest seed) | old domains' change (mean ± sd) | worst seed, worst old domain | python vs no replay at that rate | steps |")
-    print("|---|---|---|---|---|---|---|")
+    print("| phase-2 rate | replay | old domains' tokens trained (largest seed) | old domains' change (mean ± sd) | worst seed, worst old domain | python | python vs no replay at that rate | steps |")
+    print("|---|---|---|---|---|---|---|---|")
     rates = sorted({p.stem.split("-lr")[1].rsplit("-", 1)[0] for p in out.glob("replay*-lr*-*.json")}, key=float, reverse=True)
     for rate in rates:
-        for replay, prefix in ((0, "replay0"), (10, "replay10"), ("online ≤ 10", "online-budget10")):
-            changes, worst, vs, steps, shares = {d: [] for d in old}, [], [], [], []
+        for replay, prefix in ((0, "replay0"), (10, "replay10"), ("online ≤ 10", "online-budget10"), ("0 → 20 (ramp)", "ramp0-20"), ("20 → 0 (ramp)", "ramp20-0")):
+            changes, worst, vs, steps, shares, new = {d: [] for d in old}, [], [], [], [], []
             for seed in seeds:
                 path = out / f"{prefix}-lr{rate}-{seed}.json"
                 base = out / f"replay0-lr{rate}-{seed}.json"
@@ -52,6 +52,7 @@ def main(out: Path) -> None:
                     continue
                 run = json.loads(path.read_text())
                 steps.append(run["steps"])
+                new.append(run["final"]["python"])
                 trained = replay_share(out / f"{prefix}-lr{rate}-{seed}.jsonl", old)
                 if trained is not None:
                     shares.append(trained)
@@ -66,7 +67,7 @@ def main(out: Path) -> None:
                 continue
             cells = ", ".join(f"{d} {pm(changes[d])}" for d in old)
             trained = f"{100 * max(shares):.1f} %" if shares else "–"
-            print(f"| {rate} | {replay} % | {trained} | {cells} | {max(worst):+.1f} % | {pm(vs) if vs else '–'} | {statistics.fmean(steps):.0f} |")
+            print(f"| {rate} | {replay} % | {trained} | {cells} | {max(worst):+.1f} % | {statistics.fmean(new):.3f} | {pm(vs) if vs else '–'} | {statistics.fmean(steps):.0f} |")
 
 
 if __name__ == "__main__":

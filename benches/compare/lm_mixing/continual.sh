@@ -8,7 +8,9 @@
 # re-decayed by the cosine over phase 2) with a replay of en + kjv at 0 and 10 %
 # of the tokens (halves each), and with the online mixer over all three whose
 # old domains are capped at 10 % of each step (--new-domain python
-# --replay-budget 0.1). The same example, tokens and settings as run.sh.
+# --replay-budget 0.1), and with a replay of 10 % in all that rises from 0 to
+# 20 % of the tokens over phase 2, or falls from 20 to 0 (--replay-ramp). The
+# same example, tokens and settings as run.sh.
 #
 #   bash benches/compare/lm_mixing/continual.sh [SEEDS...]     # default: 1 2 3
 #
@@ -43,6 +45,15 @@ for seed in "${seeds[@]}"; do
             --init-from "$out/run-phase1-$seed" --mixer online --new-domain python \
             --replay-budget 0.1 --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 \
             --eval-on-start --save-steps 0 --learning-rate "$rate"
+        # The same 10 % in all, most of it late (0 % of the tokens at the start
+        # rising to 20 % at the end), or most of it early (20 % falling to 0):
+        # --replay-ramp, adabatch::CurriculumMixer.
+        for ramp in 0,0.2:ramp0-20 0.2,0:ramp20-0; do
+            train "${ramp#*:}-lr$rate-$seed" "${new_first[@]}" \
+                --init-from "$out/run-phase1-$seed" --new-domain python --replay-ramp "${ramp%:*}" \
+                --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 --eval-on-start \
+                --save-steps 0 --learning-rate "$rate"
+        done
     done
     # Only the final weights of phase 1 are needed (by the runs above).
     find "$out"/run-{replay,online}*"-$seed" -name '*.safetensors' -delete 2>/dev/null || true
