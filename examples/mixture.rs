@@ -22,7 +22,10 @@
 //! - `online`: `adabatch::OnlineMixer::default()`, a softmax of each domain's
 //!   smoothed training loss per token, with a 5 % floor;
 //! - `odm`: Online Data Mixing (Albalak et al. 2023), `adabatch::Exp3Mixer`: an
-//!   Exp3 bandit rewarded by each domain's training loss, α = 0.9.
+//!   Exp3 bandit rewarded by each domain's training loss, α = 0.9;
+//! - `aioli`: Aioli (Chen et al. 2024), `adabatch::AioliMixer::default()`: every
+//!   50 steps a probe of 4 steps per domain estimates what each domain's data does
+//!   to every domain's loss, then an exponentiated-gradient step on the total.
 //!
 //! Shares are of tokens (`--mix-unit documents`: of documents). The run lasts
 //! `--max-train-tokens` (default 600,000; the learning rate's warm-up and cosine run
@@ -40,7 +43,8 @@ use std::path::{Path, PathBuf};
 
 use adabatch::prelude::*;
 use adabatch::{
-    CurriculumMixer, Domains, Exp3Mixer, MixUnit, Mixer, OnlineMixer, PackedCollate, ReplayBudget,
+    AioliMixer, CurriculumMixer, Domains, Exp3Mixer, MixUnit, Mixer, OnlineMixer, PackedCollate,
+    ReplayBudget,
 };
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
@@ -77,7 +81,7 @@ struct Cli {
     /// Write the run's figures (per-domain losses, steps, tokens) here as JSON.
     #[arg(long)]
     summary_json: Option<PathBuf>,
-    /// Continual pretraining under `--mixer online` or `odm`: the domains being
+    /// Continual pretraining under `--mixer online`, `odm` or `aioli`: the domains being
     /// learnt now (repeat it); the others are replayed, within --replay-budget.
     #[arg(long)]
     new_domain: Vec<String>,
@@ -104,6 +108,9 @@ enum MixerChoice {
     Online,
     /// Online Data Mixing: Exp3 rewarded by the training loss.
     Odm,
+    /// Aioli: the mixing law estimated from short probes of each domain, then an
+    /// exponentiated-gradient step on the total loss.
+    Aioli,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -280,6 +287,7 @@ fn mixer_of(cli: &Cli, curriculum: Option<CurriculumMixer>) -> adabatch::Result<
     }
     let mixer: Box<dyn Mixer> = match cli.mixer {
         MixerChoice::Odm => Box::new(Exp3Mixer::default()),
+        MixerChoice::Aioli => Box::new(AioliMixer::default()),
         _ => Box::new(OnlineMixer::default()),
     };
     Ok(match cli.replay_budget {
@@ -359,7 +367,7 @@ fn replay_curriculum(
     CurriculumMixer::new(vec![(0, shares(from)), (documents, shares(to))]).map(Some)
 }
 
-/// `--replay-budget` steers a mixer (online or odm) over domains that exist, with
+/// `--replay-budget` steers a mixer (online, odm or aioli) over domains that exist, with
 /// a share from 0 to 1: said before the first step.
 fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
     let Some(budget) = cli.replay_budget else {
@@ -369,7 +377,7 @@ fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
         return Err(adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings {
             first: "--replay-budget",
             second: "--mixer stratified / uniform",
-            reason: "the budget caps what a mixer chooses: use --mixer online or odm (fixed shares: --mix-weights)",
+            reason: "the budget caps what a mixer chooses: use --mixer online, odm or aioli (fixed shares: --mix-weights)",
         }));
     }
     if let Some(unknown) = cli.new_domain.iter().find(|d| !names.contains(d)) {

@@ -111,7 +111,7 @@ pub trait Mixer: Send {
 }
 
 /// A list of numbers in a mixer's state (`null` for NaN, as JSON writes it).
-fn numbers(value: &serde_json::Value) -> Result<Vec<f64>, String> {
+pub(super) fn numbers(value: &serde_json::Value) -> Result<Vec<f64>, String> {
     let list = value
         .as_array()
         .ok_or_else(|| format!("expected a list of numbers, found {value}"))?;
@@ -124,7 +124,7 @@ fn numbers(value: &serde_json::Value) -> Result<Vec<f64>, String> {
 }
 
 /// `state[key]`, or an error naming the key.
-fn field<'v>(state: &'v serde_json::Value, key: &str) -> Result<&'v serde_json::Value, String> {
+pub(super) fn field<'v>(state: &'v serde_json::Value, key: &str) -> Result<&'v serde_json::Value, String> {
     state.get(key).ok_or_else(|| format!("has no `{key}`"))
 }
 

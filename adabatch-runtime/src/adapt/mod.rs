@@ -3,6 +3,7 @@
 //! mixers). They hold no run: the controllers of `train::control` apply them
 //! after each step, in one order.
 
+pub mod aioli;
 pub mod goodput;
 pub mod lr;
 pub mod mixer;

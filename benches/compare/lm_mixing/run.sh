@@ -22,14 +22,25 @@
 # Writes OUT/<run>.json (the example's --summary-json) and OUT/<run>.jsonl,
 # then the tables (mixing.py).
 #
+# BUDGET=N: every step a global batch of N tokens instead (--max-tokens-per-batch
+# N --packed-token-budget: as many documents as fit, so every mixer trains the
+# same tokens a step; the rate not rescaled by the documents a step), no
+# stratified28 (nothing to match).
+#
 #   bash benches/compare/lm_mixing/run.sh [SEEDS...]        # default: 1 2 3
 #   MIXERS="odm" CONTINUAL=0 bash benches/compare/lm_mixing/run.sh 1
+#   BUDGET=1600 CONTINUAL=0 OUT=target/lm-mixing-tokens bash benches/compare/lm_mixing/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:-target/lm-mixing}
 seeds=("$@")
 [[ ${#seeds[@]} -gt 0 ]] || seeds=(1 2 3)
 mixers=(${MIXERS:-stratified uniform online odm stratified28})
+batch=()
+if [[ -n "${BUDGET:-}" ]]; then
+    mixers=(${MIXERS:-stratified uniform online odm})
+    batch=(--max-tokens-per-batch "$BUDGET" --packed-token-budget --lr-scaling none)
+fi
 tokens=${TOKENS:-400000}
 bin=${BIN:-target/release/examples/mixture}
 mkdir -p "$out"
@@ -43,7 +54,7 @@ for seed in "${seeds[@]}"; do
             stratified28) flags=(--mixer stratified --global-batch-size 28 --lr-reference-batch 28) ;;
             *) flags=(--mixer "$mixer") ;;
         esac
-        train "$mixer-$seed" "${three[@]}" "${flags[@]}" --seed "$seed" \
+        train "$mixer-$seed" "${three[@]}" "${flags[@]}" "${batch[@]}" --seed "$seed" \
             --max-train-tokens "$tokens" --eval-steps 50 --save-steps 0
     done
 done

@@ -1,0 +1,388 @@
+//! Aioli (Chen et al. 2024, "Aioli: A unified optimization framework for language
+//! model data mixing", arXiv 2411.05735): a mixer that estimates, while training
+//! runs, what training on each domain does to the loss of every domain, and moves
+//! the mixture towards the domains that lower the total.
+//!
+//! **The mixing law.** Aioli's linear dynamic law: over a short stretch trained on
+//! mixture `p`, domain `i`'s loss falls by `ΔL_i = Σ_j A_ij p_j`. `A_ij` is what
+//! domain `j`'s data does to domain `i` (its own loss on the diagonal, transfer
+//! off it).
+//!
+//! **LearnParams, online.** Each round of `round_steps` steps starts with one probe
+//! per domain: `probe_steps` steps on mixture `e_k` (the probed domain `k` at share
+//! `one_hot`, the others `(1 − one_hot) / (m − 1)` each). A probe's decrease of
+//! each domain's loss is the least-squares slope of that domain's per-step
+//! training loss over the probe (from its first step to the step after its last,
+//! each step's loss being measured before its update), times its steps; it fills
+//! column `k` of `G`. With `W` the matrix of the probe mixtures (`G = A·W`, `W`
+//! symmetric), `A = G·W⁻¹` in closed form: `W = c·I + d·11ᵀ` with `d = (1 −
+//! one_hot)/(m − 1)`, `c = one_hot − d`, and `W⁻¹ = (I − d·11ᵀ)/c` (its rows sum to
+//! 1). The probes run in turn without rolling the model back (as the authors'
+//! online variant in their mixtera implementation), their order rotated each round
+//! so that no domain is always probed at the round's start.
+//!
+//! **The update.** `A` is normalised as the authors' `aioli_normalize_A`: shifted
+//! by its smallest entry when that is negative, then divided by its sum (so `η`
+//! does not depend on the loss's scale). Then `p_j ← p_j · exp(η Σ_i A_ij)`,
+//! normalised: exponentiated gradient on the total loss. Between the probes of
+//! one round and the next the run trains on `p` (uniform before the first
+//! update).
+//!
+//! **Counted in tokens, resumed exactly.** Its position is the step, which the
+//! engine gives it; its state is `p`, the columns measured this round, the probe's
+//! losses so far and the last `A`, all in the checkpoint. Every rank sees the same
+//! all-reduced losses, so every rank decides alike, on any number of ranks.
+
+use super::mixer::{field, numbers, Mixer, SourceStats};
+use crate::error::{Error, Result, SettingsError};
+
+/// The Aioli mixer (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct AioliMixer {
+    round_steps: usize,
+    probe_steps: usize,
+    one_hot: f64,
+    eta: f64,
+    /// The mixture between probes, `p`.
+    mixture: Vec<f64>,
+    /// `G`, row-major: `G[i][k]` the decrease of domain `i`'s loss over the probe
+    /// of `k`, this round.
+    measured: Vec<f64>,
+    /// Per-step losses (one per domain) of the probe being measured.
+    window: Vec<Vec<f64>>,
+    /// The last estimate of `A`, row-major (empty before the first).
+    law: Vec<f64>,
+}
+
+impl AioliMixer {
+    /// Rounds of `round_steps` steps, each opening with one probe of
+    /// `probe_steps` steps (≥ 2) per domain at share `one_hot` (in `(1/2, 1]`:
+    /// `W` must be invertible for any number of domains), step size `eta` (finite,
+    /// ≥ 0). A round too short for its probes is lengthened to hold them and one
+    /// step on `p`. A typed error names a setting out of range.
+    pub fn new(round_steps: usize, probe_steps: usize, one_hot: f64, eta: f64) -> Result<Self> {
+        let invalid = |name, value: String, expected| {
+            Err(Error::Settings(SettingsError::InvalidSetting {
+                name,
+                value,
+                expected,
+            }))
+        };
+        if probe_steps < 2 {
+            return invalid("aioli probe_steps", probe_steps.to_string(), "at least 2 steps (a slope)");
+        }
+        if !(one_hot > 0.5 && one_hot <= 1.0) {
+            return invalid("aioli one_hot", one_hot.to_string(), "a share above 1/2, at most 1");
+        }
+        if !(eta.is_finite() && eta >= 0.0) {
+            return invalid("aioli eta", eta.to_string(), "a finite step size >= 0");
+        }
+        Ok(Self {
+            round_steps,
+            probe_steps,
+            one_hot,
+            eta,
+            mixture: Vec::new(),
+            measured: Vec::new(),
+            window: Vec::new(),
+            law: Vec::new(),
+        })
+    }
+
+    /// The mixture `p` trained between probes.
+    pub fn mixture(&self) -> &[f64] {
+        &self.mixture
+    }
+
+    /// The last estimate of the mixing law `A`, row-major (`A[i][j]`: the fall of
+    /// domain `i`'s loss per unit share of domain `j` over a probe), before its
+    /// normalisation; empty before the first round ends.
+    pub fn mixing_law(&self) -> &[f64] {
+        &self.law
+    }
+
+    /// Steps of a round for `m` domains.
+    fn round_of(&self, m: usize) -> usize {
+        self.round_steps.max(m * self.probe_steps + 1)
+    }
+
+    /// The probe that step `step` (from 1) belongs to, `(probe in the round,
+    /// domain probed)`, or `None` on `p`.
+    fn probe_at(&self, step: usize, m: usize) -> Option<(usize, usize)> {
+        let round = self.round_of(m);
+        let (r, q) = ((step - 1) / round, (step - 1) % round);
+        let probe = q / self.probe_steps;
+        (probe < m).then_some((probe, (probe + r) % m))
+    }
+
+    /// The probe mixture of domain `k`.
+    fn probe_mixture(&self, k: usize, m: usize) -> Vec<f64> {
+        let other = (1.0 - self.one_hot) / (m - 1).max(1) as f64;
+        (0..m).map(|j| if j == k { self.one_hot } else { other }).collect()
+    }
+
+    /// Takes in the losses of step `step`, closing a probe when its window is
+    /// complete (and a round's LearnParams after its last probe).
+    fn observe(&mut self, step: usize, loss: &[f64]) {
+        let m = self.mixture.len();
+        let closing = (step > 1)
+            .then(|| self.probe_at(step - 1, m))
+            .flatten()
+            .filter(|_| self.probe_at(step, m) != self.probe_at(step - 1, m));
+        if let Some((probe, k)) = closing {
+            self.window.push(loss.to_vec());
+            let span = (self.window.len() - 1) as f64;
+            for i in 0..m {
+                let series: Vec<f64> = self.window.iter().map(|l| l[i]).collect();
+                self.measured[i * m + k] = -slope(&series) * span;
+            }
+            self.window.clear();
+            if probe + 1 == m {
+                self.update();
+            }
+        }
+        if self.probe_at(step, m).is_some() {
+            self.window.push(loss.to_vec());
+        }
+    }
+
+    /// `A = G·W⁻¹`, normalised, and the exponentiated-gradient step on `p`.
+    fn update(&mut self) {
+        let m = self.mixture.len();
+        let d = (1.0 - self.one_hot) / (m - 1).max(1) as f64;
+        let c = self.one_hot - d;
+        self.law = (0..m * m)
+            .map(|ij| {
+                let row = &self.measured[ij / m * m..][..m];
+                (row[ij % m] - d * row.iter().sum::<f64>()) / c
+            })
+            .collect();
+        let normalised = normalise(&self.law);
+        for (j, p) in self.mixture.iter_mut().enumerate() {
+            let gain: f64 = (0..m).map(|i| normalised[i * m + j]).sum();
+            *p *= (self.eta * gain).exp();
+        }
+        let total: f64 = self.mixture.iter().sum();
+        self.mixture.iter_mut().for_each(|p| *p /= total);
+        self.measured.iter_mut().for_each(|g| *g = 0.0);
+    }
+}
+
+/// Aioli's `aioli_normalize_A`: shifted by the smallest entry when negative,
+/// then scaled to sum 1 (unchanged when all are 0).
+fn normalise(law: &[f64]) -> Vec<f64> {
+    let min = law.iter().copied().fold(f64::INFINITY, f64::min);
+    let shifted: Vec<f64> = law.iter().map(|a| a - min.min(0.0)).collect();
+    let total: f64 = shifted.iter().sum();
+    if total > 0.0 && total.is_finite() {
+        shifted.iter().map(|a| a / total).collect()
+    } else {
+        vec![0.0; law.len()]
+    }
+}
+
+/// The least-squares slope of `series` against its index, over its finite
+/// points (0 with fewer than two).
+fn slope(series: &[f64]) -> f64 {
+    let points: Vec<(f64, f64)> = series
+        .iter()
+        .enumerate()
+        .filter(|(_, y)| y.is_finite())
+        .map(|(x, &y)| (x as f64, y))
+        .collect();
+    if points.len() < 2 {
+        return 0.0;
+    }
+    let n = points.len() as f64;
+    let (mx, my) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x / n, b + y / n));
+    let (sxy, sxx) = points.iter().fold((0.0, 0.0), |(a, b), (x, y)| {
+        (a + (x - mx) * (y - my), b + (x - mx) * (x - mx))
+    });
+    sxy / sxx
+}
+
+impl Default for AioliMixer {
+    /// Rounds of 50 steps, probes of 4 steps at share 0.6, `η` = 2.
+    fn default() -> Self {
+        Self::new(50, 4, 0.6, 2.0).expect("the defaults are in range")
+    }
+}
+
+impl Mixer for AioliMixer {
+    fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
+        let m = stats.names.len();
+        if self.mixture.len() != m {
+            self.mixture = vec![1.0 / m as f64; m];
+            self.measured = vec![0.0; m * m];
+            self.window.clear();
+        }
+        if m < 2 {
+            return self.mixture.clone();
+        }
+        if stats.step > 0 {
+            self.observe(stats.step, stats.loss);
+        }
+        match self.probe_at(stats.step + 1, m) {
+            Some((_, k)) => self.probe_mixture(k, m),
+            None => self.mixture.clone(),
+        }
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        let nan_free = |v: &[f64]| -> Vec<Option<f64>> {
+            v.iter().map(|x| x.is_finite().then_some(*x)).collect()
+        };
+        Some(serde_json::json!({
+            "mixture": self.mixture,
+            "measured": self.measured,
+            "window": self.window.iter().map(|l| nan_free(l)).collect::<Vec<_>>(),
+            "law": self.law,
+        }))
+    }
+
+    fn restore(&mut self, state: &serde_json::Value) -> std::result::Result<(), String> {
+        let mixture = numbers(field(state, "mixture")?)?;
+        let measured = numbers(field(state, "measured")?)?;
+        let law = numbers(field(state, "law")?)?;
+        let window = field(state, "window")?
+            .as_array()
+            .ok_or("`window` is not a list")?
+            .iter()
+            .map(numbers)
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let m = mixture.len();
+        let square = |v: &[f64]| v.is_empty() || v.len() == m * m;
+        if measured.len() != m * m || !square(&law) || window.iter().any(|l| l.len() != m) {
+            return Err(format!("does not hold {m} domains' numbers throughout"));
+        }
+        (self.mixture, self.measured, self.window, self.law) = (mixture, measured, window, law);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapt::mixer::MixUnit;
+
+    fn stats<'a>(step: usize, names: &'a [String], loss: &'a [f64]) -> SourceStats<'a> {
+        SourceStats {
+            step,
+            names,
+            loss,
+            tokens: &[],
+            source_tokens: &[10, 10, 10],
+            unit: MixUnit::Tokens,
+            seen: &[0, 0, 0],
+            positions: &[0, 0, 0],
+            sizes: &[10, 10, 10],
+            weights: &[1.0, 1.0, 1.0],
+            last_eval: None,
+        }
+    }
+
+    #[test]
+    fn slope_is_least_squares_over_finite_points() {
+        assert!((slope(&[3.0, 2.0, 1.0]) + 1.0).abs() < 1e-12);
+        // y = 1, 3, 2 at x = 0, 1, 2: slope 0.5.
+        assert!((slope(&[1.0, 3.0, 2.0]) - 0.5).abs() < 1e-12);
+        assert_eq!(slope(&[f64::NAN, 2.0]), 0.0);
+        assert!((slope(&[4.0, f64::NAN, 2.0]) + 1.0).abs() < 1e-12);
+    }
+
+    /// Two domains, probes of 2 steps at share 0.75 (`W = [[.75, .25], [.25,
+    /// .75]]`), rounds of 5 steps: steps 1–2 probe domain 0, 3–4 domain 1, 5 on
+    /// `p`. The losses fall as a known `A` says, so LearnParams must recover it;
+    /// then `p` moves by Aioli's exponentiated gradient, by hand.
+    #[test]
+    fn recovers_a_known_mixing_law_and_takes_the_papers_step() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let truth = [[0.4, 0.1], [0.0, 0.2]];
+        let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0).unwrap();
+        let mut loss = [5.0, 6.0];
+        let mut given = vec![mixer.weights(&stats(0, &names, &[f64::NAN; 2]))];
+        for step in 1..=5 {
+            // Step `step` trained on the mixture given before it; its loss was
+            // measured before its update.
+            let observed = loss;
+            let p = given.last().unwrap().clone();
+            for (i, row) in truth.iter().enumerate() {
+                loss[i] -= row[0] * p[0] + row[1] * p[1];
+            }
+            given.push(mixer.weights(&stats(step, &names, &observed)));
+        }
+        assert_eq!(given[0], [0.75, 0.25]);
+        assert_eq!(given[2], [0.25, 0.75]);
+        assert_eq!(given[4], [0.5, 0.5], "step 5 trains on p");
+        // Each probe lasts 2 steps: the law is per 2 steps.
+        let law = mixer.mixing_law();
+        for (got, want) in law.iter().zip(truth.iter().flatten()) {
+            assert!((got - 2.0 * want).abs() < 1e-9, "{law:?}");
+        }
+        // Normalised A = [.8, .2, 0, .4] / 1.4; column sums 0.8/1.4 and 0.6/1.4.
+        let (g0, g1): (f64, f64) = (0.8 / 1.4, 0.6 / 1.4);
+        let (w0, w1) = (g0.exp(), g1.exp());
+        let p = mixer.mixture();
+        assert!((p[0] - w0 / (w0 + w1)).abs() < 1e-12, "{p:?}");
+        // Round 2 probes in the rotated order: domain 1 first.
+        assert_eq!(given[5], [0.25, 0.75]);
+    }
+
+    /// Three domains: the closed-form `W⁻¹` against solving `G = A·W` by hand,
+    /// and a shifted normalisation when `A` has a negative entry.
+    #[test]
+    fn three_domains_invert_the_probe_mixtures() {
+        let mut mixer = AioliMixer::new(20, 2, 0.6, 0.5).unwrap();
+        mixer.mixture = vec![0.2, 0.3, 0.5];
+        // A = [[1, 0, 0], [0, 2, -1], [0, 0, 3]] and W (0.6 / 0.2): G = A·W.
+        let a = [[1.0, 0.0, 0.0], [0.0, 2.0, -1.0], [0.0, 0.0, 3.0]];
+        let w = |j: usize, k: usize| if j == k { 0.6 } else { 0.2 };
+        mixer.measured = (0..9)
+            .map(|ik| (0..3).map(|j| a[ik / 3][j] * w(j, ik % 3)).sum())
+            .collect();
+        mixer.update();
+        for (got, want) in mixer.mixing_law().iter().zip(a.iter().flatten()) {
+            assert!((got - want).abs() < 1e-12);
+        }
+        // Shifted by 1: [[2, 1, 1], [1, 3, 0], [1, 1, 4]], sum 14, column sums
+        // (4, 5, 5) / 14.
+        let raw: Vec<f64> = [0.2, 0.3, 0.5]
+            .iter()
+            .zip([4.0, 5.0, 5.0])
+            .map(|(p, g): (&f64, f64)| p * (0.5 * g / 14.0).exp())
+            .collect();
+        let total: f64 = raw.iter().sum();
+        for (got, want) in mixer.mixture().iter().zip(&raw) {
+            assert!((got - want / total).abs() < 1e-12);
+        }
+        assert!(mixer.measured.iter().all(|g| *g == 0.0), "a new round starts");
+    }
+
+    #[test]
+    fn state_round_trips_and_bad_settings_are_typed() {
+        let names = vec!["a".to_string(), "b".to_string(), "c".to_string()];
+        let mut mixer = AioliMixer::default();
+        mixer.weights(&stats(0, &names, &[f64::NAN; 3]));
+        for step in 1..=7 {
+            mixer.weights(&stats(step, &names, &[5.0 - step as f64 * 0.1, f64::NAN, 4.0]));
+        }
+        let state = serde_json::from_str(&mixer.state().unwrap().to_string()).unwrap();
+        let mut other = AioliMixer::default();
+        other.restore(&state).unwrap();
+        for step in 8..=60 {
+            let loss = [5.0 - step as f64 * 0.1, 3.0, 4.0 - step as f64 * 0.01];
+            let (a, b) = (mixer.weights(&stats(step, &names, &loss)), other.weights(&stats(step, &names, &loss)));
+            assert_eq!(a, b, "step {step}");
+        }
+        assert!(other.restore(&serde_json::json!({"mixture": [0.5, 0.5]})).is_err());
+        for bad in [
+            AioliMixer::new(50, 1, 0.6, 1.0),
+            AioliMixer::new(50, 4, 0.5, 1.0),
+            AioliMixer::new(50, 4, 0.6, f64::NAN),
+        ] {
+            assert!(matches!(bad, Err(Error::Settings(SettingsError::InvalidSetting { .. }))));
+        }
+    }
+}
