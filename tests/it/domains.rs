@@ -91,7 +91,7 @@ struct MixedDecoder {
 }
 
 /// No schedule of its own: `--max-tokens-per-batch N --packed-token-budget`
-/// sizes every step in tokens.
+/// sizes every step in tokens. Aioli mixes (short rounds: probes of 2 steps).
 #[adaptive_trainer(reweight = token_count, drop_last = false, seed = 7)]
 struct MixedBudgetDecoder {
     #[model]
@@ -99,7 +99,7 @@ struct MixedBudgetDecoder {
     #[optimizer]
     opt: adabatch::optim::AdamW,
     #[mixer]
-    mixer: Exp3Mixer,
+    mixer: adabatch::AioliMixer,
 }
 
 struct Prepared {
@@ -303,7 +303,8 @@ fn train_in_tokens(p: &Prepared, args: &TrainingArgs) -> adabatch::TrainSummary 
         |ctx: &RankContext| {
             let model = decoder::Decoder::new(config, ctx)?;
             let opt = decoder::optimizer(&model, 1e-2)?;
-            Ok(MixedBudgetDecoder::new(model, opt, Exp3Mixer::default()))
+            let aioli = adabatch::AioliMixer::new(7, 2, 0.6, 2.0)?;
+            Ok(MixedBudgetDecoder::new(model, opt, aioli))
         },
     )
     .unwrap()
@@ -313,8 +314,8 @@ fn train_in_tokens(p: &Prepared, args: &TrainingArgs) -> adabatch::TrainSummary 
 /// A mixed global batch in tokens (`--max-tokens-per-batch N
 /// --packed-token-budget`): every step as many documents as fit in N tokens,
 /// every document once per pass over its domain, one rank of the budget equal to
-/// two, and a run resumed on three ranks equal to the uninterrupted run (the
-/// mixer's state included).
+/// two, and a run resumed on three ranks equal to the uninterrupted run (Aioli's
+/// state included: the checkpoint falls within a probe).
 #[test]
 fn a_mixed_batch_in_tokens_fills_the_budget_once_per_pass_and_resumes() {
     let p = prepared("domains-in-tokens");
@@ -339,17 +340,22 @@ fn a_mixed_batch_in_tokens_fills_the_budget_once_per_pass_and_resumes() {
     let whole = read_log(&log);
     let steps = indices(&whole);
     assert!(steps.len() > 8, "{} steps", steps.len());
+    let longest = lengths.iter().copied().max().unwrap();
+    let mut not_filled = 0;
     for (k, step) in steps.iter().enumerate() {
         let tokens: usize = step.iter().map(|&i| lengths[i]).sum();
         assert!(
             tokens <= max_tokens || step.len() == 1,
             "step {k}: {tokens} tokens"
         );
-        assert!(
-            tokens > max_tokens / 2,
-            "step {k} holds only {tokens} tokens"
-        );
+        // Filled: no document more would have fitted, but where an epoch ends.
+        not_filled += usize::from(tokens + longest <= max_tokens);
     }
+    let epochs = whole.last().unwrap().epoch.ceil() as usize;
+    assert!(
+        not_filled <= epochs,
+        "{not_filled} steps were not filled in {epochs} epochs"
+    );
     let spec = train_set.sources().unwrap();
     for (s, name) in spec.names.iter().enumerate() {
         let drawn: Vec<usize> = whole
@@ -377,9 +383,10 @@ fn a_mixed_batch_in_tokens_fills_the_budget_once_per_pass_and_resumes() {
         assert_eq!(a.indices.concat(), b.indices.concat(), "step {}", a.step);
         let (wa, wb) = (&a.sources.mix_weights, &b.sources.mix_weights);
         for (name, w) in wa.as_ref().unwrap() {
-            // Other ranks sum the losses in another order.
+            // Other ranks sum the losses in another order, and Aioli's law is a
+            // difference of losses: the rounding grows in it, not past 1e-4.
             assert!(
-                (w - wb.as_ref().unwrap()[name]).abs() < 1e-6,
+                (w - wb.as_ref().unwrap()[name]).abs() < 1e-4,
                 "step {}",
                 a.step
             );
