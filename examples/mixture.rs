@@ -96,6 +96,9 @@ struct Cli {
     /// take.
     #[arg(long, requires = "new_domain", value_parser = parse_ramp)]
     replay_ramp: Option<(f64, f64)>,
+    /// `--mixer aioli`'s step size η (`adabatch::AioliMixer::new(50, 4, 0.6, η)`).
+    #[arg(long, default_value_t = 2.0)]
+    aioli_eta: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -287,7 +290,7 @@ fn mixer_of(cli: &Cli, curriculum: Option<CurriculumMixer>) -> adabatch::Result<
     }
     let mixer: Box<dyn Mixer> = match cli.mixer {
         MixerChoice::Odm => Box::new(Exp3Mixer::default()),
-        MixerChoice::Aioli => Box::new(AioliMixer::default()),
+        MixerChoice::Aioli => Box::new(AioliMixer::new(50, 4, 0.6, cli.aioli_eta)?),
         _ => Box::new(OnlineMixer::default()),
     };
     Ok(match cli.replay_budget {
