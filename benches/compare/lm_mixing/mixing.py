@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "target/lm-mixing")
-MIXERS = ["stratified", "stratified28", "uniform", "online", "odm"]
+MIXERS = ["stratified", "stratified28", "uniform", "online", "odm", "aioli"]
 
 
 def load(name):
@@ -62,9 +62,10 @@ def mixer_table():
             + f" | {pm([r['mean'] for r in rs])} | {pm([r['worst'] for r in rs])}"
             + f" | {statistics.fmean(r['steps'] for r in rs):.0f} | {share} |"
         )
-    for baseline, why in (
-        ("stratified", "at 32 documents a step, as the others"),
-        ("stratified28", "at 28 documents a step: about the others' tokens a step"),
+    for baseline, why, slack in (
+        ("stratified", "size proportions, as many documents or tokens a step as the others", 0.0),
+        ("stratified28", "at 28 documents a step: about the others' tokens a step", 0.0),
+        ("uniform", "the bar of the issue: a mean within 0.01 of uniform's", 0.01),
     ):
         base = runs.get(baseline)
         if not base:
@@ -72,19 +73,21 @@ def mixer_table():
         b_worst = statistics.fmean(r["worst"] for r in base)
         b_mean = statistics.fmean(r["mean"] for r in base)
         print(
-            f"\nThe goal (Aioli's bar) against {baseline} ({why}): an online mixer below its "
-            f"worst domain ({b_worst:.4f}) and no worse on the mean ({b_mean:.4f}).\n"
+            f"\nThe goal against {baseline} ({why}): an online mixer below its "
+            f"worst domain ({b_worst:.4f}) and at most {slack} above its mean ({b_mean:.4f}).\n"
         )
         print("| mixer | worst − baseline's | mean − baseline's | wins on worst (seeds) | meets the goal |")
         print("|---|---:|---:|---:|---|")
-        for m in ("online", "odm", "uniform"):
+        for m in ("online", "odm", "aioli", "uniform"):
+            if m == baseline:
+                continue
             rs = runs.get(m)
             if not rs:
                 continue
             worst = statistics.fmean(r["worst"] for r in rs)
             mean = statistics.fmean(r["mean"] for r in rs)
             wins = sum(1 for r, b in zip(rs, base) if r["worst"] < b["worst"])
-            ok = worst < b_worst and mean <= b_mean + 1e-9
+            ok = worst < b_worst and mean <= b_mean + slack + 1e-9
             print(
                 f"| {m} | {worst - b_worst:+.4f} | {mean - b_mean:+.4f} | {wins} of {min(len(rs), len(base))} | {'yes' if ok else 'no'} |"
             )
