@@ -96,9 +96,16 @@ struct Cli {
     /// take.
     #[arg(long, requires = "new_domain", value_parser = parse_ramp)]
     replay_ramp: Option<(f64, f64)>,
-    /// `--mixer aioli`'s step size η (`adabatch::AioliMixer::new(50, 4, 0.6, η)`).
+    /// `--mixer aioli`'s step size η (`adabatch::AioliMixer::new(ROUND, 4, 0.6, η)`).
     #[arg(long, default_value_t = 2.0)]
     aioli_eta: f64,
+    /// `--mixer aioli`'s round: steps from one LearnParams to the next.
+    #[arg(long, default_value_t = 50)]
+    aioli_round: usize,
+    /// `--mixer aioli`: average the laws over rounds with this weight of the past
+    /// (`AioliMixer::with_smoothing`); without it, the paper's compounding step.
+    #[arg(long)]
+    aioli_smoothing: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -290,7 +297,13 @@ fn mixer_of(cli: &Cli, curriculum: Option<CurriculumMixer>) -> adabatch::Result<
     }
     let mixer: Box<dyn Mixer> = match cli.mixer {
         MixerChoice::Odm => Box::new(Exp3Mixer::default()),
-        MixerChoice::Aioli => Box::new(AioliMixer::new(50, 4, 0.6, cli.aioli_eta)?),
+        MixerChoice::Aioli => {
+            let aioli = AioliMixer::new(cli.aioli_round, 4, 0.6, cli.aioli_eta)?;
+            Box::new(match cli.aioli_smoothing {
+                Some(s) => aioli.with_smoothing(s),
+                None => aioli,
+            })
+        }
         _ => Box::new(OnlineMixer::default()),
     };
     Ok(match cli.replay_budget {

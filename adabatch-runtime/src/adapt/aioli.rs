@@ -26,7 +26,10 @@
 //! does not depend on the loss's scale). Then `p_j ← p_j · exp(η Σ_i A_ij)`,
 //! normalised: exponentiated gradient on the total loss. Between the probes of
 //! one round and the next the run trains on `p` (uniform before the first
-//! update).
+//! update). With [`AioliMixer::with_smoothing`] (the `ema` option of the mixtera
+//! implementation) the normalised laws are averaged over rounds, `Ā ← s·Ā + (1 −
+//! s)·A`, and `p_j ∝ exp(η Σ_i Ā_ij)` from uniform instead: one round's noisy
+//! estimate then moves the mixture less, and errors do not compound.
 //!
 //! **Counted in tokens, resumed exactly.** Its position is the step, which the
 //! engine gives it; its state is `p`, the columns measured this round, the probe's
@@ -52,6 +55,11 @@ pub struct AioliMixer {
     window: Vec<Vec<f64>>,
     /// The last estimate of `A`, row-major (empty before the first).
     law: Vec<f64>,
+    /// The average of the normalised laws, `Ā` (with smoothing; empty before the
+    /// first).
+    smoothed: Vec<f64>,
+    /// `s`, the weight of the past in `Ā` (`None`: the paper's compounding step).
+    smoothing: Option<f64>,
 }
 
 impl AioliMixer {
@@ -86,7 +94,17 @@ impl AioliMixer {
             measured: Vec::new(),
             window: Vec::new(),
             law: Vec::new(),
+            smoothed: Vec::new(),
+            smoothing: None,
         })
+    }
+
+    /// The same mixer with the normalised laws averaged over rounds (weight `s` of
+    /// the past, in `[0, 1)`; clamped) and `p` computed from uniform by the
+    /// average (see the module documentation).
+    pub fn with_smoothing(mut self, s: f64) -> Self {
+        self.smoothing = Some(if s.is_finite() { s.clamp(0.0, 0.999) } else { 0.0 });
+        self
     }
 
     /// The mixture `p` trained between probes.
@@ -157,7 +175,18 @@ impl AioliMixer {
                 (row[ij % m] - d * row.iter().sum::<f64>()) / c
             })
             .collect();
-        let normalised = normalise(&self.law);
+        let mut normalised = normalise(&self.law);
+        if let Some(s) = self.smoothing {
+            if self.smoothed.len() == normalised.len() {
+                for (mean, a) in self.smoothed.iter_mut().zip(&normalised) {
+                    *mean = s * *mean + (1.0 - s) * a;
+                }
+            } else {
+                self.smoothed = normalised;
+            }
+            normalised = self.smoothed.clone();
+            self.mixture.iter_mut().for_each(|p| *p = 1.0);
+        }
         for (j, p) in self.mixture.iter_mut().enumerate() {
             let gain: f64 = (0..m).map(|i| normalised[i * m + j]).sum();
             *p *= (self.eta * gain).exp();
@@ -239,6 +268,7 @@ impl Mixer for AioliMixer {
             "measured": self.measured,
             "window": self.window.iter().map(|l| nan_free(l)).collect::<Vec<_>>(),
             "law": self.law,
+            "smoothed": self.smoothed,
         }))
     }
 
@@ -246,6 +276,10 @@ impl Mixer for AioliMixer {
         let mixture = numbers(field(state, "mixture")?)?;
         let measured = numbers(field(state, "measured")?)?;
         let law = numbers(field(state, "law")?)?;
+        let smoothed = match state.get("smoothed") {
+            Some(value) => numbers(value)?,
+            None => Vec::new(),
+        };
         let window = field(state, "window")?
             .as_array()
             .ok_or("`window` is not a list")?
@@ -254,10 +288,15 @@ impl Mixer for AioliMixer {
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let m = mixture.len();
         let square = |v: &[f64]| v.is_empty() || v.len() == m * m;
-        if measured.len() != m * m || !square(&law) || window.iter().any(|l| l.len() != m) {
+        if measured.len() != m * m
+            || !square(&law)
+            || !square(&smoothed)
+            || window.iter().any(|l| l.len() != m)
+        {
             return Err(format!("does not hold {m} domains' numbers throughout"));
         }
-        (self.mixture, self.measured, self.window, self.law) = (mixture, measured, window, law);
+        (self.mixture, self.measured, self.window) = (mixture, measured, window);
+        (self.law, self.smoothed) = (law, smoothed);
         Ok(())
     }
 }
@@ -360,16 +399,36 @@ mod tests {
         assert!(mixer.measured.iter().all(|g| *g == 0.0), "a new round starts");
     }
 
+    /// With smoothing: the first round's normalised law is the average, the second
+    /// mixes in at `1 − s`, and `p` comes from uniform each time.
+    #[test]
+    fn smoothing_averages_the_laws_and_starts_from_uniform() {
+        let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0).unwrap().with_smoothing(0.5);
+        mixer.mixture = vec![0.9, 0.1];
+        // G = A·W with A = [[1, 0], [0, 1]]: the identity, normalised to 0.5 each.
+        let w = [[0.75, 0.25], [0.25, 0.75]];
+        mixer.measured = vec![w[0][0], w[0][1], w[1][0], w[1][1]];
+        mixer.update();
+        assert_eq!(mixer.mixture(), [0.5, 0.5], "equal gains from uniform");
+        // A = [[1, 0], [1, 0]]: normalised [[.5, 0], [.5, 0]]; averaged with the
+        // identity's [[.5, 0], [0, .5]] at 0.5: [[.5, 0], [.25, .25]].
+        mixer.measured = vec![w[0][0], w[0][1], w[0][0], w[0][1]];
+        mixer.update();
+        let (g0, g1): (f64, f64) = (0.75, 0.25);
+        let p0 = g0.exp() / (g0.exp() + g1.exp());
+        assert!((mixer.mixture()[0] - p0).abs() < 1e-12, "{:?}", mixer.mixture());
+    }
+
     #[test]
     fn state_round_trips_and_bad_settings_are_typed() {
         let names = vec!["a".to_string(), "b".to_string(), "c".to_string()];
-        let mut mixer = AioliMixer::default();
+        let mut mixer = AioliMixer::default().with_smoothing(0.5);
         mixer.weights(&stats(0, &names, &[f64::NAN; 3]));
         for step in 1..=7 {
             mixer.weights(&stats(step, &names, &[5.0 - step as f64 * 0.1, f64::NAN, 4.0]));
         }
         let state = serde_json::from_str(&mixer.state().unwrap().to_string()).unwrap();
-        let mut other = AioliMixer::default();
+        let mut other = AioliMixer::default().with_smoothing(0.5);
         other.restore(&state).unwrap();
         for step in 8..=60 {
             let loss = [5.0 - step as f64 * 0.1, 3.0, 4.0 - step as f64 * 0.01];
