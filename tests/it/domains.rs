@@ -257,6 +257,27 @@ fn domains_mix_in_tokens_once_per_source_epoch_on_one_to_three_ranks() {
     std::fs::remove_dir_all(&p.dir).ok();
 }
 
+/// A run resumed after step `from` against the uninterrupted run: the same steps,
+/// each with the same documents and mixing weights within `tolerance`; the pairs.
+fn resumed_alike<'a>(
+    after: &'a [StepLog],
+    whole: &'a [StepLog],
+    from: usize,
+    tolerance: f64,
+) -> Vec<(&'a StepLog, &'a StepLog)> {
+    let tail: Vec<&StepLog> = whole.iter().filter(|l| l.step > from).collect();
+    assert_eq!(after.len(), tail.len());
+    for (a, b) in after.iter().zip(&tail) {
+        assert_eq!(a.indices.concat(), b.indices.concat(), "step {}", a.step);
+        let (wa, wb) = (&a.sources.mix_weights, &b.sources.mix_weights);
+        for (name, w) in wa.as_ref().unwrap() {
+            let other = wb.as_ref().unwrap()[name];
+            assert!((w - other).abs() < tolerance, "step {}", a.step);
+        }
+    }
+    after.iter().zip(tail).collect()
+}
+
 #[test]
 fn a_mixed_run_resumed_on_another_number_of_ranks_continues_alike() {
     let p = prepared("domains-resume");
@@ -275,18 +296,7 @@ fn a_mixed_run_resumed_on_another_number_of_ranks_continues_alike() {
     resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-5"));
     train(&p, &resumed);
     let after = read_log(&resumed_log);
-    let tail: Vec<&StepLog> = whole.iter().filter(|l| l.step > 5).collect();
-    assert_eq!(after.len(), tail.len());
-    for (a, b) in after.iter().zip(tail) {
-        assert_eq!(a.indices.concat(), b.indices.concat(), "step {}", a.step);
-        let (wa, wb) = (&a.sources.mix_weights, &b.sources.mix_weights);
-        for (name, w) in wa.as_ref().unwrap() {
-            assert!(
-                (w - wb.as_ref().unwrap()[name]).abs() < 1e-6,
-                "step {}",
-                a.step
-            );
-        }
+    for (a, b) in resumed_alike(&after, &whole, 5, 1e-6) {
         assert!((a.loss - b.loss).abs() < 1e-4 * b.loss, "step {}", a.step);
     }
     std::fs::remove_dir_all(&p.dir).ok();
@@ -377,21 +387,9 @@ fn a_mixed_batch_in_tokens_fills_the_budget_once_per_pass_and_resumes() {
     resumed.save.resume_from_checkpoint = Some(p.dir.join("out-2").join("checkpoint-4"));
     train_in_tokens(&p, &resumed);
     let after = read_log(&resumed_log);
-    let tail: Vec<&StepLog> = whole.iter().filter(|l| l.step > 4).collect();
-    assert_eq!(after.len(), tail.len());
-    for (a, b) in after.iter().zip(tail) {
-        assert_eq!(a.indices.concat(), b.indices.concat(), "step {}", a.step);
-        let (wa, wb) = (&a.sources.mix_weights, &b.sources.mix_weights);
-        for (name, w) in wa.as_ref().unwrap() {
-            // Other ranks sum the losses in another order, and Aioli's law is a
-            // difference of losses: the rounding grows in it, not past 1e-4.
-            assert!(
-                (w - wb.as_ref().unwrap()[name]).abs() < 1e-4,
-                "step {}",
-                a.step
-            );
-        }
-    }
+    // Other ranks sum the losses in another order, and Aioli's law is a
+    // difference of losses: the rounding grows in it, not past 1e-4.
+    resumed_alike(&after, &whole, 4, 1e-4);
     std::fs::remove_dir_all(&p.dir).ok();
 }
 

@@ -1172,6 +1172,27 @@ proptest! {
     }
 }
 
+/// Random lengths (1 to 39 tokens) for every example of `c`, seeded, and `c`'s
+/// weights made shares of those tokens.
+fn in_tokens(c: &mut Case, seed: u64) -> std::sync::Arc<[usize]> {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let lengths: Vec<usize> = (0..c.spec.sizes.iter().sum::<usize>())
+        .map(|_| rng.random_range(1..40))
+        .collect();
+    c.spec.unit = MixUnit::Tokens;
+    c.spec.tokens = (0..c.spec.sizes.len())
+        .map(|s| {
+            let start = c.spec.offset(s);
+            lengths[start..start + c.spec.sizes[s]]
+                .iter()
+                .map(|&l| l as u64)
+                .sum()
+        })
+        .collect();
+    lengths.into()
+}
+
 /// Weights as shares of tokens and a run length in tokens: `cases()` with a random
 /// length per example, and a budget of `tenths / 10` of all the tokens.
 fn token_planner(
@@ -1206,22 +1227,10 @@ proptest! {
         cut in 1usize..10,
         other in 1usize..4,
     ) {
-        use rand::{Rng, SeedableRng};
         let mut c = c;
         c.drop_last = false;
         c.spec.weights.iter_mut().for_each(|w| *w = w.max(1.0));
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(length_seed);
-        let lengths: Vec<usize> = (0..c.spec.sizes.iter().sum::<usize>())
-            .map(|_| rng.random_range(1..40))
-            .collect();
-        c.spec.unit = MixUnit::Tokens;
-        c.spec.tokens = (0..c.spec.sizes.len())
-            .map(|s| {
-                let start = c.spec.offset(s);
-                lengths[start..start + c.spec.sizes[s]].iter().map(|&l| l as u64).sum()
-            })
-            .collect();
-        let lengths: std::sync::Arc<[usize]> = lengths.into();
+        let lengths = in_tokens(&mut c, length_seed);
         let budget = lengths.iter().sum::<usize>() as u64 * tenths / 10;
         let mut steps = Vec::new();
         drain(&mut token_planner(&c, &lengths, budget, (world, world)), &mut steps, 5_000);
@@ -1330,22 +1339,10 @@ proptest! {
         cut in 1usize..10,
         other in 1usize..4,
     ) {
-        use rand::{Rng, SeedableRng};
         let mut c = c;
         c.spec.stopping = [StoppingStrategy::Primary, StoppingStrategy::FirstExhausted, StoppingStrategy::AllExhausted][stopping];
         c.spec.weights.iter_mut().for_each(|w| *w = w.max(1.0));
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(length_seed);
-        let lengths: Vec<usize> = (0..c.spec.sizes.iter().sum::<usize>())
-            .map(|_| rng.random_range(1..40))
-            .collect();
-        c.spec.unit = MixUnit::Tokens;
-        c.spec.tokens = (0..c.spec.sizes.len())
-            .map(|s| {
-                let start = c.spec.offset(s);
-                lengths[start..start + c.spec.sizes[s]].iter().map(|&l| l as u64).sum()
-            })
-            .collect();
-        let lengths: std::sync::Arc<[usize]> = lengths.into();
+        let lengths = in_tokens(&mut c, length_seed);
         let longest = lengths.iter().copied().max().unwrap_or(1);
         let sources = c.spec.sizes.len();
         let reweight = move |step: usize| -> Option<Vec<f64>> {
