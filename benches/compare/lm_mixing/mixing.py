@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "target/lm-mixing")
-MIXERS = ["stratified", "stratified28", "uniform", "online", "odm", "aioli", "aioli-smooth"]
+MIXERS = ["stratified", "stratified28", "uniform", "online", "odm", "aioli", "aioli-smooth", "aioli-worst"]
 
 
 def load(name):
@@ -78,7 +78,7 @@ def mixer_table():
         )
         print("| mixer | worst − baseline's | mean − baseline's | wins on worst (seeds) | meets the goal |")
         print("|---|---:|---:|---:|---|")
-        for m in ("online", "odm", "aioli", "aioli-smooth", "uniform"):
+        for m in ("online", "odm", "aioli", "aioli-smooth", "aioli-worst", "uniform"):
             if m == baseline:
                 continue
             rs = runs.get(m)
