@@ -25,7 +25,8 @@
 //!   Exp3 bandit rewarded by each domain's training loss, α = 0.9;
 //! - `aioli`: Aioli (Chen et al. 2024), `adabatch::AioliMixer::default()`: every
 //!   50 steps a probe of 4 steps per domain estimates what each domain's data does
-//!   to every domain's loss, then an exponentiated-gradient step on the total.
+//!   to every domain's loss, then an exponentiated-gradient step on the total
+//!   (`--aioli-worst-temperature T`: on a soft worst domain instead).
 //!
 //! Shares are of tokens (`--mix-unit documents`: of documents). The run lasts
 //! `--max-train-tokens` (default 600,000; the learning rate's warm-up and cosine run
@@ -93,9 +94,10 @@ struct Cli {
     /// tokens at the start and at the end of the run, `FROM,TO` (e.g. `0,0.2`:
     /// 10 % in all, most of it late), linear in between and split evenly among
     /// them: `adabatch::CurriculumMixer` over the documents the run is expected to
-    /// take.
+    /// take. `FROM,TO,UNTIL`: TO is reached at the fraction UNTIL of the run and
+    /// kept (e.g. `0.4,0,0.5`: 10 % in all, within the first half).
     #[arg(long, requires = "new_domain", value_parser = parse_ramp)]
-    replay_ramp: Option<(f64, f64)>,
+    replay_ramp: Option<(f64, f64, f64)>,
     /// `--mixer aioli`'s step size η (`adabatch::AioliMixer::new(ROUND, 4, 0.6, η)`).
     #[arg(long, default_value_t = 2.0)]
     aioli_eta: f64,
@@ -106,6 +108,11 @@ struct Cli {
     /// (`AioliMixer::with_smoothing`); without it, the paper's compounding step.
     #[arg(long)]
     aioli_smoothing: Option<f64>,
+    /// `--mixer aioli`: descend a soft worst domain, the law's rows weighted by a
+    /// softmax of the domains' losses at this temperature in nats
+    /// (`AioliMixer::with_worst_focus`); without it, the paper's average loss.
+    #[arg(long)]
+    aioli_worst_temperature: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -132,14 +139,22 @@ enum Unit {
 }
 
 /// `FROM,TO`, two shares from 0 to 1.
-fn parse_ramp(text: &str) -> Result<(f64, f64), String> {
+fn parse_ramp(text: &str) -> Result<(f64, f64, f64), String> {
     let share = |s: &str| match s.trim().parse::<f64>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
         _ => Err(format!("{s:?} is not a share from 0 to 1")),
     };
-    match text.split_once(',') {
-        Some((from, to)) => Ok((share(from)?, share(to)?)),
-        None => Err(format!("{text:?}: give the replay's shares as FROM,TO")),
+    match text.split(',').collect::<Vec<_>>()[..] {
+        [from, to] => Ok((share(from)?, share(to)?, 1.0)),
+        [from, to, until] => match share(until)? {
+            0.0 => Err(format!(
+                "{text:?}: the ramp must end after the start (UNTIL > 0)"
+            )),
+            until => Ok((share(from)?, share(to)?, until)),
+        },
+        _ => Err(format!(
+            "{text:?}: give the replay's shares as FROM,TO or FROM,TO,UNTIL"
+        )),
     }
 }
 
@@ -298,11 +313,14 @@ fn mixer_of(cli: &Cli, curriculum: Option<CurriculumMixer>) -> adabatch::Result<
     let mixer: Box<dyn Mixer> = match cli.mixer {
         MixerChoice::Odm => Box::new(Exp3Mixer::default()),
         MixerChoice::Aioli => {
-            let aioli = AioliMixer::new(cli.aioli_round, 4, 0.6, cli.aioli_eta)?;
-            Box::new(match cli.aioli_smoothing {
-                Some(s) => aioli.with_smoothing(s),
-                None => aioli,
-            })
+            let mut aioli = AioliMixer::new(cli.aioli_round, 4, 0.6, cli.aioli_eta)?;
+            if let Some(s) = cli.aioli_smoothing {
+                aioli = aioli.with_smoothing(s);
+            }
+            if let Some(temperature) = cli.aioli_worst_temperature {
+                aioli = aioli.with_worst_focus(temperature)?;
+            }
+            Box::new(aioli)
         }
         _ => Box::new(OnlineMixer::default()),
     };
@@ -316,9 +334,10 @@ fn mixer_of(cli: &Cli, curriculum: Option<CurriculumMixer>) -> adabatch::Result<
     })
 }
 
-/// `--replay-ramp FROM,TO` as a curriculum over documents: the new domains share
-/// `1 − r`, the old ones `r` (evenly), `r` linear from FROM at the first document
-/// to TO at the last the run is expected to take (its tokens over the mean
+/// `--replay-ramp FROM,TO[,UNTIL]` as a curriculum over documents: the new domains
+/// share `1 − r`, the old ones `r` (evenly), `r` linear from FROM at the first
+/// document to TO at the fraction UNTIL (default 1) of those the run is expected to
+/// take, then TO (the run's documents: its tokens over the mean
 /// document length under the ramp's mean shares).
 fn replay_curriculum(
     cli: &Cli,
@@ -326,7 +345,7 @@ fn replay_curriculum(
     infos: &[adabatch::tokenize::CorpusInfo],
     args: &TrainingArgs,
 ) -> adabatch::Result<Option<CurriculumMixer>> {
-    let Some((from, to)) = cli.replay_ramp else {
+    let Some((from, to, until)) = cli.replay_ramp else {
         return Ok(None);
     };
     let conflict = |second, reason| {
@@ -373,13 +392,13 @@ fn replay_curriculum(
             })
             .collect()
     };
-    let mean = shares((from + to) / 2.0);
+    let mean = shares(until * (from + to) / 2.0 + (1.0 - until) * to);
     let per_token: f64 = mean
         .iter()
         .zip(infos)
         .map(|(w, info)| w * info.train_documents as f64 / info.train_tokens.max(1) as f64)
         .sum();
-    let documents = ((tokens as f64 * per_token).round() as usize).max(1);
+    let documents = ((tokens as f64 * per_token * until).round() as usize).max(1);
     CurriculumMixer::new(vec![(0, shares(from)), (documents, shares(to))]).map(Some)
 }
 

@@ -31,6 +31,14 @@
 //! s)·A`, and `p_j ∝ exp(η Σ_i Ā_ij)` from uniform instead: one round's noisy
 //! estimate then moves the mixture less, and errors do not compound.
 //!
+//! **A soft worst domain.** The paper's objective is the average loss, so the step
+//! favours the domains whose data lowers the total most, which are often not the
+//! worst. [`AioliMixer::with_worst_focus`] descends `Σ_i v_i L_i` instead, the
+//! law's rows weighted by `v = m·softmax(L̄/τ)`, `L̄` each domain's mean training
+//! loss over the round's probes (the group-DRO weights of DoReMi, Xie et al. 2023,
+//! on the losses themselves): `p_j ← p_j · exp(η Σ_i v_i A_ij)`. As `τ → ∞` it
+//! is the paper's step; a small `τ` follows the worst domain alone.
+//!
 //! **Counted in tokens, resumed exactly.** Its position is the step, which the
 //! engine gives it; its state is `p`, the columns measured this round, the probe's
 //! losses so far and the last `A`, all in the checkpoint. Every rank sees the same
@@ -60,6 +68,10 @@ pub struct AioliMixer {
     smoothed: Vec<f64>,
     /// `s`, the weight of the past in `Ā` (`None`: the paper's compounding step).
     smoothing: Option<f64>,
+    /// `τ` of the loss-weighted rows (`None`: the paper's average).
+    worst_focus: Option<f64>,
+    /// Each domain's summed per-probe mean training loss this round.
+    round_loss: Vec<f64>,
 }
 
 impl AioliMixer {
@@ -96,6 +108,8 @@ impl AioliMixer {
             law: Vec::new(),
             smoothed: Vec::new(),
             smoothing: None,
+            worst_focus: None,
+            round_loss: Vec::new(),
         })
     }
 
@@ -105,6 +119,22 @@ impl AioliMixer {
     pub fn with_smoothing(mut self, s: f64) -> Self {
         self.smoothing = Some(if s.is_finite() { s.clamp(0.0, 0.999) } else { 0.0 });
         self
+    }
+
+    /// The same mixer descending a soft worst domain: the law's rows weighted by
+    /// `m·softmax(L̄/τ)` of the domains' mean training losses over the round's
+    /// probes, at temperature `temperature` (in nats; see the module
+    /// documentation). A typed error for a temperature not finite and > 0.
+    pub fn with_worst_focus(mut self, temperature: f64) -> Result<Self> {
+        if !(temperature.is_finite() && temperature > 0.0) {
+            return Err(Error::Settings(SettingsError::InvalidSetting {
+                name: "aioli worst_focus",
+                value: temperature.to_string(),
+                expected: "a temperature in nats, finite and > 0",
+            }));
+        }
+        self.worst_focus = Some(temperature);
+        Ok(self)
     }
 
     /// The mixture `p` trained between probes.
@@ -153,6 +183,7 @@ impl AioliMixer {
             for i in 0..m {
                 let series: Vec<f64> = self.window.iter().map(|l| l[i]).collect();
                 self.measured[i * m + k] = -slope(&series) * span;
+                self.round_loss[i] += mean_finite(&series);
             }
             self.window.clear();
             if probe + 1 == m {
@@ -187,13 +218,40 @@ impl AioliMixer {
             normalised = self.smoothed.clone();
             self.mixture.iter_mut().for_each(|p| *p = 1.0);
         }
+        let rows = self.row_weights();
         for (j, p) in self.mixture.iter_mut().enumerate() {
-            let gain: f64 = (0..m).map(|i| normalised[i * m + j]).sum();
+            let gain: f64 = (0..m).map(|i| rows[i] * normalised[i * m + j]).sum();
             *p *= (self.eta * gain).exp();
         }
         let total: f64 = self.mixture.iter().sum();
         self.mixture.iter_mut().for_each(|p| *p /= total);
         self.measured.iter_mut().for_each(|g| *g = 0.0);
+        self.round_loss.iter_mut().for_each(|l| *l = 0.0);
+    }
+
+    /// `v`: 1 for every domain (the paper's average), or `m·softmax(L̄/τ)` with
+    /// a worst focus. A domain with no finite loss this round weighs as the
+    /// lightest (no evidence that it is the worst).
+    fn row_weights(&self) -> Vec<f64> {
+        let m = self.mixture.len();
+        let Some(tau) = self.worst_focus else {
+            return vec![1.0; m];
+        };
+        let finite: Vec<f64> = self.round_loss.iter().copied().filter(|l| l.is_finite()).collect();
+        let low = finite.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if finite.is_empty() {
+            return vec![1.0; m];
+        }
+        // The sums hold one mean per probe: m of them.
+        let exps: Vec<f64> = self
+            .round_loss
+            .iter()
+            .map(|&l| if l.is_finite() { l } else { low })
+            .map(|l| ((l - high) / (m as f64 * tau)).exp())
+            .collect();
+        let total: f64 = exps.iter().sum();
+        exps.iter().map(|e| m as f64 * e / total).collect()
     }
 }
 
@@ -208,6 +266,12 @@ fn normalise(law: &[f64]) -> Vec<f64> {
     } else {
         vec![0.0; law.len()]
     }
+}
+
+/// The mean of the finite points of `series` (NaN with none).
+fn mean_finite(series: &[f64]) -> f64 {
+    let finite: Vec<f64> = series.iter().copied().filter(|y| y.is_finite()).collect();
+    finite.iter().sum::<f64>() / finite.len() as f64
 }
 
 /// The least-squares slope of `series` against its index, over its finite
@@ -245,6 +309,7 @@ impl Mixer for AioliMixer {
         if self.mixture.len() != m {
             self.mixture = vec![1.0 / m as f64; m];
             self.measured = vec![0.0; m * m];
+            self.round_loss = vec![0.0; m];
             self.window.clear();
         }
         if m < 2 {
@@ -269,6 +334,7 @@ impl Mixer for AioliMixer {
             "window": self.window.iter().map(|l| nan_free(l)).collect::<Vec<_>>(),
             "law": self.law,
             "smoothed": self.smoothed,
+            "round_loss": nan_free(&self.round_loss),
         }))
     }
 
@@ -276,10 +342,12 @@ impl Mixer for AioliMixer {
         let mixture = numbers(field(state, "mixture")?)?;
         let measured = numbers(field(state, "measured")?)?;
         let law = numbers(field(state, "law")?)?;
-        let smoothed = match state.get("smoothed") {
-            Some(value) => numbers(value)?,
-            None => Vec::new(),
+        let optional = |name| match state.get(name) {
+            Some(value) => numbers(value),
+            None => Ok(Vec::new()),
         };
+        let smoothed = optional("smoothed")?;
+        let mut round_loss = optional("round_loss")?;
         let window = field(state, "window")?
             .as_array()
             .ok_or("`window` is not a list")?
@@ -287,16 +355,20 @@ impl Mixer for AioliMixer {
             .map(numbers)
             .collect::<std::result::Result<Vec<_>, _>>()?;
         let m = mixture.len();
+        if round_loss.is_empty() {
+            round_loss = vec![0.0; m];
+        }
         let square = |v: &[f64]| v.is_empty() || v.len() == m * m;
         if measured.len() != m * m
             || !square(&law)
             || !square(&smoothed)
             || window.iter().any(|l| l.len() != m)
+            || round_loss.len() != m
         {
             return Err(format!("does not hold {m} domains' numbers throughout"));
         }
         (self.mixture, self.measured, self.window) = (mixture, measured, window);
-        (self.law, self.smoothed) = (law, smoothed);
+        (self.law, self.smoothed, self.round_loss) = (law, smoothed, round_loss);
         Ok(())
     }
 }
@@ -419,16 +491,53 @@ mod tests {
         assert!((mixer.mixture()[0] - p0).abs() < 1e-12, "{:?}", mixer.mixture());
     }
 
+    /// The soft worst domain: with `A` the identity (normalised to 0.5 on the
+    /// diagonal), domain 0's mean loss 6 and domain 1's 5 over the round's two
+    /// probes, `τ = 1`: `v = 2·softmax(6, 5)`, and `p_j ∝ exp(η·0.5·v_j)` from
+    /// uniform, by hand. A huge `τ` is the paper's step.
+    #[test]
+    fn worst_focus_weights_the_laws_rows_by_a_softmax_of_the_losses() {
+        let w = [0.75, 0.25, 0.25, 0.75];
+        let focused = |tau: f64| {
+            let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0).unwrap().with_worst_focus(tau).unwrap();
+            mixer.mixture = vec![0.5, 0.5];
+            mixer.measured = w.to_vec();
+            mixer.round_loss = vec![2.0 * 6.0, 2.0 * 5.0];
+            mixer.update();
+            assert_eq!(mixer.round_loss, [0.0, 0.0], "a new round starts");
+            mixer.mixture
+        };
+        let e = 1f64.exp();
+        let v = [2.0 * e / (e + 1.0), 2.0 / (e + 1.0)];
+        let (w0, w1) = ((0.5 * v[0]).exp(), (0.5 * v[1]).exp());
+        let p = focused(1.0);
+        assert!((p[0] - w0 / (w0 + w1)).abs() < 1e-12, "{p:?}");
+        let paper = focused(1e12);
+        assert!((paper[0] - 0.5).abs() < 1e-9, "equal gains, as without a focus: {paper:?}");
+        // Through the probes: the round's losses are the means over each probe.
+        let names = vec!["a".to_string(), "b".to_string()];
+        let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0).unwrap().with_worst_focus(1.0).unwrap();
+        mixer.weights(&stats(0, &names, &[f64::NAN; 2]));
+        for (step, loss) in [[7.0, 5.0], [6.0, 5.0], [5.0, 5.5], [5.0, 5.0]].iter().enumerate() {
+            mixer.weights(&stats(step + 1, &names, loss));
+        }
+        // Probe 1's window is steps 1–3 (closed by step 3's loss); probe 2's is open.
+        let want = [(7.0 + 6.0 + 5.0) / 3.0, (5.0 + 5.0 + 5.5) / 3.0];
+        for (got, want) in mixer.round_loss.iter().zip(want) {
+            assert!((got - want).abs() < 1e-12, "{:?}", mixer.round_loss);
+        }
+    }
+
     #[test]
     fn state_round_trips_and_bad_settings_are_typed() {
         let names = vec!["a".to_string(), "b".to_string(), "c".to_string()];
-        let mut mixer = AioliMixer::default().with_smoothing(0.5);
+        let mut mixer = AioliMixer::default().with_smoothing(0.5).with_worst_focus(0.5).unwrap();
         mixer.weights(&stats(0, &names, &[f64::NAN; 3]));
         for step in 1..=7 {
             mixer.weights(&stats(step, &names, &[5.0 - step as f64 * 0.1, f64::NAN, 4.0]));
         }
         let state = serde_json::from_str(&mixer.state().unwrap().to_string()).unwrap();
-        let mut other = AioliMixer::default().with_smoothing(0.5);
+        let mut other = AioliMixer::default().with_smoothing(0.5).with_worst_focus(0.5).unwrap();
         other.restore(&state).unwrap();
         for step in 8..=60 {
             let loss = [5.0 - step as f64 * 0.1, 3.0, 4.0 - step as f64 * 0.01];
@@ -440,6 +549,8 @@ mod tests {
             AioliMixer::new(50, 1, 0.6, 1.0),
             AioliMixer::new(50, 4, 0.5, 1.0),
             AioliMixer::new(50, 4, 0.6, f64::NAN),
+            AioliMixer::default().with_worst_focus(0.0),
+            AioliMixer::default().with_worst_focus(f64::INFINITY),
         ] {
             assert!(matches!(bad, Err(Error::Settings(SettingsError::InvalidSetting { .. }))));
         }

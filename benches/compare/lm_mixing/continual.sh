@@ -48,7 +48,9 @@ for seed in "${seeds[@]}"; do
         # The same 10 % in all, most of it late (0 % of the tokens at the start
         # rising to 20 % at the end), or most of it early (20 % falling to 0):
         # --replay-ramp, adabatch::CurriculumMixer.
-        for ramp in 0,0.2:ramp0-20 0.2,0:ramp20-0; do
+        # And all of it in the first half: 40 % falling to 0 at half way
+        # (--replay-ramp 0.4,0,0.5).
+        for ramp in 0,0.2:ramp0-20 0.2,0:ramp20-0 0.4,0,0.5:ramp40-0-half; do
             train "${ramp#*:}-lr$rate-$seed" "${new_first[@]}" \
                 --init-from "$out/run-phase1-$seed" --new-domain python --replay-ramp "${ramp%:*}" \
                 --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 --eval-on-start \
