@@ -71,7 +71,7 @@ pub use adapt::aioli::AioliMixer;
 pub use adapt::goodput::{
     GoodputLog, GoodputReason, GoodputSpec, StepShape, StepTimeFit, StepTimeFn,
 };
-pub use adapt::lr::{LrScaling, LrSchedulerType};
+pub use adapt::lr::{LrScaling, LrSchedulerType, StableDecay};
 pub use adapt::mixer::{
     CurriculumMixer, Exp3Mixer, FnMixer, LastEval, MixFn, Mixer, OnlineMixer, SourceStats,
 };

@@ -313,7 +313,10 @@ fn train_in_tokens(p: &Prepared, args: &TrainingArgs) -> adabatch::TrainSummary 
         |ctx: &RankContext| {
             let model = decoder::Decoder::new(config, ctx)?;
             let opt = decoder::optimizer(&model, 1e-2)?;
-            let aioli = adabatch::AioliMixer::new(7, 2, 0.6, 2.0)?;
+            // The worst focus and the smoothing: all of Aioli's state travels.
+            let aioli = adabatch::AioliMixer::new(7, 2, 0.6, 2.0)?
+                .with_smoothing(0.5)
+                .with_worst_focus(1.0)?;
             Ok(MixedBudgetDecoder::new(model, opt, aioli))
         },
     )

@@ -234,6 +234,31 @@ fn cli_parses_every_flag() {
     }
     let a = TrainingArgs::try_parse_from(["train", "--lr-scheduler-type", "linear"]).unwrap();
     assert_eq!(a.lr.lr_scheduler_type, LrSchedulerType::Linear);
+    // HF's name, its phases as fractions.
+    let a = TrainingArgs::try_parse_from([
+        "train",
+        "--lr-scheduler-type",
+        "warmup_stable_decay",
+        "--lr-decay-ratio",
+        "0.1",
+        "--min-lr-ratio",
+        "0.01",
+        "--lr-stable-ratio",
+        "0.3",
+        "--lr-cooldown-ratio",
+        "0.2",
+    ])
+    .unwrap();
+    assert_eq!(a.lr.lr_scheduler_type, LrSchedulerType::WarmupStableDecay);
+    assert_eq!(
+        (
+            a.lr.lr_decay_ratio,
+            a.lr.min_lr_ratio,
+            a.lr.lr_stable_ratio,
+            a.lr.lr_cooldown_ratio
+        ),
+        (Some(0.1), Some(0.01), Some(0.3), Some(0.2))
+    );
     let a = TrainingArgs::try_parse_from(["train", "--dataloader-drop-last", "false"]).unwrap();
     assert_eq!(a.data.dataloader_drop_last, Some(false));
 }

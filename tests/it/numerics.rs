@@ -253,6 +253,24 @@ fn closed_form(kind: LrSchedulerType, base: f64, consumed: f64, warmup: f64, tot
         LrSchedulerType::Constant => 1.0,
         LrSchedulerType::Linear => 1.0 - progress,
         LrSchedulerType::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()),
+        LrSchedulerType::WarmupStableDecay => unreachable!("its closed form is infinite_schedule"),
+    }
+}
+
+/// Ibrahim et al.'s infinite schedule, written out by phases: the warm-up, a
+/// cosine from 1 to `stable` over `cooldown` examples, `stable` until `decay`
+/// examples before the end, then a cosine from `stable` to `min`.
+fn infinite_schedule(consumed: f64, warmup: f64, total: f64, phases: [f64; 4]) -> f64 {
+    let [stable, cooldown, decay, min] = phases;
+    let half_cosine = |t: f64| 0.5 * (1.0 + (std::f64::consts::PI * t.min(1.0)).cos());
+    if consumed < warmup {
+        consumed / warmup
+    } else if consumed < warmup + cooldown {
+        stable + (1.0 - stable) * half_cosine((consumed - warmup) / cooldown)
+    } else if consumed < total - decay {
+        stable
+    } else {
+        min + (stable - min) * half_cosine((consumed - (total - decay)) / decay)
     }
 }
 
@@ -299,6 +317,60 @@ fn linear_and_cosine_with_warmup_follow_examples_consumed() {
             assert_lr(&logs, kind, 0.01, 0.2, 40.0);
         }
     }
+}
+
+/// `warmup_stable_decay` on a growing batch, on 1 and 2 ranks: the logged rates
+/// follow the infinite schedule's phases over the 40 examples (warm-up 4, cooldown
+/// 8 to 0.4, stable, the last 10 decaying to 0.1); a phase flag without the kind,
+/// or phases longer than the run, are typed errors before the first step.
+#[test]
+fn warmup_stable_decay_follows_its_phases_over_examples_consumed() {
+    for world in [1, 2] {
+        let mut a = args(world, 1, 4);
+        a.lr.lr_scheduler_type = LrSchedulerType::WarmupStableDecay;
+        (a.lr.warmup_ratio, a.lr.learning_rate) = (0.1, 0.01);
+        a.lr.lr_stable_ratio = Some(0.4);
+        a.lr.lr_cooldown_ratio = Some(0.2);
+        a.lr.lr_decay_ratio = Some(0.25);
+        a.lr.min_lr_ratio = Some(0.1);
+        let logs = lr_run(&a, 10);
+        let mut consumed = 0;
+        for l in &logs {
+            let want = 0.01 * infinite_schedule(consumed as f64, 4.0, 40.0, [0.4, 8.0, 10.0, 0.1]);
+            assert!(
+                (l.learning_rate - want).abs() < 1e-12,
+                "step {}: {} vs {want}",
+                l.step,
+                l.learning_rate
+            );
+            consumed += l.global_batch;
+        }
+        assert_eq!(consumed, 40);
+        assert!(
+            logs.iter().any(|l| (l.learning_rate - 0.004).abs() < 1e-12),
+            "a stable phase"
+        );
+    }
+    let refused = |edit: fn(&mut TrainingArgs)| {
+        let mut a = args(1, 1, 4);
+        edit(&mut a);
+        let err = adabatch::Run::new(&dataset(10, 8), &collate, &a)
+            .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+            .err()
+            .expect("refused");
+        assert!(matches!(err, adabatch::Error::Settings(_)), "{err}");
+        err.to_string()
+    };
+    let message = refused(|a| a.lr.lr_decay_ratio = Some(0.2));
+    assert!(message.contains("warmup_stable_decay"), "{message}");
+    refused(|a| {
+        a.lr.lr_scheduler_type = LrSchedulerType::WarmupStableDecay;
+        (a.lr.warmup_ratio, a.lr.lr_cooldown_ratio) = (0.5, Some(0.4));
+    });
+    refused(|a| {
+        a.lr.lr_scheduler_type = LrSchedulerType::WarmupStableDecay;
+        (a.lr.lr_stable_ratio, a.lr.min_lr_ratio) = (Some(0.2), Some(0.3));
+    });
 }
 
 #[test]

@@ -20,6 +20,17 @@
 //! the rate is rescaled at every batch change (logged per step as
 //! `learning_rate`). The reference is part of a checkpoint's policy: a resume on
 //! any number of ranks continues with the same rates.
+//!
+//! # Warm-up, stable, decay
+//!
+//! `warmup_stable_decay` (HF's `get_wsd_schedule`; Hägele et al. 2024) holds the
+//! peak after the warm-up and decays only over the last `--lr-decay-ratio` of
+//! the run, by a cosine to `--min-lr-ratio` of the peak. With `--lr-stable-ratio
+//! R < 1` the rate first falls, by a cosine over `--lr-cooldown-ratio` of the run
+//! after the warm-up, to `R` of the peak and stays there: the *infinite* schedule
+//! of Ibrahim et al. 2024 ("Simple and scalable strategies to continually
+//! pre-train large language models"), whose stable phase a later run continues
+//! from without re-warming, and whose final decay is only for the model one keeps.
 
 use clap::ValueEnum;
 
@@ -34,6 +45,56 @@ pub enum LrSchedulerType {
     Linear,
     /// Cosine decay to 0 at the end of the run.
     Cosine,
+    /// Warm-up, a stable phase, and a cosine decay over the end of the run (see the
+    /// module documentation).
+    #[value(name = "warmup_stable_decay", alias = "wsd")]
+    WarmupStableDecay,
+}
+
+/// The phases of `warmup_stable_decay`, as fractions of the run (the warm-up is
+/// the schedule's own) and of the peak.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct StableDecay {
+    /// Fraction of the run in the final decay.
+    pub decay: f64,
+    /// The rate at the end, as a fraction of the peak.
+    pub min: f64,
+    /// The stable phase's rate as a fraction of the peak.
+    pub stable: f64,
+    /// Fraction of the run, after the warm-up, over which the rate falls from the
+    /// peak to the stable rate.
+    pub cooldown: f64,
+}
+
+impl Default for StableDecay {
+    /// The last 20 % of the run decays to 0 from the peak.
+    fn default() -> Self {
+        Self {
+            decay: 0.2,
+            min: 0.0,
+            stable: 1.0,
+            cooldown: 0.0,
+        }
+    }
+}
+
+impl StableDecay {
+    /// The shape (a fraction of the peak) at `x` of `total`, after a warm-up that
+    /// ended at `warmup`.
+    fn shape(&self, x: f64, warmup: f64, total: f64) -> f64 {
+        let cosine = |from: f64, to: f64, progress: f64| {
+            to + (from - to) * 0.5 * (1.0 + (std::f64::consts::PI * progress.clamp(0.0, 1.0)).cos())
+        };
+        let cooled = warmup + self.cooldown * total;
+        let decay_from = (total - self.decay * total).max(cooled);
+        if x < cooled {
+            cosine(1.0, self.stable, (x - warmup) / (cooled - warmup))
+        } else if x < decay_from {
+            self.stable
+        } else {
+            cosine(self.stable, self.min, (x - decay_from) / (total - decay_from).max(1.0))
+        }
+    }
 }
 
 /// How the learning rate follows the global batch size (see the module docs).
@@ -57,6 +118,8 @@ pub struct LrSchedule {
     pub base: f64,
     /// Shape after warm-up.
     pub kind: LrSchedulerType,
+    /// The phases of `warmup_stable_decay` (unused by the other kinds).
+    pub stable_decay: StableDecay,
     /// Examples (tokens, with `in_tokens`) of linear warm-up from 0.
     pub warmup_examples: f64,
     /// Examples (tokens, with `in_tokens`) of the whole run (the decay reaches 0
@@ -85,6 +148,10 @@ impl LrSchedule {
                 LrSchedulerType::Constant => 1.0,
                 LrSchedulerType::Linear => 1.0 - progress,
                 LrSchedulerType::Cosine => 0.5 * (1.0 + (std::f64::consts::PI * progress).cos()),
+                LrSchedulerType::WarmupStableDecay => {
+                    self.stable_decay
+                        .shape(x, self.warmup_examples, self.total_examples)
+                }
             }
         };
         self.base * shape * self.batch_scale(global_batch)
@@ -109,6 +176,7 @@ mod tests {
         LrSchedule {
             base: 1.0,
             kind,
+            stable_decay: StableDecay::default(),
             warmup_examples: 10.0,
             total_examples: 110.0,
             in_tokens: false,
@@ -133,5 +201,29 @@ mod tests {
         assert!((s.at(60, 16) - 0.5 * 2.0).abs() < 1e-12);
         let s = schedule(LrSchedulerType::Constant, LrScaling::Linear);
         assert_eq!(s.at(20, 8), 2.0);
+    }
+
+    /// Warm-up over 10 of 110, stable to 88 (the last 20 % decays), a cosine to
+    /// 0.1 of the peak at 110; then the infinite schedule: a cooldown over 22
+    /// examples after the warm-up to 0.5, stable, the same decay from 0.5.
+    #[test]
+    fn warmup_stable_decay_and_the_infinite_schedule_in_closed_form() {
+        let mut s = schedule(LrSchedulerType::WarmupStableDecay, LrScaling::Off);
+        s.stable_decay.min = 0.1;
+        let close = |got: f64, want: f64| assert!((got - want).abs() < 1e-12, "{got} != {want}");
+        close(s.at(5, 4), 0.5);
+        close(s.at(10, 4), 1.0);
+        close(s.at(88, 4), 1.0);
+        close(s.at(99, 4), 0.1 + 0.9 * 0.5);
+        close(s.at(110, 4), 0.1);
+        close(s.at(500, 4), 0.1);
+        s.stable_decay.stable = 0.5;
+        s.stable_decay.cooldown = 0.2;
+        close(s.at(10, 4), 1.0);
+        close(s.at(21, 4), 0.75);
+        close(s.at(32, 4), 0.5);
+        close(s.at(60, 4), 0.5);
+        close(s.at(99, 4), 0.1 + 0.4 * 0.5);
+        close(s.at(110, 4), 0.1);
     }
 }

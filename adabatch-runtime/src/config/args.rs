@@ -175,6 +175,23 @@ pub struct LrArgs {
     /// consumed: it ends after the examples those N planned steps take.
     #[arg(long, default_value_t = 0)]
     pub warmup_steps: usize,
+    /// `warmup_stable_decay`: the fraction of the run in the final decay (HF's
+    /// `num_decay_steps`, as a fraction; default 0.2).
+    #[arg(long)]
+    pub lr_decay_ratio: Option<f64>,
+    /// `warmup_stable_decay`: the rate at the end, as a fraction of the peak (HF's
+    /// `min_lr_ratio`; default 0).
+    #[arg(long)]
+    pub min_lr_ratio: Option<f64>,
+    /// `warmup_stable_decay`: the stable phase's rate as a fraction of the peak
+    /// (default 1); below 1, the infinite schedule: a cosine from the peak down to
+    /// it over `--lr-cooldown-ratio` of the run after the warm-up.
+    #[arg(long)]
+    pub lr_stable_ratio: Option<f64>,
+    /// `warmup_stable_decay` with `--lr-stable-ratio`: the fraction of the run over
+    /// which the rate cools down to the stable rate (default 0).
+    #[arg(long)]
+    pub lr_cooldown_ratio: Option<f64>,
 }
 
 /// How each step trains: precision, clipping, out-of-memory handling, the noise scale.
