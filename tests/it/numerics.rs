@@ -354,10 +354,11 @@ fn warmup_stable_decay_follows_its_phases_over_examples_consumed() {
     let refused = |edit: fn(&mut TrainingArgs)| {
         let mut a = args(1, 1, 4);
         edit(&mut a);
-        let err = adabatch::Run::new(&dataset(10, 8), &collate, &a)
-            .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
-            .err()
-            .expect("refused");
+        let launched = adabatch::Run::new(&dataset(10, 8), &collate, &a)
+            .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }));
+        let Err(err) = launched else {
+            panic!("the settings were taken")
+        };
         assert!(matches!(err, adabatch::Error::Settings(_)), "{err}");
         err.to_string()
     };

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Continual pretraining on the infinite schedule (Ibrahim et al. 2024; BENCHMARKS.md,
+# "Continual pretraining on the infinite schedule"): phase 1 on en + kjv for P1
+# tokens (default 1,200,000) warms up to 3e-3 over 2 %, cools down by a cosine over
+# 40 % of the run to a third of it (1e-3) and stays there
+# (--lr-scheduler-type warmup_stable_decay --lr-stable-ratio 0.333
+# --lr-cooldown-ratio 0.4 --lr-decay-ratio 0): its stable-phase model. The model
+# one keeps from phase 1 is that model annealed, from 1e-3 to 0 by a cosine over
+# ANNEAL tokens more (default 120,000: a tenth of phase 1): `phase1-<seed>`, the
+# reference of the old domains' losses. Phase 2 starts from the stable-phase
+# model, not the annealed one, on python for P2 tokens (default 200,000) at the
+# stable rate, with the last 20 % decaying to 0 (warmup_stable_decay
+# --lr-decay-ratio 0.2), and a replay of en + kjv at 0 or 10 % of the tokens, or
+# 20 % falling to 0 (--replay-ramp 0.2,0). Phase 2 starts from the weights alone
+# (a fresh AdamW), so it keeps the 2 % warm-up, to the stable rate, not above it.
+#
+#   bash benches/compare/lm_mixing/continual_infinite.sh [SEEDS...]   # default: 1 2 3
+#
+# Writes OUT/phase1stable-<seed>.json, OUT/phase1-<seed>.json (the annealed
+# model), OUT/{replay0,replay10,ramp20-0}-lr1e-3-<seed>.json, then continual.py's
+# table (whose phase-1 losses are the annealed model's).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+out=${OUT:-target/lm-infinite}
+seeds=("$@")
+[[ ${#seeds[@]} -gt 0 ]] || seeds=(1 2 3)
+p1=${P1:-1200000}
+p2=${P2:-200000}
+anneal=${ANNEAL:-120000}
+bin=${BIN:-target/release/examples/mixture}
+mkdir -p "$out"
+[[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
+# shellcheck source=benches/compare/lm_mixing/common.sh
+source benches/compare/lm_mixing/common.sh
+old=(--domain en="$tok/en" --domain kjv="$tok/kjv")
+new_first=(--domain python="$tok/python" "${old[@]}")
+for seed in "${seeds[@]}"; do
+    train "phase1stable-$seed" "${old[@]}" --seed "$seed" --max-train-tokens "$p1" \
+        --lr-scheduler-type warmup_stable_decay --lr-stable-ratio 0.333 \
+        --lr-cooldown-ratio 0.4 --lr-decay-ratio 0 --eval-steps 100 --save-steps 1000000
+    stable="$out/run-phase1stable-$seed"
+    train "phase1-$seed" "${old[@]}" --init-from "$stable" --seed "$seed" \
+        --max-train-tokens "$anneal" --learning-rate 1e-3 --eval-steps 25 --save-steps 0
+    phase2=(--init-from "$stable" --seed "$seed" --max-train-tokens "$p2" --eval-steps 25
+        --eval-on-start --save-steps 0 --learning-rate 1e-3
+        --lr-scheduler-type warmup_stable_decay --lr-decay-ratio 0.2)
+    for replay in 0 10; do
+        w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
+        train "replay$replay-lr1e-3-$seed" "${new_first[@]}" --mix-weights "$w" "${phase2[@]}"
+    done
+    train "ramp20-0-lr1e-3-$seed" "${new_first[@]}" --new-domain python --replay-ramp 0.2,0 \
+        "${phase2[@]}"
+    find "$out"/run-{replay,ramp,phase1-}*"$seed" -name '*.safetensors' -delete 2>/dev/null || true
+done
+python3 benches/compare/lm_mixing/continual.py "$out"
