@@ -13,11 +13,13 @@
 # --lr-decay-ratio 0.2), and a replay of en + kjv at 0 or 10 % of the tokens, or
 # 20 % falling to 0 (--replay-ramp 0.2,0). Phase 2 starts from the weights alone
 # (a fresh AdamW), so it keeps the 2 % warm-up, to the stable rate, not above it.
+# RATES (default "1e-3"): phase 2's rates, the first the stable rate; a lower one
+# (e.g. 3e-4) decays into phase 2 from the same stable model.
 #
 #   bash benches/compare/lm_mixing/continual_infinite.sh [SEEDS...]   # default: 1 2 3
 #
 # Writes OUT/phase1stable-<seed>.json, OUT/phase1-<seed>.json (the annealed
-# model), OUT/{replay0,replay10,ramp20-0}-lr1e-3-<seed>.json, then continual.py's
+# model), OUT/{replay0,replay10,ramp20-0}-lr<rate>-<seed>.json, then continual.py's
 # table (whose phase-1 losses are the annealed model's).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -27,6 +29,7 @@ seeds=("$@")
 p1=${P1:-1200000}
 p2=${P2:-200000}
 anneal=${ANNEAL:-120000}
+rates=(${RATES:-1e-3})
 bin=${BIN:-target/release/examples/mixture}
 mkdir -p "$out"
 [[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
@@ -41,15 +44,17 @@ for seed in "${seeds[@]}"; do
     stable="$out/run-phase1stable-$seed"
     train "phase1-$seed" "${old[@]}" --init-from "$stable" --seed "$seed" \
         --max-train-tokens "$anneal" --learning-rate 1e-3 --eval-steps 25 --save-steps 0
-    phase2=(--init-from "$stable" --seed "$seed" --max-train-tokens "$p2" --eval-steps 25
-        --eval-on-start --save-steps 0 --learning-rate 1e-3
-        --lr-scheduler-type warmup_stable_decay --lr-decay-ratio 0.2)
-    for replay in 0 10; do
-        w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
-        train "replay$replay-lr1e-3-$seed" "${new_first[@]}" --mix-weights "$w" "${phase2[@]}"
+    for rate in "${rates[@]}"; do
+        phase2=(--init-from "$stable" --seed "$seed" --max-train-tokens "$p2" --eval-steps 25
+            --eval-on-start --save-steps 0 --learning-rate "$rate"
+            --lr-scheduler-type warmup_stable_decay --lr-decay-ratio 0.2)
+        for replay in 0 10; do
+            w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
+            train "replay$replay-lr$rate-$seed" "${new_first[@]}" --mix-weights "$w" "${phase2[@]}"
+        done
+        train "ramp20-0-lr$rate-$seed" "${new_first[@]}" --new-domain python --replay-ramp 0.2,0 \
+            "${phase2[@]}"
     done
-    train "ramp20-0-lr1e-3-$seed" "${new_first[@]}" --new-domain python --replay-ramp 0.2,0 \
-        "${phase2[@]}"
     find "$out"/run-{replay,ramp,phase1-}*"$seed" -name '*.safetensors' -delete 2>/dev/null || true
 done
 python3 benches/compare/lm_mixing/continual.py "$out"
