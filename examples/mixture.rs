@@ -138,7 +138,7 @@ enum Unit {
     Documents,
 }
 
-/// `FROM,TO`, two shares from 0 to 1.
+/// `FROM,TO` or `FROM,TO,UNTIL`: shares from 0 to 1, UNTIL above 0.
 fn parse_ramp(text: &str) -> Result<(f64, f64, f64), String> {
     let share = |s: &str| match s.trim().parse::<f64>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
@@ -392,7 +392,8 @@ fn replay_curriculum(
             })
             .collect()
     };
-    let mean = shares(until * (from + to) / 2.0 + (1.0 - until) * to);
+    // Documents per token while the ramp runs: at its mean shares.
+    let mean = shares((from + to) / 2.0);
     let per_token: f64 = mean
         .iter()
         .zip(infos)

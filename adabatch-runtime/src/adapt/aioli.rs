@@ -238,11 +238,11 @@ impl AioliMixer {
             return vec![1.0; m];
         };
         let finite: Vec<f64> = self.round_loss.iter().copied().filter(|l| l.is_finite()).collect();
-        let low = finite.iter().copied().fold(f64::INFINITY, f64::min);
-        let high = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         if finite.is_empty() {
             return vec![1.0; m];
         }
+        let low = finite.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         // The sums hold one mean per probe: m of them.
         let exps: Vec<f64> = self
             .round_loss
