@@ -87,9 +87,10 @@ enum Schedule {
     /// `--max-tokens-per-batch` the token budget.
     Ramp,
     /// `noise_scale(fraction = 0.5, min = 8, max = 512, factor = 2, hysteresis =
-    /// 0.1)`, measured on an automatic cadence (`--noise-scale-every`).
+    /// 0.1)`, measured on a cadence that reads no clock (`--noise-scale-every`).
     NoiseScale,
-    /// `goodput(min = 8, max = 512)`: measured step times and the noise scale.
+    /// `goodput(min = 8, max = 512)`: measured step times and the noise scale
+    /// (reads the clock: not reproducible).
     Goodput,
 }
 

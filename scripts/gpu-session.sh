@@ -91,6 +91,15 @@ step lm-fixed 180 "for b in 8 32 128 512; do $B/language_model --device cuda --g
 step lm-epoch 240 "for b in 16 32 64 128; do $B/language_model --device cuda --global-batch-size \$b \
     --tokens-dir $L/tokens --output-dir $L/epoch-\$b --save-steps 0 --samples 0 --report-to none \
     --quiet --summary-json $L/epoch-\$b.json > /dev/null && cp $L/epoch-\$b.json $out/; done"
+# The default (noise scale on its modeled cadence) twice on CUDA: the logs must be
+# bit-identical but for the throughput (the reproducible default's issue).
+step repro 180 "for r in a b; do $B/language_model --device cuda --tokens-dir $L/tokens --output-dir $L/repro-\$r \
+    --max-steps 200 --logging-steps 1 --seed 3 --log-jsonl $L/repro-\$r.jsonl --eval-strategy no --save-steps 0 \
+    --samples 0 --report-to none --quiet || exit 1; done; \
+    strip() { sed -E 's/\"(examples_per_s|train_seconds)\":[^,}]*//g' \$1; }; \
+    if cmp -s <(strip $L/repro-a.jsonl) <(strip $L/repro-b.jsonl); then echo 'two CUDA runs of the default: bit-identical'; \
+    else echo 'two CUDA runs of the default DIFFER'; diff <(strip $L/repro-a.jsonl) <(strip $L/repro-b.jsonl) | head -n 4; exit 1; fi; \
+    grep -c '\"micro_batches\":2' $L/repro-a.jsonl"
 # Speed of the fused CUDA kernels (adabatch-nn, benches/compare/gpu_speed.sh): the
 # classifier against PyTorch, the 1.3 M and 28 M decoders against transformers,
 # kernels off and on, bf16 with them on, after a warm-up.

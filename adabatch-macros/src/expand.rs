@@ -9,7 +9,8 @@ use syn::{Ident, ItemStruct};
 use crate::glue::{self, Mode};
 use crate::respan::{at, first_span};
 use crate::spec::{
-    GradAccum, Growth, LrScaling, Mix, Oom, Parts, PolicyValue, Reweight, Schedule, TrainerSpec,
+    Every, GradAccum, Growth, LrScaling, Mix, Oom, Parts, PolicyValue, Reweight, Schedule,
+    TrainerSpec,
 };
 
 /// The whole expansion.
@@ -294,6 +295,7 @@ fn policy_field(p: &TokenStream, value: &PolicyValue) -> (Ident, TokenStream) {
                 LrScaling::Off => quote!(Off),
                 LrScaling::Linear => quote!(Linear),
                 LrScaling::Sqrt => quote!(Sqrt),
+                LrScaling::AdamScale => quote!(AdamScale),
             };
             (name("lr_scaling"), quote!(#p::LrScaling::#v))
         }
@@ -387,8 +389,9 @@ fn feedback_schedule(p: &TokenStream, s: &Schedule) -> TokenStream {
             );
             let (a, b, k) = (int(*min), int(*max), int(*factor));
             let every = match every {
-                None => quote!(#p::MeasureEvery::Auto),
-                Some(n) => {
+                Every::Modeled => quote!(#p::MeasureEvery::Modeled),
+                Every::Auto => quote!(#p::MeasureEvery::Auto),
+                Every::Steps(n) => {
                     let n = int(*n);
                     quote!(#p::MeasureEvery::Steps(#n))
                 }

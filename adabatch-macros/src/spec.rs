@@ -17,7 +17,7 @@ use crate::item::{parse_item, Shape};
 use crate::parse::AttrArgs;
 
 pub use crate::attr::{
-    GradAccum, Growth, LrScaling, Mix, Oom, PolicyKey, PolicyValue, Reweight, Schedule,
+    Every, GradAccum, Growth, LrScaling, Mix, Oom, PolicyKey, PolicyValue, Reweight, Schedule,
 };
 pub use crate::item::Parts;
 

@@ -71,10 +71,11 @@ pub use adapt::aioli::AioliMixer;
 pub use adapt::goodput::{
     GoodputLog, GoodputReason, GoodputSpec, StepShape, StepTimeFit, StepTimeFn,
 };
-pub use adapt::lr::{LrScaling, LrSchedulerType, StableDecay};
+pub use adapt::lr::{adam_scale_gain, LrScaling, LrSchedulerType, StableDecay};
 pub use adapt::mixer::{
     CurriculumMixer, Exp3Mixer, FnMixer, LastEval, MixFn, Mixer, OnlineMixer, SourceStats,
 };
+pub use adapt::noise_cadence::SplitCostModel;
 pub use adapt::noise_scale::{MeasureEvery, NoiseScalePolicy};
 pub use adapt::replay_budget::ReplayBudget;
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};

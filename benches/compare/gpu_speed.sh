@@ -48,7 +48,7 @@ for model in small:128,384,4,4,2 large:512,1536,8,8,4; do
     done
     if [[ -f "$dir/run-again.jsonl" ]]; then
         # The same run twice: every field but the throughput must match.
-        strip() { sed -E 's/"examples_per_s":[^,}]*//' "$1"; }
+        strip() { sed -E 's/"(examples_per_s|train_seconds)":[^,}]*//g' "$1"; }
         if cmp -s <(strip "$dir/run-on.jsonl") <(strip "$dir/run-again.jsonl"); then
             echo "$name: two runs with the kernels on are bit-identical ($(wc -l <"$dir/run-on.jsonl") steps)"
         else

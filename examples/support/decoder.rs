@@ -14,23 +14,33 @@ use candle_core::{DType, Tensor, Var};
 #[derive(clap::Args, Clone, Debug)]
 pub struct ModelArgs {
     /// Positions per packed row (and the model's context).
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = at_least_one)]
     pub seq_len: usize,
     /// Hidden size.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = at_least_one)]
     pub hidden_size: usize,
     /// SwiGLU MLP size.
-    #[arg(long, default_value_t = 384)]
+    #[arg(long, default_value_t = 384, value_parser = at_least_one)]
     pub intermediate_size: usize,
     /// Decoder layers.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least_one)]
     pub num_hidden_layers: usize,
     /// Attention heads.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = at_least_one)]
     pub num_attention_heads: usize,
     /// Key/value heads (grouped-query attention when fewer than the heads).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = at_least_one)]
     pub num_key_value_heads: usize,
+}
+
+/// A size flag's value: a whole number of at least 1, refused by the flag's name
+/// otherwise (not later by the model's configuration field).
+fn at_least_one(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        Ok(_) => Err("must be at least 1".into()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// How text becomes token files and examples (both language-model examples).

@@ -293,3 +293,72 @@ fn train_with_dry_run_trains_nothing_and_says_so() {
     }
     assert!(line["loss"].is_null(), "{line}");
 }
+
+policy_trainer!(
+    NoiseDefault,
+    schedule: ScheduleSpec::NoiseScale(adabatch::NoiseScalePolicy::doubling(1.0, 2, 8)),
+);
+policy_trainer!(
+    NoiseTimed,
+    schedule: ScheduleSpec::NoiseScale(adabatch::NoiseScalePolicy {
+        every: adabatch::MeasureEvery::Auto,
+        ..adabatch::NoiseScalePolicy::doubling(1.0, 2, 8)
+    }),
+);
+policy_trainer!(
+    GoodputTimed,
+    schedule: ScheduleSpec::Goodput(adabatch::GoodputSpec {
+        min: 2,
+        max: 8,
+        max_local: 0,
+        max_micro_batches: 8,
+        hysteresis: 0.05,
+        step_time: None,
+    }),
+);
+
+/// The plan names every decision that reads the clock: none under the default
+/// noise-scale cadence; the timed cadence (`every = auto`) and goodput by name.
+/// A trained run's summary carries the same list.
+#[test]
+fn the_plan_and_the_summary_name_the_decisions_that_read_the_clock() {
+    let data = dataset(40, 5);
+    let log = temp_log("timed");
+    let args = args(1, 2, 1, &log);
+    let default = adabatch::dry_run::<NoiseDefault, _>(&data, &args).unwrap();
+    assert!(
+        default.timed_decisions.is_empty(),
+        "{:?}",
+        default.timed_decisions
+    );
+    assert!(default
+        .to_string()
+        .contains("reproducible: no decision reads the clock"));
+    let timed = adabatch::dry_run::<NoiseTimed, _>(&data, &args).unwrap();
+    assert_eq!(timed.timed_decisions.len(), 1);
+    assert!(
+        timed.to_string().contains(
+            "reads the clock (not reproducible): the noise scale's cadence (`every = auto`)"
+        ),
+        "{timed}"
+    );
+    let goodput = adabatch::dry_run::<GoodputTimed, _>(&data, &args).unwrap();
+    assert!(
+        goodput.timed_decisions[0].starts_with("goodput"),
+        "{:?}",
+        goodput.timed_decisions
+    );
+    assert_eq!(goodput.summary().timed_decisions, goodput.timed_decisions);
+    let summary = adabatch::Run::new(&data, &common::collate, &args)
+        .launch(adamw_factory(|model, opt| NoiseTimed { model, opt }))
+        .unwrap()
+        .summary;
+    assert_eq!(summary.timed_decisions, timed.timed_decisions);
+    assert!(
+        summary
+            .to_string()
+            .contains("not reproducible: decisions read the clock"),
+        "{summary}"
+    );
+    let _ = std::fs::remove_file(&log);
+}

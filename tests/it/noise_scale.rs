@@ -62,11 +62,14 @@ fn collate(items: &[Example], device: &Device) -> candle_core::Result<XY> {
 
 struct Linear {
     w: Var,
+    /// Slept in every forward pass: step-time noise the run must not follow.
+    delay: std::time::Duration,
 }
 
 impl TrainModel for Linear {
     type Batch = XY;
     fn per_example_loss(&self, batch: &XY) -> candle_core::Result<Tensor> {
+        std::thread::sleep(self.delay);
         let pred = batch
             .x
             .matmul(&self.w.as_tensor().unsqueeze(1)?)?
@@ -119,6 +122,16 @@ fn run_with<T: AdaptiveTrainer<Model = Linear, Optimizer = candle_nn::SGD> + Sen
     data: &[Example],
     wrap: fn(Linear, candle_nn::SGD) -> T,
 ) -> adabatch::Result<Vec<StepLog>> {
+    run_delayed(args, data, wrap, std::time::Duration::ZERO)
+}
+
+/// `run_with`, each forward pass sleeping `delay`.
+fn run_delayed<T: AdaptiveTrainer<Model = Linear, Optimizer = candle_nn::SGD> + Send>(
+    args: &TrainingArgs,
+    data: &[Example],
+    wrap: fn(Linear, candle_nn::SGD) -> T,
+    delay: std::time::Duration,
+) -> adabatch::Result<Vec<StepLog>> {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let log = std::env::temp_dir().join(format!(
         "adabatch-noise-scale-{}-{}.jsonl",
@@ -132,8 +145,8 @@ fn run_with<T: AdaptiveTrainer<Model = Linear, Optimizer = candle_nn::SGD> + Sen
     };
     adabatch::Run::new(data, &collate, &args).launch(|ctx: &RankContext| {
         let w = Var::zeros(D, DType::F32, ctx.device())?;
-        let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
-        Ok(wrap(Linear { w }, opt))
+        let opt = candle_nn::Optimizer::new(vec![w.clone()], args.lr.learning_rate)?;
+        Ok(wrap(Linear { w, delay }, opt))
     })?;
     let logs = std::fs::read_to_string(&log)
         .unwrap()
@@ -233,7 +246,10 @@ fn one_rank_without_accumulation_is_a_typed_error() {
         let w = Var::zeros(D, DType::F32, ctx.device())?;
         let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
         Ok(Single {
-            model: Linear { w },
+            model: Linear {
+                w,
+                delay: std::time::Duration::ZERO,
+            },
             opt,
         })
     });
@@ -586,4 +602,212 @@ fn the_cadence_splits_only_measuring_steps_and_resumes_mid_cadence() {
     sorted.dedup();
     assert_eq!(sorted.len(), epoch.len(), "an example twice in one epoch");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+hand_trainer!(
+    Reproducible,
+    Linear,
+    candle_nn::SGD,
+    TrainerPolicy {
+        // The default cadence (`every = model`), one rank: measuring steps split.
+        schedule: adabatch::ScheduleSpec::NoiseScale(adabatch::NoiseScalePolicy::doubling(
+            1.0, 4, 64
+        )),
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
+/// The default cadence reads no clock: two runs of the same seed, one of them
+/// slowed by a sleep in every forward pass (so that a split step costs far more
+/// than a plain one there, and each step far more than in the other run), log
+/// the same steps bit for bit: the same measuring steps, estimates, batches,
+/// losses and gradient norms. Only the throughput differs.
+#[test]
+fn the_default_cadence_is_the_same_run_whatever_the_step_times() {
+    let data = data(4000);
+    let args = {
+        let mut a = args(1, 4, 120);
+        a.lr.learning_rate = 0.02;
+        a.step.log_gradient_noise_scale = false;
+        a
+    };
+    let wrap = |model, opt| Reproducible { model, opt };
+    let fast = run_delayed(&args, &data, wrap, std::time::Duration::ZERO).unwrap();
+    let slow = run_delayed(&args, &data, wrap, std::time::Duration::from_millis(3)).unwrap();
+    let without_timing = |logs: Vec<StepLog>| -> Vec<String> {
+        logs.into_iter()
+            .map(|mut l| {
+                l.examples_per_s = 0.0;
+                serde_json::to_string(&l).unwrap()
+            })
+            .collect()
+    };
+    let (fast, slow) = (without_timing(fast), without_timing(slow));
+    assert_eq!(fast.len(), 120);
+    for (a, b) in fast.iter().zip(&slow) {
+        assert_eq!(a, b);
+    }
+    let logs: Vec<StepLog> = fast
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The interval after each step is the CPU model's at the next step's batch.
+    for pair in logs.windows(2) {
+        let model = adabatch::SplitCostModel::CPU.interval(pair[1].global_batch);
+        assert_eq!(
+            pair[0].noise_scale_interval,
+            Some(model),
+            "step {}",
+            pair[0].step
+        );
+    }
+    let split = logs.iter().filter(|l| l.micro_batches == 2).count();
+    assert!((8..=30).contains(&split), "{split} of 120 steps split");
+    assert!(
+        logs.last().unwrap().global_batch > 4,
+        "the batch never grew"
+    );
+}
+
+hand_trainer!(
+    AdamScaled,
+    Linear,
+    adabatch::AdamW,
+    TrainerPolicy {
+        schedule: adabatch::ScheduleSpec::NoiseScale(adabatch::NoiseScalePolicy::doubling(
+            1.0, 4, 64
+        )),
+        lr_scaling: adabatch::LrScaling::AdamScale,
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
+hand_trainer!(
+    AdamScaledSgd,
+    Linear,
+    candle_nn::SGD,
+    TrainerPolicy {
+        schedule: adabatch::ScheduleSpec::NoiseScale(adabatch::NoiseScalePolicy::doubling(
+            1.0, 4, 64
+        )),
+        lr_scaling: adabatch::LrScaling::AdamScale,
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
+hand_trainer!(
+    AdamScaledFixed,
+    Linear,
+    candle_nn::SGD,
+    TrainerPolicy {
+        lr_scaling: adabatch::LrScaling::AdamScale,
+        ..TrainerPolicy::DEFAULT
+    }
+);
+
+/// `lr_scaling = adamscale`: once the batch leaves the reference (the first
+/// global batch, 4), each step's rate is the base rate × the square root of
+/// AdaScale's gain at the (preconditioned) noise scale the step before logged.
+#[test]
+fn adam_scale_sets_the_rate_from_the_gain_at_the_measured_noise_scale() {
+    let data = data(4000);
+    let base = 0.01;
+    let mut args = args(1, 4, 200);
+    args.lr.learning_rate = base;
+    args.step.log_gradient_noise_scale = false;
+    let log = std::env::temp_dir().join(format!("adabatch-adamscale-{}.jsonl", std::process::id()));
+    args.logging.log_jsonl = Some(log.clone());
+    adabatch::Run::new(&data, &collate, &args)
+        .launch(|ctx: &RankContext| {
+            let w = Var::zeros(D, DType::F32, ctx.device())?;
+            let params = adabatch::ParamsAdamW {
+                lr: base,
+                ..Default::default()
+            };
+            Ok(AdamScaled {
+                model: Linear {
+                    w: w.clone(),
+                    delay: std::time::Duration::ZERO,
+                },
+                opt: adabatch::AdamW::new(vec![w], params)?,
+            })
+        })
+        .unwrap();
+    let logs: Vec<StepLog> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let _ = std::fs::remove_file(&log);
+    let mut checked = 0;
+    for pair in logs.windows(2) {
+        let (before, step) = (&pair[0], &pair[1]);
+        if step.global_batch == 4 {
+            assert!(
+                (step.learning_rate - base).abs() < 1e-12,
+                "step {}",
+                step.step
+            );
+            continue;
+        }
+        let phi = before
+            .gradient_noise_scale
+            .expect("measured before the batch grew");
+        let gain = adabatch::adam_scale_gain(phi, 4, step.global_batch);
+        let want = base * gain.sqrt();
+        assert!(
+            (step.learning_rate - want).abs() < 1e-9 * want,
+            "step {}: {} vs {want}",
+            step.step,
+            step.learning_rate
+        );
+        checked += 1;
+    }
+    assert!(checked > 0, "the batch never grew");
+}
+
+/// `adamscale` needs a measured noise scale and an optimizer with Adam's
+/// preconditioner: typed errors before the first step otherwise.
+#[test]
+fn adam_scale_without_its_measurement_or_adam_is_refused() {
+    let data = data(64);
+    let mut a = args(1, 4, 3);
+    a.step.log_gradient_noise_scale = false;
+    let sgd = adabatch::Run::new(&data, &collate, &a).launch(|ctx: &RankContext| {
+        let w = Var::zeros(D, DType::F32, ctx.device())?;
+        let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
+        Ok(AdamScaledSgd {
+            model: Linear {
+                w,
+                delay: std::time::Duration::ZERO,
+            },
+            opt,
+        })
+    });
+    let Err(err) = sgd else {
+        panic!("SGD has no preconditioner")
+    };
+    assert!(err.to_string().contains("adabatch::AdamW"), "{err}");
+    let fixed = adabatch::Run::new(&data, &collate, &a).launch(|ctx: &RankContext| {
+        let w = Var::zeros(D, DType::F32, ctx.device())?;
+        let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
+        Ok(AdamScaledFixed {
+            model: Linear {
+                w,
+                delay: std::time::Duration::ZERO,
+            },
+            opt,
+        })
+    });
+    let Err(err) = fixed else {
+        panic!("nothing measures the noise scale")
+    };
+    assert!(
+        matches!(
+            err,
+            adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings { .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("noise scale"), "{err}");
 }

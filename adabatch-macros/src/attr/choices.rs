@@ -9,7 +9,7 @@ pub const REWEIGHTS: &[&str] = &["sample_count", "token_count", "none"];
 /// `oom` values.
 pub const OOMS: &[&str] = &["fail", "halve", "split_retry", "skip"];
 /// `lr_scaling` values.
-pub const LR_SCALINGS: &[&str] = &["none", "linear", "sqrt"];
+pub const LR_SCALINGS: &[&str] = &["none", "linear", "sqrt", "adamscale"];
 
 /// `reweight = ...`
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +44,8 @@ pub enum LrScaling {
     Linear,
     /// `sqrt`
     Sqrt,
+    /// `adamscale`
+    AdamScale,
 }
 
 /// Reads `reweight = ...`.
@@ -70,6 +72,7 @@ pub fn lr_scaling(value: &Value, cx: &mut Ctxt) -> Option<LrScaling> {
     choice("lr_scaling", value, LR_SCALINGS, cx).map(|c| match c {
         "none" => LrScaling::Off,
         "linear" => LrScaling::Linear,
-        _ => LrScaling::Sqrt,
+        "sqrt" => LrScaling::Sqrt,
+        _ => LrScaling::AdamScale,
     })
 }

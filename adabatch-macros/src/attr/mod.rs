@@ -37,7 +37,7 @@ pub mod accepted {
 }
 pub use grad_accum::GradAccum;
 pub use mix::Mix;
-pub use schedule::{Growth, Schedule};
+pub use schedule::{Every, Growth, Schedule};
 
 /// Every key of the DSL, in the order of the documentation.
 pub const KEYS: &[&str] = &[

@@ -68,8 +68,8 @@ pub enum Schedule {
         hysteresis: f64,
         /// Whether the batch may shrink.
         shrink: bool,
-        /// Measure every `n` steps (`None`: `every = auto`, the default).
-        every: Option<usize>,
+        /// Which steps measure the noise scale.
+        every: Every,
     },
     /// `goodput(min = a, max = b, max_local = m, max_micro_batches = k,
     /// hysteresis = h, step_time = path)` (global units)
@@ -94,6 +94,17 @@ pub enum Schedule {
         /// Largest growth factor.
         max_range: f64,
     },
+}
+
+/// `noise_scale(every = ..)`: which steps measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Every {
+    /// `model` (the default): from a fixed model of a split's cost.
+    Modeled,
+    /// `auto`: from measured step times (reads the clock).
+    Auto,
+    /// `n`: every `n`-th step.
+    Steps(usize),
 }
 
 /// `interval`'s change.
@@ -615,7 +626,8 @@ fn stairs_reach_global(
 /// gradient noise scale, within `[a, b]`, by factors of `k` (default 2; 1:
 /// continuously) once the target clears the next size by `h` (default 0.1),
 /// shrinking only with `shrink = true`, measured every `n` steps (default
-/// `auto`: from the measured cost of a measurement).
+/// `model`: from a fixed model of a measurement's cost; `auto`: from its measured
+/// cost, which reads the clock).
 fn noise_scale(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     const FORM: &str = "noise_scale(fraction = 1.0, min = 32, max = 4096)";
     let named = named_args(call, NOISE_SCALE_ARGS, cx)?;
@@ -658,17 +670,18 @@ fn noise_scale(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     })
 }
 
-/// `every = auto` (or absent): `Some(None)`; `every = n`: `Some(Some(n))`, n >= 1.
-fn measure_every(value: Option<&Value>, cx: &mut Ctxt) -> Option<Option<usize>> {
+/// `every = model` (or absent), `every = auto` or `every = n` with n >= 1.
+fn measure_every(value: Option<&Value>, cx: &mut Ctxt) -> Option<Every> {
     match value {
-        None => Some(None),
-        Some(Value::Path(p)) if p.is_ident("auto") => Some(None),
-        Some(v @ Value::Lit(_)) => count("noise_scale", "every", v, cx).map(Some),
+        None => Some(Every::Modeled),
+        Some(Value::Path(p)) if p.is_ident("model") => Some(Every::Modeled),
+        Some(Value::Path(p)) if p.is_ident("auto") => Some(Every::Auto),
+        Some(v @ Value::Lit(_)) => count("noise_scale", "every", v, cx).map(Every::Steps),
         Some(other) => {
             cx.on(
                 other,
                 format!(
-                    "`noise_scale`: `every` takes `auto` or a number of steps, found {}",
+                    "`noise_scale`: `every` takes `model`, `auto` or a number of steps, found {}",
                     other.describe()
                 ),
             );

@@ -64,6 +64,10 @@ fn choice_keys() {
         one(parse_quote!(lr_scaling = sqrt)),
         PolicyValue::LrScaling(LrScaling::Sqrt)
     );
+    assert_eq!(
+        one(parse_quote!(lr_scaling = adamscale)),
+        PolicyValue::LrScaling(LrScaling::AdamScale)
+    );
 }
 
 #[test]

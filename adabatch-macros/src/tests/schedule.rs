@@ -3,7 +3,7 @@
 use syn::parse_quote;
 
 use super::{assert_error, schedule};
-use crate::spec::{Growth, Schedule};
+use crate::spec::{Every, Growth, Schedule};
 
 #[test]
 fn schedule_constant_forms() {
@@ -251,7 +251,7 @@ fn noise_scale_defaults_to_doubling_and_takes_its_tracking_keys() {
             factor: 2,
             hysteresis: 0.1,
             shrink: false,
-            every: None,
+            every: Every::Modeled,
         }
     );
     assert_eq!(
@@ -273,22 +273,31 @@ fn noise_scale_defaults_to_doubling_and_takes_its_tracking_keys() {
             factor: 1,
             hysteresis: 0.0,
             shrink: true,
-            every: Some(4),
+            every: Every::Steps(4),
         }
     );
     assert_eq!(
         schedule(parse_quote!(
-            schedule = noise_scale(min = 8, max = 256, every = auto)
+            schedule = noise_scale(min = 8, max = 256, every = model)
         )),
         schedule(parse_quote!(schedule = noise_scale(min = 8, max = 256))),
     );
+    assert!(matches!(
+        schedule(parse_quote!(
+            schedule = noise_scale(min = 8, max = 256, every = auto)
+        )),
+        Schedule::NoiseScale {
+            every: Every::Auto,
+            ..
+        }
+    ));
     assert_error(
         parse_quote!(schedule = noise_scale(min = 8, max = 256, every = 0)),
         "`noise_scale`: `every` must be at least 1",
     );
     assert_error(
         parse_quote!(schedule = noise_scale(min = 8, max = 256, every = often)),
-        "`noise_scale`: `every` takes `auto` or a number of steps, found `often`",
+        "`noise_scale`: `every` takes `model`, `auto` or a number of steps, found `often`",
     );
     assert_error(
         parse_quote!(schedule = noise_scale(min = 8, max = 256, factor = 0)),

@@ -472,7 +472,9 @@ fn best_shape(
 /// progress (McCandlish et al. 2018, E = E_min (1 + B_noise / B) turned around);
 /// beyond it Pollux's efficiency `(φ + M₀)/(φ + M)` under the √ rate rule
 /// overrates progress (measured: on one H200, goodput chose 126 and 247 at φ ≈ 31
-/// and ended at fixed 128's loss, worse than fixed 64's in more time).
+/// and ended at fixed 128's loss, worse than fixed 64's in more time). Under
+/// `lr_scaling = adamscale` the rate follows the gain instead of √M, the
+/// overrating this cap patches is gone, and there is no cap.
 pub const MAX_NOISE_SCALES: f64 = 1.0;
 
 /// The largest global batch goodput may choose at noise scale `phi`: one noise
@@ -497,6 +499,18 @@ pub fn decide(
     current: StepShape,
     time: &StepTime<'_>,
 ) -> Result<GoodputDecision> {
+    decide_within(spec, phi, current, time, true)
+}
+
+/// [`decide`], within [`noise_cap`] when `capped` (the √ rate rule), else
+/// within `[min, max]` (AdamScale).
+pub fn decide_within(
+    spec: &GoodputSpec,
+    phi: Option<f64>,
+    current: StepShape,
+    time: &StepTime<'_>,
+    capped: bool,
+) -> Result<GoodputDecision> {
     let world = current.world;
     let Some(phi) = phi.filter(|p| p.is_finite()) else {
         return Ok(GoodputDecision {
@@ -507,7 +521,7 @@ pub fn decide(
         });
     };
     let efficiency_of = |m: usize| Some(efficiency(phi, spec.min, m));
-    let cap = noise_cap(spec, phi);
+    let cap = if capped { noise_cap(spec, phi) } else { spec.max };
     let explore = |global: usize| {
         let shape = spec.shape_for(global.min(cap), world).unwrap_or(current);
         GoodputDecision {

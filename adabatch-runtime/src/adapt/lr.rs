@@ -21,6 +21,15 @@
 //! `learning_rate`). The reference is part of a checkpoint's policy: a resume on
 //! any number of ranks continues with the same rates.
 //!
+//! `lr_scaling = adamscale` is AdaptDL's AdamScale (Pollux's rule for Adam):
+//! `scale = r^½` with the gain `r = M(φ + M₀) / (M₀(φ + M))`, `M₀ = B_ref`, where
+//! φ is the gradient noise scale of the gradients *preconditioned by Adam's
+//! second moment* (each component divided by `√v̂ + ε`), which the engine then
+//! measures. Where `M ≪ φ` the gain is `M/M₀` and the rate follows `sqrt`; where
+//! `M ≫ φ` it stops growing at `√((φ + M₀)/M₀)`: a batch past the noise scale
+//! buys no faster progress, so it gets no faster rate. Until φ is measured (and
+//! warmed up) the rule is `sqrt`.
+//!
 //! # Warm-up, stable, decay
 //!
 //! `warmup_stable_decay` (HF's `get_wsd_schedule`; Hägele et al. 2024) holds the
@@ -109,6 +118,19 @@ pub enum LrScaling {
     Linear,
     /// `lr * sqrt(global / reference)`.
     Sqrt,
+    /// `lr * gain^½`, AdaptDL's AdamScale (see the module docs): needs the
+    /// gradient noise scale (`noise_scale` or `goodput`) and `adabatch::AdamW`.
+    #[value(name = "adamscale")]
+    #[serde(rename = "adamscale")]
+    AdamScale,
+}
+
+/// AdaScale's gain of a global batch `m` over `m0` at the noise scale `phi`: the
+/// progress one step of `m` makes in steps of `m0`,
+/// `r = m(φ + m0) / (m0(φ + m))` (AdaptDL's `gain`, with `var/sqr = φ/m0`).
+pub fn adam_scale_gain(phi: f64, m0: usize, m: usize) -> f64 {
+    let (phi, m0, m) = (phi.max(0.0), m0.max(1) as f64, m as f64);
+    m * (phi + m0) / (m0 * (phi + m))
 }
 
 /// The learning-rate schedule of one run.
@@ -138,6 +160,12 @@ impl LrSchedule {
     /// The learning rate for a step that starts after `consumed` examples and whose
     /// global batch is `global_batch`.
     pub fn at(&self, consumed: usize, global_batch: usize) -> f64 {
+        self.at_noise_scale(consumed, global_batch, None)
+    }
+
+    /// [`LrSchedule::at`] where the scaling may depend on the measured noise
+    /// scale `phi` (`adamscale`; `None`: not measured yet).
+    pub fn at_noise_scale(&self, consumed: usize, global_batch: usize, phi: Option<f64>) -> f64 {
         let x = consumed as f64;
         let shape = if x < self.warmup_examples {
             x / self.warmup_examples
@@ -154,16 +182,26 @@ impl LrSchedule {
                 }
             }
         };
-        self.base * shape * self.batch_scale(global_batch)
+        self.base * shape * self.batch_scale_at(global_batch, phi)
     }
 
-    /// The factor a global batch of `global_batch` multiplies the rate by.
+    /// The factor a global batch of `global_batch` multiplies the rate by, before
+    /// any noise scale is measured.
     pub fn batch_scale(&self, global_batch: usize) -> f64 {
+        self.batch_scale_at(global_batch, None)
+    }
+
+    /// The factor a global batch of `global_batch` multiplies the rate by at the
+    /// noise scale `phi` (used by `adamscale` only).
+    pub fn batch_scale_at(&self, global_batch: usize, phi: Option<f64>) -> f64 {
         let ratio = global_batch as f64 / self.reference_global_batch.max(1) as f64;
-        match self.scaling {
-            LrScaling::Off => 1.0,
-            LrScaling::Linear => ratio,
-            LrScaling::Sqrt => ratio.sqrt(),
+        match (self.scaling, phi.filter(|p| p.is_finite())) {
+            (LrScaling::Off, _) => 1.0,
+            (LrScaling::Linear, _) => ratio,
+            (LrScaling::Sqrt, _) | (LrScaling::AdamScale, None) => ratio.sqrt(),
+            (LrScaling::AdamScale, Some(phi)) => {
+                adam_scale_gain(phi, self.reference_global_batch, global_batch).sqrt()
+            }
         }
     }
 }
@@ -201,6 +239,27 @@ mod tests {
         assert!((s.at(60, 16) - 0.5 * 2.0).abs() < 1e-12);
         let s = schedule(LrSchedulerType::Constant, LrScaling::Linear);
         assert_eq!(s.at(20, 8), 2.0);
+    }
+
+    /// AdamScale against hand-computed values: M₀ = 4, φ = 12. At M = 16 the gain
+    /// is 16·16/(4·28) = 16/7 and the rate × √(16/7) = 1.5119 (√ rule: 2); at
+    /// M = 4 it is 1; at M = 1000 it tends to (φ + M₀)/M₀ = 4 (3.9526: 1000·16/
+    /// (4·1012)), the rate × 1.9881, where the √ rule gives 15.81. Unmeasured,
+    /// it is the √ rule.
+    #[test]
+    fn adam_scale_gain_and_rate_in_closed_form() {
+        let close = |got: f64, want: f64| assert!((got - want).abs() < 1e-4, "{got} != {want}");
+        close(adam_scale_gain(12.0, 4, 16), 16.0 / 7.0);
+        close(adam_scale_gain(12.0, 4, 4), 1.0);
+        close(adam_scale_gain(12.0, 4, 1000), 3.9526);
+        close(adam_scale_gain(0.0, 4, 16), 1.0);
+        let s = schedule(LrSchedulerType::Constant, LrScaling::AdamScale);
+        close(s.at_noise_scale(20, 16, Some(12.0)), 1.5119);
+        close(s.at_noise_scale(20, 4, Some(12.0)), 1.0);
+        close(s.at_noise_scale(20, 1000, Some(12.0)), 1.9881);
+        close(s.at_noise_scale(20, 16, None), 2.0);
+        close(s.at_noise_scale(20, 16, Some(f64::NAN)), 2.0);
+        close(s.at(20, 16), 2.0);
     }
 
     /// Warm-up over 10 of 110, stable to 88 (the last 20 % decays), a cosine to

@@ -59,31 +59,53 @@ pub struct NoiseScalePolicy {
 /// batches: on fewer than four ranks without accumulation the engine splits that
 /// step into two micro-batches (the same examples, the same summed gradient),
 /// which on a launch-bound GPU costs nearly a second pass; the other steps run as
-/// one.
+/// one. Where a step has its small batches anyway (four ranks, accumulation),
+/// measuring costs a norm per small batch and `model` and `auto` measure every
+/// step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MeasureEvery {
-    /// From the measured cost of a split against a plain step, so that measuring
-    /// costs at most 5 % of the run's time (every step when the step has its
-    /// small batches anyway: four ranks, accumulation).
+    /// The default: every `k`-th step, `k` from a fixed model of what a split
+    /// costs on the run's device (`crate::adapt::noise_cadence::SplitCostModel`),
+    /// at most [`MEASURE_BUDGET`] of the run's time and never more than every
+    /// [`MIN_MODELED_INTERVAL`]-th step. Reads no clock: the same seed and
+    /// settings give the same steps.
     #[default]
+    Modeled,
+    /// From the *measured* cost of a split against a plain step, at most 5 % of
+    /// the run's time. It reads the wall clock, so which steps measure (hence
+    /// the estimates and the batches) depends on the machine's load: runs with
+    /// the same seed are not reproducible. Opt-in.
     Auto,
     /// Every `k`-th step (1: every step).
     Steps(usize),
 }
 
-/// The share of the run's time the automatic cadence spends on measuring.
+/// The share of the run's time the cadence spends on measuring.
 pub const MEASURE_BUDGET: f64 = 0.05;
+
+/// The modeled cadence measures at most every this many steps where a step must
+/// be split: a quarter of the steps at most, whatever the model says.
+pub const MIN_MODELED_INTERVAL: usize = 4;
+
+impl MeasureEvery {
+    /// Whether the steps that measure depend on measured step times.
+    pub fn reads_the_clock(&self) -> bool {
+        matches!(self, Self::Auto)
+    }
+}
 
 impl std::fmt::Display for MeasureEvery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Self::Modeled => f.write_str("model"),
             Self::Auto => f.write_str("auto"),
             Self::Steps(k) => write!(f, "{k}"),
         }
     }
 }
 
-/// As the flag spells it (`"auto"`, `"4"`), in the arguments a run records.
+/// As the flag spells it (`"model"`, `"auto"`, `"4"`), in the arguments a run
+/// records.
 impl serde::Serialize for MeasureEvery {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         s.collect_str(self)
@@ -93,12 +115,16 @@ impl serde::Serialize for MeasureEvery {
 impl std::str::FromStr for MeasureEvery {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        if s == "auto" {
-            return Ok(Self::Auto);
+        match s {
+            "model" => return Ok(Self::Modeled),
+            "auto" => return Ok(Self::Auto),
+            _ => {}
         }
         match s.parse::<usize>() {
             Ok(k) if k >= 1 => Ok(Self::Steps(k)),
-            _ => Err(format!("`{s}`: expected `auto` or a number of steps >= 1")),
+            _ => Err(format!(
+                "`{s}`: expected `model`, `auto` or a number of steps >= 1"
+            )),
         }
     }
 }
@@ -114,7 +140,7 @@ impl NoiseScalePolicy {
             factor: 2,
             hysteresis: 0.1,
             shrink: false,
-            every: MeasureEvery::Auto,
+            every: MeasureEvery::Modeled,
         }
     }
 
@@ -149,7 +175,7 @@ impl NoiseScalePolicy {
             ));
         }
         if self.every == MeasureEvery::Steps(0) {
-            return bad("every must be `auto` or at least 1 step".into());
+            return bad("every must be `model`, `auto` or at least 1 step".into());
         }
         Ok(())
     }
@@ -304,8 +330,13 @@ impl NoiseScaleEstimator {
 
     /// Folds in a measurement taken `steps` steps (at least 1) after the previous
     /// one: the averages decay by `beta^steps`, but by no less than keeps
-    /// [`MIN_MEASUREMENTS`] in their horizon.
+    /// [`MIN_MEASUREMENTS`] in their horizon. A measurement that is not finite
+    /// is refused (averaged in, it would leave no estimate for good): the state
+    /// stays as it was.
     pub fn observe_after(&mut self, norm: f64, trace: f64, steps: u64) -> Option<f64> {
+        if !(norm.is_finite() && trace.is_finite()) {
+            return self.estimate();
+        }
         let steps = steps.max(1);
         let per_step = self.beta.powi(steps.min(i32::MAX as u64) as i32);
         let floor = 1.0 - 1.0 / MIN_MEASUREMENTS as f64;
@@ -402,6 +433,19 @@ mod tests {
         // The bias correction divides by 1 minus the product of the decays.
         let corrected_norm = e.ema_norm / (1.0 - 0.95 * 0.9025 * 0.875);
         assert!((e.estimate().unwrap() - 10.0 / corrected_norm).abs() < 1e-9);
+    }
+
+    /// A measurement that is not finite leaves the averages as they were.
+    #[test]
+    fn a_measurement_that_is_not_finite_is_refused() {
+        let mut e = NoiseScaleEstimator::new(0.95).unwrap();
+        e.observe_after(2.0, 40.0, 4);
+        let before = e;
+        for (norm, trace) in [(f64::NAN, 1.0), (1.0, f64::INFINITY), (f64::NEG_INFINITY, 1.0)] {
+            assert_eq!(e.observe_after(norm, trace, 4), before.estimate());
+            assert_eq!(e, before);
+        }
+        assert!((e.observe_after(2.0, 40.0, 4).unwrap() - 20.0).abs() < 1e-9);
     }
 
     /// A checkpoint written before the cadence (no `spanned`, no `decayed`) reads

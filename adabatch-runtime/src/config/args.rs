@@ -157,9 +157,12 @@ pub struct LrArgs {
     /// Learning-rate schedule over examples consumed.
     #[arg(long, value_enum, default_value_t = LrSchedulerType::Constant)]
     pub lr_scheduler_type: LrSchedulerType,
-    /// How the rate follows the global batch: `sqrt` (Adam), `linear` (SGD) or
-    /// `none`; overrides the trainer's `lr_scaling`. The rate is rescaled at every
-    /// batch change, whatever changes it (`adabatch::adapt::lr`).
+    /// How the rate follows the global batch: `sqrt` (Adam), `linear` (SGD),
+    /// `adamscale` (AdaptDL's AdamScale: × the square root of the gain at the
+    /// measured noise scale of Adam-preconditioned gradients; needs `noise_scale`
+    /// or `goodput` and adabatch's AdamW) or `none`; overrides the trainer's
+    /// `lr_scaling`. The rate is rescaled at every batch change, whatever changes
+    /// it (`adabatch::adapt::lr`).
     #[arg(long, value_enum)]
     pub lr_scaling: Option<LrScaling>,
     /// The global batch at which `--learning-rate` holds (default: the run's first
@@ -222,16 +225,20 @@ pub struct StepArgs {
     /// `--help`.
     #[arg(long, value_delimiter = ',', hide = true)]
     pub inject_oom_at_steps: Vec<usize>,
-    /// Estimate the gradient noise scale B_simple = tr(Σ)/|G|² every step (from
-    /// each rank's or micro-batch's gradient and the all-reduced one) and log it as
-    /// `gradient_noise_scale`. Needs 2+ ranks or 2+ micro-batches per step.
+    /// Estimate the gradient noise scale B_simple = tr(Σ)/|G|² on the steps
+    /// `--noise-scale-every` picks (from each rank's or micro-batch's gradient and
+    /// the all-reduced one; one rank without accumulation splits those steps in
+    /// two) and log it as `gradient_noise_scale`.
     #[arg(long)]
     pub log_gradient_noise_scale: bool,
-    /// Every how many steps the gradient noise scale is measured: `auto` (the
-    /// default: from the measured cost of splitting a step in two, at most 5 % of
-    /// the run's time; every step on four ranks or with accumulation) or a
-    /// number of steps. Overrides the schedule's `every`.
-    #[arg(long, value_name = "auto|STEPS")]
+    /// Every how many steps the gradient noise scale is measured: `model` (the
+    /// default: from a fixed model of what splitting a step costs on the device,
+    /// on CPU every 10th step at 8 examples per rank to every 4th from 32 on, every
+    /// 19th on CUDA; every step on four ranks or with accumulation;
+    /// reproducible), `auto` (from the *measured* cost of a split,
+    /// at most 5 % of the run's time: reads the clock, so two runs with the same
+    /// seed can differ) or a number of steps. Overrides the schedule's `every`.
+    #[arg(long, value_name = "model|auto|STEPS")]
     pub noise_scale_every: Option<crate::adapt::noise_scale::MeasureEvery>,
 }
 

@@ -24,7 +24,7 @@ pub enum Reweight {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OomPolicy {
-    /// Stop the run with [`TrainingError::OutOfMemory`](crate::TrainingError::OutOfMemory).
+    /// Stop the run with `TrainingError::OutOfMemory`.
     Fail,
     /// Halve the per-device size and retry the same examples (HF `auto_find_batch_size`).
     Halve,

@@ -14,6 +14,10 @@ use crate::error::Result;
 
 const KIND: &str = "adabatch::AdamW";
 
+/// Updates before the noise scale's preconditioner leaves the identity (AdaptDL
+/// waits 5 too): `v̂` of fewer gradients is mostly the last one.
+pub const PRECONDITION_AFTER: u64 = 5;
+
 /// AdamW's hyper-parameters (the defaults of candle and PyTorch).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ParamsAdamW {
@@ -108,6 +112,26 @@ fn step_for(step: AdamWStep, slot: &Slot) -> AdamWStep {
 }
 
 impl Slot {
+    /// The moments `(m, v)` as tensors of the parameter's shape and device.
+    fn moment_tensors(&self) -> Result<(Tensor, Tensor)> {
+        Ok(match &self.moments {
+            Moments::Host(moments) => {
+                let guard = moments.lock().unwrap_or_else(|p| p.into_inner());
+                let (shape, device) = (self.var.shape(), self.var.device());
+                (
+                    Tensor::from_slice(&guard.0, shape, device)?,
+                    Tensor::from_slice(&guard.1, shape, device)?,
+                )
+            }
+            #[cfg(feature = "cuda")]
+            Moments::Cuda(moments) => moments
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .to_tensors(self.var.shape())?,
+            Moments::Device { m, v } => (m.as_tensor().copy()?, v.as_tensor().copy()?),
+        })
+    }
+
     fn weight_decay(&self, p: ParamsAdamW) -> f64 {
         if self.decay {
             p.weight_decay
@@ -336,6 +360,32 @@ impl TrainOptimizer for AdamW {
         })
     }
 
+    /// `1 / (√v̂ + ε)` with `v̂ = v / (1 − β₂ᵗ)`, as AdaptDL's
+    /// `AdamGradientNoiseScale` divides each gradient component by `√v̂ + ε`;
+    /// the identity for the first [`PRECONDITION_AFTER`] updates, while `v̂`
+    /// rests on too few gradients, and for a parameter this optimizer does not
+    /// hold.
+    fn preconditioner(&self, params: &[(String, Var)]) -> Result<Option<Vec<Option<Tensor>>>> {
+        if self.step < PRECONDITION_AFTER {
+            return Ok(Some(vec![None; params.len()]));
+        }
+        let p = self.params;
+        let correction = (1.0 - p.beta2.powi(self.step as i32)).sqrt();
+        let mut out = Vec::with_capacity(params.len());
+        for (_, var) in params {
+            let slot = (self.slots.iter()).find(|s| s.var.as_tensor().id() == var.as_tensor().id());
+            out.push(match slot {
+                Some(slot) => {
+                    let (_, v) = slot.moment_tensors()?;
+                    let root = (v.to_dtype(DType::F32)?.sqrt()? / correction)?;
+                    Some((root + p.eps)?.recip()?)
+                }
+                None => None,
+            });
+        }
+        Ok(Some(out))
+    }
+
     fn export_state(&self, params: &[(String, Var)]) -> Result<Option<OptimizerState>> {
         let mut state = OptimizerState::new(KIND, self.step);
         state.groups = self.groups.clone();
@@ -354,23 +404,7 @@ impl TrainOptimizer for AdamW {
             let Some(name) = name_of(params, &slot.var) else {
                 continue;
             };
-            let (m, v) = match &slot.moments {
-                Moments::Host(moments) => {
-                    let guard = moments.lock().unwrap_or_else(|p| p.into_inner());
-                    let shape = slot.var.shape();
-                    let device = slot.var.device();
-                    (
-                        Tensor::from_slice(&guard.0, shape, device)?,
-                        Tensor::from_slice(&guard.1, shape, device)?,
-                    )
-                }
-                #[cfg(feature = "cuda")]
-                Moments::Cuda(moments) => moments
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .to_tensors(slot.var.shape())?,
-                Moments::Device { m, v } => (m.as_tensor().copy()?, v.as_tensor().copy()?),
-            };
+            let (m, v) = slot.moment_tensors()?;
             state.tensors.insert(format!("{name}.m"), m);
             state.tensors.insert(format!("{name}.v"), v);
         }
@@ -435,6 +469,34 @@ mod tests {
     use super::*;
     use candle_core::{Device, Tensor};
     use candle_nn::Optimizer;
+
+    /// With a constant gradient `g`, `v_t = (1 − β₂ᵗ) g²`, so `v̂ = g²` and the
+    /// preconditioner is `1 / (|g| + ε)`: the identity for the first 4 updates,
+    /// then `[1/3, 1/4]` for `g = [3, −4]`; a variable it does not hold gets none.
+    #[test]
+    fn the_preconditioner_is_one_over_the_root_of_v_hat() -> Result<()> {
+        let device = Device::Cpu;
+        let w = Var::from_tensor(&Tensor::new(&[1.0f32, -2.0], &device)?)?;
+        let other = Var::from_tensor(&Tensor::new(&[0.0f32], &device)?)?;
+        let params = vec![("other".to_string(), other.clone()), ("w".to_string(), w.clone())];
+        let mut opt = AdamW::new(vec![w.clone()], ParamsAdamW { eps: 1e-3, ..Default::default() })?;
+        let c = Tensor::new(&[3.0f32, -4.0], &device)?;
+        for step in 1..=6 {
+            let pre = opt.preconditioner(&params)?.expect("AdamW has one");
+            assert_eq!(pre.len(), 2);
+            assert!(pre[0].is_none(), "not held");
+            if step <= PRECONDITION_AFTER {
+                assert!(pre[1].is_none(), "identity before {PRECONDITION_AFTER} updates");
+            } else {
+                let got = pre[1].as_ref().unwrap().to_vec1::<f32>()?;
+                for (got, g) in got.iter().zip([3.0f32, 4.0]) {
+                    assert!((got - 1.0 / (g + 1e-3)).abs() < 1e-5, "{got} vs 1/{g}");
+                }
+            }
+            opt.step(&(w.as_tensor() * &c)?.sum_all()?.backward()?)?;
+        }
+        Ok(())
+    }
 
     /// Three steps of ours and of candle's AdamW on the same variables and
     /// gradients, then a save/restore round trip that continues identically.

@@ -14,7 +14,7 @@ pub use groups::{HeldParameters, ParamGroups};
 pub use sgd::Sgd;
 pub use state::OptimizerState;
 
-use candle_core::Var;
+use candle_core::{Tensor, Var};
 
 use crate::error::Result;
 
@@ -36,6 +36,15 @@ pub trait TrainOptimizer: candle_nn::Optimizer {
     /// model names and every one that is not frozen.
     fn held_parameters(&self) -> Option<HeldParameters> {
         None
+    }
+
+    /// Each of `params`' preconditioner, the factor its gradient is multiplied
+    /// by before the gradient noise scale is measured under `lr_scaling =
+    /// adamscale` (`None` inside: the identity), or `None` when this optimizer
+    /// has none (the run then refuses `adamscale` before its first step).
+    fn preconditioner(&self, params: &[(String, Var)]) -> Result<Option<Vec<Option<Tensor>>>> {
+        let _ = params;
+        Ok(None)
     }
 
     /// The state to checkpoint, keyed by the names of `params` (the model's named

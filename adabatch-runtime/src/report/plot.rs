@@ -637,6 +637,7 @@ mod tests {
             measured_memory: None,
             gradient_noise_scale: None,
             noise_scale_interval: None,
+            noise_scale_refused: 0,
             goodput: None,
             loss_scale: None,
             skipped_steps: 0,

@@ -62,6 +62,11 @@ pub struct StepLog {
     /// after this step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_scale_interval: Option<usize>,
+    /// Noise-scale measurements since the previous logged step that were not
+    /// finite and were left out of the averages (each time the next step
+    /// measures again).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub noise_scale_refused: usize,
     /// `schedule = goodput(..)`: the decision after this step and what it rests on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<GoodputLog>,
@@ -249,6 +254,7 @@ impl StepLog {
             measured_memory: None,
             gradient_noise_scale: None,
             noise_scale_interval: None,
+            noise_scale_refused: 0,
             goodput: None,
             loss_scale: None,
             skipped_steps: 0,

@@ -42,6 +42,9 @@ pub struct TrainSummary {
     pub best_model_checkpoint: Option<std::path::PathBuf>,
     /// The best checkpoint's value of `--metric-for-best-model`.
     pub best_metric: Option<f64>,
+    /// The run's decisions that read the wall clock (goodput, `every = auto`):
+    /// empty when the same seed and settings give the same run.
+    pub timed_decisions: Vec<String>,
 }
 
 impl TrainSummary {
@@ -101,6 +104,13 @@ impl std::fmt::Display for TrainSummary {
         if let Some(eval) = self.final_eval() {
             let dict = eval.hf_dict();
             write!(f, " {dict}")?;
+        }
+        if !self.timed_decisions.is_empty() {
+            write!(
+                f,
+                "\nnot reproducible: decisions read the clock ({})",
+                self.timed_decisions.join("; ")
+            )?;
         }
         Ok(())
     }

@@ -27,6 +27,7 @@ use std::fmt;
 
 use candle_core::Device;
 
+use crate::adapt::lr::LrScaling;
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::args::TrainingArgs;
 use crate::data::length::LengthBatching;
@@ -62,6 +63,8 @@ pub struct DryRun {
     pub batching: Option<String>,
     /// What the plan could not take into account.
     pub notes: Vec<String>,
+    /// The run's decisions that read the wall clock (empty: reproducible).
+    pub timed_decisions: Vec<String>,
 }
 
 impl DryRun {
@@ -109,6 +112,7 @@ impl DryRun {
             skipped_steps: 0,
             best_model_checkpoint: None,
             best_metric: None,
+            timed_decisions: self.timed_decisions.clone(),
         }
     }
 }
@@ -185,6 +189,12 @@ impl fmt::Display for DryRun {
         }
         for note in &self.notes {
             writeln!(f, "  note: {note}")?;
+        }
+        if self.timed_decisions.is_empty() {
+            writeln!(f, "  reproducible: no decision reads the clock")?;
+        }
+        for timed in &self.timed_decisions {
+            writeln!(f, "  reads the clock (not reproducible): {timed}")?;
         }
         Ok(())
     }
@@ -272,6 +282,7 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
         final_per_device,
         batching,
         notes: plan_notes(settings),
+        timed_decisions: settings.timed_decisions(),
     })
 }
 
@@ -322,6 +333,11 @@ fn plan_notes(settings: &RunSettings) -> Vec<String> {
     }
     if matches!(settings.schedule, ScheduleSpec::Custom(_)) {
         notes.push("a custom schedule is assumed to depend only on (step, size)".into());
+    }
+    if settings.lr.scaling == LrScaling::AdamScale {
+        notes.push(
+            "lr_scaling = adamscale follows the measured noise scale: the rates are planned with the sqrt rule".into(),
+        );
     }
     notes
 }

@@ -167,6 +167,7 @@ impl Progress {
             skipped_steps,
             best_model_checkpoint: best.as_ref().map(|(dir, _)| dir.clone()),
             best_metric: best.map(|(_, metric)| metric),
+            timed_decisions: settings.timed_decisions(),
         }
     }
 }

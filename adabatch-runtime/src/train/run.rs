@@ -13,7 +13,7 @@ use crate::data::length::LengthIndex;
 use crate::data::planner::{PlannerState, StepBatches, StepPlanner};
 use crate::dist::communicator::Communicator;
 use crate::dist::parameters::synchronise_parameters;
-use crate::error::{Error, ModelError, Result, TrainingError};
+use crate::error::{Error, ModelError, Result, SettingsError, TrainingError};
 use crate::memory::device_memory::PeakSampler;
 use crate::memory::host::keep_freed_memory;
 use crate::optim::TrainOptimizer;
@@ -136,6 +136,7 @@ where
         let output_lock = hold_output_dir(settings, comm.rank())?;
         let params = sorted_parameters(&*trainer.parts().0)?;
         let trainable = trainable_parameters(&*trainer.parts().1, &params)?;
+        check_preconditioner(settings, &*trainer.parts().1, &trainable)?;
         let resumed = starting_weights(settings, &params, &mut *trainer, comm, device, &mut logger)?;
         let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
         let mut controllers = Controllers::new(settings)?;
@@ -258,7 +259,8 @@ where
         let step = self.planner.step();
         let predicted_memory = self.planner.sampler().last_predicted();
         let consumed_before = self.settings.lr_position(&self.planner, batches);
-        let lr = self.settings.lr.at(consumed_before, batches.global_size());
+        let phi = self.controllers.noise_scale_for_lr();
+        let lr = (self.settings.lr).at_noise_scale(consumed_before, batches.global_size(), phi);
         let log_now = self.log_due(step);
         // Only memory-aware runs need the device's peak (it synchronises the device).
         let peak = (self.controllers.memory.memory_mode() && !self.device.is_cpu())
@@ -334,6 +336,7 @@ where
             chunks,
             want_norm,
             ready,
+            preconditioner: None,
         };
         let (input, trainable) = (&mut self.input, &self.trainable);
         let outcome = train_step(self.trainer, self.comm, input, trainable, plan)
@@ -751,6 +754,23 @@ fn hold_output_dir(settings: &RunSettings, rank: usize) -> Result<Option<OutputL
     (rank == 0 && writes)
         .then(|| OutputLock::acquire(&saves.output_dir))
         .transpose()
+}
+
+/// `lr_scaling = adamscale` measures the noise scale of preconditioned gradients:
+/// the optimizer must give a preconditioner (adabatch's AdamW does).
+fn check_preconditioner(
+    settings: &RunSettings,
+    optimizer: &impl TrainOptimizer,
+    params: &[(String, Var)],
+) -> Result<()> {
+    if !settings.step.precondition_noise || optimizer.preconditioner(params)?.is_some() {
+        return Ok(());
+    }
+    Err(Error::Settings(SettingsError::ConflictingSettings {
+        first: "lr_scaling = adamscale",
+        second: "the trainer's #[optimizer]",
+        reason: "AdamScale measures the noise scale of gradients preconditioned by Adam's second moment: use adabatch::AdamW, or lr_scaling = sqrt",
+    }))
 }
 
 /// The parameters that train: those the optimizer holds (checked against the

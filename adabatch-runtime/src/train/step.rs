@@ -12,6 +12,7 @@ use crate::data::source_spec::SourceSpec;
 use crate::dist::communicator::Communicator;
 use crate::error::{DataError, DistributedError, Error, ModelError, Result, TrainingError};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
+use crate::optim::TrainOptimizer;
 use crate::train::collate::{collate_indices, guarded};
 use crate::train::interrupt::Interrupts;
 use crate::train::out_of_memory::{is_out_of_memory, FaultInjector};
@@ -41,6 +42,9 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
     /// micro-batch) size and squared mean-gradient norm ride in the step's
     /// all-reduce (sizes in examples, or in target tokens with `token_count`).
     pub noise_scale: bool,
+    /// Measure it on the gradients preconditioned by the optimizer (Adam's
+    /// second moment: `lr_scaling = adamscale`).
+    pub precondition: bool,
     /// Several sources: per-source loss sums and counts ride in the step's
     /// all-reduce.
     pub sources: Option<SourceSpec>,
@@ -76,6 +80,7 @@ impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
             verify_update: true,
             check_coverage: true,
             noise_scale: rules.noise_scale_beta.is_some(),
+            precondition: rules.noise_scale_beta.is_some() && rules.precondition_noise,
             sources,
             precision: rules.precision,
             loss_scale: 1.0,
@@ -95,6 +100,9 @@ pub(crate) struct StepPlan<'b, B> {
     pub(crate) chunks: usize,
     pub(crate) want_norm: bool,
     pub(crate) ready: Prefetched<B>,
+    /// Each parameter's preconditioner for the noise scale's norms (`None`
+    /// inside: the identity), taken from the optimizer before its update.
+    pub(crate) preconditioner: Option<Vec<Option<Tensor>>>,
 }
 
 /// How a step ended, the same on every rank.
@@ -271,7 +279,8 @@ where
                 }
                 _ => (indices.len() as f64, known_weight / indices.len() as f64),
             };
-            let norm = global_norm(&micro_grads)? * mean / input.loss_scale;
+            let precondition = plan.preconditioner.as_deref();
+            let norm = global_norm(&micro_grads, precondition)? * mean / input.loss_scale;
             let slot = m * world + rank;
             let half = local.small.len() / 2;
             local.small[slot] = size;
@@ -379,6 +388,9 @@ where
     let (model, optimizer) = trainer.parts();
     let rank = comm.rank();
     let step = plan.step;
+    if input.precondition && small_batch_slots(true, plan.batches) >= 4 {
+        plan.preconditioner = optimizer.preconditioner(params)?;
+    }
     let local = guarded(rank, || {
         accumulate_local(&*model, input, params, &mut plan, rank)
     })
@@ -416,14 +428,7 @@ where
             last_checkpoint: None,
         }));
     }
-    let grad_norm = norm_and_clip(
-        &mut update,
-        input.max_grad_norm,
-        plan.want_norm || input.noise_scale,
-    )?;
-    let noise = grad_norm
-        .filter(|_| input.noise_scale)
-        .and_then(|norm| noise_estimates(&update.small, norm, examples_per_token));
+    let (grad_norm, noise) = norm_and_noise(&mut update, input, &plan, examples_per_token)?;
     apply_update(
         optimizer,
         params,
@@ -443,13 +448,41 @@ where
     })
 }
 
+/// A step's (|G|², tr Σ) estimate of the gradient noise scale.
+type NoiseEstimate = (f64, f64);
+
+/// The gradients' global norm (before clipping) and this step's noise-scale
+/// estimate when it measures, the gradients then clipped.
+fn norm_and_noise<D: ?Sized, C, B>(
+    update: &mut Update,
+    input: &StepInput<'_, D, C>,
+    plan: &StepPlan<'_, B>,
+    examples_per_token: Option<f64>,
+) -> Result<(Option<f64>, Option<NoiseEstimate>)> {
+    // Before clipping: the noise scale reads the gradient as it came.
+    let preconditioned_norm = match &plan.preconditioner {
+        Some(p) if input.noise_scale => Some(global_norm(&update.grads, Some(p))?),
+        _ => None,
+    };
+    let grad_norm = norm_and_clip(
+        update,
+        input.max_grad_norm,
+        plan.want_norm || input.noise_scale,
+    )?;
+    let noise = preconditioned_norm
+        .or(grad_norm)
+        .filter(|_| input.noise_scale)
+        .and_then(|norm| noise_estimates(&update.small, norm, examples_per_token));
+    Ok((grad_norm, noise))
+}
+
 /// The gradients' global norm (before clipping) when it is wanted or clipping
 /// needs it, and the gradients clipped to `max_grad_norm` (0: no clipping).
 fn norm_and_clip(update: &mut Update, max_grad_norm: f64, wanted: bool) -> Result<Option<f64>> {
     let clipping = max_grad_norm > 0.0;
     let grad_norm = match update.norm {
         Some(norm) => Some(norm),
-        None if wanted || clipping => Some(global_norm(&update.grads)?),
+        None if wanted || clipping => Some(global_norm(&update.grads, None)?),
         None => None,
     };
     if let (true, Some(norm)) = (clipping, grad_norm) {
@@ -547,7 +580,7 @@ fn unscale(summed: LocalGrads, loss_scale: f64) -> Result<Option<Update>> {
     if loss_scale == 1.0 {
         return Ok(Some(update));
     }
-    let scaled_norm = global_norm(&update.grads)?;
+    let scaled_norm = global_norm(&update.grads, None)?;
     if !scaled_norm.is_finite() || !update.loss.is_finite() {
         return Ok(None);
     }
@@ -561,7 +594,7 @@ fn unscale(summed: LocalGrads, loss_scale: f64) -> Result<Option<Update>> {
 /// is checked (`verify`): an optimizer built from other variables (or before the
 /// model made its own) would otherwise train nothing, silently.
 fn apply_update(
-    optimizer: &mut impl crate::optim::TrainOptimizer,
+    optimizer: &mut impl TrainOptimizer,
     params: &[(String, Var)],
     grads: Vec<Option<Tensor>>,
     lr: f64,
@@ -711,14 +744,16 @@ fn outgoing(
     Ok((tensors, scalars))
 }
 
-fn global_norm(grads: &[Option<Tensor>]) -> Result<f64> {
+fn global_norm(grads: &[Option<Tensor>], preconditioner: Option<&[Option<Tensor>]>) -> Result<f64> {
     let mut sum = 0.0;
-    for g in grads.iter().flatten() {
-        sum += g
-            .to_dtype(DType::F64)?
-            .sqr()?
-            .sum_all()?
-            .to_scalar::<f64>()?;
+    for (i, g) in grads.iter().enumerate() {
+        let Some(g) = g else { continue };
+        let g = g.to_dtype(DType::F64)?;
+        let g = match preconditioner.and_then(|p| p.get(i)).and_then(Option::as_ref) {
+            Some(p) => g.mul(&p.to_dtype(DType::F64)?)?,
+            None => g,
+        };
+        sum += g.sqr()?.sum_all()?.to_scalar::<f64>()?;
     }
     Ok(sum.sqrt())
 }

@@ -26,8 +26,8 @@ from pathlib import Path
 # and 5.25 were added after the first run (fixed-8, seed 1) and before any other.
 TARGETS = [5.5, 5.25, 5.0, 4.5, 4.25, 4.0]
 FIXED = ["fixed-8", "fixed-16", "fixed-32", "fixed-64", "fixed-128"]
-ADAPTIVE = ["ramp", "noise", "goodput"]
-COLORS = {"ramp": "#d62728", "noise": "#2ca02c", "goodput": "#9467bd"}
+ADAPTIVE = ["ramp", "noise", "goodput", "goodput-adamscale"]
+COLORS = {"ramp": "#d62728", "noise": "#2ca02c", "goodput": "#9467bd", "goodput-adamscale": "#8c564b"}
 
 out = Path(sys.argv[1])
 chart = Path(sys.argv[2]) if len(sys.argv) > 2 else out / "frontier.svg"

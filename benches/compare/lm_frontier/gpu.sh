@@ -9,7 +9,7 @@
 #
 # TOKENS is a token directory the example prepared (the corpus it names is
 # trained on); SEEDS default to 1 2; MODELS (default "small large") and POLICIES
-# (default "fixed-16 fixed-32 fixed-64 fixed-128 noise goodput") narrow the runs;
+# (default "fixed-8 fixed-16 fixed-32 fixed-64 fixed-128 noise goodput") narrow the runs;
 # LIMIT is each run's time limit in seconds (default 120); DOCS the training
 # documents (default 15000, the English corpus). Every run evaluates
 # about 16 times an epoch, by the batch it mostly trains at, and records the
@@ -25,7 +25,7 @@ out=${OUT:-target/lm-frontier-gpu}
 seeds=("$@")
 [[ ${#seeds[@]} -gt 0 ]] || seeds=(1 2)
 models=(${MODELS:-small large})
-policies=(${POLICIES:-fixed-16 fixed-32 fixed-64 fixed-128 noise goodput})
+policies=(${POLICIES:-fixed-8 fixed-16 fixed-32 fixed-64 fixed-128 noise goodput})
 limit=${LIMIT:-120}
 mkdir -p "$out"
 docs=${DOCS:-15000}

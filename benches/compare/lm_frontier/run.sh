@@ -10,6 +10,9 @@
 #             tokens a document), then 128
 #   noise     --schedule noise-scale: doubling 8 -> 512 at half of B_simple
 #   goodput   --schedule goodput: 8 -> 512 by measured step times and B_simple
+#   goodput-adamscale  the same with --lr-scaling adamscale (AdaptDL's AdamScale:
+#             the noise scale of Adam-preconditioned gradients, the rate x gain^0.5,
+#             no cap at one noise scale); not in the default list
 #
 # Every policy trains with the same AdamW (betas 0.9, 0.95; weight decay 0.1) and
 # the same rule for the rate: 3e-3 at the reference global batch of 32 documents,
@@ -49,7 +52,15 @@ flags_of() {
         ramp) echo "--rampup-batch-size 8 8 $((docs * 20)) --rampup-in-tokens --global-batch-size 128 --eval-steps $((docs / 128 / 16 + 1))" ;;
         noise) echo "--schedule noise-scale --eval-steps $((docs / 64 / 16 + 1))" ;;
         goodput) echo "--schedule goodput --eval-steps $((docs / 32 / 16 + 1))" ;;
+        goodput-adamscale) echo "--schedule goodput --eval-steps $((docs / 32 / 16 + 1))" ;;
         *) echo "unknown policy $1" >&2; exit 2 ;;
+    esac
+}
+
+scaling_of() {
+    case "$1" in
+        *-adamscale) echo adamscale ;;
+        *) echo sqrt ;;
     esac
 }
 
@@ -60,7 +71,7 @@ for seed in "${seeds[@]}"; do
         # shellcheck disable=SC2046
         "$bin" --nproc-per-node 2 --seed "$seed" --corpus "$corpus" --tokens-dir "$out/tokens" \
             --validation-fraction 0.02 \
-            --lr-scaling sqrt --lr-reference-batch 32 --per-device-eval-batch-size 64 \
+            --lr-scaling "$(scaling_of "$policy")" --lr-reference-batch 32 --per-device-eval-batch-size 64 \
             --save-steps 0 --samples 0 --quiet --report-to none --logging-steps 1 \
             --log-jsonl "$out/$policy-$seed.jsonl" --plot "$out/$policy-$seed.svg" \
             --output-dir "$out/run-$policy-$seed" --summary-json "$json" \

@@ -1,5 +1,5 @@
 // `noise_scale` needs `min` and `max` (1 <= min <= max) and a positive fraction;
-// `every` is `auto` or a number of steps >= 1.
+// `every` is `model`, `auto` or a number of steps >= 1.
 use adabatch::prelude::*;
 
 #[path = "../support/tiny.rs"]

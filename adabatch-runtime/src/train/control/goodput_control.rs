@@ -8,7 +8,7 @@
 //! replaces the measurement, and the batches are reproducible.
 
 use crate::adapt::goodput::{
-    decide, GoodputDecision, GoodputLog, GoodputReason, GoodputSpec, GoodputState, StepShape,
+    decide_within, GoodputDecision, GoodputLog, GoodputReason, GoodputSpec, GoodputState, StepShape,
     StepTime,
 };
 use crate::error::{Error, Result, TrainingError};
@@ -21,6 +21,9 @@ use super::controller::{Steer, StepReport};
 pub(crate) struct GoodputControl {
     spec: GoodputSpec,
     world: usize,
+    /// Within [`crate::adapt::goodput::noise_cap`]: the √ rate rule (not under
+    /// AdamScale).
+    capped: bool,
     state: GoodputState,
     /// Seconds of the step the model last learned from, for the log.
     last_seconds: Option<f64>,
@@ -32,10 +35,12 @@ pub(crate) struct GoodputControl {
 }
 
 impl GoodputControl {
-    pub(crate) fn new(spec: GoodputSpec, world: usize) -> Self {
+    /// Goodput over `world` ranks; `adam_scale` under `lr_scaling = adamscale`.
+    pub(crate) fn new(spec: GoodputSpec, world: usize, adam_scale: bool) -> Self {
         Self {
             spec,
             world,
+            capped: !adam_scale,
             state: GoodputState::default(),
             last_seconds: None,
             first_time_seen: false,
@@ -70,7 +75,7 @@ impl GoodputControl {
             Some(f) => StepTime::Given(f),
             None => StepTime::Measured(&self.state.times),
         };
-        let decision = decide(&self.spec, phi, current, &time)?;
+        let decision = decide_within(&self.spec, phi, current, &time, self.capped)?;
         steer.planner.set_global_batch(decision.shape.global);
         steer
             .planner

@@ -32,6 +32,7 @@ pub(crate) mod oom_control;
 pub(crate) mod schedule_control;
 pub(crate) mod states;
 
+use crate::adapt::noise_cadence::SplitCostModel;
 use crate::dist::communicator::Communicator;
 use crate::error::Result;
 use crate::report::record::StepLog;
@@ -58,6 +59,12 @@ pub(crate) struct Controllers {
 }
 
 impl Controllers {
+    /// The gradient noise scale the learning rate may follow (`lr_scaling =
+    /// adamscale`): the estimate once warmed up, the same on every rank.
+    pub(crate) fn noise_scale_for_lr(&self) -> Option<f64> {
+        self.noise_scale.as_ref().and_then(|n| n.warm_estimate())
+    }
+
     /// The controllers the settings ask for, as a fresh run starts them.
     pub(crate) fn new(settings: &RunSettings) -> Result<Self> {
         Ok(Self {
@@ -67,6 +74,7 @@ impl Controllers {
                 &settings.step,
                 &settings.schedule,
                 settings.units_world,
+                SplitCostModel::for_device(settings.device.is_cuda()),
             )?,
             mixing: MixingControl::new(settings.sources.as_ref(), settings.builtin_mixer),
             schedule: ScheduleControl,

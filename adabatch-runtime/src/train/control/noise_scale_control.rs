@@ -3,7 +3,7 @@
 //! sizes the next global batch; the cadence decides which steps measure, and
 //! splits them when they lack two small batches.
 
-use crate::adapt::noise_cadence::{CadenceState, NoiseCadence, StepSeconds};
+use crate::adapt::noise_cadence::{CadenceState, NoiseCadence, SplitCostModel, StepSeconds};
 use crate::adapt::noise_scale::{NoiseScaleEstimator, NoiseScalePolicy};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::error::Result;
@@ -20,6 +20,10 @@ pub(crate) struct NoiseScaleControl {
     estimator: NoiseScaleEstimator,
     cadence: NoiseCadence,
     resize: Resize,
+    /// The ranks a global batch is shared by.
+    world: usize,
+    /// Measurements refused (not finite) since the last logged step.
+    refused: usize,
 }
 
 /// What the estimate drives.
@@ -34,24 +38,40 @@ enum Resize {
 
 impl NoiseScaleControl {
     /// When the step rules measure the noise scale; `schedule` says whether the
-    /// measurements resize the batch, in global batches of `units_world` units.
+    /// measurements resize the batch, in global batches of `units_world` units;
+    /// `split_cost` models a split step on the run's device.
     pub(crate) fn new(
         rules: &StepRules,
         schedule: &ScheduleSpec,
         units_world: usize,
+        split_cost: SplitCostModel,
     ) -> Result<Option<Self>> {
         let Some(beta) = rules.noise_scale_beta else {
             return Ok(None);
         };
         Ok(Some(Self {
             estimator: NoiseScaleEstimator::new(beta)?,
-            cadence: NoiseCadence::new(rules.noise_every),
+            cadence: NoiseCadence::new(rules.noise_every, split_cost),
             resize: match *schedule {
                 ScheduleSpec::NoiseScale(policy) => Resize::NoiseScale(policy),
-                ScheduleSpec::Goodput(spec) => Resize::Goodput(GoodputControl::new(spec, units_world)),
+                ScheduleSpec::Goodput(spec) => Resize::Goodput(GoodputControl::new(
+                    spec,
+                    units_world,
+                    rules.precondition_noise,
+                )),
                 _ => Resize::LogOnly,
             },
+            world: units_world.max(1),
+            refused: 0,
         }))
+    }
+
+    /// The estimate once the averages span their horizon (`None` before): what
+    /// `lr_scaling = adamscale` scales the rate by.
+    pub(crate) fn warm_estimate(&self) -> Option<f64> {
+        self.estimator
+            .estimate()
+            .filter(|_| self.estimator.warmed_up())
     }
 
     /// Whether the next step measures the noise scale.
@@ -109,8 +129,13 @@ impl Controller for NoiseScaleControl {
         else {
             return Ok(());
         };
-        // The cadence is as it was when this step was planned.
-        let measured = self.cadence.measures_next();
+        // The cadence is as it was when this step was planned. A measurement that
+        // is not finite (an overflow, a diverging step) is refused: averaged in,
+        // it would leave no estimate for good; refused, the next step measures.
+        let planned = self.cadence.measures_next();
+        let noise = noise.filter(|_| planned);
+        let measurement = noise.filter(|&(norm, trace)| norm.is_finite() && trace.is_finite());
+        self.refused += usize::from(noise.is_some() && measurement.is_none());
         let split = steer.planner.split_for_measurement_now();
         let global = report.batches.global_size();
         let seconds = match &self.resize {
@@ -118,12 +143,14 @@ impl Controller for NoiseScaleControl {
             _ => None,
         }
         .map_or(StepSeconds::Previous(previous_step_seconds), StepSeconds::This);
-        let spans = self.cadence.after_step(measured, split, global, seconds);
-        self.resize(noise.zip(spans), report, steer)?;
+        let spans = self
+            .cadence
+            .after_step(measurement.is_some(), split, global, seconds);
+        self.resize(measurement.zip(spans), report, steer)?;
         // The next step, at its (possibly new) batch.
         let needs_split = steer.planner.measurement_needs_split();
-        self.cadence
-            .choose(needs_split, steer.planner.global_batch());
+        let global = steer.planner.global_batch();
+        (self.cadence).choose(needs_split, global, global.div_ceil(self.world));
         let split_next = needs_split && self.cadence.measures_next();
         steer.planner.split_for_measurement(split_next);
         Ok(())
@@ -132,6 +159,7 @@ impl Controller for NoiseScaleControl {
     fn record(&mut self, entry: &mut StepLog) {
         entry.gradient_noise_scale = self.estimator.estimate();
         entry.noise_scale_interval = Some(self.cadence.interval());
+        entry.noise_scale_refused = std::mem::take(&mut self.refused);
         if let Resize::Goodput(goodput) = &self.resize {
             goodput.record(entry);
         }

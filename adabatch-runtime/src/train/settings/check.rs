@@ -6,6 +6,7 @@
 //! macro checks the attribute's syntax and shape; the value rules of schedules
 //! are `const fn`s the generated code evaluates (`adapt::schedule`).
 
+use crate::adapt::lr::LrScaling;
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::args::TrainingArgs;
 use crate::config::policy::{GradAccum, Reweight, TrainerPolicy};
@@ -156,6 +157,13 @@ impl Resolved<'_> {
     /// mean gradient (over examples, or over tokens with `token_count`), and at
     /// least two small batches in a measuring step.
     fn check_noise_scale(&self, world_size: usize) -> Result<()> {
+        if self.policy.lr_scaling == LrScaling::AdamScale && !self.noise_measured {
+            return Err(Error::Settings(SettingsError::ConflictingSettings {
+                first: "lr_scaling = adamscale",
+                second: "a schedule that does not measure the noise scale",
+                reason: "AdamScale's rate follows the measured gradient noise scale: use schedule = noise_scale(..) or goodput(..), or --log-gradient-noise-scale",
+            }));
+        }
         if !self.noise_measured {
             return Ok(());
         }

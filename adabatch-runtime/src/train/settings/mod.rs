@@ -347,6 +347,26 @@ impl RunSettings {
         }
     }
 
+    /// The decisions of this run that read the wall clock, each as a sentence:
+    /// with any, two runs of the same seed and settings can differ. Empty: the
+    /// run is a function of its data, seed and settings.
+    pub(crate) fn timed_decisions(&self) -> Vec<String> {
+        let mut timed = Vec::new();
+        if let ScheduleSpec::Goodput(spec) = &self.schedule {
+            if spec.step_time.is_none() {
+                timed.push(
+                    "goodput: the batch and micro-batches follow measured step times".into(),
+                );
+            }
+        }
+        if self.step.noise_scale_beta.is_some() && self.step.noise_every.reads_the_clock() {
+            timed.push(
+                "the noise scale's cadence (`every = auto`): measured step times choose which steps measure".into(),
+            );
+        }
+        timed
+    }
+
     /// The examples' lengths, sorted for length-aware batching (`None` without
     /// it): the one place the engine and the dry run build the index.
     pub(crate) fn length_index<D: Dataset + ?Sized>(&self, dataset: &D) -> Option<LengthIndex> {

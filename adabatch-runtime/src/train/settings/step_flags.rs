@@ -1,6 +1,7 @@
 //! How each step trains: the step flags (`StepArgs`) check and resolve themselves
 //! into `StepRules`.
 
+use crate::adapt::lr::LrScaling;
 use crate::adapt::noise_scale::MeasureEvery;
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::args::StepArgs;
@@ -26,6 +27,9 @@ pub(crate) struct StepRules {
     pub(crate) noise_scale_beta: Option<f64>,
     /// Which steps measure it (`--noise-scale-every`, else the schedule's).
     pub(crate) noise_every: MeasureEvery,
+    /// Measure it on the gradients preconditioned by Adam's second moment
+    /// (`lr_scaling = adamscale`).
+    pub(crate) precondition_noise: bool,
     /// `--bf16` / `--fp16`.
     pub(crate) precision: Precision,
     /// `--fp16`'s loss scaling, as it starts.
@@ -69,8 +73,9 @@ impl StepArgs {
             noise_scale_beta: noise_measured.then_some(NOISE_SCALE_BETA),
             noise_every: self.noise_scale_every.unwrap_or(match policy.schedule {
                 ScheduleSpec::NoiseScale(noise) => noise.every,
-                _ => MeasureEvery::Auto,
+                _ => MeasureEvery::Modeled,
             }),
+            precondition_noise: policy.lr_scaling == LrScaling::AdamScale,
             precision: match (self.bf16, self.fp16) {
                 (true, _) => Precision::Bf16,
                 (false, true) => Precision::F16,
