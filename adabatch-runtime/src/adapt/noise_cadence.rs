@@ -66,9 +66,9 @@ impl SplitCostModel {
         self.fixed_examples / (self.fixed_examples + per_rank as f64)
     }
 
-    /// The interval that spends at most [`MEASURE_BUDGET`] at `per_rank`
-    /// examples per rank, and never measures more often than every
-    /// [`MIN_MODELED_INTERVAL`]-th step.
+    /// The interval that spends at most 5 % of the run's time (`MEASURE_BUDGET`)
+    /// at `per_rank` examples per rank, and never measures more often than every
+    /// 4th step (`MIN_MODELED_INTERVAL`).
     pub fn interval(&self, per_rank: usize) -> usize {
         interval_for(self.extra(per_rank), MEASURE_BUDGET).max(MIN_MODELED_INTERVAL)
     }

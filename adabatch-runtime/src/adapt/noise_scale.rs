@@ -65,10 +65,9 @@ pub struct NoiseScalePolicy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum MeasureEvery {
     /// The default: every `k`-th step, `k` from a fixed model of what a split
-    /// costs on the run's device (`crate::adapt::noise_cadence::SplitCostModel`),
-    /// at most [`MEASURE_BUDGET`] of the run's time and never more than every
-    /// [`MIN_MODELED_INTERVAL`]-th step. Reads no clock: the same seed and
-    /// settings give the same steps.
+    /// costs on the run's device ([`SplitCostModel`](crate::SplitCostModel)), at
+    /// most 5 % of the run's time and never more often than every 4th step.
+    /// Reads no clock: the same seed and settings give the same steps.
     #[default]
     Modeled,
     /// From the *measured* cost of a split against a plain step, at most 5 % of

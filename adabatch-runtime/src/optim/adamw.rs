@@ -362,7 +362,7 @@ impl TrainOptimizer for AdamW {
 
     /// `1 / (√v̂ + ε)` with `v̂ = v / (1 − β₂ᵗ)`, as AdaptDL's
     /// `AdamGradientNoiseScale` divides each gradient component by `√v̂ + ε`;
-    /// the identity for the first [`PRECONDITION_AFTER`] updates, while `v̂`
+    /// the identity for the first 5 updates (`PRECONDITION_AFTER`), while `v̂`
     /// rests on too few gradients, and for a parameter this optimizer does not
     /// hold.
     fn preconditioner(&self, params: &[(String, Var)]) -> Result<Option<Vec<Option<Tensor>>>> {
