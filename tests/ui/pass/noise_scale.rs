@@ -1,6 +1,7 @@
 // `noise_scale(..)`: the next global batch from the gradient noise scale, by
-// doubling by default, continuously with `factor = 1`, measured on an automatic
-// cadence by default or every `n` steps.
+// doubling by default, continuously with `factor = 1`, measured on the modeled
+// cadence by default (`every = model`), the timed one (`every = auto`) or every `n`
+// steps.
 #![deny(warnings)]
 
 use adabatch::prelude::*;
@@ -51,6 +52,14 @@ struct EveryAuto {
     opt: candle_nn::SGD,
 }
 
+#[adaptive_trainer(schedule = noise_scale(min = 8, max = 64, every = model))]
+struct EveryModel {
+    #[model]
+    model: tiny::Tiny,
+    #[optimizer]
+    opt: candle_nn::SGD,
+}
+
 fn main() {
     assert_eq!(
         Every4::POLICY.schedule,
@@ -59,7 +68,14 @@ fn main() {
             ..NoiseScalePolicy::doubling(1.0, 8, 64)
         })
     );
-    assert_eq!(EveryAuto::POLICY.schedule, Defaults::POLICY.schedule);
+    assert_eq!(EveryModel::POLICY.schedule, Defaults::POLICY.schedule);
+    assert_eq!(
+        EveryAuto::POLICY.schedule,
+        ScheduleSpec::NoiseScale(NoiseScalePolicy {
+            every: MeasureEvery::Auto,
+            ..NoiseScalePolicy::doubling(1.0, 8, 64)
+        })
+    );
     assert_eq!(
         Adaptive::POLICY.schedule,
         ScheduleSpec::NoiseScale(NoiseScalePolicy::doubling(0.5, 32, 4096))
