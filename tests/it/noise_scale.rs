@@ -158,6 +158,25 @@ fn run_delayed<T: AdaptiveTrainer<Model = Linear, Optimizer = candle_nn::SGD> + 
     Ok(logs)
 }
 
+/// Launches `wrap`'s trainer on `Linear` at zero with SGD at rate 0.
+fn launch_at_rest<T: AdaptiveTrainer<Model = Linear, Optimizer = candle_nn::SGD> + Send>(
+    data: &[Example],
+    args: &TrainingArgs,
+    wrap: fn(Linear, candle_nn::SGD) -> T,
+) -> adabatch::Result<adabatch::Trained<T>> {
+    adabatch::Run::new(data, &collate, args).launch(|ctx: &RankContext| {
+        let w = Var::zeros(D, DType::F32, ctx.device())?;
+        let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
+        Ok(wrap(
+            Linear {
+                w,
+                delay: std::time::Duration::ZERO,
+            },
+            opt,
+        ))
+    })
+}
+
 fn args(ranks: usize, per_device: usize, steps: usize) -> TrainingArgs {
     {
         let mut args = TrainingArgs::default();
@@ -242,17 +261,7 @@ fn one_rank_without_accumulation_is_a_typed_error() {
     let logs = run(&args(1, 4, 3), &data).unwrap();
     assert!(logs.iter().all(|l| l.gradient_noise_scale.is_some()));
     // ... a policy with one micro-batch on one rank does not.
-    let result = adabatch::Run::new(&data, &collate, &args(1, 4, 3)).launch(|ctx: &RankContext| {
-        let w = Var::zeros(D, DType::F32, ctx.device())?;
-        let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
-        Ok(Single {
-            model: Linear {
-                w,
-                delay: std::time::Duration::ZERO,
-            },
-            opt,
-        })
-    });
+    let result = launch_at_rest(&data, &args(1, 4, 3), |model, opt| Single { model, opt });
     let Err(err) = result else {
         panic!("one rank without accumulation must be refused")
     };
@@ -774,32 +783,12 @@ fn adam_scale_without_its_measurement_or_adam_is_refused() {
     let data = data(64);
     let mut a = args(1, 4, 3);
     a.step.log_gradient_noise_scale = false;
-    let sgd = adabatch::Run::new(&data, &collate, &a).launch(|ctx: &RankContext| {
-        let w = Var::zeros(D, DType::F32, ctx.device())?;
-        let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
-        Ok(AdamScaledSgd {
-            model: Linear {
-                w,
-                delay: std::time::Duration::ZERO,
-            },
-            opt,
-        })
-    });
+    let sgd = launch_at_rest(&data, &a, |model, opt| AdamScaledSgd { model, opt });
     let Err(err) = sgd else {
         panic!("SGD has no preconditioner")
     };
     assert!(err.to_string().contains("adabatch::AdamW"), "{err}");
-    let fixed = adabatch::Run::new(&data, &collate, &a).launch(|ctx: &RankContext| {
-        let w = Var::zeros(D, DType::F32, ctx.device())?;
-        let opt = candle_nn::Optimizer::new(vec![w.clone()], 0.0)?;
-        Ok(AdamScaledFixed {
-            model: Linear {
-                w,
-                delay: std::time::Duration::ZERO,
-            },
-            opt,
-        })
-    });
+    let fixed = launch_at_rest(&data, &a, |model, opt| AdamScaledFixed { model, opt });
     let Err(err) = fixed else {
         panic!("nothing measures the noise scale")
     };

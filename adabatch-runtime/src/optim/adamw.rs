@@ -132,6 +132,20 @@ impl Slot {
         })
     }
 
+    /// The second moment `v` alone, as a tensor of the parameter's shape and
+    /// device (the preconditioner reads nothing else).
+    fn second_moment(&self) -> Result<Tensor> {
+        match &self.moments {
+            Moments::Host(moments) => {
+                let guard = moments.lock().unwrap_or_else(|p| p.into_inner());
+                Ok(Tensor::from_slice(&guard.1, self.var.shape(), self.var.device())?)
+            }
+            #[cfg(feature = "cuda")]
+            Moments::Cuda(_) => Ok(self.moment_tensors()?.1),
+            Moments::Device { v, .. } => Ok(v.as_tensor().clone()),
+        }
+    }
+
     fn weight_decay(&self, p: ParamsAdamW) -> f64 {
         if self.decay {
             p.weight_decay
@@ -371,14 +385,14 @@ impl TrainOptimizer for AdamW {
         }
         let p = self.params;
         let correction = (1.0 - p.beta2.powi(self.step as i32)).sqrt();
+        let slots: std::collections::HashMap<_, &Slot> =
+            (self.slots.iter()).map(|s| (s.var.as_tensor().id(), s)).collect();
         let mut out = Vec::with_capacity(params.len());
         for (_, var) in params {
-            let slot = (self.slots.iter()).find(|s| s.var.as_tensor().id() == var.as_tensor().id());
-            out.push(match slot {
+            out.push(match slots.get(&var.as_tensor().id()) {
                 Some(slot) => {
-                    let (_, v) = slot.moment_tensors()?;
-                    let root = (v.to_dtype(DType::F32)?.sqrt()? / correction)?;
-                    Some((root + p.eps)?.recip()?)
+                    let v = slot.second_moment()?.to_dtype(DType::F32)?;
+                    Some(((v.sqrt()? / correction)? + p.eps)?.recip()?)
                 }
                 None => None,
             });

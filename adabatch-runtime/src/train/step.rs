@@ -388,7 +388,8 @@ where
     let (model, optimizer) = trainer.parts();
     let rank = comm.rank();
     let step = plan.step;
-    if input.precondition && small_batch_slots(true, plan.batches) >= 4 {
+    // Only a measuring step with two small batches or more reads the norms.
+    if input.precondition && small_batch_slots(input.noise_scale, plan.batches) >= 4 {
         plan.preconditioner = optimizer.preconditioner(params)?;
     }
     let local = guarded(rank, || {
