@@ -10,8 +10,8 @@
 //! by the kernel under pressure), and `VmHWM`, the peak of both together.
 //!
 //! ```text
-//! cargo bench --bench token_scale          # TOKEN_SCALE_DIR=... to place the file
-//! TOKEN_SCALE_TOKENS=100000000 cargo bench --bench token_scale   # another size
+//! cargo bench -p adabatch-benches --bench token_scale          # TOKEN_SCALE_DIR=... to place the file
+//! TOKEN_SCALE_TOKENS=100000000 cargo bench -p adabatch-benches --bench token_scale   # another size
 //! ```
 
 use std::io::{Seek, SeekFrom, Write};
@@ -101,10 +101,7 @@ fn main() -> adabatch::Result<()> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000_000);
     let path = dir.join(format!("adabatch-tokens-{}.bin", std::process::id()));
-    write_file(&path, tokens).map_err(|e| adabatch::Error::Io {
-        path: path.clone(),
-        source: e,
-    })?;
+    write_file(&path, tokens).map_err(adabatch::Error::io(adabatch::FileOp::Write, &path))?;
     println!("start: {}", memory());
     let start = Instant::now();
     let windows = TokenWindows::new(TokenFile::open(&path, TokenWidth::U16, VOCAB)?, SEQ_LEN)?;

@@ -202,10 +202,7 @@ fn run() -> adabatch::Result<()> {
     let seed = cli.train.data.seed.unwrap_or(LmTrainer::POLICY.seed);
     let mut sentences: Vec<String> = match &cli.data {
         Some(path) => std::fs::read_to_string(path)
-            .map_err(|source| adabatch::Error::Io {
-                path: path.clone(),
-                source,
-            })?
+            .map_err(adabatch::Error::io(adabatch::FileOp::Read, path.clone()))?
             .lines()
             .filter(|l| !l.trim().is_empty())
             .map(|l| l.chars().take(256).collect())

@@ -74,7 +74,7 @@ fn main() -> std::process::ExitCode {
 
 fn run(cli: Cli) -> adabatch::Result<()> {
     let path = cli.digits.clone().unwrap_or_else(digits::default_path);
-    let all = digits::read_digits(&path).map_err(adabatch::Error::msg)?;
+    let all = digits::read_digits(&path)?;
     let mut args = cli.train.clone();
     args.data.seed = Some(args.data.seed.unwrap_or(0));
     args.length.num_train_epochs = cli.epochs_per_task;
@@ -112,7 +112,7 @@ fn run(cli: Cli) -> adabatch::Result<()> {
             path,
             serde_json::to_string_pretty(&summary).expect("plain JSON") + "\n",
         )
-        .map_err(|e| adabatch::Error::msg(format!("{}: {e}", path.display())))?;
+        .map_err(adabatch::Error::io(adabatch::FileOp::Write, path))?;
     }
     Ok(())
 }

@@ -168,9 +168,7 @@ fn run() -> adabatch::Result<()> {
         validation.with_max_len(cli.tokens.max_document_tokens)?,
     );
     let config = decoder::llama_config(&cli.model, &info);
-    config
-        .validate()
-        .map_err(|e| adabatch::Error::Message(format!("the model's shape: {e}")))?;
+    config.validate()?;
     let collate = PackedCollate::new(cli.model.seq_len, info.eos_id)
         .with_cross_document_attention(cli.cross_document_attention)
         .with_packing(!cli.no_packing);
@@ -221,7 +219,8 @@ fn report(
         let tokenizer = adabatch::tokenize::Tokenizer::from_file(&tokenizer_json).map_err(|e| {
             adabatch::Error::Data(adabatch::DataError::Tokenizer {
                 path: tokenizer_json.clone(),
-                detail: e.to_string(),
+                detail: "cannot load the tokenizer".into(),
+                source: Some(e),
             })
         })?;
         let prompts: Vec<Vec<u32>> = (0..cli.samples.min(validation.len()))
@@ -232,10 +231,8 @@ fn report(
     }
     if args.save.save_steps > 0 && args.save.output_dir.join("model.safetensors").exists() {
         let to = args.save.output_dir.join("tokenizer.json");
-        std::fs::copy(&tokenizer_json, &to).map_err(|e| adabatch::Error::Io {
-            path: to,
-            source: e,
-        })?;
+        std::fs::copy(&tokenizer_json, &to)
+            .map_err(adabatch::Error::io(adabatch::FileOp::CopyTo, to))?;
     }
     if let Some(path) = &cli.summary_json {
         write_summary(path, info, summary, unigram)?;
@@ -266,8 +263,8 @@ fn write_summary(
         "evaluations": evals,
     });
     let text = serde_json::to_string_pretty(&value).expect("plain JSON") + "\n";
-    std::fs::write(path, text).map_err(|e| adabatch::Error::Io {
-        path: path.to_path_buf(),
-        source: e,
-    })
+    std::fs::write(path, text).map_err(adabatch::Error::io(
+        adabatch::FileOp::Write,
+        path.to_path_buf(),
+    ))
 }

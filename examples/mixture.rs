@@ -269,9 +269,7 @@ fn run() -> adabatch::Result<()> {
     let validation = domains.validation;
     let info = domains.info;
     let config = decoder::llama_config(&cli.model, &info);
-    config
-        .validate()
-        .map_err(|e| adabatch::Error::Message(format!("the model's shape: {e}")))?;
+    config.validate()?;
     let collate = PackedCollate::new(cli.model.seq_len, info.eos_id);
     let lr = args.lr.learning_rate;
     let summary = if curriculum.is_none()
@@ -529,10 +527,8 @@ fn report(cli: &Cli, names: &[String], summary: &adabatch::TrainSummary) -> adab
             "evaluations": evaluations,
         });
         let text = serde_json::to_string_pretty(&value).expect("plain JSON") + "\n";
-        std::fs::write(path, text).map_err(|e| adabatch::Error::Io {
-            path: path.clone(),
-            source: e,
-        })?;
+        std::fs::write(path, text)
+            .map_err(adabatch::Error::io(adabatch::FileOp::Write, path.clone()))?;
     }
     Ok(())
 }

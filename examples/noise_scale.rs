@@ -83,30 +83,24 @@ struct Digits {
     opt: AdamW,
 }
 
-fn main() {
-    let cli = Cli::parse();
-    let outcome = match cli.task {
-        Task::Digits => run_digits(&cli),
-        Task::Linreg => run_linreg(&cli),
-    };
-    match outcome {
-        Ok(results) => {
-            if let Some(path) = &cli.summary_json {
-                let text = serde_json::to_string_pretty(&results).expect("plain JSON");
-                if let Err(e) = std::fs::write(path, text + "\n") {
-                    eprintln!("error: {}: {e}", path.display());
-                    std::process::exit(1);
-                }
-            }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::exit(1);
-        }
-    }
+fn main() -> std::process::ExitCode {
+    adabatch::exit_code(run(Cli::parse()))
 }
 
-fn run_digits(cli: &Cli) -> Result<serde_json::Value, String> {
+fn run(cli: Cli) -> adabatch::Result<()> {
+    let results = match cli.task {
+        Task::Digits => run_digits(&cli)?,
+        Task::Linreg => run_linreg(&cli)?,
+    };
+    if let Some(path) = &cli.summary_json {
+        let text = serde_json::to_string_pretty(&results).expect("plain JSON");
+        std::fs::write(path, text + "\n")
+            .map_err(adabatch::Error::io(adabatch::FileOp::Write, path))?;
+    }
+    Ok(())
+}
+
+fn run_digits(cli: &Cli) -> adabatch::Result<serde_json::Value> {
     let path = cli.digits.clone().unwrap_or_else(digits::default_path);
     let mut args = cli.train.clone();
     args.eval.eval_steps = args.eval.eval_steps.or(Some(5));
@@ -123,8 +117,8 @@ fn run_digits(cli: &Cli) -> Result<serde_json::Value, String> {
         )?;
         Ok(Digits::new(model, opt))
     };
-    let Trained { summary, .. } = Digits::launch_with_eval(&train, &test, &collate, &args, factory)
-        .map_err(|e| e.to_string())?;
+    let Trained { summary, .. } =
+        Digits::launch_with_eval(&train, &test, &collate, &args, factory)?;
     println!("{summary}");
     let accuracy = |e: &adabatch::EvalLog| e.get("eval_accuracy").unwrap_or(f64::NAN);
     let reached = summary
@@ -142,7 +136,9 @@ fn run_digits(cli: &Cli) -> Result<serde_json::Value, String> {
         ),
         None => println!("test accuracy never reached {}", cli.target_accuracy),
     }
-    let last = summary.final_eval().ok_or("no evaluation")?;
+    let last = summary
+        .final_eval()
+        .ok_or_else(|| adabatch::Error::msg("no evaluation"))?;
     Ok(serde_json::json!({
         "task": "digits",
         "train_examples": train.len(),
@@ -204,10 +200,10 @@ fn normal(rng: &mut impl Rng) -> f64 {
     (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
 }
 
-fn run_linreg(cli: &Cli) -> Result<serde_json::Value, String> {
+fn run_linreg(cli: &Cli) -> adabatch::Result<serde_json::Value> {
     let (dim, noise) = (cli.dim, cli.noise_std);
     if dim == 0 {
-        return Err("--dim must be at least 1".into());
+        return Err(adabatch::Error::msg("--dim must be at least 1"));
     }
     let mut args = cli.train.clone();
     args.step.log_gradient_noise_scale = true;
@@ -237,10 +233,10 @@ fn run_linreg(cli: &Cli) -> Result<serde_json::Value, String> {
         let opt = Sgd::new(vec![w.clone()], args.lr.learning_rate);
         Ok(LinReg::new(Linear { w }, opt))
     };
-    let Trained { summary, .. } =
-        LinReg::launch(&data, &collate, &args, factory).map_err(|e| e.to_string())?;
+    let Trained { summary, .. } = LinReg::launch(&data, &collate, &args, factory)?;
     println!("{summary}");
-    let text = std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let text =
+        std::fs::read_to_string(&log).map_err(adabatch::Error::io(adabatch::FileOp::Read, &log))?;
     if !keep_log {
         let _ = std::fs::remove_file(&log);
     }
@@ -253,7 +249,9 @@ fn run_linreg(cli: &Cli) -> Result<serde_json::Value, String> {
     // The first third is the moving averages' warm-up.
     let tail = &estimates[estimates.len() / 3..];
     if tail.is_empty() {
-        return Err("too few steps to average the estimate (use --max-steps 300 or more)".into());
+        return Err(adabatch::Error::msg(
+            "too few steps to average the estimate (use --max-steps 300 or more)",
+        ));
     }
     let mean = tail.iter().sum::<f64>() / tail.len() as f64;
     let analytic = (dim as f64 + 1.0) + noise * noise * dim as f64;

@@ -114,11 +114,11 @@ fn name_seed(seed: u64, name: &str) -> u64 {
 }
 
 fn normal(mean: f64, std: f64) -> candle_core::Result<Normal<f64>> {
-    Normal::new(mean, std).map_err(|e| candle_core::Error::Msg(format!("normal init: {e}")))
+    Normal::new(mean, std).map_err(|e| candle_core::Error::wrap(e).context("normal init"))
 }
 
 fn uniform(lo: f64, up: f64) -> candle_core::Result<Uniform<f64>> {
-    Uniform::new(lo, up).map_err(|e| candle_core::Error::Msg(format!("uniform init: {e}")))
+    Uniform::new(lo, up).map_err(|e| candle_core::Error::wrap(e).context("uniform init"))
 }
 
 fn sample(rng: &mut ChaCha8Rng, n: usize, dist: impl Distribution<f64>) -> Vec<f32> {

@@ -39,11 +39,7 @@ macro_rules! internal_mod {
         #[cfg(feature = "internals")]
         #[doc(hidden)]
         pub mod $name;
-        // Parts only the workspace's tests and tools call (or only the `nccl`
-        // feature) are unused without the feature, as they were unseen when
-        // every module was public.
         #[cfg(not(feature = "internals"))]
-        #[allow(dead_code, unused_imports)]
         mod $name;
     };
 }
@@ -97,8 +93,8 @@ pub use dist::nccl::Nccl;
 pub use dist::rendezvous::{Rendezvous, TorchrunEnv};
 pub use error::INTERRUPTED_EXIT_CODE;
 pub use error::{
-    exit_code, CheckpointError, DataError, DistributedError, Error, ModelError, RendezvousError,
-    Result, SettingsError, TrainingError,
+    exit_code, Cause, CheckpointError, DataError, DistributedError, Error, FileOp, ModelError,
+    RendezvousError, Result, SettingsError, TrainingError,
 };
 pub use memory::memory_model::{BatchFeatures, MemoryModel, OnlineMemoryModel, OnlineMemoryState};
 pub use optim::precision::Precision;

@@ -14,9 +14,16 @@ use rand::SeedableRng;
 pub const PIXELS: usize = 64;
 pub const CLASSES: usize = 10;
 
-/// The data set shipped with the repository.
+/// The data set shipped with the repository, found from the building package's
+/// folder up (the examples' package is the repository's root, the tests' one lies
+/// below it).
 pub fn default_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("data/digits_8x8.csv.gz")
+    let file = "data/digits_8x8.csv.gz";
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|dir| dir.join(file))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| PathBuf::from(file))
 }
 
 #[derive(Clone)]
@@ -26,17 +33,54 @@ pub struct Digit {
     pub label: u32,
 }
 
+/// A line of the digits file that is not 64 pixels and a label.
+#[derive(Debug)]
+pub struct BadDigitsLine {
+    path: PathBuf,
+    line: usize,
+    what: String,
+    source: Option<std::num::ParseFloatError>,
+}
+
+impl std::fmt::Display for BadDigitsLine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} line {}: {}",
+            self.path.display(),
+            self.line,
+            self.what
+        )
+    }
+}
+
+impl std::error::Error for BadDigitsLine {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_ref().map(|e| e as _)
+    }
+}
+
 /// Reads the digits from a CSV file, gzipped when its name ends in `.gz`.
-pub fn read_digits(path: &Path) -> Result<Vec<Digit>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn read_digits(path: &Path) -> adabatch::Result<Vec<Digit>> {
+    let read = || adabatch::Error::io(adabatch::FileOp::Read, path);
+    let bytes = std::fs::read(path).map_err(read())?;
     let text = if path.extension().is_some_and(|e| e == "gz") {
         let mut text = String::new();
         flate2::read::GzDecoder::new(bytes.as_slice())
             .read_to_string(&mut text)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(read())?;
         text
     } else {
-        String::from_utf8(bytes).map_err(|e| format!("{}: {e}", path.display()))?
+        String::from_utf8(bytes)
+            .map_err(|e| read()(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?
+    };
+    let bad = |line: usize, what: String, source| {
+        adabatch::Error::user(BadDigitsLine {
+            path: path.to_path_buf(),
+            line,
+            what,
+            source,
+        })
     };
     text.lines()
         .filter(|l| !l.trim().is_empty())
@@ -46,25 +90,18 @@ pub fn read_digits(path: &Path) -> Result<Vec<Digit>, String> {
                 .split(',')
                 .map(|v| v.trim().parse::<f32>())
                 .collect::<Result<_, _>>()
-                .map_err(|e| format!("{} line {}: {e}", path.display(), i + 1))?;
+                .map_err(|e| bad(i + 1, "a value is not a number".into(), Some(e)))?;
             let [pixels @ .., label] = values.as_slice() else {
-                return Err(format!("{} line {}: empty", path.display(), i + 1));
+                return Err(bad(i + 1, "empty".into(), None));
             };
             let pixels: [f32; PIXELS] = pixels
                 .iter()
                 .map(|p| p / 16.0)
                 .collect::<Vec<_>>()
                 .try_into()
-                .map_err(|_| {
-                    format!(
-                        "{} line {}: expected {} values",
-                        path.display(),
-                        i + 1,
-                        PIXELS + 1
-                    )
-                })?;
+                .map_err(|_| bad(i + 1, format!("expected {} values", PIXELS + 1), None))?;
             if !(0.0..CLASSES as f32).contains(label) {
-                return Err(format!("{} line {}: label {label}", path.display(), i + 1));
+                return Err(bad(i + 1, format!("label {label}"), None));
             }
             Ok(Digit {
                 pixels,

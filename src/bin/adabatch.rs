@@ -108,13 +108,7 @@ fn tokenize_domains(
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    adabatch::exit_code(run(Cli::parse()))
 }
 
 fn run(cli: Cli) -> adabatch::Result<()> {

@@ -697,6 +697,7 @@ fn a_report_of_a_nested_error_names_each_cause_once() {
         rank: 1,
         step: 4,
         source: Box::new(Error::Io {
+            op: adabatch::FileOp::Write,
             path: "out/loss.jsonl".into(),
             source: std::io::Error::other("disk full"),
         }),
@@ -706,7 +707,7 @@ fn a_report_of_a_nested_error_names_each_cause_once() {
         causes,
         [
             "rank 1 failed at step 4",
-            "could not read or write out/loss.jsonl",
+            "could not write out/loss.jsonl",
             "disk full"
         ]
     );
@@ -721,7 +722,7 @@ fn a_report_of_a_nested_error_names_each_cause_once() {
     }
     assert_eq!(
         nested.report(),
-        "error: rank 1 failed at step 4\ncaused by: could not read or write out/loss.jsonl\ncaused by: disk full"
+        "error: rank 1 failed at step 4\ncaused by: could not write out/loss.jsonl\ncaused by: disk full"
     );
     // A bad model config stays typed and shows its JSON error once.
     let config = adabatch::models::llama::LlamaConfig::from_json_str("{").unwrap_err();

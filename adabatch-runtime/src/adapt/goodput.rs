@@ -493,6 +493,7 @@ pub fn noise_cap(spec: &GoodputSpec, phi: f64) -> usize {
 ///
 /// Errors when the given step-time function returns a time that is not a
 /// positive number: the run cannot rank shapes without one.
+#[cfg(test)]
 pub fn decide(
     spec: &GoodputSpec,
     phi: Option<f64>,

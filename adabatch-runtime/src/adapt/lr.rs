@@ -185,12 +185,6 @@ impl LrSchedule {
         self.base * shape * self.batch_scale_at(global_batch, phi)
     }
 
-    /// The factor a global batch of `global_batch` multiplies the rate by, before
-    /// any noise scale is measured.
-    pub fn batch_scale(&self, global_batch: usize) -> f64 {
-        self.batch_scale_at(global_batch, None)
-    }
-
     /// The factor a global batch of `global_batch` multiplies the rate by at the
     /// noise scale `phi` (used by `adamscale` only).
     pub fn batch_scale_at(&self, global_batch: usize, phi: Option<f64>) -> f64 {

@@ -323,6 +323,7 @@ impl NoiseScaleEstimator {
 
     /// Folds one step's estimates in; returns B_simple from the bias-corrected
     /// averages (`None` while the |G|² average is not positive).
+    #[cfg(test)]
     pub fn observe(&mut self, norm: f64, trace: f64) -> Option<f64> {
         self.observe_after(norm, trace, 1)
     }

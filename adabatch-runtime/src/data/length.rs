@@ -121,6 +121,7 @@ impl LengthIndex {
     }
 
     /// Whether there are none.
+    #[cfg(feature = "internals")]
     pub fn is_empty(&self) -> bool {
         self.sorted.is_empty()
     }

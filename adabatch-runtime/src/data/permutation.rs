@@ -100,21 +100,25 @@ impl Permutation {
     }
 
     /// Elements permuted (`N`).
+    #[cfg(any(test, feature = "internals"))]
     pub fn len(&self) -> usize {
         self.len as usize
     }
 
     /// Whether it permutes nothing.
+    #[cfg(feature = "internals")]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Whether this is the identity permutation.
+    #[cfg(feature = "internals")]
     pub fn is_identity(&self) -> bool {
         self.identity
     }
 
     /// Size of the power-of-two domain the network runs on (`M`, `N <= M < 2N`).
+    #[cfg(any(test, feature = "internals"))]
     pub fn domain(&self) -> u64 {
         1u64 << self.bits
     }
@@ -135,6 +139,7 @@ impl Permutation {
     }
 
     /// The position of `index` (`index < len`): the inverse of [`Permutation::at`].
+    #[cfg(any(test, feature = "internals"))]
     pub fn position_of(&self, index: usize) -> usize {
         debug_assert!((index as u64) < self.len, "index out of range");
         if self.identity || self.bits == 0 {
@@ -156,6 +161,7 @@ impl Permutation {
     }
 
     /// The whole permutation as a vector (O(N) memory: for tests and small N).
+    #[cfg(any(test, feature = "internals"))]
     pub fn to_vec(&self) -> Vec<usize> {
         self.range(0..self.len()).collect()
     }
@@ -181,6 +187,7 @@ impl Permutation {
 
     /// The inverse of [`Permutation::forward`].
     #[inline]
+    #[cfg(any(test, feature = "internals"))]
     fn backward(&self, x: u64) -> u64 {
         // Widths after all rounds: they swap once per round.
         let (mut a, mut b) = if ROUNDS % 2 == 0 {

@@ -540,6 +540,7 @@ impl<S: Schedule> StepPlanner<S> {
     }
 
     /// The clamps in force.
+    #[cfg(feature = "internals")]
     pub fn limits(&self) -> BatchLimits {
         self.limits
     }
@@ -608,11 +609,13 @@ impl<S: Schedule> StepPlanner<S> {
     }
 
     /// Micro-batches of the next step.
+    #[cfg(feature = "internals")]
     pub fn micro_batches(&self) -> usize {
         self.micro_batches_per_step()
     }
 
     /// The global-batch ramp in force, if any.
+    #[cfg(feature = "internals")]
     pub fn ramp(&self) -> Option<Ramp> {
         self.ramp
     }

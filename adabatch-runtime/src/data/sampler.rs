@@ -55,6 +55,7 @@ impl GlobalBatch {
         self.splits.iter().map(|r| r.len()).collect()
     }
     /// Indices of every rank.
+    #[cfg(feature = "internals")]
     pub fn per_rank_indices(&self) -> Vec<Vec<usize>> {
         (0..self.splits.len())
             .map(|r| self.local(r).to_vec())
@@ -91,6 +92,7 @@ pub fn split_of(take: usize, world_size: usize, rank: usize) -> Range<usize> {
 
 /// One rank's share of one global batch, computed without the other ranks' shares.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg(any(test, feature = "internals"))]
 pub struct LocalBatch {
     /// The rank this share belongs to.
     pub rank: usize,
@@ -106,8 +108,10 @@ pub struct LocalBatch {
     pub indices: Vec<usize>,
 }
 
+#[cfg(any(test, feature = "internals"))]
 impl LocalBatch {
     /// Local batch size of every rank (O(W)).
+    #[cfg(any(test, feature = "internals"))]
     pub fn local_sizes(&self) -> Vec<usize> {
         (0..self.world_size)
             .map(|r| split_of(self.global_size, self.world_size, r).len())
@@ -166,6 +170,7 @@ enum Order {
 
 impl Order {
     #[inline]
+    #[cfg(any(test, feature = "internals"))]
     fn at(&self, position: usize) -> usize {
         match self {
             Order::Keyed(p) => p.at(position),
@@ -295,11 +300,13 @@ impl GlobalBatchSampler {
 
     /// The permutation of epoch `epoch` as a vector: O(N) time and memory, for
     /// tests and small data sets; the sampler itself never builds it.
+    #[cfg(any(test, feature = "internals"))]
     pub fn permutation_of(&self, epoch: usize) -> Vec<usize> {
         self.permutation(epoch).to_vec()
     }
 
     /// The dataset index at `position` of the current epoch's order.
+    #[cfg(any(test, feature = "internals"))]
     pub fn index_at(&self, position: usize) -> usize {
         self.order.at(position)
     }
@@ -307,6 +314,7 @@ impl GlobalBatchSampler {
     /// The next global batch of `per_device` examples per rank in the current epoch,
     /// or `None` when the epoch is used up (or cut by `drop_last`).
     /// O(global batch) time and memory.
+    #[cfg(any(test, feature = "internals"))]
     pub fn next_step(&mut self, per_device: usize) -> Option<GlobalBatch> {
         self.next_global(per_device.saturating_mul(self.world_size))
     }
@@ -365,6 +373,7 @@ impl GlobalBatchSampler {
     /// time and memory. Every rank calling this with the same sizes gets the
     /// contiguous slices, in rank order, of the global batch `next_step` would give.
     /// One source only: with several, use [`GlobalBatchSampler::next_global`].
+    #[cfg(any(test, feature = "internals"))]
     pub fn next_local(&mut self, per_device: usize, rank: usize) -> Option<LocalBatch> {
         debug_assert!(rank < self.world_size, "rank out of range");
         debug_assert!(self.mixed.is_none(), "next_local draws from one source");

@@ -92,14 +92,18 @@ impl SourceSpec {
 
 /// Finite, >= 0, not all 0.
 pub(crate) fn check_weights(step: usize, weights: &[f64]) -> Result<()> {
-    let bad = |reason: String| Err(Error::Data(DataError::InvalidMixWeights { step, reason }));
+    match weights_problem(weights) {
+        Some(reason) => Err(Error::Data(DataError::InvalidMixWeights { step, reason })),
+        None => Ok(()),
+    }
+}
+
+/// What makes `weights` unusable as a mixture, if anything.
+fn weights_problem(weights: &[f64]) -> Option<String> {
     if let Some(w) = weights.iter().find(|w| !w.is_finite() || **w < 0.0) {
-        return bad(format!("weight {w} is not a finite number >= 0"));
+        return Some(format!("weight {w} is not a finite number >= 0"));
     }
-    if weights.iter().sum::<f64>() <= 0.0 {
-        return bad("all weights are 0".into());
-    }
-    Ok(())
+    (weights.iter().sum::<f64>() <= 0.0).then(|| "all weights are 0".into())
 }
 
 /// The sources' draws merged so that each is spread evenly over the batch: the
@@ -500,7 +504,10 @@ impl MixedSources {
                 state.stopping, self.spec.stopping
             ));
         }
-        check_weights(0, &state.weights).map_err(|e| e.to_string())
+        match weights_problem(&state.weights) {
+            Some(reason) => Err(format!("its mixing weights: {reason}")),
+            None => Ok(()),
+        }
     }
 }
 

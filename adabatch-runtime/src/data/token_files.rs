@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
-use crate::error::{DataError, Error, Result};
+use crate::error::{DataError, Error, FileOp, Result};
 
 /// How a token file stores each id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +71,7 @@ impl TokenFile {
             }));
         }
         let io = |source| Error::Io {
+            op: FileOp::Read,
             path: path.clone(),
             source,
         };

@@ -27,7 +27,7 @@ pub use tokenizers::Tokenizer;
 use tokenizers::{AddedToken, TokenizerBuilder};
 
 use super::token_files::{TokenDocuments, TokenFile, TokenWidth};
-use crate::error::{DataError, Error, Result};
+use crate::error::{Cause, DataError, Error, FileOp, Result};
 
 /// Where the tokenizer comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -113,10 +113,7 @@ impl CorpusSource {
         let files = corpus
             .iter()
             .map(|path| {
-                let meta = std::fs::metadata(path).map_err(|e| Error::Io {
-                    path: path.clone(),
-                    source: e,
-                })?;
+                let meta = std::fs::metadata(path).map_err(Error::io(FileOp::Read, path.clone()))?;
                 Ok((path.display().to_string(), meta.len()))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -154,7 +151,7 @@ impl CorpusInfo {
         let tokenizer_path = dir.join("tokenizer.json");
         if tokenizer_path.exists() {
             let tokenizer = Tokenizer::from_file(&tokenizer_path)
-                .map_err(|e| tokenizer_error(&tokenizer_path, e))?;
+                .map_err(|e| tokenizer_failed(&tokenizer_path, "cannot load the tokenizer", e))?;
             let size = tokenizer.get_vocab_size(true) as u32;
             if size != self.vocab_size {
                 return Err(mismatch(
@@ -224,11 +221,8 @@ impl CorpusInfo {
 
 /// A JSON file a preparation wrote (`tokens.json`, `domains.json`), read back.
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
-    serde_json::from_str(&text).map_err(|e| tokenizer_error(path, e))
+    let text = std::fs::read_to_string(path).map_err(Error::io(FileOp::Read, path.to_path_buf()))?;
+    serde_json::from_str(&text).map_err(|e| tokenizer_failed(path, "does not parse", e))
 }
 
 fn mismatch(path: &Path, detail: String) -> Error {
@@ -238,10 +232,20 @@ fn mismatch(path: &Path, detail: String) -> Error {
     })
 }
 
-fn tokenizer_error(path: &Path, e: impl std::fmt::Display) -> Error {
+fn tokenizer_error(path: &Path, detail: impl Into<String>) -> Error {
     Error::Data(DataError::Tokenizer {
         path: path.to_path_buf(),
-        detail: e.to_string(),
+        detail: detail.into(),
+        source: None,
+    })
+}
+
+/// What `source` kept from being done (`detail`) with the file `path`.
+fn tokenizer_failed(path: &Path, detail: impl Into<String>, source: impl Into<Cause>) -> Error {
+    Error::Data(DataError::Tokenizer {
+        path: path.to_path_buf(),
+        detail: detail.into(),
+        source: Some(source.into()),
     })
 }
 
@@ -255,6 +259,7 @@ pub fn may_prepare(dir: &Path, retokenize: bool, detail: impl FnOnce() -> String
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
         Err(e) => {
             return Err(Error::Io {
+                op: FileOp::List,
                 path: dir.to_path_buf(),
                 source: e,
             })
@@ -274,6 +279,7 @@ pub fn may_prepare(dir: &Path, retokenize: bool, detail: impl FnOnce() -> String
 /// of a `.jsonl` file; blank lines and empty texts skipped.
 pub fn read_documents(path: &Path) -> Result<Vec<String>> {
     let io = |e| Error::Io {
+        op: FileOp::Read,
         path: path.to_path_buf(),
         source: e,
     };
@@ -297,8 +303,7 @@ pub fn read_documents(path: &Path) -> Result<Vec<String>> {
             continue;
         }
         let text = if jsonl {
-            json_text(&line)
-                .map_err(|detail| tokenizer_error(path, format!("line {}: {detail}", number + 1)))?
+            json_text(&line, path, number + 1)?
         } else {
             line
         };
@@ -312,11 +317,16 @@ pub fn read_documents(path: &Path) -> Result<Vec<String>> {
     Ok(documents)
 }
 
-fn json_text(line: &str) -> std::result::Result<String, String> {
-    let value: serde_json::Value = serde_json::from_str(line).map_err(|e| e.to_string())?;
+/// The `"text"` of line `number` of the JSON-lines file `path`.
+fn json_text(line: &str, path: &Path, number: usize) -> Result<String> {
+    let value: serde_json::Value = serde_json::from_str(line)
+        .map_err(|e| tokenizer_failed(path, format!("line {number} is not JSON"), e))?;
     match value.get("text") {
         Some(serde_json::Value::String(s)) => Ok(s.clone()),
-        _ => Err("no string field \"text\"".into()),
+        _ => Err(tokenizer_error(
+            path,
+            format!("line {number}: no string field \"text\""),
+        )),
     }
 }
 
@@ -360,18 +370,10 @@ pub fn train_byte_level_bpe(
             .with_post_processor(Some(byte_level))
             .with_decoder(Some(byte_level))
             .build()
-            .map_err(|e| {
-                Error::Data(DataError::TokenizerTraining {
-                    detail: e.to_string(),
-                })
-            })?;
+            .map_err(|source| Error::Data(DataError::TokenizerTraining { source }))?;
     tokenizer
         .train(&mut trainer, documents.iter())
-        .map_err(|e| {
-            Error::Data(DataError::TokenizerTraining {
-                detail: e.to_string(),
-            })
-        })?;
+        .map_err(|source| Error::Data(DataError::TokenizerTraining { source }))?;
     Ok(Tokenizer::from(tokenizer))
 }
 
@@ -382,7 +384,8 @@ pub fn build_tokenizer(options: &PrepareOptions, documents: &[&str]) -> Result<T
             train_byte_level_bpe(documents, *vocab_size, &options.eos_token)
         }
         TokenizerSource::File(path) => {
-            Tokenizer::from_file(path).map_err(|e| tokenizer_error(path, e))
+            Tokenizer::from_file(path)
+                .map_err(|e| tokenizer_failed(path, "cannot load the tokenizer", e))
         }
     }
 }
@@ -404,10 +407,7 @@ pub fn write_token_file(
         encode_into(tokenizer, documents, eos_id, width, (&partial, path)).inspect_err(|_| {
             std::fs::remove_file(&partial).ok();
         })?;
-    std::fs::rename(&partial, path).map_err(|e| Error::Io {
-        path: path.to_path_buf(),
-        source: e,
-    })?;
+    std::fs::rename(&partial, path).map_err(Error::io(FileOp::Rename, path.to_path_buf()))?;
     Ok(written)
 }
 
@@ -420,6 +420,7 @@ fn encode_into(
     (file, path): (&Path, &Path),
 ) -> Result<u64> {
     let io = |e| Error::Io {
+        op: FileOp::Write,
         path: path.to_path_buf(),
         source: e,
     };
@@ -429,7 +430,7 @@ fn encode_into(
     for chunk in documents.chunks(4096) {
         let encodings = tokenizer
             .encode_batch(chunk.to_vec(), false)
-            .map_err(|e| tokenizer_error(path, format!("encoding: {e}")))?;
+            .map_err(|e| tokenizer_failed(path, "cannot encode the documents", e))?;
         for encoding in encodings {
             for &id in encoding.get_ids().iter().chain([&eos_id]) {
                 match width {
@@ -466,6 +467,7 @@ fn partial_path(path: &Path) -> PathBuf {
 pub(crate) fn remove_if_present(path: &Path) -> Result<()> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Io {
+            op: FileOp::Remove,
             path: path.to_path_buf(),
             source: e,
         }),
@@ -476,6 +478,7 @@ pub(crate) fn remove_if_present(path: &Path) -> Result<()> {
 /// Writes `bytes` to `path` through a renamed `<path>.partial`.
 pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
     let io = |e| Error::Io {
+        op: FileOp::Write,
         path: path.to_path_buf(),
         source: e,
     };
@@ -552,16 +555,13 @@ pub fn write_prepared(
     } else {
         TokenWidth::U32
     };
-    std::fs::create_dir_all(dir).map_err(|e| Error::Io {
-        path: dir.to_path_buf(),
-        source: e,
-    })?;
+    std::fs::create_dir_all(dir).map_err(Error::io(FileOp::CreateDir, dir.to_path_buf()))?;
     let info_path = dir.join("tokens.json");
     remove_if_present(&info_path)?;
     let tokenizer_path = dir.join("tokenizer.json");
     let tokenizer_text = tokenizer
         .to_string(false)
-        .map_err(|e| tokenizer_error(&tokenizer_path, e))?;
+        .map_err(|e| tokenizer_failed(&tokenizer_path, "cannot write the tokenizer as JSON", e))?;
     write_whole(&tokenizer_path, tokenizer_text.as_bytes())?;
     let (train, validation) = (train.to_vec(), validation.to_vec());
     let info = CorpusInfo {

@@ -28,6 +28,7 @@ impl DeviceSpec {
                 _ => Err(Error::Distributed(DistributedError::Device {
                     spec: spec.into(),
                     reason: "expected `cpu`, `cuda` or `cuda:N`".into(),
+                    source: None,
                 })),
             },
         }
@@ -39,12 +40,14 @@ impl DeviceSpec {
     }
 
     /// The GPU ordinals of `count` ranks; an error for `cpu`.
+    #[cfg(any(test, feature = "internals", feature = "nccl"))]
     pub fn cuda_ordinals(&self, count: usize) -> Result<Vec<usize>> {
         match *self {
             Self::Cuda { first } => Ok((first..first + count).collect()),
             Self::Cpu => Err(Error::Distributed(DistributedError::Device {
                 spec: "cpu".into(),
                 reason: "expected `cuda` or `cuda:N` for GPU ranks".into(),
+                source: None,
             })),
         }
     }
@@ -58,7 +61,8 @@ impl DeviceSpec {
                 Device::new_cuda(ordinal).map_err(|e| {
                     Error::Distributed(DistributedError::Device {
                         spec: format!("cuda:{ordinal}"),
-                        reason: e.to_string(),
+                        reason: "cannot be opened".into(),
+                        source: Some(e.into()),
                     })
                 })
             }

@@ -7,4 +7,5 @@ pub mod device_spec;
 #[cfg(feature = "nccl")]
 pub mod nccl;
 pub(crate) mod parameters;
+#[cfg(any(test, feature = "internals", feature = "nccl"))]
 pub mod rendezvous;

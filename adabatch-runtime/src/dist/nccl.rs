@@ -138,6 +138,7 @@ fn nccl_err(what: &str) -> impl FnOnce(nccl::NcclError) -> Error + '_ {
                     format!(" ({last})")
                 }
             ),
+            source: None,
         })
     }
 }
@@ -147,7 +148,8 @@ fn cuda_err(what: &str) -> impl FnOnce(cudarc::driver::DriverError) -> Error + '
         Error::Distributed(DistributedError::Library {
             library: "CUDA",
             call: what.to_string(),
-            detail: e.to_string(),
+            detail: "failed".into(),
+            source: Some(e.into()),
         })
     }
 }
@@ -158,6 +160,7 @@ fn ordinal(device: &Device) -> Result<usize> {
         other => Err(Error::Distributed(DistributedError::Device {
             spec: format!("{other:?}"),
             reason: "the NCCL communicator needs CUDA devices".into(),
+            source: None,
         })),
     }
 }
@@ -167,7 +170,8 @@ fn open_device(ordinal: usize) -> Result<Device> {
     Device::new_cuda_with_stream(ordinal).map_err(|e| {
         Error::Distributed(DistributedError::Device {
             spec: format!("cuda:{ordinal}"),
-            reason: e.to_string(),
+            reason: "cannot be opened".into(),
+            source: Some(e.into()),
         })
     })
 }
@@ -179,6 +183,7 @@ fn check_distinct(ordinals: &[usize]) -> Result<()> {
         return Err(Error::Distributed(DistributedError::Device {
             spec: format!("cuda:{}", w[0]),
             reason: "appears twice: NCCL needs one GPU per rank".into(),
+            source: None,
         }));
     }
     Ok(())
@@ -399,6 +404,7 @@ impl Nccl {
                         library: "CUDA",
                         call: what.to_string(),
                         detail: format!("stream error {e:?}"),
+                        source: None,
                     }));
                 }
             }
@@ -419,6 +425,7 @@ impl Nccl {
                     library: "NCCL",
                     call: what.to_string(),
                     detail: format!("reported {async_err:?} on rank {}", self.rank),
+                    source: None,
                 }));
             }
             if self.shared.aborted.load(Ordering::SeqCst) {
@@ -527,6 +534,7 @@ fn cuda_device(device: &Device) -> Result<&CudaDevice> {
         other => Err(Error::Distributed(DistributedError::Device {
             spec: format!("{:?}", other.location()),
             reason: "the NCCL communicator needs a CUDA device".into(),
+            source: None,
         })),
     }
 }

@@ -14,6 +14,7 @@
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use crate::error::RendezvousError;
@@ -75,7 +76,7 @@ impl Rendezvous {
         self.check()?;
         let addr = self.addr();
         let resolved = resolve(&addr)?;
-        let mut last = String::from("no address");
+        let mut last = address_error(&addr, "no address".into(), None);
         for candidate in resolved
             .iter()
             .copied()
@@ -86,10 +87,10 @@ impl Rendezvous {
         {
             match TcpListener::bind(candidate) {
                 Ok(l) => return Ok(l),
-                Err(e) => last = format!("bind {candidate}: {e}"),
+                Err(e) => last = address_error(&addr, format!("cannot bind {candidate}"), Some(e)),
             }
         }
-        Err(RendezvousError::Address { addr, detail: last })
+        Err(last)
     }
 
     /// Rank 0: waits for every peer on `listener`, then sends them `payload`.
@@ -114,10 +115,7 @@ impl Rendezvous {
         let set_nonblocking = |on: bool| {
             listener
                 .set_nonblocking(on)
-                .map_err(|e| RendezvousError::Address {
-                    addr: self.addr(),
-                    detail: format!("listener: {e}"),
-                })
+                .map_err(|e| address_error(&self.addr(), "cannot set up the listener".into(), Some(e)))
         };
         set_nonblocking(true)?;
         let result = loop {
@@ -155,10 +153,11 @@ impl Rendezvous {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    break Err(RendezvousError::Address {
-                        addr: self.addr(),
-                        detail: format!("accept: {e}"),
-                    })
+                    break Err(address_error(
+                        &self.addr(),
+                        "cannot accept a peer".into(),
+                        Some(e),
+                    ))
                 }
             }
         };
@@ -215,33 +214,33 @@ impl Rendezvous {
         let addr = self.addr();
         let started = Instant::now();
         let deadline = started + self.timeout;
-        let unreachable = |last_error: String| RendezvousError::MasterUnreachable {
-            rank: self.rank,
-            addr: addr.clone(),
-            waited: started.elapsed(),
-            last_error,
+        let unreachable = |doing: &str, error: Option<std::io::Error>| {
+            RendezvousError::MasterUnreachable {
+                rank: self.rank,
+                addr: addr.clone(),
+                waited: started.elapsed(),
+                doing: doing.into(),
+                source: error.map(Arc::new),
+            }
         };
         let mut backoff = Duration::from_millis(20);
         let mut stream = loop {
             let now = Instant::now();
             if now >= deadline {
-                return Err(unreachable("connection refused or timed out".into()));
+                return Err(unreachable("connecting: refused or timed out", None));
             }
             let attempt = resolve(&addr).and_then(|addrs| {
-                let mut last = String::from("no address");
+                let mut last = address_error(&addr, "no address".into(), None);
                 for a in addrs {
                     match TcpStream::connect_timeout(
                         &a,
                         (deadline - now).min(Duration::from_secs(2)),
                     ) {
                         Ok(s) => return Ok(s),
-                        Err(e) => last = format!("{a}: {e}"),
+                        Err(e) => last = address_error(&addr, format!("cannot connect to {a}"), Some(e)),
                     }
                 }
-                Err(RendezvousError::Address {
-                    addr: addr.clone(),
-                    detail: last,
-                })
+                Err(last)
             });
             match attempt {
                 Ok(s) => break s,
@@ -260,14 +259,14 @@ impl Rendezvous {
         hello.extend_from_slice(&(self.world_size as u32).to_be_bytes());
         stream
             .write_all(&hello)
-            .map_err(|e| unreachable(format!("sending hello: {e}")))?;
+            .map_err(|e| unreachable("sending hello", Some(e)))?;
         let answer_deadline = deadline + ANSWER_GRACE;
         let mut status = [0u8; 1];
         read_exact_by(&mut stream, &mut status, answer_deadline)
-            .map_err(|e| unreachable(format!("waiting for the id: {e}")))?;
+            .map_err(|e| unreachable("waiting for the id", Some(e)))?;
         let mut len = [0u8; 4];
         read_exact_by(&mut stream, &mut len, answer_deadline)
-            .map_err(|e| unreachable(format!("reading the id length: {e}")))?;
+            .map_err(|e| unreachable("reading the id length", Some(e)))?;
         let len = u32::from_be_bytes(len);
         if len > MAX_PAYLOAD {
             return Err(RendezvousError::Protocol(format!(
@@ -276,7 +275,7 @@ impl Rendezvous {
         }
         let mut body = vec![0u8; len as usize];
         read_exact_by(&mut stream, &mut body, answer_deadline)
-            .map_err(|e| unreachable(format!("reading the id: {e}")))?;
+            .map_err(|e| unreachable("reading the id", Some(e)))?;
         match status[0] {
             STATUS_OK => Ok(body),
             _ => Err(RendezvousError::Aborted {
@@ -290,10 +289,16 @@ impl Rendezvous {
 fn resolve(addr: &str) -> Result<Vec<SocketAddr>, RendezvousError> {
     addr.to_socket_addrs()
         .map(Iterator::collect)
-        .map_err(|e| RendezvousError::Address {
-            addr: addr.into(),
-            detail: format!("cannot resolve: {e}"),
-        })
+        .map_err(|e| address_error(addr, "cannot resolve".into(), Some(e)))
+}
+
+/// The address `addr` could not be used: `detail` says for what.
+fn address_error(addr: &str, detail: String, error: Option<std::io::Error>) -> RendezvousError {
+    RendezvousError::Address {
+        addr: addr.into(),
+        detail,
+        source: error.map(Arc::new),
+    }
 }
 
 fn read_hello(stream: &mut TcpStream, deadline: Instant) -> std::io::Result<(usize, usize)> {
@@ -375,6 +380,7 @@ pub struct TorchrunEnv {
 
 impl TorchrunEnv {
     /// Reads the process environment.
+    #[cfg(any(feature = "internals", feature = "nccl"))]
     pub fn from_env() -> Result<Self, RendezvousError> {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
@@ -389,16 +395,18 @@ impl TorchrunEnv {
             default: Option<T>,
         ) -> Result<T, RendezvousError>
         where
-            T::Err: std::fmt::Display,
+            T::Err: std::error::Error + Send + Sync + 'static,
         {
             match lookup(var) {
                 Some(v) => v.trim().parse().map_err(|e| RendezvousError::Env {
                     var,
-                    detail: format!("`{v}` is not a valid number: {e}"),
+                    detail: format!("`{v}` is not a valid number"),
+                    source: Some(Arc::new(e)),
                 }),
                 None => default.ok_or(RendezvousError::Env {
                     var,
                     detail: "not set (launch with torchrun, or set RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)".into(),
+                    source: None,
                 }),
             }
         }
@@ -410,6 +418,7 @@ impl TorchrunEnv {
             master_addr: lookup("MASTER_ADDR").ok_or(RendezvousError::Env {
                 var: "MASTER_ADDR",
                 detail: "not set".into(),
+                source: None,
             })?,
             master_port: number(&lookup, "MASTER_PORT", None)?,
             rendezvous_port: 0,
@@ -421,12 +430,14 @@ impl TorchrunEnv {
                 var: "MASTER_PORT",
                 detail: "65535 leaves no port for the rendezvous: set ADABATCH_RENDEZVOUS_PORT"
                     .into(),
+                source: None,
             })?,
         };
         if env.world_size == 0 || env.rank >= env.world_size {
             return Err(RendezvousError::Env {
                 var: "RANK",
                 detail: format!("{} is not below WORLD_SIZE = {}", env.rank, env.world_size),
+                source: None,
             });
         }
         if env.local_world_size == 0 || env.local_rank >= env.local_world_size {
@@ -436,6 +447,7 @@ impl TorchrunEnv {
                     "{} is not below LOCAL_WORLD_SIZE = {}",
                     env.local_rank, env.local_world_size
                 ),
+                source: None,
             });
         }
         Ok(env)
@@ -649,10 +661,12 @@ mod tests {
                 rank: 1,
                 addr,
                 waited,
-                last_error,
+                doing,
+                source,
             }) => {
                 assert_eq!(addr, format!("127.0.0.1:{port}"));
-                assert!(last_error.contains("waiting for the id"), "{last_error}");
+                assert_eq!(doing, "waiting for the id");
+                assert!(source.is_some());
                 assert!(waited < Duration::from_millis(GENEROUS_MS));
             }
             other => panic!("expected MasterUnreachable, got {other:?}"),
@@ -765,6 +779,7 @@ mod tests {
             missing,
             RendezvousError::Env {
                 var: "WORLD_SIZE",
+                source: None,
                 ..
             }
         ));
@@ -787,6 +802,7 @@ mod tests {
             port,
             RendezvousError::Env {
                 var: "MASTER_PORT",
+                source: Some(_),
                 ..
             }
         ));

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use super::Cause;
+
 /// Checkpoints and output directories: finding, reading and resuming them.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -21,21 +23,29 @@ pub enum CheckpointError {
         path: PathBuf,
     },
     /// A controller's entry of a checkpoint (`controllers.<name>`) is of a version
-    /// this adabatch does not read, or does not parse.
+    /// this adabatch does not read, or does not parse (the JSON error is then the
+    /// source).
     #[error("checkpoint: the `{name}` controller's state {detail}")]
     ControllerState {
         /// The entry's name (`oom`, `mixer`, ...).
         name: String,
         /// What is wrong with it.
         detail: String,
+        /// The underlying error.
+        #[source]
+        source: Option<Cause>,
     },
-    /// A checkpoint cannot be read (missing or unparsable files).
-    #[error("checkpoint {path}: {detail}")]
+    /// A checkpoint cannot be read (missing or unparsable files); the error that
+    /// found it (I/O, JSON, safetensors), if any, is the source.
+    #[error("checkpoint {}: {detail}", path.display())]
     CorruptCheckpoint {
         /// The checkpoint directory or file.
         path: PathBuf,
-        /// What is wrong.
+        /// What is wrong, or what could not be done.
         detail: String,
+        /// The underlying error.
+        #[source]
+        source: Option<Cause>,
     },
     /// A checkpoint does not belong to this run.
     #[error("checkpoint {path}: written with {what} = {checkpoint}, this run has {run}")]
@@ -88,4 +98,28 @@ pub enum CheckpointError {
         /// What the lock file says of its holder.
         holder: String,
     },
+}
+
+impl CheckpointError {
+    /// A corrupt checkpoint file or directory: `detail` says what is wrong.
+    pub(crate) fn corrupt(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
+        Self::CorruptCheckpoint {
+            path: path.into(),
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    /// A checkpoint file that `detail` could not be done to, for `source`.
+    pub(crate) fn unreadable(
+        path: impl Into<PathBuf>,
+        detail: impl Into<String>,
+        source: impl Into<Cause>,
+    ) -> Self {
+        Self::CorruptCheckpoint {
+            path: path.into(),
+            detail: detail.into(),
+            source: Some(source.into()),
+        }
+    }
 }

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use super::Cause;
+
 /// The data: the dataset, its sources, batches, token files and tokenizers.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -156,11 +158,12 @@ pub enum DataError {
         /// What it must be.
         expected: String,
     },
-    /// The tokenizers crate failed to train the byte-level BPE.
-    #[error("training the BPE: {detail}")]
+    /// The tokenizers crate failed to train the byte-level BPE; its error is the
+    /// source.
+    #[error("training the byte-level BPE failed")]
     TokenizerTraining {
-        /// The tokenizers crate's message.
-        detail: String,
+        /// The tokenizers crate's error.
+        source: Cause,
     },
     /// A domain (a source of documents) without validation documents: its loss
     /// could not be measured.
@@ -180,13 +183,18 @@ pub enum DataError {
         /// How they differ.
         detail: String,
     },
-    /// A tokenizer or corpus file could not be read, or text could not be encoded.
-    #[error("{path}: {detail}")]
+    /// A tokenizer or corpus file could not be read, or text could not be
+    /// encoded; the error that stopped it (tokenizers, JSON), if any, is the
+    /// source.
+    #[error("{}: {detail}", path.display())]
     Tokenizer {
         /// The tokenizer, corpus or token-data file.
         path: PathBuf,
-        /// What went wrong.
+        /// What went wrong, or what could not be done.
         detail: String,
+        /// The underlying error.
+        #[source]
+        source: Option<Cause>,
     },
 }
 

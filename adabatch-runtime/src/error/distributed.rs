@@ -26,26 +26,33 @@ pub enum DistributedError {
         /// The panic message.
         message: String,
     },
-    /// The device could not be used.
+    /// The device could not be used; the driver's error, if any, is the source.
     #[error("device `{spec}`: {reason}")]
     Device {
         /// The device as given (`cpu`, `cuda:1`, ...).
         spec: String,
-        /// Why it cannot be used.
+        /// Why it cannot be used, or what failed.
         reason: String,
+        /// The underlying error.
+        #[source]
+        source: Option<super::Cause>,
     },
     /// The multi-node rendezvous failed.
     #[error(transparent)]
     Rendezvous(#[from] RendezvousError),
-    /// A call into NCCL or the CUDA driver failed.
+    /// A call into NCCL or the CUDA driver failed; the library's error, where it
+    /// is one, is the source, else `detail` holds its code.
     #[error("{library} {call}: {detail}")]
     Library {
         /// `NCCL` or `CUDA`.
         library: &'static str,
         /// The call or collective.
         call: String,
-        /// The library's error.
+        /// The library's result code and message, or what failed.
         detail: String,
+        /// The underlying error.
+        #[source]
+        source: Option<super::Cause>,
     },
     /// A rank waited longer than the timeout for its peers in a collective.
     #[error("{collective}: rank {rank} waited {waited:?} for its peers (a rank died or stopped calling collectives); communicator aborted")]
@@ -78,7 +85,7 @@ pub enum DistributedError {
 }
 
 /// Why a rendezvous failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum RendezvousError {
     /// Rank 0 waited `waited` and these ranks never arrived.
@@ -93,10 +100,9 @@ pub enum RendezvousError {
         /// How long rank 0 waited.
         waited: std::time::Duration,
     },
-    /// A peer could not reach rank 0 before its deadline.
-    #[error(
-        "rank {rank}: rank 0 did not answer at {addr} within {waited:?} (last error: {last_error})"
-    )]
+    /// A peer could not reach rank 0 before its deadline; the last I/O error,
+    /// if one ended it, is the source.
+    #[error("rank {rank}: rank 0 did not answer at {addr} within {waited:?} (last: {doing})")]
     MasterUnreachable {
         /// The rank reporting.
         rank: usize,
@@ -104,8 +110,11 @@ pub enum RendezvousError {
         addr: String,
         /// How long the peer tried.
         waited: std::time::Duration,
-        /// The last connection or read error.
-        last_error: String,
+        /// What it was doing when it gave up.
+        doing: String,
+        /// The I/O error then.
+        #[source]
+        source: Option<std::sync::Arc<std::io::Error>>,
     },
     /// Rank 0 gave up and told this peer why.
     #[error("rank {rank}: rank 0 aborted the rendezvous: {message}")]
@@ -118,20 +127,27 @@ pub enum RendezvousError {
     /// A peer sent something that does not fit the group.
     #[error("rendezvous protocol: {0}")]
     Protocol(String),
-    /// The address could not be used.
+    /// The address could not be used; the I/O error, if any, is the source.
     #[error("rendezvous address {addr}: {detail}")]
     Address {
         /// The address.
         addr: String,
-        /// What went wrong.
+        /// What could not be done.
         detail: String,
+        /// The I/O error.
+        #[source]
+        source: Option<std::sync::Arc<std::io::Error>>,
     },
-    /// A torchrun variable is missing or malformed.
+    /// A torchrun variable is missing or malformed; the parse error, if any, is
+    /// the source.
     #[error("environment variable {var}: {detail}")]
     Env {
         /// The variable.
         var: &'static str,
         /// What is wrong with it.
         detail: String,
+        /// The parse error.
+        #[source]
+        source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
     },
 }

@@ -19,6 +19,64 @@ pub use training::{TrainingError, INTERRUPTED_EXIT_CODE};
 
 use std::path::PathBuf;
 
+/// An underlying error kept as it is (io, serde, safetensors, candle, tokenizers,
+/// a user's), so that `source()` returns it and a caller can downcast it.
+pub type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// An [`Error`] shared by the parts of a run that report it (the log, the
+/// error that ends the run), as another error's source.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedError(pub(crate) std::sync::Arc<Error>);
+
+impl std::fmt::Display for SharedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// What was being done to a file when an [`Error::Io`] happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FileOp {
+    /// Opening or reading it.
+    Read,
+    /// Creating or writing it.
+    Write,
+    /// Creating a directory.
+    CreateDir,
+    /// Listing a directory.
+    List,
+    /// Moving a finished file into place.
+    Rename,
+    /// Removing it.
+    Remove,
+    /// Locking it.
+    Lock,
+    /// Copying a file to it.
+    CopyTo,
+}
+
+impl std::fmt::Display for FileOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::CreateDir => "create the directory",
+            Self::List => "list the directory",
+            Self::Rename => "move into place",
+            Self::Remove => "remove",
+            Self::Lock => "lock",
+            Self::CopyTo => "copy to",
+        })
+    }
+}
+
 /// Everything that can stop a training run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -46,24 +104,36 @@ pub enum Error {
     },
     /// Reading or writing a file (a log, a checkpoint) failed; the I/O error is
     /// the source.
-    #[error("could not read or write {}", path.display())]
+    #[error("could not {op} {}", path.display())]
     Io {
+        /// What was being done to the file.
+        op: FileOp,
         /// The file.
         path: PathBuf,
         /// The cause.
         source: std::io::Error,
     },
-    /// Drawing a run's plot failed.
+    /// A plot that cannot be drawn as asked: no run to draw, or a file that is
+    /// neither `.svg` nor `.png`.
     #[error("plot {}: {detail}", path.display())]
+    PlotRequest {
+        /// The image asked for.
+        path: PathBuf,
+        /// What is wrong with the request.
+        detail: String,
+    },
+    /// Drawing a run's plot failed; the drawing library's error is the source.
+    #[error("could not draw the plot {}", path.display())]
     Plot {
         /// The image being drawn.
         path: PathBuf,
-        /// What failed.
-        detail: String,
+        /// The cause.
+        source: Cause,
     },
-    /// Reading or writing JSON (a checkpoint's state, a log) failed; the JSON
-    /// error is the source.
-    #[error("could not read or write the JSON of {}", path.display())]
+    /// Writing JSON (a checkpoint's state, a log record) failed; the JSON error
+    /// is the source. (JSON read back is checked where it is read: a corrupt
+    /// checkpoint, a token directory's `tokens.json`.)
+    #[error("could not write the JSON of {}", path.display())]
     Json {
         /// The file.
         path: PathBuf,
@@ -124,6 +194,12 @@ impl Error {
         text
     }
 
+    /// What a failed `op` on the file `path` becomes: for `map_err`.
+    pub fn io(op: FileOp, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+        let path = path.into();
+        move |source| Self::Io { op, path, source }
+    }
+
     /// An error of the user's own code, with its message.
     pub fn msg(message: impl std::fmt::Display) -> Self {
         Self::Message(message.to_string())
@@ -157,13 +233,12 @@ mod tests {
 
     #[test]
     fn a_report_names_each_cause_once() {
-        let io = Error::Io {
-            path: PathBuf::from("out/.checkpoint-3.partial"),
-            source: std::io::Error::other("Not a directory"),
-        };
+        let io = Error::io(FileOp::Rename, "out/checkpoint-3")(std::io::Error::other(
+            "Not a directory",
+        ));
         assert_eq!(
             io.report(),
-            "error: could not read or write out/.checkpoint-3.partial\ncaused by: Not a directory"
+            "error: could not move into place out/checkpoint-3\ncaused by: Not a directory"
         );
         let json = Error::Json {
             path: PathBuf::from("trainer_state.json"),

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use super::Cause;
+
 /// The model, its parameters, its optimizer and the weights it loads.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -71,8 +73,8 @@ pub enum ModelError {
         /// Their names.
         names: Vec<String>,
     },
-    /// A parameter-group pattern is not a valid regular expression, or matches
-    /// no parameter.
+    /// A parameter-group pattern is not a valid regular expression (the regex
+    /// error is the source), or matches no parameter.
     #[error("parameter pattern `{pattern}` ({what}): {detail}")]
     ParameterPattern {
         /// The pattern.
@@ -81,14 +83,21 @@ pub enum ModelError {
         what: &'static str,
         /// What is wrong.
         detail: String,
+        /// The underlying error.
+        #[source]
+        source: Option<Cause>,
     },
-    /// A weights file could not be read or written.
+    /// A weights file could not be read or written; the error that stopped it
+    /// (I/O, JSON, safetensors, candle), if any, is the source.
     #[error("weights {}: {detail}", path.display())]
     WeightsFile {
         /// The file or directory.
         path: PathBuf,
-        /// What went wrong.
+        /// What went wrong, or what could not be done.
         detail: String,
+        /// The underlying error.
+        #[source]
+        source: Option<Cause>,
     },
     /// Weights that come in (`--init-from`, `load_pretrained`) hold NaN or
     /// infinite values: training from them would diverge at once.

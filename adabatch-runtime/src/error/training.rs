@@ -57,13 +57,17 @@ pub enum TrainingError {
         /// The epoch being planned.
         epoch: usize,
     },
-    /// The device ran out of memory and the OOM policy is `fail`.
-    #[error("out of memory at step {step}: {detail}")]
+    /// The device ran out of memory and the OOM policy is `fail`; the device's
+    /// error, on the rank that ran out, is the source.
+    #[error("out of memory at step {step} ({detail})")]
     OutOfMemory {
         /// The step.
         step: usize,
-        /// The underlying error.
+        /// Where: this rank, other ranks, or an injected failure.
         detail: String,
+        /// The device's error.
+        #[source]
+        source: Option<super::Cause>,
     },
     /// A signal (SIGTERM, SIGINT, SIGUSR1) stopped the run after a step, which was
     /// saved: run it again with `--resume-from-checkpoint` to go on. Exit code

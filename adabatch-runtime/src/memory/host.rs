@@ -47,6 +47,7 @@ pub fn keep_freed_memory() -> HostHeap {
 
 /// What [`keep_freed_memory`] decided, if it has run in this process (a run with
 /// `--release-freed-memory` does not call it).
+#[cfg(feature = "internals")]
 pub fn host_heap() -> Option<HostHeap> {
     OUTCOME.get().copied()
 }

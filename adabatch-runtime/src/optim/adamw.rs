@@ -316,7 +316,7 @@ impl candle_nn::Optimizer for AdamW {
     type Config = ParamsAdamW;
 
     fn new(vars: Vec<Var>, config: ParamsAdamW) -> candle_core::Result<Self> {
-        AdamW::new(vars, config).map_err(|e| candle_core::Error::Msg(e.to_string()))
+        AdamW::new(vars, config).map_err(candle_core::Error::wrap)
     }
 
     fn step(&mut self, grads: &GradStore) -> candle_core::Result<()> {
@@ -553,10 +553,7 @@ mod tests {
         let named = vec![("w".to_string(), ours_var.clone())];
         let state = ours.export_state(&named)?.expect("AdamW exports its state");
         let dir = std::env::temp_dir().join(format!("adabatch-adamw-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|source| crate::error::Error::Io {
-            path: dir.clone(),
-            source,
-        })?;
+        std::fs::create_dir_all(&dir).map_err(crate::error::Error::io(crate::error::FileOp::CreateDir, dir.clone()))?;
         let file = dir.join("optimizer.safetensors");
         state.save(&file)?;
         let loaded = OptimizerState::load(&file, &device)?;

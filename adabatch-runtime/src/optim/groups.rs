@@ -47,7 +47,8 @@ fn compile(pattern: &str, what: &'static str) -> Result<Regex> {
         Error::Model(ModelError::ParameterPattern {
             pattern: pattern.into(),
             what,
-            detail: format!("not a regular expression: {e}"),
+            detail: "not a regular expression".into(),
+            source: Some(e.into()),
         })
     })
 }
@@ -101,6 +102,7 @@ impl ParamGroups {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
+                source: None,
             }));
         }
         Ok(found)

@@ -8,7 +8,7 @@ use std::path::Path;
 use candle_core::{Device, Tensor};
 
 use super::groups::ParamGroups;
-use crate::error::{CheckpointError, Error, Result};
+use crate::error::{Cause, CheckpointError, Error, FileOp, Result};
 
 /// Version of the file layout; a checkpoint of another version is refused.
 pub const FORMAT_VERSION: &str = "1";
@@ -97,24 +97,23 @@ impl OptimizerState {
             .map(|n| (n.as_str(), &self.tensors[*n]))
             .collect();
         safetensors::serialize_to_file(views, Some(metadata), path).map_err(|e| {
-            Error::Checkpoint(CheckpointError::CorruptCheckpoint {
-                path: path.into(),
-                detail: format!("cannot write the optimizer state: {e}"),
-            })
+            Error::Checkpoint(CheckpointError::unreadable(
+                path,
+                "cannot write the optimizer state",
+                e,
+            ))
         })
     }
 
     /// Reads `path` onto `device`.
     pub fn load(path: &Path, device: &Device) -> Result<Self> {
-        let corrupt = |detail: String| {
-            Error::Checkpoint(CheckpointError::CorruptCheckpoint {
-                path: path.into(),
-                detail,
-            })
+        let corrupt = |detail: String| Error::Checkpoint(CheckpointError::corrupt(path, detail));
+        let unreadable = |detail: &str, source: Cause| {
+            Error::Checkpoint(CheckpointError::unreadable(path, detail, source))
         };
-        let bytes = std::fs::read(path).map_err(|e| corrupt(e.to_string()))?;
+        let bytes = std::fs::read(path).map_err(Error::io(FileOp::Read, path))?;
         let (_, header) = safetensors::SafeTensors::read_metadata(&bytes)
-            .map_err(|e| corrupt(format!("not a safetensors file: {e}")))?;
+            .map_err(|e| unreadable("not a safetensors file", e.into()))?;
         let metadata = header.metadata().clone().unwrap_or_default();
         let field = |key: &str| {
             metadata
@@ -130,18 +129,18 @@ impl OptimizerState {
         }
         let step = field("step")?
             .parse()
-            .map_err(|e| corrupt(format!("step: {e}")))?;
+            .map_err(|e: std::num::ParseIntError| unreadable("its step is not a number", e.into()))?;
         let hyper = serde_json::from_str(&field("hyper")?)
-            .map_err(|e| corrupt(format!("hyper-parameters: {e}")))?;
+            .map_err(|e| unreadable("its hyper-parameters do not parse", e.into()))?;
         let groups = match metadata.get("groups") {
             Some(json) => Some(
                 serde_json::from_str(json)
-                    .map_err(|e| corrupt(format!("parameter groups: {e}")))?,
+                    .map_err(|e| unreadable("its parameter groups do not parse", e.into()))?,
             ),
             None => None,
         };
         let tensors = candle_core::safetensors::load_buffer(&bytes, device)
-            .map_err(|e| corrupt(e.to_string()))?;
+            .map_err(|e| unreadable("its tensors do not load", e.into()))?;
         Ok(Self {
             kind: field("kind")?,
             step,

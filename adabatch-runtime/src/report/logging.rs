@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::config::args::TrainingArgs;
-use crate::error::{Error, Result};
+use crate::error::{Error, FileOp, Result};
 use crate::report::plot::{label_of, plot_runs, RunLog};
 use crate::report::record::{EvalLog, StepLog};
 use crate::report::tensorboard::EventWriter;
@@ -19,6 +19,7 @@ use crate::report::tensorboard::EventWriter;
 /// lines.
 fn cut_torn_line(path: &Path) -> Result<()> {
     let io = |source| Error::Io {
+        op: FileOp::Write,
         path: path.to_path_buf(),
         source,
     };
@@ -87,10 +88,7 @@ impl Logger {
         let jsonl = match jsonl {
             Some(path) => {
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(parent).map_err(|source| Error::Io {
-                        path: parent.into(),
-                        source,
-                    })?;
+                    std::fs::create_dir_all(parent).map_err(Error::io(FileOp::CreateDir, parent))?;
                 }
                 if append {
                     cut_torn_line(path)?;
@@ -103,10 +101,7 @@ impl Logger {
                     .append(append)
                     .truncate(!append)
                     .open(path)
-                    .map_err(|source| Error::Io {
-                        path: path.into(),
-                        source,
-                    })?;
+                    .map_err(Error::io(FileOp::Write, path))?;
                 Some((path.to_path_buf(), file))
             }
             None => None,
@@ -146,10 +141,7 @@ impl Logger {
             .filter(|p| !p.as_os_str().is_empty())
         {
             // Made now: a plot drawn after training must not find its folder missing.
-            std::fs::create_dir_all(parent).map_err(|source| Error::Io {
-                path: parent.into(),
-                source,
-            })?;
+            std::fs::create_dir_all(parent).map_err(Error::io(FileOp::CreateDir, parent))?;
         }
         self.plot = args.logging.plot.clone().map(|path| (path, Vec::new()));
         Ok(self)
@@ -231,10 +223,7 @@ impl Logger {
             source,
         })?;
         line.push(b'\n');
-        file.write_all(&line).map_err(|source| Error::Io {
-            path: path.clone(),
-            source,
-        })
+        file.write_all(&line).map_err(Error::io(FileOp::Write, path.clone()))
     }
 
     /// Records in the JSONL log that the run diverged at `step`: one line

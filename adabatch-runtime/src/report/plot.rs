@@ -6,14 +6,13 @@
 //! `--plot PATH`. SVG needs no font (the viewer draws the text); PNG is drawn with
 //! DejaVu Sans, embedded in the binary, so neither needs a system library.
 
-use std::error::Error as StdError;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::error::{Error, Result};
+use crate::error::{Cause, Error, FileOp, Result};
 use crate::report::record::StepLog;
 
 /// One run to draw: its legend label and its logged steps, in order.
@@ -101,12 +100,6 @@ impl RunLog {
     }
 }
 
-/// The steps of a JSONL log. Lines without a `step`, or with an `event` (e.g. the
-/// `{"event": "resume", ...}` mark of a resumed run), and blank lines are skipped.
-pub fn read_step_log(path: &Path) -> Result<Vec<StepLog>> {
-    read_log(path).map(|(steps, _)| steps)
-}
-
 /// An evaluation in a log: the step after which it ran, and its loss.
 type Evaluation = (usize, f64);
 
@@ -114,10 +107,7 @@ type Evaluation = (usize, f64);
 /// that is not a record (a torn last line, a hand edit) is reported with its line
 /// number and skipped: the rest is drawn.
 fn read_log(path: &Path) -> Result<(Vec<StepLog>, Vec<Evaluation>)> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.into(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(Error::io(FileOp::Read, path))?;
     let (mut steps, mut evals) = (Vec::new(), Vec::new());
     for (number, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
@@ -160,18 +150,15 @@ fn read_log(path: &Path) -> Result<(Vec<StepLog>, Vec<Evaluation>)> {
 /// Draws `runs` to `out`: SVG for `.svg`, PNG for `.png` (other extensions are an
 /// error). The directory is created if needed.
 pub fn plot_runs(runs: &[RunLog], out: &Path) -> Result<()> {
-    let fail = |detail: String| Error::Plot {
+    let refuse = |detail: &str| Error::PlotRequest {
         path: out.to_path_buf(),
-        detail,
+        detail: detail.into(),
     };
     if runs.is_empty() {
-        return Err(fail("no run to draw".into()));
+        return Err(refuse("no run to draw"));
     }
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(|source| Error::Io {
-            path: parent.into(),
-            source,
-        })?;
+        std::fs::create_dir_all(parent).map_err(Error::io(FileOp::CreateDir, parent))?;
     }
     register_font();
     let ext = out
@@ -186,22 +173,12 @@ pub fn plot_runs(runs: &[RunLog], out: &Path) -> Result<()> {
     let drawn = match ext.as_deref() {
         Some("svg") => draw(SVGBackend::new(out, size).into_drawing_area(), runs),
         Some("png") => draw(BitMapBackend::new(out, size).into_drawing_area(), runs),
-        _ => return Err(fail("the output must end in .svg or .png".into())),
+        _ => return Err(refuse("the output must end in .svg or .png")),
     };
-    drawn.map_err(|e| fail(e.to_string()))
-}
-
-/// Draws the steps a run has logged to `out` ([`plot_runs`] of one run labelled
-/// `label`).
-pub fn plot_steps(label: &str, steps: &[StepLog], out: &Path) -> Result<()> {
-    plot_runs(
-        &[RunLog {
-            label: label.into(),
-            steps: steps.to_vec(),
-            evals: Vec::new(),
-        }],
-        out,
-    )
+    drawn.map_err(|source| Error::Plot {
+        path: out.to_path_buf(),
+        source,
+    })
 }
 
 /// A run's label from its log path, or `run` without one.
@@ -239,7 +216,7 @@ fn colour(i: usize) -> RGBColor {
     PALETTE[i % PALETTE.len()]
 }
 
-type Draw = std::result::Result<(), Box<dyn StdError>>;
+type Draw = std::result::Result<(), Cause>;
 
 /// A run's points of one quantity against one axis, NaN values left out.
 fn points(xs: &[f64], steps: &[StepLog], y: impl Fn(&StepLog) -> f64) -> Vec<(f64, f64)> {
@@ -612,7 +589,7 @@ mod tests {
         let out = std::env::temp_dir().join(format!("adabatch-plot-{}.svg", std::process::id()));
         let err = plot_runs(&[], &out).unwrap_err();
         assert!(
-            matches!(&err, Error::Plot { path, detail } if path == &out && detail == "no run to draw"),
+            matches!(&err, Error::PlotRequest { path, detail } if path == &out && detail == "no run to draw"),
             "{err}"
         );
         assert!(err.to_string().starts_with("plot "), "{err}");

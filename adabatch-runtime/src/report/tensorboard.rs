@@ -27,7 +27,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use prost::Message;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, FileOp, Result};
 use crate::report::record::StepLog;
 
 /// `tensorflow.Event` (tensorflow/core/util/event.proto), the fields adabatch writes.
@@ -141,10 +141,7 @@ impl EventWriter {
     /// them so that TensorBoard finds it: `events.out.tfevents.{secs}.{host}.{pid}.{n}`.
     pub fn create(dir: &Path) -> Result<Self> {
         static FILES: AtomicUsize = AtomicUsize::new(0);
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-            path: dir.into(),
-            source,
-        })?;
+        std::fs::create_dir_all(dir).map_err(Error::io(FileOp::CreateDir, dir))?;
         let host = std::env::var("HOSTNAME")
             .ok()
             .filter(|h| !h.is_empty() && !h.contains(['/', '\\']))
@@ -156,10 +153,7 @@ impl EventWriter {
             std::process::id(),
             FILES.fetch_add(1, Ordering::Relaxed)
         ));
-        let file = File::create(&path).map_err(|source| Error::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let file = File::create(&path).map_err(Error::io(FileOp::Write, path.clone()))?;
         let mut writer = Self {
             path,
             out: BufWriter::new(file),
@@ -174,6 +168,7 @@ impl EventWriter {
     }
 
     /// The file written.
+    #[cfg(feature = "internals")]
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -184,10 +179,7 @@ impl EventWriter {
         self.out
             .write_all(&record)
             .and_then(|()| self.out.flush())
-            .map_err(|source| Error::Io {
-                path: self.path.clone(),
-                source,
-            })
+            .map_err(Error::io(FileOp::Write, self.path.clone()))
     }
 
     /// Writes scalars at `step`.

@@ -13,8 +13,13 @@ pub fn is_out_of_memory(error: &Error) -> bool {
         Error::Candle(e) => names_out_of_memory(&e.to_string()),
         Error::OnRank { source, .. } => is_out_of_memory(source),
         // Packing buffers of a collective can run out too.
-        Error::Distributed(DistributedError::Library { detail, .. })
-        | Error::Distributed(DistributedError::CollectiveInput { detail }) => {
+        Error::Distributed(DistributedError::Library { detail, source, .. }) => {
+            names_out_of_memory(detail)
+                || source
+                    .as_ref()
+                    .is_some_and(|cause| names_out_of_memory(&cause.to_string()))
+        }
+        Error::Distributed(DistributedError::CollectiveInput { detail }) => {
             names_out_of_memory(detail)
         }
         _ => false,
@@ -64,6 +69,7 @@ impl FaultInjector {
     /// Every forward pass over more than `examples` examples on one rank runs out of
     /// memory, with the error candle returns on CUDA: a simple memory law for
     /// `halve` and `split_retry`.
+    #[cfg(any(test, feature = "internals"))]
     pub fn above_local_batch(mut self, examples: usize) -> Self {
         self.above_local_batch = Some(examples);
         self
@@ -81,6 +87,7 @@ impl FaultInjector {
     }
 
     /// Whether nothing will ever be injected.
+    #[cfg(feature = "internals")]
     pub fn is_empty(&self) -> bool {
         self.at_steps.is_empty() && self.above_local_batch.is_none()
     }
@@ -97,7 +104,8 @@ impl FaultInjector {
         if step % active_ranks.max(1) == rank && self.at_steps.remove(&step) {
             return Err(Error::Training(TrainingError::OutOfMemory {
                 step,
-                detail: format!("injected at step {step} on rank {rank}"),
+                detail: format!("injected on rank {rank}"),
+                source: None,
             }));
         }
         match self.above_local_batch {
@@ -168,6 +176,7 @@ mod tests {
                 library: "CUDA",
                 call: "packing".into(),
                 detail: "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\")".into(),
+                source: None,
             }
         )));
         assert!(!is_out_of_memory(&Error::Distributed(

@@ -10,7 +10,11 @@ use crate::config::policy::Reweight;
 use crate::data::planner::StepBatches;
 use crate::data::source_spec::SourceSpec;
 use crate::dist::communicator::Communicator;
-use crate::error::{DataError, DistributedError, Error, ModelError, Result, TrainingError};
+use std::sync::Arc;
+
+use crate::error::{
+    Cause, DataError, DistributedError, Error, ModelError, Result, SharedError, TrainingError,
+};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::optim::TrainOptimizer;
 use crate::train::collate::{collate_indices, guarded};
@@ -134,10 +138,10 @@ pub(crate) enum StepOutcome {
 }
 
 /// Which ranks ran out of memory in a step.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub(crate) enum StepOom {
-    /// This rank did: the device's message.
-    Here(String),
+    /// This rank did: the device's error.
+    Here(Arc<Error>),
     /// Other ranks did, this one did not.
     Elsewhere {
         /// How many.
@@ -148,16 +152,26 @@ pub(crate) enum StepOom {
 impl StepOom {
     /// This rank's OOM, by the error's first line: candle appends a backtrace when
     /// `RUST_BACKTRACE` is set, which does not belong in the run's log.
-    fn here(error: &Error) -> Self {
-        let message = error.to_string();
-        StepOom::Here(message.lines().next().unwrap_or_default().trim_end().to_string())
+    fn here(error: Error) -> Self {
+        StepOom::Here(Arc::new(error))
+    }
+
+    /// The device's error, on the rank that ran out of memory.
+    pub(crate) fn cause(&self) -> Option<Cause> {
+        match self {
+            StepOom::Here(error) => Some(Box::new(SharedError(Arc::clone(error)))),
+            StepOom::Elsewhere { .. } => None,
+        }
     }
 }
 
 impl std::fmt::Display for StepOom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StepOom::Here(message) => f.write_str(message),
+            StepOom::Here(error) => {
+                let message = error.to_string();
+                f.write_str(message.lines().next().unwrap_or_default().trim_end())
+            }
             StepOom::Elsewhere { ranks } => write!(f, "{ranks} rank(s) ran out of memory"),
         }
     }
@@ -661,7 +675,7 @@ fn gather(
     }
     match local {
         Ok(local) => Ok(Ok(local)),
-        Err(e) if is_out_of_memory(&e) => Ok(Err(StepOom::here(&e))),
+        Err(e) if is_out_of_memory(&e) => Ok(Err(StepOom::here(e))),
         Err(e) => Err(e),
     }
 }
@@ -684,7 +698,7 @@ fn reduce(
         _ if summed.failed > 0.0 => Err(Error::Distributed(DistributedError::PeerFailed {
             rank: comm.rank(),
         })),
-        Err(e) => Ok(Err(StepOom::here(&e))),
+        Err(e) => Ok(Err(StepOom::here(e))),
         Ok(_) if summed.out_of_memory > 0.0 => Ok(Err(StepOom::Elsewhere {
             ranks: summed.out_of_memory as usize,
         })),

@@ -143,7 +143,8 @@ pub fn prepare_domains(
     let text = tokenizer.to_string(false).map_err(|e| {
         Error::Data(DataError::Tokenizer {
             path: dir.join("tokenizer.json"),
-            detail: e.to_string(),
+            detail: "cannot write the tokenizer as JSON".into(),
+            source: Some(e),
         })
     })?;
     write_whole(&dir.join("tokenizer.json"), text.as_bytes())?;

@@ -14,7 +14,7 @@ use candle_core::safetensors::MmapedSafetensors;
 use adabatch_nn::Parameters;
 use candle_core::{Tensor, Var};
 
-use crate::error::{Error, ModelError, Result};
+use crate::error::{Cause, Error, ModelError, Result};
 
 /// The weights file of a saved model or checkpoint directory.
 pub const WEIGHTS_FILE: &str = "model.safetensors";
@@ -66,12 +66,14 @@ impl std::fmt::Display for LoadReport {
 /// The safetensors files of `source`: the file itself, or a directory's
 /// `model.safetensors`, or the shards its `model.safetensors.index.json` lists.
 pub fn weight_files(source: &Path) -> Result<Vec<PathBuf>> {
-    let not_found = |detail: String| {
+    let file_error = |detail: String, cause: Option<Cause>| {
         Error::Model(ModelError::WeightsFile {
             path: source.to_path_buf(),
             detail,
+            source: cause,
         })
     };
+    let not_found = |detail: String| file_error(detail, None);
     if source.is_file() {
         return Ok(vec![source.to_path_buf()]);
     }
@@ -88,13 +90,14 @@ pub fn weight_files(source: &Path) -> Result<Vec<PathBuf>> {
             "the directory has neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX}"
         )));
     }
-    let text = std::fs::read_to_string(&index).map_err(|e| not_found(e.to_string()))?;
+    let text = std::fs::read_to_string(&index)
+        .map_err(|e| file_error(format!("cannot read {WEIGHTS_INDEX}"), Some(e.into())))?;
     #[derive(serde::Deserialize)]
     struct Index {
         weight_map: BTreeMap<String, String>,
     }
     let parsed: Index = serde_json::from_str(&text)
-        .map_err(|e| not_found(format!("{WEIGHTS_INDEX} is not a weights index: {e}")))?;
+        .map_err(|e| file_error(format!("{WEIGHTS_INDEX} is not a weights index"), Some(e.into())))?;
     let shards: BTreeSet<String> = parsed.weight_map.into_values().collect();
     Ok(shards.into_iter().map(|s| source.join(s)).collect())
 }
@@ -127,7 +130,8 @@ pub fn load_weights(params: &[(String, Var)], source: &Path, strict: bool) -> Re
     let mapped = unsafe { MmapedSafetensors::multi(&files) }.map_err(|e| {
         Error::Model(ModelError::WeightsFile {
             path: source.to_path_buf(),
-            detail: format!("not a safetensors file: {e}"),
+            detail: "not a safetensors file".into(),
+            source: Some(e.into()),
         })
     })?;
     let shapes: HashMap<String, Vec<usize>> = mapped
@@ -152,7 +156,8 @@ pub fn load_weights(params: &[(String, Var)], source: &Path, strict: bool) -> Re
         let tensor = mapped.load(name, var.device()).map_err(|e| {
             Error::Model(ModelError::WeightsFile {
                 path: source.to_path_buf(),
-                detail: format!("cannot read `{name}`: {e}"),
+                detail: format!("cannot read `{name}`"),
+                source: Some(e.into()),
             })
         })?;
         let bad = count_non_finite(&tensor)?;
@@ -207,7 +212,8 @@ pub fn save_pretrained(params: &[(String, Var)], config: Option<&str>, dir: &Pat
         move |e: std::io::Error| {
             Error::Model(ModelError::WeightsFile {
                 path,
-                detail: e.to_string(),
+                detail: "cannot write".into(),
+                source: Some(e.into()),
             })
         }
     };
@@ -220,7 +226,7 @@ pub fn save_pretrained(params: &[(String, Var)], config: Option<&str>, dir: &Pat
     let weights = dir.join(WEIGHTS_FILE);
     write_atomically(&weights, |tmp| {
         safetensors::serialize_to_file(tensors.iter().map(|(n, t)| (*n, t)), Some(metadata), tmp)
-            .map_err(|e| std::io::Error::other(e.to_string()))
+            .map_err(std::io::Error::other)
     })
     .map_err(io(&weights))?;
     if let Some(config) = config {

@@ -89,16 +89,26 @@ fn path_note(path: &Option<PathBuf>) -> String {
         .unwrap_or_default()
 }
 
-/// candle's error keeps text only: the message and its causes, joined.
+/// candle's error shows what it wraps but has no `source()`: the error goes in
+/// whole, displayed with its causes.
 impl From<ConfigError> for candle_core::Error {
     fn from(e: ConfigError) -> Self {
-        let mut text = e.to_string();
-        let mut cause = std::error::Error::source(&e);
+        candle_core::Error::wrap(WithCauses(e))
+    }
+}
+
+/// An error displayed as its message and its causes, joined by `": "`.
+struct WithCauses(ConfigError);
+
+impl std::fmt::Display for WithCauses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = std::error::Error::source(&self.0);
         while let Some(source) = cause {
-            text.push_str(&format!(": {source}"));
+            write!(f, ": {source}")?;
             cause = source.source();
         }
-        candle_core::Error::Msg(text)
+        Ok(())
     }
 }
 

@@ -78,7 +78,7 @@ fn draw(logits: &Tensor, rng: &mut ChaCha8Rng) -> Result<u32> {
     let probs = candle_nn::ops::softmax_last_dim(&logits.to_dtype(DType::F32)?)?;
     let weights = probs.to_vec1::<f32>()?;
     let index = WeightedIndex::new(&weights)
-        .map_err(|e| candle_core::Error::Msg(format!("generate: {e}")))?;
+        .map_err(|e| candle_core::Error::wrap(e).context("generate: sampling a token"))?;
     Ok(index.sample(rng) as u32)
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use candle_core::{Device, Var};
 
 use crate::data::planner::PlannerState;
-use crate::error::{CheckpointError, Error, Result};
+use crate::error::{CheckpointError, Error, FileOp, Result};
 use crate::optim::OptimizerState;
 use crate::report::record::EvalLog;
 use crate::train::control::states::{ControllerStates, LegacyControllerStates};
@@ -118,20 +118,13 @@ impl PolicyRecord {
 const WEIGHTS: &str = "model.safetensors";
 pub(crate) const STATE: &str = "trainer_state.json";
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
-    move |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 pub(crate) const OPTIMIZER: &str = "optimizer.safetensors";
 
 /// Forces a file (or directory) to disk.
 fn sync(path: &Path) -> Result<()> {
     std::fs::File::open(path)
         .and_then(|f| f.sync_all())
-        .map_err(io(path))
+        .map_err(Error::io(FileOp::Write, path))
 }
 
 /// The directory of the checkpoint of `step`: `output_dir/checkpoint-{step}`.
@@ -155,9 +148,9 @@ pub fn save(
     let dir = checkpoint_dir(output_dir, step);
     let partial = output_dir.join(format!(".checkpoint-{step}.partial"));
     if partial.exists() {
-        std::fs::remove_dir_all(&partial).map_err(io(&partial))?;
+        std::fs::remove_dir_all(&partial).map_err(Error::io(FileOp::Remove, &partial))?;
     }
-    std::fs::create_dir_all(&partial).map_err(io(&partial))?;
+    std::fs::create_dir_all(&partial).map_err(Error::io(FileOp::CreateDir, &partial))?;
     // The weights and config.json as a saved model: transformers and
     // candle-transformers load a checkpoint directory directly.
     save_pretrained(params, config, &partial)?;
@@ -172,7 +165,7 @@ pub fn save(
         path: state_path.clone(),
         source,
     })?;
-    std::fs::write(&state_path, json).map_err(io(&state_path))?;
+    std::fs::write(&state_path, json).map_err(Error::io(FileOp::Write, &state_path))?;
     sync(&state_path)?;
     // The manifest last: it covers every other file.
     super::manifest::write(&partial)?;
@@ -183,11 +176,11 @@ pub fn save(
         // hidden under the partial name, is removed after. A kill at any moment
         // leaves a complete `checkpoint-N`; the lock's holder removes stale
         // partial directories at its start.
-        exchange(&partial, &dir).map_err(io(&dir))?;
+        exchange(&partial, &dir).map_err(Error::io(FileOp::Rename, &dir))?;
         sync(output_dir)?;
-        std::fs::remove_dir_all(&partial).map_err(io(&partial))?;
+        std::fs::remove_dir_all(&partial).map_err(Error::io(FileOp::Remove, &partial))?;
     } else {
-        std::fs::rename(&partial, &dir).map_err(io(&dir))?;
+        std::fs::rename(&partial, &dir).map_err(Error::io(FileOp::Rename, &dir))?;
     }
     sync(output_dir)?;
     Ok(dir)
@@ -244,11 +237,11 @@ pub fn complete_checkpoints(output_dir: &Path) -> Result<Vec<(usize, PathBuf)>> 
     let entries = match std::fs::read_dir(output_dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io(output_dir)(e)),
+        Err(e) => return Err(Error::io(FileOp::List, output_dir)(e)),
     };
     let mut found = Vec::new();
     for entry in entries {
-        let path = entry.map_err(io(output_dir))?.path();
+        let path = entry.map_err(Error::io(FileOp::List, output_dir))?.path();
         let step = path
             .file_name()
             .and_then(|n| n.to_str())
@@ -296,8 +289,8 @@ pub fn prune(output_dir: &Path, keep: usize, protect: Option<usize>) -> Result<(
         // Hidden first, in one rename, then removed: a kill during the removal
         // leaves a hidden partial directory, never a half-deleted checkpoint.
         let hidden = output_dir.join(format!(".checkpoint-{step}.partial"));
-        std::fs::rename(path, &hidden).map_err(io(path))?;
-        std::fs::remove_dir_all(&hidden).map_err(io(&hidden))?;
+        std::fs::rename(path, &hidden).map_err(Error::io(FileOp::Rename, path))?;
+        std::fs::remove_dir_all(&hidden).map_err(Error::io(FileOp::Remove, &hidden))?;
     }
     remove_partial_saves(output_dir)
 }
@@ -306,7 +299,7 @@ pub fn prune(output_dir: &Path, keep: usize, protect: Option<usize>) -> Result<(
 /// Only the holder of the output directory's lock calls it: nobody else can be
 /// writing one.
 pub(crate) fn remove_partial_saves(output_dir: &Path) -> Result<()> {
-    let entries = std::fs::read_dir(output_dir).map_err(io(output_dir))?;
+    let entries = std::fs::read_dir(output_dir).map_err(Error::io(FileOp::List, output_dir))?;
     let stale: Vec<PathBuf> = entries
         .flatten()
         .map(|e| e.path())
@@ -316,7 +309,7 @@ pub(crate) fn remove_partial_saves(output_dir: &Path) -> Result<()> {
         })
         .collect();
     for dir in stale {
-        std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
+        std::fs::remove_dir_all(&dir).map_err(Error::io(FileOp::Remove, &dir))?;
     }
     Ok(())
 }
@@ -325,16 +318,18 @@ pub(crate) fn remove_partial_saves(output_dir: &Path) -> Result<()> {
 pub fn load_state(dir: &Path) -> Result<CheckpointState> {
     let path = dir.join(STATE);
     let bytes = std::fs::read(&path).map_err(|e| {
-        Error::Checkpoint(CheckpointError::CorruptCheckpoint {
-            path: dir.to_path_buf(),
-            detail: format!("cannot read {STATE}: {e}"),
-        })
+        Error::Checkpoint(CheckpointError::unreadable(
+            dir,
+            format!("cannot read {STATE}"),
+            e,
+        ))
     })?;
     let mut state: CheckpointState = serde_json::from_slice(&bytes).map_err(|e| {
-        Error::Checkpoint(CheckpointError::CorruptCheckpoint {
-            path: dir.to_path_buf(),
-            detail: format!("{STATE} is not a trainer state: {e}"),
-        })
+        Error::Checkpoint(CheckpointError::unreadable(
+            dir,
+            format!("{STATE} is not a trainer state"),
+            e,
+        ))
     })?;
     if state.controllers.is_empty() {
         state.controllers = std::mem::take(&mut state.legacy_controllers).into_states();
@@ -347,10 +342,11 @@ pub fn load_state(dir: &Path) -> Result<CheckpointState> {
 pub fn load_weights(dir: &Path, params: &[(String, Var)], device: &Device) -> Result<()> {
     let path = dir.join(WEIGHTS);
     let tensors = candle_core::safetensors::load(&path, device).map_err(|e| {
-        Error::Checkpoint(CheckpointError::CorruptCheckpoint {
-            path: dir.to_path_buf(),
-            detail: format!("cannot load {WEIGHTS}: {e}"),
-        })
+        Error::Checkpoint(CheckpointError::unreadable(
+            dir,
+            format!("cannot load {WEIGHTS}"),
+            e,
+        ))
     })?;
     for (name, var) in params {
         let tensor = tensors.get(name).ok_or_else(|| {

@@ -15,7 +15,7 @@ use std::path::Path;
 use fs4::fs_std::FileExt;
 
 use super::format::remove_partial_saves;
-use crate::error::{CheckpointError, Error, Result};
+use crate::error::{CheckpointError, Error, FileOp, Result};
 
 const LOCK_FILE: &str = ".adabatch.lock";
 
@@ -31,17 +31,13 @@ impl OutputLock {
     /// `.checkpoint-N.partial` directories a killed run left (nobody else can be
     /// writing them while the lock is held).
     pub(crate) fn acquire(output_dir: &Path) -> Result<Self> {
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| Error::Io { path, source }
-        };
         if output_dir.exists() && !output_dir.is_dir() {
             return Err(Error::Checkpoint(CheckpointError::NotADirectory {
                 flag: "--output-dir",
                 path: output_dir.to_path_buf(),
             }));
         }
-        std::fs::create_dir_all(output_dir).map_err(io(output_dir))?;
+        std::fs::create_dir_all(output_dir).map_err(Error::io(FileOp::CreateDir, output_dir))?;
         let path = output_dir.join(LOCK_FILE);
         let mut file = OpenOptions::new()
             .read(true)
@@ -49,8 +45,8 @@ impl OutputLock {
             .create(true)
             .truncate(false)
             .open(&path)
-            .map_err(io(&path))?;
-        if !FileExt::try_lock_exclusive(&file).map_err(io(&path))? {
+            .map_err(Error::io(FileOp::Write, &path))?;
+        if !FileExt::try_lock_exclusive(&file).map_err(Error::io(FileOp::Lock, &path))? {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             return Err(Error::Checkpoint(CheckpointError::OutputDirBusy {
@@ -59,9 +55,9 @@ impl OutputLock {
             }));
         }
         // Who holds it, for the message a second run shows.
-        file.set_len(0).map_err(io(&path))?;
-        file.rewind().map_err(io(&path))?;
-        write!(file, "process {}", std::process::id()).map_err(io(&path))?;
+        file.set_len(0).map_err(Error::io(FileOp::Write, &path))?;
+        file.rewind().map_err(Error::io(FileOp::Write, &path))?;
+        write!(file, "process {}", std::process::id()).map_err(Error::io(FileOp::Write, &path))?;
         remove_partial_saves(output_dir)?;
         Ok(Self { file })
     }
@@ -91,7 +87,11 @@ pub(crate) fn check_not_busy(output_dir: &Path) -> Result<()> {
                 holder: holder.trim().to_string(),
             }))
         }
-        Err(source) => Err(Error::Io { path, source }),
+        Err(source) => Err(Error::Io {
+            op: FileOp::Lock,
+            path,
+            source,
+        }),
     }
 }
 

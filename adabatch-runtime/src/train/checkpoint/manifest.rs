@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
-use crate::error::{CheckpointError, Error, Result};
+use crate::error::{CheckpointError, Error, FileOp, Result};
 
 /// The manifest's file name.
 pub(crate) const MANIFEST: &str = "manifest.json";
@@ -31,15 +31,13 @@ struct FileRecord {
 }
 
 fn corrupt(path: &Path, detail: impl Into<String>) -> Error {
-    Error::Checkpoint(CheckpointError::CorruptCheckpoint {
-        path: path.to_path_buf(),
-        detail: detail.into(),
-    })
+    Error::Checkpoint(CheckpointError::corrupt(path, detail))
 }
 
 /// Size and CRC-32C of a file, read in blocks (weights can be gigabytes).
 fn record(path: &Path) -> Result<FileRecord> {
     let io = |source| Error::Io {
+        op: FileOp::Read,
         path: path.to_path_buf(),
         source,
     };
@@ -63,10 +61,7 @@ fn record(path: &Path) -> Result<FileRecord> {
 /// Writes `dir/manifest.json` over every other file in `dir`, synced.
 pub(crate) fn write(dir: &Path) -> Result<()> {
     let mut files = BTreeMap::new();
-    let entries = std::fs::read_dir(dir).map_err(|source| Error::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+    let entries = std::fs::read_dir(dir).map_err(Error::io(FileOp::List, dir.to_path_buf()))?;
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name != MANIFEST && entry.path().is_file() {
@@ -85,7 +80,7 @@ pub(crate) fn write(dir: &Path) -> Result<()> {
     })?;
     std::fs::write(&path, json)
         .and_then(|()| std::fs::File::open(&path)?.sync_all())
-        .map_err(|source| Error::Io { path, source })
+        .map_err(Error::io(FileOp::Write, path))
 }
 
 /// Checks every file the manifest lists. A checkpoint of format 1 (before
@@ -95,10 +90,21 @@ pub(crate) fn verify(dir: &Path, required: bool) -> Result<()> {
     let text = match std::fs::read(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(()),
-        Err(e) => return Err(corrupt(&path, format!("cannot read the manifest: {e}"))),
+        Err(e) => {
+            return Err(Error::Checkpoint(CheckpointError::unreadable(
+                path,
+                "cannot read the manifest",
+                e,
+            )))
+        }
     };
-    let manifest: Manifest = serde_json::from_slice(&text)
-        .map_err(|e| corrupt(&path, format!("not a checkpoint manifest: {e}")))?;
+    let manifest: Manifest = serde_json::from_slice(&text).map_err(|e| {
+        Error::Checkpoint(CheckpointError::unreadable(
+            &path,
+            "not a checkpoint manifest",
+            e,
+        ))
+    })?;
     if manifest.format_version > FORMAT_VERSION {
         return Err(corrupt(
             &path,

@@ -28,9 +28,10 @@ use crate::train::control::states::{ControllerStates, MIXER};
 use crate::train::settings::{BestCheckpoint, ResumePoint, RunSettings, SaveRules};
 use crate::user::weights;
 
+#[cfg(feature = "internals")]
+pub use format::complete_checkpoints;
 pub use format::{
-    checkpoint_dir, complete_checkpoints, latest, load_state, load_weights, prune, save,
-    CheckpointState, PolicyRecord,
+    checkpoint_dir, latest, load_state, load_weights, prune, save, CheckpointState, PolicyRecord,
 };
 use format::{OPTIMIZER, STATE};
 pub(crate) use lock::OutputLock;
@@ -119,6 +120,7 @@ pub(crate) fn save_checkpoint(
 
 /// Rewrites a checkpoint's manifest over the files it now holds: for a tool that
 /// edits a checkpoint on purpose (a resume then trusts the edit).
+#[cfg(feature = "internals")]
 pub fn write_manifest(dir: &std::path::Path) -> Result<()> {
     manifest::write(dir)
 }
@@ -245,10 +247,10 @@ fn check_sources(
             let fresh =
                 crate::data::source_spec::MixedSources::new(spec, settings.seed, settings.shuffle)?;
             if let Err(detail) = fresh.check(sources) {
-                return Err(Error::Checkpoint(CheckpointError::CorruptCheckpoint {
-                    path: dir.join(STATE),
+                return Err(Error::Checkpoint(CheckpointError::corrupt(
+                    dir.join(STATE),
                     detail,
-                }));
+                )));
             }
             // A mixer's weights change while training: the checkpoint's continue.
             if !state.controllers.contains(MIXER) && sources.weights != spec.weights {
@@ -288,10 +290,7 @@ fn check_planned_epoch(
         Some(remainder) => remainder
             .check(settings.num_examples, position)
             .map_err(|detail| {
-                Error::Checkpoint(CheckpointError::CorruptCheckpoint {
-                    path: dir.join(STATE),
-                    detail,
-                })
+                Error::Checkpoint(CheckpointError::corrupt(dir.join(STATE), detail))
             }),
         None if settings.batching.is_some() && position > 0 && position < settings.num_examples => {
             Err(Error::Checkpoint(

@@ -15,10 +15,7 @@ use super::manifest::FORMAT_VERSION;
 
 /// An error naming the trainer state file and what is wrong in it.
 fn invalid(dir: &Path, detail: String) -> Error {
-    Error::Checkpoint(CheckpointError::CorruptCheckpoint {
-        path: dir.join(STATE),
-        detail,
-    })
+    Error::Checkpoint(CheckpointError::corrupt(dir.join(STATE), detail))
 }
 
 /// Checks `state` (read from `dir`). A state past this run's end (resumed with

@@ -7,7 +7,7 @@ use crate::config::policy::OomPolicy;
 use crate::data::planner::{StepBatches, StepPlanner};
 use crate::error::{Error, Result, TrainingError};
 use crate::report::record::StepLog;
-use crate::train::step::StepOutcome;
+use crate::train::step::{StepOom, StepOutcome};
 
 use super::controller::{Controller, Restore, Save, Steer, StepReport};
 use super::states;
@@ -61,12 +61,21 @@ impl OomControl {
         planner: &mut StepPlanner<ScheduleSpec>,
         batches: &StepBatches,
         step: usize,
-        detail: &str,
+        oom: &StepOom,
     ) -> Result<String> {
-        let out_of_memory =
-            |detail: String| Error::Training(TrainingError::OutOfMemory { step, detail });
+        let out_of_memory = |also: &str| {
+            let whose = match oom {
+                StepOom::Here(_) => "on this rank".to_string(),
+                StepOom::Elsewhere { .. } => oom.to_string(),
+            };
+            Error::Training(TrainingError::OutOfMemory {
+                step,
+                detail: format!("{whose}{also}"),
+                source: oom.cause(),
+            })
+        };
         match self.policy {
-            OomPolicy::Fail => Err(out_of_memory(detail.into())),
+            OomPolicy::Fail => Err(out_of_memory("")),
             OomPolicy::Halve | OomPolicy::SplitRetry => {
                 let before = planner.per_device();
                 planner.rewind(batches);
@@ -80,9 +89,9 @@ impl OomControl {
                 };
                 if !shrunk {
                     if self.retried_at_floor {
-                        return Err(out_of_memory(format!(
-                            "{detail}; still out of memory at the smallest size"
-                        )));
+                        return Err(out_of_memory(
+                            "; still out of memory at the smallest size",
+                        ));
                     }
                     self.retried_at_floor = true;
                 }
@@ -121,7 +130,7 @@ impl Controller for OomControl {
         self.events += 1;
         self.events_since_log += 1;
         let detail = oom.to_string();
-        let action = self.recover(steer.planner, batches, step, &detail)?;
+        let action = self.recover(steer.planner, batches, step, oom)?;
         if let Some(logger) = steer.logger {
             logger.event(&format!("step {step}: out of memory ({detail}); {action}"));
             if self.policy == OomPolicy::Skip {

@@ -80,6 +80,7 @@ impl ControllerStates {
     }
 
     /// The names of the entries.
+    #[cfg(any(test, feature = "internals"))]
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)
     }
@@ -96,7 +97,8 @@ impl ControllerStates {
 
     /// Writes `name`'s entry: `state` in layout `version`.
     pub(crate) fn put<T: Serialize>(&mut self, name: &str, version: u32, state: &T) -> Result<()> {
-        let state = serde_json::to_value(state).map_err(|e| entry_error(name, e.to_string()))?;
+        let state = serde_json::to_value(state)
+            .map_err(|e| entry_unreadable(name, "does not convert to JSON", e))?;
         self.put_value(name, version, state);
         Ok(())
     }
@@ -124,7 +126,7 @@ impl ControllerStates {
         }
         serde_json::from_value(entry.state.clone())
             .map(Some)
-            .map_err(|e| entry_error(name, format!("does not parse: {e}")))
+            .map_err(|e| entry_unreadable(name, "does not parse", e))
     }
 }
 
@@ -133,6 +135,16 @@ pub(crate) fn entry_error(name: &str, detail: String) -> Error {
     Error::Checkpoint(CheckpointError::ControllerState {
         name: name.to_string(),
         detail,
+        source: None,
+    })
+}
+
+/// The typed error of an entry that `error` kept from being read or written.
+fn entry_unreadable(name: &str, detail: &str, error: serde_json::Error) -> Error {
+    Error::Checkpoint(CheckpointError::ControllerState {
+        name: name.to_string(),
+        detail: detail.to_string(),
+        source: Some(error.into()),
     })
 }
 
