@@ -8,7 +8,7 @@
 //! the same work.
 //!
 //! ```text
-//! cargo bench --bench engine_overhead
+//! cargo bench -p adabatch-benches --bench engine_overhead
 //! ```
 //!
 //! After criterion's groups, a paired run (hand and engine epochs interleaved,

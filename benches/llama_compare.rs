@@ -4,7 +4,7 @@
 //! For each of two configs (`llama_mha`: multi-head, untied; `llama_gqa_tied`:
 //! grouped-query, tied embeddings) it builds the seeded model, exports its
 //! initial weights (`init/model.safetensors` + `init/config.json`), the token
-//! batches (`batches.safetensors`, bytes of the shared English corpus) and the
+//! batches (`batches.safetensors`, bytes of the English corpus of `data/`) and the
 //! initial model's logits on the first batch, then
 //!
 //! - trains `STEPS` AdamW steps through adabatch's engine (`#[adaptive_trainer]`,
@@ -25,12 +25,14 @@
 //!
 //! ```text
 //! LLAMA_COMPARE_EXPORT=DIR RAYON_NUM_THREADS=1 CANDLE_NUM_THREADS=1 \
-//!   cargo bench --bench llama_compare
+//!   cargo bench -p adabatch-benches --bench llama_compare
 //! ```
 //!
 //! `LLAMA_COMPARE_EXPORT` is required (run.sh sets it); `LLAMA_COMPARE_TIMED`
 //! sets how many timed steps follow the `STEPS` (default 30).
 
+#[path = "support/corpus.rs"]
+mod corpus;
 #[path = "support/cpu_time.rs"]
 mod cpu_time;
 
@@ -44,11 +46,6 @@ use adabatch::models::llama::{Llama, LlamaConfig, ModelType};
 use adabatch::per_example_token_cross_entropy_sum;
 use adabatch::prelude::*;
 
-/// The shared corpus, next to the repository.
-const CORPUS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/data/en_sentences_15k.txt"
-);
 const VOCAB: usize = 256;
 const SEQ: usize = 64;
 const BATCH: usize = 8;
@@ -79,7 +76,7 @@ fn cases() -> Vec<(&'static str, LlamaConfig)> {
 /// `STEPS · BATCH` rows of `SEQ` byte tokens: the corpus's lines joined by
 /// newlines, cut in consecutive pieces.
 fn rows() -> Vec<Vec<u32>> {
-    let text = std::fs::read(CORPUS).expect("read the shared corpus (see shared/data/README.md)");
+    let text = corpus::english_sentences().into_bytes();
     text.chunks_exact(SEQ)
         .take(STEPS * BATCH)
         .map(|row| row.iter().map(|&b| u32::from(b)).collect())

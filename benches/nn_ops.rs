@@ -5,7 +5,7 @@
 //! tables that are plain tensors (x needs a gradient, the tables do not).
 //!
 //! ```text
-//! cargo bench --bench nn_ops
+//! cargo bench -p adabatch-benches --bench nn_ops
 //! ```
 //!
 //! Before timing anything the bench checks, untimed, that each fused op and its

@@ -15,7 +15,7 @@
 //! (target) tokens only, over the thread's CPU time.
 //!
 //! ```text
-//! RAYON_NUM_THREADS=1 CANDLE_NUM_THREADS=1 cargo bench --bench packing
+//! RAYON_NUM_THREADS=1 CANDLE_NUM_THREADS=1 cargo bench -p adabatch-benches --bench packing
 //! ```
 //!
 //! `PACKING_TIMED_STEPS` sets how many steps are timed per mode (default 20).
@@ -85,7 +85,7 @@ fn main() -> adabatch::Result<()> {
     adabatch::memory::host::keep_freed_memory();
     let dir = std::env::temp_dir().join(format!("adabatch-packing-{}", std::process::id()));
     let corpus =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/en_sentences_15k.txt.gz");
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/en_sentences_15k.txt.gz");
     let info = prepare_corpus(&[corpus], &dir, &PrepareOptions::default())?;
     let file = adabatch::TokenFile::open(dir.join("train.bin"), info.width()?, info.vocab_size)?;
     let train = TokenDocuments::new(file, info.eos_id)?;

@@ -6,7 +6,7 @@
 //! (`cpu_memory_proxy`). Prints one JSON object per (size, model).
 //!
 //! ```text
-//! cargo bench --bench planning -- \
+//! cargo bench -p adabatch-benches --bench planning -- \
 //!   --lengths benches/compare/planning/lengths.tsv --baseline-size 32 --threshold 0.9 \
 //!   --max-range 4.0 --max-growth 0.2 --keep-first 5 --repeat 7
 //! ```

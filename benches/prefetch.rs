@@ -1,14 +1,14 @@
 //! Prefetch: examples/s of a collate-heavy epoch with and without
 //! `--dataloader-num-workers`, side by side in one run.
 //!
-//! Workload: the shared English corpus (15,000 real sentences), tokenised in the
+//! Workload: the English corpus of `data/` (15,000 real sentences), tokenised in the
 //! collate: lower-cased words cut into sub-words by byte-pair encoding as GPT-2
 //! applies it (no cache), with 4,096 symbols learnt from the corpus, then a dense
 //! bag of sub-words per sentence. Model: bag → `HIDDEN` →
 //! ReLU → 8 classes (the sentence's length bucket), AdamW, constant batch 64.
 //!
 //! ```text
-//! cargo bench --bench prefetch
+//! cargo bench -p adabatch-benches --bench prefetch
 //! ```
 //!
 //! A baseline epoch trains on sentences tokenised beforehand (the same bags, a
@@ -22,15 +22,14 @@
 
 use std::collections::HashMap;
 
+#[path = "support/corpus.rs"]
+mod corpus;
+
 use adabatch::optim::{AdamW, ParamsAdamW};
 use adabatch::prelude::*;
 use candle_core::{DType, Device, Tensor, Var};
 use candle_nn::{Linear, Module};
 
-const CORPUS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../shared/data/en_sentences_15k.txt"
-);
 const VOCAB: usize = 4096;
 const LEARN_WORDS: usize = 3000;
 const CLASSES: usize = 8;
@@ -244,7 +243,7 @@ fn main() {
     }
     let hidden = env_or("PREFETCH_HIDDEN", 24);
     let rounds = env_or("PREFETCH_ROUNDS", 3);
-    let text = std::fs::read_to_string(CORPUS).expect("the shared English corpus");
+    let text = corpus::english_sentences();
     let sentences: Vec<String> = text.lines().map(str::to_owned).collect();
     // Labels: length buckets of 8 equal shares of the corpus.
     let mut words: Vec<usize> = sentences

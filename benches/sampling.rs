@@ -3,9 +3,9 @@
 //! `Vec<usize>` permutation (kept below as `VecSampler` for comparison).
 //!
 //! ```text
-//! cargo bench --bench sampling                 # N = 1e6, 1e8, 1e9; 1 and 4096 ranks
-//! SAMPLING_BENCH_VEC_1E9=1 cargo bench --bench sampling   # also the 8 GB Vec case
-//! cargo bench --bench sampling -- --quick      # N = 1e6 only
+//! cargo bench -p adabatch-benches --bench sampling                 # N = 1e6, 1e8, 1e9; 1 and 4096 ranks
+//! SAMPLING_BENCH_VEC_1E9=1 cargo bench -p adabatch-benches --bench sampling   # also the 8 GB Vec case
+//! cargo bench -p adabatch-benches --bench sampling -- --quick      # N = 1e6 only
 //! ```
 //!
 //! Every configuration runs in a child process of its own (this binary, re-run with

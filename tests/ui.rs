@@ -1,7 +1,8 @@
 //! Compile-time behaviour of `#[adaptive_trainer]`: every `tests/ui/<category>/*.rs`
 //! must fail to compile with exactly the checked-in `.stderr`. Every
-//! `tests/ui/pass/*.rs` must compile and run: those are examples of this package
-//! (`ui_pass_*`, built by `cargo test`) run by `tests/it/ui_pass.rs`, so that this
+//! `tests/ui/pass/*.rs` must compile and run: those are examples of the tests
+//! package (`ui_pass_*` in `tests/it/Cargo.toml`, built by `cargo test`) run by
+//! `tests/it/ui_pass.rs`, so that this
 //! suite only type-checks (trybuild then needs no code generation of the
 //! dependencies, which it builds in a target folder of its own).
 //!

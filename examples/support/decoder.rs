@@ -328,11 +328,15 @@ pub fn log_into_output_dir(args: &mut TrainingArgs) {
     (args.logging.plot).get_or_insert_with(|| out.join("loss.svg"));
 }
 
-/// `path` relative to the repository when run from elsewhere by `cargo run`.
+/// `path` relative to the repository when run from elsewhere by `cargo run` (from
+/// the building package's folder up).
 pub fn in_repository(path: PathBuf) -> PathBuf {
     if path.is_relative() && !path.exists() {
-        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join(&path);
-        if repo.exists() {
+        let found = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .map(|dir| dir.join(&path))
+            .find(|repo| repo.exists());
+        if let Some(repo) = found {
             return repo;
         }
     }

@@ -1,6 +1,7 @@
 //! The integration tests: one binary, a module per concern (each was a
 //! `tests/<name>.rs` binary of its own, and each linked candle), helpers in
-//! `common/`. Run one module with `cargo test --test it <module>::`.
+//! `common/`, in the package `adabatch-tests` (`Cargo.toml` beside this file).
+//! Run one module with `cargo test -p adabatch-tests --test it <module>::`.
 //!
 //! The modules share one process and run on parallel threads, so none may change
 //! what the process holds for all of them: environment variables, the current
@@ -8,6 +9,8 @@
 //! files are named by the process id and a counter, `common::temp_log`). Tests that
 //! need a process of their own are binaries of their own:
 //!
+//! - `tests/llama_interop.rs`: candle-transformers reads adabatch's Llama weights
+//!   (a dependency only it builds);
 //! - `tests/host_heap.rs`: the host heap setting (`memory::host`) is made once per
 //!   process, by the first training run in it;
 //! - `tests/ui.rs`: the trybuild suite of `#[adaptive_trainer]` (it compiles

@@ -10,12 +10,12 @@ use common::{adamw_factory, dataset, temp_log, IntervalTrainer};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("../fixtures")
         .join(name)
 }
 
 fn plot(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_adabatch"))
+    Command::new(env!("CARGO_BIN_EXE_adabatch-cli"))
         .arg("plot")
         .args(args)
         .output()

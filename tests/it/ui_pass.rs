@@ -14,7 +14,7 @@ fn examples_dir() -> PathBuf {
 
 #[test]
 fn every_pass_program_is_an_example_and_runs() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui/pass");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ui/pass");
     let mut programs: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -25,13 +25,13 @@ fn every_pass_program_is_an_example_and_runs() {
     assert_eq!(
         programs.len(),
         9,
-        "a new pass program needs an [[example]] entry"
+        "a new pass program needs an [[example]] entry in tests/it/Cargo.toml"
     );
     for program in programs {
         let exe = examples_dir().join(format!("ui_pass_{program}{}", std::env::consts::EXE_SUFFIX));
         assert!(
             exe.is_file(),
-            "{} is not built: add it as an [[example]]",
+            "{} is not built: add it as an [[example]] of tests/it/Cargo.toml",
             exe.display()
         );
         let output = Command::new(&exe).output().unwrap();

@@ -19,7 +19,7 @@ if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import torch, safet
 fi
 export_dir=$(mktemp -d)
 trap 'rm -rf "$export_dir"' EXIT
-cargo build --release --quiet --bench llama_compare
+cargo build --release --quiet -p adabatch-benches --bench llama_compare
 bench=$(ls -t "${CARGO_TARGET_DIR:-target}"/release/deps/llama_compare-* | grep -v '\.d$' | head -n 1)
 echo "== adabatch (RAYON_NUM_THREADS=1 CANDLE_NUM_THREADS=1)"
 LLAMA_COMPARE_EXPORT="$export_dir" LLAMA_COMPARE_TIMED="$timed" \

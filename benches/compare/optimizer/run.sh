@@ -15,7 +15,7 @@ if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c "import torch, safet
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet torch safetensors
 fi
-cargo build --release --quiet --bench engine_overhead
+cargo build --release --quiet -p adabatch-benches --bench engine_overhead
 bench=$(ls -t target/release/deps/engine_overhead-* | grep -v '\.d$' | head -n 1)
 export_dir=$(mktemp -d)
 ENGINE_OVERHEAD_EXPORT="$export_dir" "$bench" --bench

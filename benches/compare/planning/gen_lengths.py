@@ -13,6 +13,7 @@ Output: TSV with a header line `token\tword\tchar`, one example per line.
 """
 
 import argparse
+import gzip
 import time
 
 import numpy as np
@@ -27,7 +28,8 @@ def main():
     args = parser.parse_args()
 
     start = time.perf_counter()
-    with open(args.corpus, encoding="utf-8") as f:
+    opener = gzip.open if args.corpus.endswith(".gz") else open
+    with opener(args.corpus, "rt", encoding="utf-8") as f:
         sentences = [line.rstrip("\n") for line in f]
     sentences = [s for s in sentences if s.strip()]
     tokens = np.array([max(1, -(-len(s.encode("utf-8")) // 4)) for s in sentences], dtype=np.int64)

@@ -13,7 +13,7 @@
 #                        the same sizes and on N; ratios are only printed at equal sizes.
 #   REPEAT=7             adabatch repetitions (median reported); dynabatch runs once per size
 #   PYTHON=python3       interpreter for the venv
-#   CORPUS=<one sentence per line>   (default: the shared corpus beside the checkout)
+#   CORPUS=<one sentence per line, optionally gzipped>   (default: data/en_sentences_15k.txt.gz)
 #   RESULTS=benches/compare/planning/results   where the JSON results go
 #
 # Python environment: dynabatch's package `__init__` imports torch, transformers
@@ -35,7 +35,7 @@ N=${N:-1000000}
 DYNABATCH_N=${DYNABATCH_N:-1000000}
 REPEAT=${REPEAT:-7}
 PYTHON=${PYTHON:-python3}
-CORPUS=${CORPUS:-$ROOT/../shared/data/en_sentences_15k.txt}
+CORPUS=${CORPUS:-$ROOT/data/en_sentences_15k.txt.gz}
 VENV=benches/compare/planning/.venv
 LENGTHS=benches/compare/planning/lengths.tsv
 RESULTS=${RESULTS:-benches/compare/planning/results}
@@ -63,11 +63,11 @@ fi
 
 mkdir -p "$RESULTS"
 
-echo "== adabatch (cargo bench --bench planning)"
+echo "== adabatch (cargo bench -p adabatch-benches --bench planning)"
 # shellcheck disable=SC2086 # DYNABATCH_N is a list of sizes
 ADA_N=$(printf '%s\n' $DYNABATCH_N "$N" | sort -n -u | tr '\n' ' ')
 # shellcheck disable=SC2086
-cargo bench --quiet --bench planning -- \
+cargo bench --quiet -p adabatch-benches --bench planning -- \
     --lengths "$LENGTHS" --n $ADA_N --repeat "$REPEAT" \
     --baseline-size "$BASELINE" --threshold "$THRESHOLD" --max-range "$MAX_RANGE" \
     --max-growth "$MAX_GROWTH" --keep-first "$KEEP_FIRST" --seed "$SEED" \
