@@ -216,13 +216,7 @@ fn report(
     }
     let tokenizer_json = cli.tokens_dir.join("tokenizer.json");
     if cli.samples > 0 {
-        let tokenizer = adabatch::tokenize::Tokenizer::from_file(&tokenizer_json).map_err(|e| {
-            adabatch::Error::Data(adabatch::DataError::Tokenizer {
-                path: tokenizer_json.clone(),
-                detail: "cannot load the tokenizer".into(),
-                source: Some(e),
-            })
-        })?;
+        let tokenizer = adabatch::tokenize::load_tokenizer(&tokenizer_json)?;
         let prompts: Vec<Vec<u32>> = (0..cli.samples.min(validation.len()))
             .map(|i| validation.document(i).into_iter().take(3).collect())
             .collect();

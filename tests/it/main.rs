@@ -48,6 +48,7 @@ mod errors;
 mod eval;
 mod first_program;
 mod flags;
+mod fuzz;
 mod language_model;
 mod memory;
 mod mixing;

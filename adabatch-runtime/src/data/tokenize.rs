@@ -150,8 +150,7 @@ impl CorpusInfo {
     pub fn open_documents(&self, dir: &Path) -> Result<(TokenDocuments, TokenDocuments)> {
         let tokenizer_path = dir.join("tokenizer.json");
         if tokenizer_path.exists() {
-            let tokenizer = Tokenizer::from_file(&tokenizer_path)
-                .map_err(|e| tokenizer_failed(&tokenizer_path, "cannot load the tokenizer", e))?;
+            let tokenizer = load_tokenizer(&tokenizer_path)?;
             let size = tokenizer.get_vocab_size(true) as u32;
             if size != self.vocab_size {
                 return Err(mismatch(
@@ -238,6 +237,36 @@ fn tokenizer_error(path: &Path, detail: impl Into<String>) -> Error {
         detail: detail.into(),
         source: None,
     })
+}
+
+/// Loads a `tokenizer.json` (a file of the user's, or one a preparation wrote).
+///
+/// The tokenizers crate (0.23) panics on some damaged files instead of returning
+/// an error (`expect("Helper")` in its decoders' deserializer, found by
+/// `tests/it/fuzz.rs`): the text must be JSON first, which refuses the usual
+/// damage (a cut, a flipped byte) as an error, and a panic that remains is caught
+/// and refused the same way.
+pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(FileOp::Read, path))?;
+    serde_json::from_str::<serde_json::Value>(&text)
+        .map_err(|e| tokenizer_failed(path, "is not JSON", e))?;
+    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        text.parse::<Tokenizer>()
+    }));
+    match loaded {
+        Ok(parsed) => parsed.map_err(|e| tokenizer_failed(path, "cannot load the tokenizer", e)),
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(tokenizer_error(
+                path,
+                format!("cannot load the tokenizer: the tokenizers crate panicked on it ({why})"),
+            ))
+        }
+    }
 }
 
 /// What `source` kept from being done (`detail`) with the file `path`.
@@ -384,8 +413,7 @@ pub fn build_tokenizer(options: &PrepareOptions, documents: &[&str]) -> Result<T
             train_byte_level_bpe(documents, *vocab_size, &options.eos_token)
         }
         TokenizerSource::File(path) => {
-            Tokenizer::from_file(path)
-                .map_err(|e| tokenizer_failed(path, "cannot load the tokenizer", e))
+            load_tokenizer(path)
         }
     }
 }
