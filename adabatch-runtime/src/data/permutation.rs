@@ -162,7 +162,7 @@ impl Permutation {
 
     /// The whole permutation as a vector (O(N) memory: for tests and small N).
     #[cfg(any(test, feature = "internals"))]
-    pub fn to_vec(&self) -> Vec<usize> {
+    pub fn to_vec(self) -> Vec<usize> {
         self.range(0..self.len()).collect()
     }
 
