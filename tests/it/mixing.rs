@@ -700,6 +700,44 @@ fn bad_mixer_weights_name_the_step_and_a_mixer_needs_sources() {
     );
 }
 
+#[adaptive_trainer]
+struct Budgeted {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[mixer]
+    mixer: adabatch::ReplayBudget<OnlineMixer>,
+}
+
+/// A replay budget caps the old sources' share of every step on every rank; one
+/// whose new source is not among the run's is refused before the first step
+/// (it would take every source for old and cap the whole mixture).
+#[test]
+fn a_replay_budget_caps_the_old_sources_and_refuses_unknown_names() {
+    let data = sources(&[("new", 0.5), ("replay", 0.5)]);
+    // The online mixer wants more of the harder source; the budget caps `replay`.
+    fn budgeted(model: Regression, opt: AdamW, new: &str) -> Budgeted {
+        let mixer = adabatch::ReplayBudget::new(OnlineMixer::new(0.1, 0.0, 0.0), [new], 0.2);
+        Budgeted::new(model, opt, mixer.expect("a budget in range"))
+    }
+    let (_, logs) = run_as(&data, &args(2, 4, 2), |m, o| budgeted(m, o, "new")).unwrap();
+    for log in &logs {
+        let weights = log.sources.mix_weights.as_ref().unwrap();
+        let total: f64 = weights.values().sum();
+        assert!(
+            weights["replay"] / total <= 0.2 + 1e-12,
+            "step {}: {weights:?}",
+            log.step
+        );
+    }
+    let err = run_as(&data, &args(2, 4, 2), |m, o| budgeted(m, o, "nwe")).unwrap_err();
+    assert!(
+        matches!(&err, Error::Settings(SettingsError::MixerSources { reason, .. }) if reason.contains("nwe")),
+        "{err}"
+    );
+}
+
 /// An eval set of several sources reports each source's loss beside the whole.
 #[test]
 fn eval_reports_each_sources_loss() {

@@ -14,10 +14,14 @@
 //! each domain's loss is the least-squares slope of that domain's per-step
 //! training loss over the probe (from its first step to the step after its last,
 //! each step's loss being measured before its update), times its steps; it fills
-//! column `k` of `G`. With `W` the matrix of the probe mixtures (`G = A·W`, `W`
-//! symmetric), `A = G·W⁻¹` in closed form: `W = c·I + d·11ᵀ` with `d = (1 −
-//! one_hot)/(m − 1)`, `c = one_hot − d`, and `W⁻¹ = (I − d·11ᵀ)/c` (its rows sum to
-//! 1). The probes run in turn without rolling the model back (as the authors'
+//! column `k` of `G`. With `W` the matrix of the mixtures the probes trained on
+//! (column `k` probe `k`'s), `G = A·W` and `A` solves it (Gaussian elimination).
+//! As proposed, `W = c·I + d·11ᵀ` with `d = (1 − one_hot)/(m − 1)` and `c =
+//! one_hot − d`, invertible for `one_hot > 1/2`; under a
+//! [`ReplayBudget`](crate::ReplayBudget) the probes train on the capped
+//! mixtures, and `W` is those ([`SourceStats::weights`]), so the law is that of
+//! the data actually trained. A round whose `W` is singular (two probes trained on
+//! the same mixture) leaves `p` as it was. The probes run in turn without rolling the model back (as the authors'
 //! online variant in their mixtera implementation), their order rotated each round
 //! so that no domain is always probed at the round's start.
 //!
@@ -44,7 +48,7 @@
 //! losses so far and the last `A`, all in the checkpoint. Every rank sees the same
 //! all-reduced losses, so every rank decides alike, on any number of ranks.
 
-use super::mixer::{field, numbers, Mixer, SourceStats};
+use super::mixer::{field, numbers, trained_shares, Mixer, SourceStats};
 use crate::error::{Error, Result, SettingsError};
 
 /// The Aioli mixer (see the module documentation).
@@ -72,6 +76,9 @@ pub struct AioliMixer {
     worst_focus: Option<f64>,
     /// Each domain's summed per-probe mean training loss this round.
     round_loss: Vec<f64>,
+    /// `W`, row-major: `W[j][k]` domain `j`'s share in the mixture probe `k`
+    /// trained on, this round (empty: the proposed probe mixtures).
+    probes: Vec<f64>,
 }
 
 impl AioliMixer {
@@ -110,6 +117,7 @@ impl AioliMixer {
             smoothing: None,
             worst_focus: None,
             round_loss: Vec::new(),
+            probes: Vec::new(),
         })
     }
 
@@ -169,10 +177,27 @@ impl AioliMixer {
         (0..m).map(|j| if j == k { self.one_hot } else { other }).collect()
     }
 
-    /// Takes in the losses of step `step`, closing a probe when its window is
-    /// complete (and a round's LearnParams after its last probe).
-    fn observe(&mut self, step: usize, loss: &[f64]) {
+    /// `W` as proposed: column `k` the probe mixture of domain `k`.
+    fn proposed_probes(&self, m: usize) -> Vec<f64> {
+        (0..m * m)
+            .map(|jk| self.probe_mixture(jk % m, m)[jk / m])
+            .collect()
+    }
+
+    /// Takes in the losses of step `step`, trained on `weights`, closing a probe
+    /// when its window is complete (and a round's LearnParams after its last
+    /// probe).
+    fn observe(&mut self, step: usize, loss: &[f64], weights: &[f64]) {
         let m = self.mixture.len();
+        if let Some((_, k)) = self.probe_at(step, m) {
+            if self.probes.len() != m * m {
+                self.probes = self.proposed_probes(m);
+            }
+            let trained = trained_shares(weights, &self.probe_mixture(k, m));
+            for (j, share) in trained.into_iter().enumerate() {
+                self.probes[j * m + k] = share;
+            }
+        }
         let closing = (step > 1)
             .then(|| self.probe_at(step - 1, m))
             .flatten()
@@ -195,17 +220,20 @@ impl AioliMixer {
         }
     }
 
-    /// `A = G·W⁻¹`, normalised, and the exponentiated-gradient step on `p`.
+    /// `A` from `G = A·W`, normalised, and the exponentiated-gradient step on
+    /// `p`; a singular `W` skips the step.
     fn update(&mut self) {
         let m = self.mixture.len();
-        let d = (1.0 - self.one_hot) / (m - 1).max(1) as f64;
-        let c = self.one_hot - d;
-        self.law = (0..m * m)
-            .map(|ij| {
-                let row = &self.measured[ij / m * m..][..m];
-                (row[ij % m] - d * row.iter().sum::<f64>()) / c
-            })
-            .collect();
+        let probes = match self.probes.len() == m * m {
+            true => std::mem::take(&mut self.probes),
+            false => self.proposed_probes(m),
+        };
+        let Some(law) = solve_law(&self.measured, &probes, m) else {
+            self.measured.iter_mut().for_each(|g| *g = 0.0);
+            self.round_loss.iter_mut().for_each(|l| *l = 0.0);
+            return;
+        };
+        self.law = law;
         let mut normalised = normalise(&self.law);
         if let Some(s) = self.smoothing {
             if self.smoothed.len() == normalised.len() {
@@ -253,6 +281,37 @@ impl AioliMixer {
         let total: f64 = exps.iter().sum();
         exps.iter().map(|e| m as f64 * e / total).collect()
     }
+}
+
+/// `A` (row-major) with `A·W = G`, `W` and `G` row-major `m × m`: each row `a` of
+/// `A` solves `Wᵀ·aᵀ = gᵀ`, by Gaussian elimination with partial pivoting on
+/// `Wᵀ` (`m` is the number of domains: a handful). `None` when `W` is singular.
+fn solve_law(g: &[f64], w: &[f64], m: usize) -> Option<Vec<f64>> {
+    // Augmented [Wᵀ | Gᵀ]: row r holds W[.][r] then G[.][r].
+    let mut rows: Vec<Vec<f64>> = (0..m)
+        .map(|r| (0..m).map(|c| w[c * m + r]).chain((0..m).map(|i| g[i * m + r])).collect())
+        .collect();
+    for col in 0..m {
+        let pivot = (col..m).max_by(|&a, &b| rows[a][col].abs().total_cmp(&rows[b][col].abs()))?;
+        // Shares are finite; a NaN one (a damaged checkpoint) counts as singular.
+        if rows[pivot][col].abs().is_nan() || rows[pivot][col].abs() <= 1e-12 {
+            return None;
+        }
+        rows.swap(col, pivot);
+        let head = rows[col].clone();
+        for (_, row) in rows.iter_mut().enumerate().filter(|(r, _)| *r != col) {
+            let factor = row[col] / head[col];
+            row.iter_mut().zip(&head).for_each(|(x, h)| *x -= factor * h);
+        }
+    }
+    // Row r of the reduced system: W-part diagonal, Gᵀ-part column i: A[i][r].
+    let mut law = vec![0.0; m * m];
+    for (r, row) in rows.iter().enumerate() {
+        for i in 0..m {
+            law[i * m + r] = row[m + i] / row[r];
+        }
+    }
+    Some(law)
 }
 
 /// Aioli's `aioli_normalize_A`: shifted by the smallest entry when negative,
@@ -310,13 +369,14 @@ impl Mixer for AioliMixer {
             self.mixture = vec![1.0 / m as f64; m];
             self.measured = vec![0.0; m * m];
             self.round_loss = vec![0.0; m];
+            self.probes.clear();
             self.window.clear();
         }
         if m < 2 {
             return self.mixture.clone();
         }
         if stats.step > 0 {
-            self.observe(stats.step, stats.loss);
+            self.observe(stats.step, stats.loss, stats.weights);
         }
         match self.probe_at(stats.step + 1, m) {
             Some((_, k)) => self.probe_mixture(k, m),
@@ -335,6 +395,7 @@ impl Mixer for AioliMixer {
             "law": self.law,
             "smoothed": self.smoothed,
             "round_loss": nan_free(&self.round_loss),
+            "probes": self.probes,
         }))
     }
 
@@ -347,6 +408,7 @@ impl Mixer for AioliMixer {
             None => Ok(Vec::new()),
         };
         let smoothed = optional("smoothed")?;
+        let probes = optional("probes")?;
         let mut round_loss = optional("round_loss")?;
         let window = field(state, "window")?
             .as_array()
@@ -362,6 +424,7 @@ impl Mixer for AioliMixer {
         if measured.len() != m * m
             || !square(&law)
             || !square(&smoothed)
+            || !square(&probes)
             || window.iter().any(|l| l.len() != m)
             || round_loss.len() != m
         {
@@ -369,6 +432,7 @@ impl Mixer for AioliMixer {
         }
         (self.mixture, self.measured, self.window) = (mixture, measured, window);
         (self.law, self.smoothed, self.round_loss) = (law, smoothed, round_loss);
+        self.probes = probes;
         Ok(())
     }
 }

@@ -96,6 +96,13 @@ pub struct SourceStats<'a> {
 pub trait Mixer: Send {
     /// The weights of the next step.
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64>;
+    /// Checks the run's sources before the first step (a source the mixer names
+    /// must be one of them); an error stops the run before it trains
+    /// (`SettingsError::MixerSources`). The default accepts any.
+    fn check_sources(&self, names: &[String]) -> Result<(), String> {
+        let _ = names;
+        Ok(())
+    }
     /// The mixer's state, for checkpoints (its `controllers.mixer` entry); `None`
     /// (the default): nothing.
     fn state(&self) -> Option<serde_json::Value> {
@@ -107,6 +114,18 @@ pub trait Mixer: Send {
     fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
         let _ = state;
         Ok(())
+    }
+}
+
+/// The shares the step trained on: `weights` (the step's, as given) normalised,
+/// or `proposed` when they are not usable (none given, another length, not a
+/// positive finite sum).
+pub(super) fn trained_shares(weights: &[f64], proposed: &[f64]) -> Vec<f64> {
+    let total: f64 = weights.iter().sum();
+    if weights.len() == proposed.len() && total.is_finite() && total > 0.0 {
+        weights.iter().map(|w| w / total).collect()
+    } else {
+        proposed.to_vec()
     }
 }
 
@@ -132,6 +151,9 @@ pub(super) fn field<'v>(state: &'v serde_json::Value, key: &str) -> Result<&'v s
 impl Mixer for Box<dyn Mixer> {
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
         (**self).weights(stats)
+    }
+    fn check_sources(&self, names: &[String]) -> Result<(), String> {
+        (**self).check_sources(names)
     }
     fn state(&self) -> Option<serde_json::Value> {
         (**self).state()
@@ -255,7 +277,10 @@ impl Mixer for OnlineMixer {
 /// - weights `π_t(s) = (1 − K·ε_t)·softmax(ε_{t−1}·R̂)_s + ε_t`;
 /// - after the step, for every source `s` that had examples in it, the
 ///   importance-weighted reward `R̂_s ← α·R̂_s + (1 − α)·ℓ_s / π_t(s)` (ℓ_s its
-///   loss in the step, per token under `token_count`), others unchanged.
+///   loss in the step, per token under `token_count`), others unchanged. `π_t`
+///   is the share the step trained on ([`SourceStats::weights`], normalised):
+///   under a [`ReplayBudget`](crate::ReplayBudget) the capped one, not the
+///   bandit's own proposal.
 ///
 /// The paper draws one source per batch and rewards it alone; here every step's
 /// batch mixes the sources by `π_t` (the paper's "mixed minibatch" variant) and
@@ -327,7 +352,8 @@ impl Mixer for Exp3Mixer {
         let k = stats.loss.len();
         self.rewards.resize(k, 0.0);
         if stats.loss.iter().any(|l| l.is_finite()) && self.last.len() == k {
-            for ((reward, &loss), &p) in self.rewards.iter_mut().zip(stats.loss).zip(&self.last) {
+            let trained = trained_shares(stats.weights, &self.last);
+            for ((reward, &loss), &p) in self.rewards.iter_mut().zip(stats.loss).zip(&trained) {
                 if loss.is_finite() && p > 0.0 {
                     *reward = self.smoothing * *reward + (1.0 - self.smoothing) * loss / p;
                 }

@@ -61,6 +61,22 @@ impl<M: Mixer> Mixer for ReplayBudget<M> {
         capped(&weights, &is_new, self.budget)
     }
 
+    /// Every new source must be one of the run's: a name that matches none would
+    /// leave every source old and cap the whole mixture at the budget.
+    fn check_sources(&self, names: &[String]) -> std::result::Result<(), String> {
+        let unknown: Vec<&str> = (self.new_sources.iter())
+            .filter(|new| !names.contains(new))
+            .map(String::as_str)
+            .collect();
+        if !unknown.is_empty() {
+            return Err(format!(
+                "the replay budget's new source(s) {} are not among them",
+                unknown.join(", ")
+            ));
+        }
+        self.inner.check_sources(names)
+    }
+
     fn state(&self) -> Option<serde_json::Value> {
         self.inner.state()
     }
@@ -80,11 +96,13 @@ fn capped(weights: &[f64], is_new: &[bool], budget: f64) -> Vec<f64> {
     }
     let shares: Vec<f64> = weights.iter().map(|w| w / total).collect();
     let old: f64 = shares.iter().zip(is_new).filter(|(_, &n)| !n).map(|(s, _)| s).sum();
-    if old <= budget {
+    let new_count = is_new.iter().filter(|&&n| n).count();
+    // No new source takes what the cap moves (`check_sources` refuses such a run
+    // before it starts): the mixture is left as it is.
+    if old <= budget || new_count == 0 {
         return shares;
     }
     let new = 1.0 - old;
-    let new_count = is_new.iter().filter(|&&n| n).count();
     shares
         .iter()
         .zip(is_new)
@@ -162,6 +180,84 @@ mod tests {
         assert!(refused(ReplayBudget::new(Fixed(vec![]), Vec::<String>::new(), 0.1)));
     }
 
+    #[test]
+    fn new_sources_must_be_among_the_runs() {
+        let names: Vec<String> = ["python", "en", "kjv"].map(String::from).to_vec();
+        let budget = |new: &[&str]| ReplayBudget::new(Fixed(vec![1.0; 3]), new.to_vec(), 0.1).unwrap();
+        assert!(budget(&["python"]).check_sources(&names).is_ok());
+        let err = budget(&["pyhton", "en"]).check_sources(&names).unwrap_err();
+        assert!(err.contains("pyhton") && !err.contains("en,"), "{err}");
+    }
+
+    /// Exp3 under a budget: its reward divides a source's loss by the share the
+    /// step trained on (the capped one), not by the share it proposed.
+    #[test]
+    fn exp3_under_a_budget_learns_from_the_shares_trained() {
+        use crate::adapt::mixer::Exp3Mixer;
+        let names: Vec<String> = ["new", "old"].map(String::from).to_vec();
+        let mut mixer = ReplayBudget::new(Exp3Mixer::new(0.5), ["new"], 0.1).unwrap();
+        let no_loss = [f64::NAN; 2];
+        let mut first = stats(&names);
+        (first.step, first.loss) = (0, &no_loss);
+        let given = mixer.weights(&first);
+        // Exp3 proposed (0.5, 0.5); the budget trained (0.9, 0.1).
+        assert!((given[0] - 0.9).abs() < 1e-15 && (given[1] - 0.1).abs() < 1e-15, "{given:?}");
+        let loss = [2.0, 3.0];
+        let mut after = stats(&names);
+        after.loss = &loss;
+        after.weights = &given;
+        mixer.weights(&after);
+        let rewards = mixer.inner.rewards();
+        for (got, want) in rewards.iter().zip([0.5 * 2.0 / 0.9, 0.5 * 3.0 / 0.1]) {
+            assert!((got - want).abs() < 1e-12, "{rewards:?}");
+        }
+    }
+
+    /// Aioli under a budget: the probes train on capped mixtures, and the law it
+    /// solves for is the one of those, recovered exactly from losses that fall as
+    /// a known `A` says on the mixtures actually trained. Under a budget so tight
+    /// that every probe trains the new domain at the same share, the law cannot be
+    /// told apart (`W` is singular) and the mixture stays as it was.
+    #[test]
+    fn aioli_under_a_budget_recovers_the_law_of_the_mixtures_trained() {
+        use crate::adapt::aioli::AioliMixer;
+        let names: Vec<String> = ["new", "en", "kjv"].map(String::from).to_vec();
+        let truth = [[0.4, 0.1, 0.0], [0.05, 0.3, 0.1], [0.0, 0.1, 0.2]];
+        let run = |budget: f64| {
+            let aioli = AioliMixer::new(10, 2, 0.6, 1.0).unwrap();
+            let mut mixer = ReplayBudget::new(aioli, ["new"], budget).unwrap();
+            let mut loss = [5.0, 6.0, 7.0];
+            let no_loss = [f64::NAN; 3];
+            let mut first = stats(&names);
+            (first.step, first.loss) = (0, &no_loss);
+            let mut given = vec![mixer.weights(&first)];
+            for step in 1..=7 {
+                // Step `step` trained on the last weights given; its loss was
+                // measured before its update.
+                let (observed, trained) = (loss, given.last().unwrap().clone());
+                for (i, row) in truth.iter().enumerate() {
+                    loss[i] -= (0..3).map(|j| row[j] * trained[j]).sum::<f64>();
+                }
+                let mut after = stats(&names);
+                (after.step, after.loss, after.weights) = (step, &observed, &trained);
+                given.push(mixer.weights(&after));
+            }
+            (mixer.inner.mixing_law().to_vec(), mixer.inner.mixture().to_vec(), given)
+        };
+        let (law, _, given) = run(0.5);
+        // Probing `en` at 0.6 (with 0.2 each beside it) is capped: the old
+        // domains keep 0.5, in their proportions.
+        assert!((given[2][0] - 0.5).abs() < 1e-12 && (given[2][1] - 0.375).abs() < 1e-12, "{given:?}");
+        assert_eq!(law.len(), 9, "the round closed");
+        for (got, want) in law.iter().zip(truth.iter().flatten()) {
+            assert!((got - 2.0 * want).abs() < 1e-9, "{law:?}");
+        }
+        let (law, mixture, given) = run(0.3);
+        assert!(given[1..7].iter().all(|w| (w[0] - 0.7).abs() < 1e-12), "{given:?}");
+        assert!(law.is_empty(), "no law from a singular W: {law:?}");
+        assert_eq!(mixture, [1.0 / 3.0; 3]);
+    }
+
     proptest! {
         #[test]
         fn the_budget_is_never_exceeded(
@@ -169,13 +265,21 @@ mod tests {
             new_mask in prop::collection::vec(any::<bool>(), 6),
             budget in 0.0f64..=1.0,
         ) {
-            let is_new: Vec<bool> = weights.iter().enumerate().map(|(i, _)| i == 0 || new_mask[i]).collect();
+            // Any source may be new, or none (the mixture then passes unchanged).
+            let is_new: Vec<bool> = weights.iter().enumerate().map(|(i, _)| new_mask[i]).collect();
             prop_assume!(weights.iter().sum::<f64>() > 1e-9);
             let w = capped(&weights, &is_new, budget);
             let total: f64 = w.iter().sum();
             prop_assert!((total - 1.0).abs() < 1e-9, "{w:?}");
             let old: f64 = w.iter().zip(&is_new).filter(|(_, &n)| !n).map(|(w, _)| w).sum();
-            prop_assert!(old <= budget + 1e-12, "old {old} over {budget}: {w:?}");
+            if is_new.iter().any(|&n| n) {
+                prop_assert!(old <= budget + 1e-12, "old {old} over {budget}: {w:?}");
+            } else {
+                let sum: f64 = weights.iter().sum();
+                for (got, w) in w.iter().zip(&weights) {
+                    prop_assert!((got - w / sum).abs() < 1e-12);
+                }
+            }
             prop_assert!(w.iter().all(|&x| x >= 0.0));
             // Within each side, the inner mixer's proportions are kept.
             let sum: f64 = weights.iter().sum();

@@ -72,4 +72,13 @@ pub enum SettingsError {
     /// `Run::group` was given no rank to run in this process.
     #[error("Run::group needs at least one rank in this process")]
     EmptyGroup,
+    /// The mixer does not fit the run's sources (a source it names is not one of
+    /// them), found before the first step.
+    #[error("the mixer does not fit the run's sources ({}): {reason}", sources.join(", "))]
+    MixerSources {
+        /// The run's sources.
+        sources: Vec<String>,
+        /// What the mixer found wrong.
+        reason: String,
+    },
 }

@@ -5,7 +5,7 @@
 use crate::adapt::mixer::{LastEval, Mixer, SourceStats};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::data::planner::StepPlanner;
-use crate::error::Result;
+use crate::error::{Error, Result, SettingsError};
 use crate::report::record::EvalLog;
 use crate::data::source_spec::SourceSpec;
 use crate::train::settings::BuiltinMixer;
@@ -47,7 +47,15 @@ impl Controller for MixingControl {
     /// A mixer decides the first step's weights too, from no loss yet.
     fn begin(&mut self, steer: &mut Steer<'_>) -> Result<()> {
         let no_loss = vec![f64::NAN; self.sources];
+        let names = (steer.planner.sampler().sources()).map(|s| s.spec().names.clone());
         if let Some(mixer) = self.mixer(steer.trainer) {
+            let names = names.unwrap_or_default();
+            mixer.check_sources(&names).map_err(|reason| {
+                Error::Settings(SettingsError::MixerSources {
+                    sources: names.clone(),
+                    reason,
+                })
+            })?;
             let weights = next_mix_weights(mixer, steer.planner, 0, (&no_loss, &[]), None);
             steer.planner.set_mix_weights(0, &weights)?;
         }
