@@ -172,13 +172,30 @@ pub fn plot_runs(runs: &[RunLog], out: &Path) -> Result<()> {
     };
     let drawn = match ext.as_deref() {
         Some("svg") => draw(SVGBackend::new(out, size).into_drawing_area(), runs),
-        Some("png") => draw(BitMapBackend::new(out, size).into_drawing_area(), runs),
+        Some("png") => draw_png(out, size, runs),
         _ => return Err(refuse("the output must end in .svg or .png")),
     };
     drawn.map_err(|source| Error::Plot {
         path: out.to_path_buf(),
         source,
     })
+}
+
+/// Draws into an RGB buffer and writes it to `out` as a PNG.
+fn draw_png(out: &Path, (width, height): (u32, u32), runs: &[RunLog]) -> Draw {
+    let mut pixels = vec![0u8; width as usize * height as usize * 3];
+    draw(
+        BitMapBackend::with_buffer(&mut pixels, (width, height)).into_drawing_area(),
+        runs,
+    )?;
+    let file = std::io::BufWriter::new(std::fs::File::create(out)?);
+    let mut encoder = png::Encoder::new(file, width, height);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header()?;
+    writer.write_image_data(&pixels)?;
+    writer.finish()?;
+    Ok(())
 }
 
 /// A run's label from its log path, or `run` without one.
