@@ -96,7 +96,9 @@ pub use error::{
     exit_code, Cause, CheckpointError, DataError, DistributedError, Error, FileOp, ModelError,
     RendezvousError, Result, SettingsError, TrainingError,
 };
-pub use memory::memory_model::{BatchFeatures, MemoryModel, OnlineMemoryModel, OnlineMemoryState};
+pub use memory::memory_model::{
+    BatchFeatures, MemoryModel, OnlineMemoryModel, OnlineMemoryState, PaddedTokens,
+};
 pub use optim::precision::Precision;
 pub use optim::{
     AdamW, HeldParameters, OptimizerState, ParamGroups, ParamsAdamW, Sgd, TrainOptimizer,

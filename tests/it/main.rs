@@ -13,8 +13,9 @@
 //!   (a dependency only it builds);
 //! - `tests/host_heap.rs`: the host heap setting (`memory::host`) is made once per
 //!   process, by the first training run in it;
-//! - `tests/ui.rs`: the trybuild suite of `#[adaptive_trainer]` (it compiles
-//!   programs; `TRYBUILD=overwrite cargo test --test ui` regenerates its output);
+//! - `tests/ui/ui.rs`: the trybuild suite of `#[adaptive_trainer]`, a package of
+//!   its own (it compiles programs; `TRYBUILD=overwrite cargo test -p
+//!   adabatch-ui-tests --test ui` regenerates its output);
 //! - `tests/gpu.rs`: the CUDA checks (feature `cuda`), built on their own by
 //!   `scripts/build-gpu-check.sh`.
 //!

@@ -9,7 +9,7 @@
 //! After changing a message, regenerate the expected output with
 //!
 //! ```text
-//! TRYBUILD=overwrite cargo test --test ui
+//! TRYBUILD=overwrite cargo test -p adabatch-ui-tests --test ui
 //! ```
 //!
 //! and review each changed `.stderr`: the error must point at the offending token
@@ -35,6 +35,6 @@ const COMPILE_FAIL: &[&str] = &[
 fn ui() {
     let t = trybuild::TestCases::new();
     for category in COMPILE_FAIL {
-        t.compile_fail(format!("tests/ui/{category}/*.rs"));
+        t.compile_fail(format!("{category}/*.rs"));
     }
 }
