@@ -185,8 +185,9 @@ fn preparation_errors_are_typed() {
     };
     let err =
         prepare_corpus(std::slice::from_ref(&corpus), &dir.join("c"), &from_file).unwrap_err();
+    // A tokenizer file that is not there: an I/O error naming it.
     assert!(
-        matches!(&err, Error::Data(DataError::Tokenizer { path, .. }) if *path == missing),
+        matches!(&err, Error::Io { op: adabatch::FileOp::Read, path, .. } if *path == missing),
         "{err}"
     );
 
