@@ -221,8 +221,9 @@ pub struct StepArgs {
     pub oom: Option<OomPolicy>,
     /// Fault injection: the first attempt of these steps runs out of memory on one
     /// rank (rank `step % k` of the `k` ranks with examples in that step), e.g.
-    /// `--inject-oom-at-steps 3,7`. A test hook: accepted, but not listed in
-    /// `--help`.
+    /// `--inject-oom-at-steps 3,7`. A test hook: accepted, but listed neither in
+    /// `--help` nor in the documentation (not a stable API).
+    #[doc(hidden)]
     #[arg(long, value_delimiter = ',', hide = true)]
     pub inject_oom_at_steps: Vec<usize>,
     /// Estimate the gradient noise scale B_simple = tr(Σ)/|G|² on the steps
