@@ -19,6 +19,11 @@ impl BatchArgs {
                 what: "per_device_train_batch_size",
             }));
         }
+        if self.global_batch_size == Some(0) {
+            return Err(Error::Settings(SettingsError::ZeroBatchSize {
+                what: "global_batch_size",
+            }));
+        }
         require(
             self.gradient_accumulation_steps != Some(0),
             "gradient_accumulation_steps",
