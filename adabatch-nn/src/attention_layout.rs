@@ -18,9 +18,11 @@ pub(crate) struct Geometry {
 
 /// The CUDA kernels (`adabatch_<kernel>_c<C>_<dtype>` of `kernels/attention.cu`):
 /// the forward, then the backward's dq (and `D`), then its dk and dv.
+#[cfg(any(feature = "cuda", test))]
 pub(crate) const KERNELS: [&str; 3] = ["attention_fwd", "attention_dq", "attention_dkdv"];
 
 /// The widest head the CUDA kernels take.
+#[cfg(any(feature = "cuda", test))]
 pub(crate) const MAX_HEAD_DIM: usize = 256;
 
 impl Geometry {
@@ -46,6 +48,7 @@ impl Geometry {
 
     /// Column chunks of 32 a head takes in the CUDA kernels (`C` of
     /// `kernels/attention.cu`): a power of two, 8 for heads of up to 256.
+    #[cfg(any(feature = "cuda", test))]
     pub(crate) fn chunks(&self) -> usize {
         self.d.div_ceil(32).next_power_of_two()
     }

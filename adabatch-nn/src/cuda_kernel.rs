@@ -3,7 +3,10 @@
 
 /// An op's CUDA body in `kernels/rows.cu`: one block per row, then (for the
 /// backward ops that sum their parameters' gradients over rows) a pass per column.
+/// Every op states its own in every build (the CPU tests check them); only the
+/// CUDA launcher and those tests read the fields.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct CudaKernel {
     /// The kernel's name without `adabatch_` and the dtype suffix.
     pub(crate) name: &'static str,
@@ -24,6 +27,7 @@ pub(crate) struct CudaKernel {
 
 /// A rope's layout and direction, as `kernels/rows.cu` reads them.
 #[derive(Clone, Copy, Debug, Default)]
+#[cfg_attr(not(any(feature = "cuda", test)), allow(dead_code))]
 pub(crate) struct RopeArgs {
     pub(crate) heads: usize,
     pub(crate) positions: usize,

@@ -46,8 +46,6 @@
 mod adamw;
 mod attention;
 mod attention_cpu;
-// The CUDA launcher reads more of it than the CPU body does.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod attention_layout;
 mod cpu;
 mod cross_entropy;
@@ -57,8 +55,6 @@ mod cuda;
 mod cuda_adamw;
 #[cfg(feature = "cuda")]
 mod cuda_attention;
-// Read by the CUDA launcher, which only the `cuda` feature builds.
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 mod cuda_kernel;
 mod gradcheck;
 pub mod models;
