@@ -487,12 +487,7 @@ pub fn noise_cap(spec: &GoodputSpec, phi: f64) -> usize {
     (cap as usize).clamp(spec.min, spec.max)
 }
 
-/// The next shape after a step of `current`, given the noise scale `phi`
-/// (`None` before it is measured) and the step times. The chosen and explored
-/// global batches stay within [`noise_cap`].
-///
-/// Errors when the given step-time function returns a time that is not a
-/// positive number: the run cannot rank shapes without one.
+/// [`decide_within`] with the cap of the √ rate rule (the tests' shorthand).
 #[cfg(test)]
 pub fn decide(
     spec: &GoodputSpec,
@@ -503,8 +498,13 @@ pub fn decide(
     decide_within(spec, phi, current, time, true)
 }
 
-/// [`decide`], within [`noise_cap`] when `capped` (the √ rate rule), else
-/// within `[min, max]` (AdamScale).
+/// The next shape after a step of `current`, given the noise scale `phi`
+/// (`None` before it is measured) and the step times: the chosen and explored
+/// global batches stay within [`noise_cap`] when `capped` (the √ rate rule),
+/// else within `[min, max]` (AdamScale).
+///
+/// Errors when the given step-time function returns a time that is not a
+/// positive number: the run cannot rank shapes without one.
 pub fn decide_within(
     spec: &GoodputSpec,
     phi: Option<f64>,
