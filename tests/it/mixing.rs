@@ -578,6 +578,31 @@ fn the_online_mixer_follows_the_per_source_loss() {
     };
     assert!(taken("hard") > taken("easy"));
 
+    // The mixer shows its reasoning: each step's record holds the smoothed losses
+    // it decided the next weights from, the average (smoothing 0.5) of the
+    // logged per-source losses, read back from the JSONL log.
+    let mut smoothed: [Option<f64>; 2] = [None, None];
+    for log in &logs {
+        let losses = log.sources.source_loss.as_ref().unwrap();
+        let diagnostics = &log.sources.mixer.as_ref().expect("the mixer's record")["smoothed_loss"];
+        for (slot, name) in smoothed.iter_mut().zip(["easy", "hard"]) {
+            if let Some(loss) = losses[name] {
+                *slot = Some(slot.map_or(loss, |avg| 0.5 * avg + 0.5 * loss));
+            }
+            match *slot {
+                Some(want) => {
+                    let got = diagnostics[name].as_f64().unwrap();
+                    assert!(
+                        (got - want).abs() <= 1e-12 * want.abs(),
+                        "step {}: {got} vs {want}",
+                        log.step
+                    );
+                }
+                None => assert!(diagnostics[name].is_null(), "step {}", log.step),
+            }
+        }
+    }
+
     // One rank of 8: the same weights and batches.
     let (_, one) = run_online(&data, &args(1, 8, 3)).unwrap();
     for (x, y) in one.iter().zip(&logs) {

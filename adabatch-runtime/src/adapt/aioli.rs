@@ -48,7 +48,7 @@
 //! losses so far and the last `A`, all in the checkpoint. Every rank sees the same
 //! all-reduced losses, so every rank decides alike, on any number of ranks.
 
-use super::mixer::{field, numbers, trained_shares, Mixer, SourceStats};
+use super::mixer::{field, numbers, trained_shares, Diagnostic, Mixer, SourceStats};
 use crate::error::{Error, Result, SettingsError};
 
 /// The Aioli mixer (see the module documentation).
@@ -384,6 +384,17 @@ impl Mixer for AioliMixer {
         }
     }
 
+    /// The mixture `p` between probes, the last law `A` (empty before the first
+    /// round ends) and this round's mean losses over the probes so far.
+    fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
+        let mut out = vec![("mixture", Diagnostic::PerSource(self.mixture.clone()))];
+        if !self.law.is_empty() {
+            out.push(("law", Diagnostic::PerPair(self.law.clone())));
+        }
+        out.push(("round_loss", Diagnostic::PerSource(self.round_loss.clone())));
+        out
+    }
+
     fn state(&self) -> Option<serde_json::Value> {
         let nan_free = |v: &[f64]| -> Vec<Option<f64>> {
             v.iter().map(|x| x.is_finite().then_some(*x)).collect()
@@ -503,6 +514,10 @@ mod tests {
         assert!((p[0] - w0 / (w0 + w1)).abs() < 1e-12, "{p:?}");
         // Round 2 probes in the rotated order: domain 1 first.
         assert_eq!(given[5], [0.25, 0.75]);
+        // Its diagnostics show the law and the mixture it decided from.
+        let diagnostics = mixer.diagnostics();
+        assert!(diagnostics.contains(&("law", Diagnostic::PerPair(law.to_vec()))));
+        assert!(diagnostics.contains(&("mixture", Diagnostic::PerSource(p.to_vec()))));
     }
 
     /// Three domains: the closed-form `W⁻¹` against solving `G = A·W` by hand,

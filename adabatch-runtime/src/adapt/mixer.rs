@@ -103,6 +103,12 @@ pub trait Mixer: Send {
         let _ = names;
         Ok(())
     }
+    /// What the mixer based its last weights on, for the logs (a step's `mixer`
+    /// record, TensorBoard's `mixer/...` scalars): named numbers per source, per
+    /// pair of sources, or one number. The default: nothing.
+    fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
+        Vec::new()
+    }
     /// The mixer's state, for checkpoints (its `controllers.mixer` entry); `None`
     /// (the default): nothing.
     fn state(&self) -> Option<serde_json::Value> {
@@ -127,6 +133,18 @@ pub(super) fn trained_shares(weights: &[f64], proposed: &[f64]) -> Vec<f64> {
     } else {
         proposed.to_vec()
     }
+}
+
+/// One of a mixer's [`Mixer::diagnostics`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Diagnostic {
+    /// A number per source, in source order.
+    PerSource(Vec<f64>),
+    /// A number per pair of sources, row-major: `[i·m + j]` for sources `i`, `j`
+    /// (a mixing law's `A[i][j]`: what source `j`'s data does to `i`'s loss).
+    PerPair(Vec<f64>),
+    /// One number.
+    Scalar(f64),
 }
 
 /// A list of numbers in a mixer's state (`null` for NaN, as JSON writes it).
@@ -154,6 +172,9 @@ impl Mixer for Box<dyn Mixer> {
     }
     fn check_sources(&self, names: &[String]) -> Result<(), String> {
         (**self).check_sources(names)
+    }
+    fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
+        (**self).diagnostics()
     }
     fn state(&self) -> Option<serde_json::Value> {
         (**self).state()
@@ -260,6 +281,11 @@ impl Mixer for OnlineMixer {
         Some(serde_json::json!({ "smoothed": self.smoothed }))
     }
 
+    /// The smoothed losses the softmax read.
+    fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
+        vec![("smoothed_loss", Diagnostic::PerSource(self.smoothed.clone()))]
+    }
+
     fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
         self.smoothed = match state {
             serde_json::Value::Array(_) => numbers(state)?,
@@ -362,6 +388,16 @@ impl Mixer for Exp3Mixer {
         }
         self.last = self.distribution(k);
         self.last.clone()
+    }
+
+    /// The smoothed importance-weighted rewards and the exploration `ε_t` of
+    /// the weights last given.
+    fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
+        let k = self.rewards.len();
+        vec![
+            ("rewards", Diagnostic::PerSource(self.rewards.clone())),
+            ("exploration", Diagnostic::Scalar(Self::exploration(k, self.steps + 1))),
+        ]
     }
 
     /// The step count, the last weights and the rewards.

@@ -81,6 +81,11 @@ impl<M: Mixer> Mixer for ReplayBudget<M> {
         self.inner.state()
     }
 
+    /// The inner mixer's.
+    fn diagnostics(&self) -> Vec<(&'static str, super::mixer::Diagnostic)> {
+        self.inner.diagnostics()
+    }
+
     fn restore(&mut self, state: &serde_json::Value) -> std::result::Result<(), String> {
         self.inner.restore(state)
     }

@@ -109,6 +109,13 @@ pub struct SourceLog {
     /// Each source's tokens (targets) in this step, when the batches count them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_tokens: Option<BTreeMap<String, f64>>,
+    /// What the mixer based the next step's weights on ([`Mixer::diagnostics`]):
+    /// `{"name": {"source": x, ...}}` per source, `{"name": {"source": {"other":
+    /// x}}}` per pair, `{"name": x}` for one number (`null` for NaN).
+    ///
+    /// [`Mixer::diagnostics`]: crate::Mixer::diagnostics
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixer: Option<serde_json::Value>,
 }
 
 /// One evaluation on the eval dataset: a JSONL line
@@ -208,6 +215,8 @@ impl SourceLog {
                     .collect()
             }),
             source_tokens: source_tokens.map(|tokens| by_name(tokens.to_vec())),
+            // The mixer's controller fills it in.
+            mixer: None,
         }
     }
 }

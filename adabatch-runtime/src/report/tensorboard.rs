@@ -120,8 +120,24 @@ pub fn step_scalars(entry: &StepLog) -> Vec<(String, f64)> {
     for (name, weight) in sources.mix_weights.iter().flatten() {
         values.push((format!("mix/{name}_weight"), *weight));
     }
+    if let Some(diagnostics) = &sources.mixer {
+        flatten_numbers("mixer", diagnostics, &mut values);
+    }
     values.retain(|(_, v)| v.is_finite());
     values
+}
+
+/// The numbers of a JSON value as scalars, tagged by their path (`mixer/law/en/kjv`).
+fn flatten_numbers(tag: &str, value: &serde_json::Value, out: &mut Vec<(String, f64)>) {
+    match value {
+        serde_json::Value::Number(n) => out.extend(n.as_f64().map(|x| (tag.to_string(), x))),
+        serde_json::Value::Object(map) => {
+            for (key, inner) in map {
+                flatten_numbers(&format!("{tag}/{key}"), inner, out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Writes one event file; rank 0 owns it.
@@ -214,6 +230,25 @@ impl EventWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mixers_diagnostics_become_scalars_by_their_path() {
+        let mut out = Vec::new();
+        let diagnostics = serde_json::json!({
+            "exploration": 0.25,
+            "rewards": {"en": 2.0, "kjv": null},
+            "law": {"en": {"en": 0.4, "kjv": 0.1}},
+        });
+        flatten_numbers("mixer", &diagnostics, &mut out);
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        let want = [
+            ("mixer/exploration", 0.25),
+            ("mixer/law/en/en", 0.4),
+            ("mixer/law/en/kjv", 0.1),
+            ("mixer/rewards/en", 2.0),
+        ];
+        assert_eq!(out, want.map(|(t, x)| (t.to_string(), x)));
+    }
 
     #[test]
     fn crc32c_test_vectors() {

@@ -2,11 +2,11 @@
 //! from their losses and counts (the trainer's `#[mixer]`, else the engine's own
 //! for `mix = online(..)` / `custom(..)`).
 
-use crate::adapt::mixer::{LastEval, Mixer, SourceStats};
+use crate::adapt::mixer::{Diagnostic, LastEval, Mixer, SourceStats};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::data::planner::StepPlanner;
 use crate::error::{Error, Result, SettingsError};
-use crate::report::record::EvalLog;
+use crate::report::record::{EvalLog, StepLog};
 use crate::data::source_spec::SourceSpec;
 use crate::train::settings::BuiltinMixer;
 use crate::train::step::StepOutcome;
@@ -19,6 +19,8 @@ use super::states;
 pub(crate) struct MixingControl {
     builtin: Option<Box<dyn Mixer>>,
     sources: usize,
+    /// The mixer's diagnostics after it last decided, for the next record.
+    diagnostics: Option<serde_json::Value>,
 }
 
 impl MixingControl {
@@ -28,6 +30,7 @@ impl MixingControl {
         sources.map(|spec| Self {
             builtin: builtin.map(|m| m.build()),
             sources: spec.names.len(),
+            diagnostics: None,
         })
     }
 
@@ -57,7 +60,9 @@ impl Controller for MixingControl {
                 })
             })?;
             let weights = next_mix_weights(mixer, steer.planner, 0, (&no_loss, &[]), None);
+            let diagnostics = diagnostics_json(&mixer.diagnostics(), &names);
             steer.planner.set_mix_weights(0, &weights)?;
+            self.diagnostics = diagnostics;
         }
         Ok(())
     }
@@ -81,9 +86,16 @@ impl Controller for MixingControl {
                 (losses, tokens),
                 report.last_eval,
             );
+            let names = (steer.planner.sampler().sources()).map(|s| s.spec().names.clone());
+            let diagnostics = diagnostics_json(&mixer.diagnostics(), &names.unwrap_or_default());
             steer.planner.set_mix_weights(report.step, &weights)?;
+            self.diagnostics = diagnostics;
         }
         Ok(())
+    }
+
+    fn record(&mut self, entry: &mut StepLog) {
+        entry.sources.mixer = self.diagnostics.clone();
     }
 
     fn save(&mut self, at: &mut Save<'_>) -> Result<()> {
@@ -147,4 +159,36 @@ fn next_mix_weights(
             metrics: &e.metrics,
         }),
     })
+}
+
+/// A mixer's diagnostics as a step record's `mixer` object, keyed by the
+/// sources' `names` (`None` when it has none).
+fn diagnostics_json(diagnostics: &[(&str, Diagnostic)], names: &[String]) -> Option<serde_json::Value> {
+    if diagnostics.is_empty() {
+        return None;
+    }
+    let per_source = |values: &[f64]| -> serde_json::Value {
+        (names.iter())
+            .zip(values)
+            .map(|(name, &x)| (name.clone(), serde_json::json!(x)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let m = names.len().max(1);
+    let object = diagnostics
+        .iter()
+        .map(|(key, value)| {
+            let json = match value {
+                Diagnostic::PerSource(values) => per_source(values),
+                Diagnostic::PerPair(values) => (names.iter())
+                    .zip(values.chunks(m))
+                    .map(|(name, row)| (name.clone(), per_source(row)))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into(),
+                Diagnostic::Scalar(x) => serde_json::json!(x),
+            };
+            (key.to_string(), json)
+        })
+        .collect::<serde_json::Map<_, _>>();
+    Some(object.into())
 }
