@@ -746,7 +746,10 @@ fn a_replay_budget_caps_the_old_sources_and_refuses_unknown_names() {
         let mixer = adabatch::ReplayBudget::new(OnlineMixer::new(0.1, 0.0, 0.0), [new], 0.2);
         Budgeted::new(model, opt, mixer.expect("a budget in range"))
     }
-    let (_, logs) = run_as(&data, &args(2, 4, 2), |m, o| budgeted(m, o, "new")).unwrap();
+    let out = temp_log("mixing-budget-out").with_extension("");
+    let mut saving = args(2, 4, 2);
+    (saving.save.save_steps, saving.save.output_dir) = (3, out.clone());
+    let (_, logs) = run_as(&data, &saving, |m, o| budgeted(m, o, "new")).unwrap();
     for log in &logs {
         let weights = log.sources.mix_weights.as_ref().unwrap();
         let total: f64 = weights.values().sum();
@@ -761,6 +764,16 @@ fn a_replay_budget_caps_the_old_sources_and_refuses_unknown_names() {
         matches!(&err, Error::Settings(SettingsError::MixerSources { reason, .. }) if reason.contains("nwe")),
         "{err}"
     );
+    // A resumed run checks them too, before its first step.
+    let mut resumed = args(2, 4, 2);
+    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-3"));
+    resumed.save.output_dir = out.clone();
+    let err = run_as(&data, &resumed, |m, o| budgeted(m, o, "nwe")).unwrap_err();
+    assert!(
+        matches!(&err, Error::Settings(SettingsError::MixerSources { .. })),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// An eval set of several sources reports each source's loss beside the whole.

@@ -24,6 +24,7 @@ use crate::train::checkpoint::{
     best_checkpoint_dir, checkpoint_dir, init_weights, load_best, resume_checkpoint,
     save_checkpoint, CheckpointState, OutputLock,
 };
+use crate::train::control::mixing::check_mixer_sources;
 use crate::train::control::{Controllers, Steer, StepReport};
 use crate::train::eval::{evaluate, EvalInput};
 use crate::train::interrupt::Interrupts;
@@ -137,6 +138,7 @@ where
         let params = sorted_parameters(&*trainer.parts().0)?;
         let trainable = trainable_parameters(&*trainer.parts().1, &params)?;
         check_preconditioner(settings, &*trainer.parts().1, &trainable)?;
+        check_mixer_sources(settings.sources.as_ref(), &mut *trainer)?;
         let resumed = starting_weights(settings, &params, &mut *trainer, comm, device, &mut logger)?;
         let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
         let mut controllers = Controllers::new(settings)?;

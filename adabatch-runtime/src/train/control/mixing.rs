@@ -46,6 +46,23 @@ impl MixingControl {
     }
 }
 
+/// The trainer's mixer checks the run's sources ([`Mixer::check_sources`]),
+/// before the first step of a fresh or a resumed run.
+pub(crate) fn check_mixer_sources(
+    sources: Option<&SourceSpec>,
+    trainer: &mut dyn UserControllers,
+) -> Result<()> {
+    let (Some(spec), Some(mixer)) = (sources, trainer.mixer()) else {
+        return Ok(());
+    };
+    mixer.check_sources(&spec.names).map_err(|reason| {
+        Error::Settings(SettingsError::MixerSources {
+            sources: spec.names.clone(),
+            reason,
+        })
+    })
+}
+
 impl Controller for MixingControl {
     /// A mixer decides the first step's weights too, from no loss yet.
     fn begin(&mut self, steer: &mut Steer<'_>) -> Result<()> {
@@ -53,12 +70,6 @@ impl Controller for MixingControl {
         let names = (steer.planner.sampler().sources()).map(|s| s.spec().names.clone());
         if let Some(mixer) = self.mixer(steer.trainer) {
             let names = names.unwrap_or_default();
-            mixer.check_sources(&names).map_err(|reason| {
-                Error::Settings(SettingsError::MixerSources {
-                    sources: names.clone(),
-                    reason,
-                })
-            })?;
             let weights = next_mix_weights(mixer, steer.planner, 0, (&no_loss, &[]), None);
             let diagnostics = diagnostics_json(&mixer.diagnostics(), &names);
             steer.planner.set_mix_weights(0, &weights)?;
