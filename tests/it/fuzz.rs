@@ -69,13 +69,11 @@ fn contents() -> impl Strategy<Value = Contents> {
 }
 
 fn apply(original: &[u8], contents: &Contents) -> Vec<u8> {
-    let mut bytes = original.to_vec();
-    let Contents::Damaged(damages) = contents else {
-        let Contents::Arbitrary(bytes) = contents else {
-            unreachable!()
-        };
-        return bytes.clone();
+    let damages = match contents {
+        Contents::Arbitrary(bytes) => return bytes.clone(),
+        Contents::Damaged(damages) => damages,
     };
+    let mut bytes = original.to_vec();
     for damage in damages {
         if bytes.is_empty() {
             break;
@@ -177,16 +175,30 @@ fn no_panic(result: adabatch::Result<TrainSummary>) -> Result<(), TestCaseError>
     Ok(())
 }
 
-/// Resumes from `seed` with `file` damaged, the manifest rewritten over it.
-fn resume_damaged(file: &str, contents: &Contents) -> Result<(), TestCaseError> {
+/// How a run starts from the damaged checkpoint.
+enum Start {
+    /// Resumed from it, its manifest rewritten over the damage (but for a damaged
+    /// manifest).
+    Resume,
+    /// From its weights file (`--init-from`).
+    InitFrom,
+}
+
+/// Trains from the seed checkpoint with `file` damaged.
+fn train_from_damaged(file: &str, contents: &Contents, start: Start) -> Result<(), TestCaseError> {
     let dir = damaged_copy(checkpoint_seed(), file, contents);
-    if file != "manifest.json" {
-        adabatch::train::checkpoint::write_manifest(&dir).unwrap();
-    }
     let out = temp_log("fuzz-out").with_extension("");
     let mut a = args_from(&out);
     a.save.save_steps = 0;
-    a.save.resume_from_checkpoint = Some(dir.clone());
+    match start {
+        Start::Resume => {
+            if file != "manifest.json" {
+                adabatch::train::checkpoint::write_manifest(&dir).unwrap();
+            }
+            a.save.resume_from_checkpoint = Some(dir.clone());
+        }
+        Start::InitFrom => a.save.init_from = Some(dir.join(file)),
+    }
     let result = train(&a);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&out);
@@ -230,35 +242,27 @@ proptest! {
 
     #[test]
     fn a_damaged_trainer_state_never_panics(contents in contents()) {
-        resume_damaged("trainer_state.json", &contents)?;
+        train_from_damaged("trainer_state.json", &contents, Start::Resume)?;
     }
 
     #[test]
     fn a_damaged_manifest_never_panics(contents in contents()) {
-        resume_damaged("manifest.json", &contents)?;
+        train_from_damaged("manifest.json", &contents, Start::Resume)?;
     }
 
     #[test]
     fn damaged_checkpoint_weights_never_panic(contents in contents()) {
-        resume_damaged("model.safetensors", &contents)?;
+        train_from_damaged("model.safetensors", &contents, Start::Resume)?;
     }
 
     #[test]
     fn a_damaged_optimizer_state_never_panics(contents in contents()) {
-        resume_damaged("optimizer.safetensors", &contents)?;
+        train_from_damaged("optimizer.safetensors", &contents, Start::Resume)?;
     }
 
     #[test]
     fn damaged_init_weights_never_panic(contents in contents()) {
-        let dir = damaged_copy(checkpoint_seed(), "model.safetensors", &contents);
-        let out = temp_log("fuzz-init").with_extension("");
-        let mut a = args_from(&out);
-        a.save.save_steps = 0;
-        a.save.init_from = Some(dir.join("model.safetensors"));
-        let result = train(&a);
-        let _ = std::fs::remove_dir_all(&dir);
-        let _ = std::fs::remove_dir_all(&out);
-        no_panic(result)?;
+        train_from_damaged("model.safetensors", &contents, Start::InitFrom)?;
     }
 
     #[test]

@@ -21,9 +21,10 @@
 //! [`ReplayBudget`](crate::ReplayBudget) the probes train on the capped
 //! mixtures, and `W` is those ([`SourceStats::weights`]), so the law is that of
 //! the data actually trained. A round whose `W` is singular (two probes trained on
-//! the same mixture) leaves `p` as it was. The probes run in turn without rolling the model back (as the authors'
-//! online variant in their mixtera implementation), their order rotated each round
-//! so that no domain is always probed at the round's start.
+//! the same mixture) leaves `p` as it was. The probes run in turn without rolling
+//! the model back (as the authors' online variant in their mixtera
+//! implementation), their order rotated each round so that no domain is always
+//! probed at the round's start.
 //!
 //! **The update.** `A` is normalised as the authors' `aioli_normalize_A`: shifted
 //! by its smallest entry when that is negative, then divided by its sum (so `η`

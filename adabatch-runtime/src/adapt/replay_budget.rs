@@ -271,7 +271,7 @@ mod tests {
             budget in 0.0f64..=1.0,
         ) {
             // Any source may be new, or none (the mixture then passes unchanged).
-            let is_new: Vec<bool> = weights.iter().enumerate().map(|(i, _)| new_mask[i]).collect();
+            let is_new = new_mask[..weights.len()].to_vec();
             prop_assume!(weights.iter().sum::<f64>() > 1e-9);
             let w = capped(&weights, &is_new, budget);
             let total: f64 = w.iter().sum();

@@ -111,7 +111,6 @@ pub struct LocalBatch {
 #[cfg(any(test, feature = "internals"))]
 impl LocalBatch {
     /// Local batch size of every rank (O(W)).
-    #[cfg(any(test, feature = "internals"))]
     pub fn local_sizes(&self) -> Vec<usize> {
         (0..self.world_size)
             .map(|r| split_of(self.global_size, self.world_size, r).len())
