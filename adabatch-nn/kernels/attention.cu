@@ -1,6 +1,6 @@
-// The packed attention's CUDA bodies (src/attention.rs; src/cuda_attention.rs
+// The packed attention's CUDA bodies (src/attention/mod.rs; src/attention/cuda.rs
 // launches them): FlashAttention-2's forward and backward, the arithmetic of the
-// CPU twin (src/attention_cpu.rs) in the same accumulation type (float for f32,
+// CPU twin (src/attention/cpu.rs) in the same accumulation type (float for f32,
 // f16 and bf16, double for f64).
 //
 // Layout: queries [kv, b, g·t, d] (the g query heads of a key/value head stacked
@@ -26,7 +26,7 @@
 
 #include "common.cuh"
 
-// The scalar arguments (`AttnArgs` in src/cuda_attention.rs, the same layout).
+// The scalar arguments (`AttnArgs` in src/attention/cuda.rs, the same layout).
 struct AttnArgs {
     double scale;
     int t, d, g, b;
@@ -43,7 +43,7 @@ struct AttnArgs {
 // Rows per warp: R for the forward and dq, R_KV for dk and dv (which accumulate
 // two sets). A thread's accumulators (R·C) stay at most 16 floats or 8 doubles,
 // and R at most 8, so that a thread needs no more than about 128 registers
-// (ptxas -v) and a block's shared memory stays under 48 KiB. src/cuda_attention.rs
+// (ptxas -v) and a block's shared memory stays under 48 KiB. src/attention/cuda.rs
 // mirrors this.
 template <typename A, int C> struct Tile {
     static constexpr int PER_THREAD = sizeof(A) == 8 ? 8 : 16;

@@ -1,6 +1,6 @@
-// The CUDA bodies of adabatch-nn's fused row-wise ops (src/rows.rs launches them).
+// The CUDA bodies of adabatch-nn's fused row-wise ops (src/ops/rows.rs launches them).
 //
-// Each op is the arithmetic of its CPU twin (src/norm.rs, src/softmax.rs), in the
+// Each op is the arithmetic of its CPU twin (src/ops/norm.rs, src/ops/softmax.rs), in the
 // same accumulation type: float for f32, f16 and bf16 inputs, double for f64. One
 // block runs one row of the last dimension, its threads striding over the row and
 // summing through warp shuffles. Backward ops that also return the parameters'
@@ -14,7 +14,7 @@
 
 #include "common.cuh"
 
-// The scalar arguments of every kernel (`RowArgs` in src/cuda.rs, the same layout).
+// The scalar arguments of every kernel (`RowArgs` in src/cuda/launch.rs, the same layout).
 struct RowArgs {
     int rows;        // rows the launch covers (blocks of the row pass)
     int n;           // their length

@@ -277,10 +277,12 @@ mod tests {
         };
         let report = check_gradients(&params, loss, &GradCheckOptions::default())?;
         assert!(report.passed(), "{report}");
-        assert!(report
-            .params
-            .iter()
-            .all(|p| p.analytic != 0.0 && p.relative_error() < 1e-6));
+        assert!(
+            report
+                .params
+                .iter()
+                .all(|p| p.analytic != 0.0 && p.relative_error() < 1e-6)
+        );
         assert_eq!(w.as_tensor().to_vec2::<f64>()?, before);
         Ok(())
     }

@@ -43,43 +43,25 @@
 
 #![warn(missing_docs)]
 
-mod adamw;
 mod attention;
-mod attention_cpu;
-mod attention_layout;
-mod cpu;
-mod cross_entropy;
-#[cfg(feature = "cuda")]
 mod cuda;
-#[cfg(feature = "cuda")]
-mod cuda_adamw;
-#[cfg(feature = "cuda")]
-mod cuda_attention;
-mod cuda_kernel;
 mod gradcheck;
 pub mod models;
-mod norm;
-mod packed_attention;
+mod ops;
+mod optim;
 mod params;
 mod precision;
-mod rope;
-pub(crate) mod rotary_embedding;
-mod rows;
-mod softmax;
 #[cfg(test)]
 mod testing;
 
-pub use adamw::AdamWStep;
-pub use attention::packed_attention;
-pub use cross_entropy::cross_entropy_rows;
+pub use attention::{attention_bias, packed_attention, positions_in_documents};
+pub use gradcheck::{GradCheck, GradCheckOptions, ParamCheck, check_gradients};
+pub use ops::{
+    LayerNorm, RmsNorm, RotaryEmbedding, cross_entropy_rows, cuda_bodies_enabled, layer_norm,
+    rms_norm, rope, rope_i, rope_thd, set_cuda_bodies, softmax_last_dim,
+};
+pub use optim::AdamWStep;
 #[cfg(feature = "cuda")]
-pub use cuda_adamw::CudaMoments;
-pub use gradcheck::{check_gradients, GradCheck, GradCheckOptions, ParamCheck};
-pub use norm::{layer_norm, rms_norm, LayerNorm, RmsNorm};
-pub use packed_attention::{attention_bias, positions_in_documents};
+pub use optim::CudaMoments;
 pub use params::Parameters;
-pub use precision::{autocast, autocast_linear, AutocastScope};
-pub use rope::{rope, rope_i, rope_thd};
-pub use rotary_embedding::RotaryEmbedding;
-pub use rows::{cuda_bodies_enabled, set_cuda_bodies};
-pub use softmax::softmax_last_dim;
+pub use precision::{AutocastScope, autocast, autocast_linear};

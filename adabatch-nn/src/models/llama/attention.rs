@@ -8,8 +8,8 @@ use candle_nn::{Linear, VarBuilder};
 use super::config::LlamaConfig;
 use super::linear::{linear, push_linear};
 use crate::attention::{self, composite, tiled};
-use crate::rotary_embedding::rotate_heads_first as rotate;
-use crate::{attention_bias, packed_attention, RotaryEmbedding};
+use crate::ops::rotary_embedding::rotate_heads_first as rotate;
+use crate::{RotaryEmbedding, attention_bias, packed_attention};
 use crate::{autocast, autocast_linear};
 
 /// Whether the layers' attention is the fused [`packed_attention`] on `device`:

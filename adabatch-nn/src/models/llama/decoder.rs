@@ -8,7 +8,7 @@ use super::config::LlamaConfig;
 use super::layer::DecoderLayer;
 use super::linear::{embedding, linear, push_linear};
 use super::rms_norm::Norm;
-use crate::{positions_in_documents, RotaryEmbedding};
+use crate::{RotaryEmbedding, positions_in_documents};
 
 /// A trainable Llama-family decoder (Llama, Mistral, Qwen2 shapes) for causal
 /// language modelling: token ids `[b, t]` → logits `[b, t, vocab]`.

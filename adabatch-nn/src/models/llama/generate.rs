@@ -4,10 +4,10 @@
 //! built for training, and the few lines an example prints do not need one). The
 //! context is cut to the model's `max_position_embeddings` last tokens.
 
-use candle_core::{DType, IndexOp, Result, Tensor, D};
-use rand::distr::weighted::WeightedIndex;
-use rand::distr::Distribution;
+use candle_core::{D, DType, IndexOp, Result, Tensor};
 use rand::SeedableRng;
+use rand::distr::Distribution;
+use rand::distr::weighted::WeightedIndex;
 use rand_chacha::ChaCha8Rng;
 
 use super::decoder::Llama;
@@ -85,8 +85,8 @@ fn draw(logits: &Tensor, rng: &mut ChaCha8Rng) -> Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::llama::{LlamaConfig, ModelType};
     use crate::Parameters;
+    use crate::models::llama::{LlamaConfig, ModelType};
     use candle_core::Device;
 
     fn model() -> Llama {

@@ -51,4 +51,4 @@ mod tests;
 
 pub use config::{ConfigError, LlamaConfig, ModelType, TokenIds};
 pub use decoder::Llama;
-pub use generate::{generate, Sampling};
+pub use generate::{Sampling, generate};

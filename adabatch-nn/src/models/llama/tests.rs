@@ -7,8 +7,8 @@ use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::VarBuilder;
 
 use super::*;
-use crate::positions_in_documents;
 use crate::Parameters;
+use crate::positions_in_documents;
 
 const VOCAB: usize = 32;
 
@@ -329,10 +329,11 @@ fn invalid_configs_are_clear_errors() {
         &mistral,
         Parameters::new(0).var_builder(DType::F32, &Device::Cpu),
     );
-    assert!(err
-        .unwrap_err()
-        .to_string()
-        .contains("mlp_bias: Mistral has no biases"));
+    assert!(
+        err.unwrap_err()
+            .to_string()
+            .contains("mlp_bias: Mistral has no biases")
+    );
 }
 
 /// Logits of row 0, tokens `range`.

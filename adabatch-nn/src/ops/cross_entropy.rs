@@ -7,8 +7,27 @@
 //! on CPU. Here the forward is two passes per row (max, then the sum of
 //! exponentials) and the backward one (`softmax − one-hot`, times the row's
 //! gradient), on candle's CPU pool. On other devices: the composite.
+//!
+//! ```
+//! # mod adabatch { pub mod nn { pub use adabatch_nn::*; } }
+//! use adabatch::nn::cross_entropy_rows;
+//! use candle_core::{Device, Tensor, Var};
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! // Two rows of two classes; the second row's target is ignored (padding).
+//! let logits = Var::new(&[[0f32, 0.0], [5.0, 1.0]], &Device::Cpu)?;
+//! let targets = Tensor::new(&[1i64, -100], &Device::Cpu)?;
+//! let loss = cross_entropy_rows(&logits, &targets, Some(-100))?;
+//! let per_row = loss.to_vec1::<f32>()?;
+//! assert!((per_row[0] - 2f32.ln()).abs() < 1e-6 && per_row[1] == 0.0);
+//! // The gradient is softmax − one-hot on a counted row, zero on an ignored one.
+//! let grads = loss.sum_all()?.backward()?;
+//! let d = grads.get(&logits).expect("logits have a gradient").to_vec2::<f32>()?;
+//! assert_eq!(d, [[0.5, -0.5], [0.0, 0.0]]);
+//! # Ok(()) }
+//! ```
 
-use candle_core::{bail, DType, Result, Shape, Tensor, WithDType, D};
+use candle_core::{D, DType, Result, Shape, Tensor, WithDType, bail};
 
 use super::cpu::{self, Acc};
 use super::rows::{self, Apply, CpuInputs, CudaKernel, RowOp};

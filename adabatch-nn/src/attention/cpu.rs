@@ -5,8 +5,8 @@
 
 use candle_core::WithDType;
 
-use super::attention_layout::Geometry;
-use super::cpu::{self, Acc};
+use super::layout::Geometry;
+use crate::ops::cpu::{self, Acc};
 
 /// The document ids `[b, t]` of a packed batch, if any.
 #[derive(Clone, Copy, Debug)]

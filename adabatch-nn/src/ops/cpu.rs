@@ -12,7 +12,7 @@ const PAR_MIN_ELEMS: usize = 16 * 1024;
 
 /// The type a kernel computes in: `f32` for bf16, f16 and f32 tensors (as
 /// candle-nn's kernels do), `f64` for f64 tensors.
-pub(super) trait Acc:
+pub(crate) trait Acc:
     Copy
     + Send
     + Sync
@@ -109,7 +109,7 @@ impl Acc for f64 {
 /// `f(row, dst_row, acc)` on each row, where `dst_row` is the row's equal share of
 /// `dst` (possibly empty) and `acc` a fresh `init()` per block. Returns the blocks'
 /// accumulators, in no particular order.
-pub(super) fn reduce_rows<T: Send, S: Send>(
+pub(crate) fn reduce_rows<T: Send, S: Send>(
     dst: &mut [T],
     n_rows: usize,
     work: usize,
@@ -177,7 +177,7 @@ fn split_rows<T>(dst: &mut [T], n_rows: usize, blocks: usize) -> Vec<(Range<usiz
 }
 
 /// [`reduce_rows`] without accumulators: `f(row, dst_row)` on each row.
-pub(super) fn for_rows<T: Send>(
+pub(crate) fn for_rows<T: Send>(
     dst: &mut [T],
     n_rows: usize,
     work: usize,
@@ -188,14 +188,14 @@ pub(super) fn for_rows<T: Send>(
 
 /// Row `row` of `values`, rows of `len`.
 #[inline(always)]
-pub(super) fn row<T>(values: &[T], row: usize, len: usize) -> &[T] {
+pub(crate) fn row<T>(values: &[T], row: usize, len: usize) -> &[T] {
     &values[row * len..][..len]
 }
 
 /// A backward's output: `n_rows` rows of `row_len` (the per-row gradient), each
 /// written by `f(row, dst_row, sums)`, then `sums_len` values that `f` adds to (the
 /// parameters' gradients), summed over the blocks of rows and rounded to `T` once.
-pub(super) fn rows_then_sums<T: WithDType, A: Acc>(
+pub(crate) fn rows_then_sums<T: WithDType, A: Acc>(
     n_rows: usize,
     row_len: usize,
     sums_len: usize,
@@ -220,7 +220,7 @@ pub(super) fn rows_then_sums<T: WithDType, A: Acc>(
 /// so that their values are candle-nn's) cannot be. For the backward kernels; pass
 /// a slice twice where a term needs fewer than three.
 #[inline(always)]
-pub(super) fn sum8<T: WithDType, A: Acc>(
+pub(crate) fn sum8<T: WithDType, A: Acc>(
     a: &[T],
     b: &[T],
     c: &[T],

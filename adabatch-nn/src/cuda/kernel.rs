@@ -1,5 +1,5 @@
 //! What an op's CUDA body is: the kernel of `kernels/rows.cu` it launches and how.
-//! Plain data, in every build; `cuda.rs` (feature `cuda`) launches it.
+//! Plain data, in every build; `launch.rs` (feature `cuda`) launches it.
 
 /// An op's CUDA body in `kernels/rows.cu`: one block per row, then (for the
 /// backward ops that sum their parameters' gradients over rows) a pass per column.

@@ -4,8 +4,28 @@
 //! is a second fused op that computes the gradients of `x`, `alpha` (and `beta`) in
 //! one pass over the rows. On other devices they are candle-nn's composite
 //! `rms_norm_slow` and `layer_norm_slow`, which candle differentiates.
+//!
+//! ```
+//! # mod adabatch { pub mod nn { pub use adabatch_nn::*; } }
+//! use adabatch::nn::rms_norm;
+//! use candle_core::{Device, Var};
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! let x = Var::new(&[[3f32, 4.0]], &Device::Cpu)?;
+//! let alpha = Var::new(&[1f32, 2.0], &Device::Cpu)?;
+//! // mean(x²) = 12.5: each value over its root, times alpha.
+//! let y = rms_norm(&x, &alpha, 0.0)?;
+//! let rms = 12.5f32.sqrt();
+//! let values = y.squeeze(0)?.to_vec1::<f32>()?;
+//! assert!((values[0] - 3.0 / rms).abs() < 1e-6 && (values[1] - 8.0 / rms).abs() < 1e-6);
+//! // candle-nn's fused `rms_norm` has no backward; this one does: ∂Σy/∂alpha = x / rms.
+//! let grads = y.sum_all()?.backward()?;
+//! let d_alpha = grads.get(&alpha).expect("alpha has a gradient").to_vec1::<f32>()?;
+//! assert!((d_alpha[0] - 3.0 / rms).abs() < 1e-6 && (d_alpha[1] - 4.0 / rms).abs() < 1e-6);
+//! # Ok(()) }
+//! ```
 
-use candle_core::{bail, Module, Result, Shape, Tensor, WithDType, D};
+use candle_core::{D, Module, Result, Shape, Tensor, WithDType, bail};
 
 use super::cpu::{self, Acc};
 use super::rows::{self, Apply, CpuInputs, CudaKernel, RowOp};

@@ -1,5 +1,5 @@
 //! The packed attention's CUDA bodies: `kernels/attention.cu`, loaded through
-//! `cuda.rs`'s modules. The forward is one kernel (output and log-sum-exp); the
+//! `crate::cuda`'s modules. The forward is one kernel (output and log-sum-exp); the
 //! backward two, in order: dq (which leaves `D = Σ dO·O` per query row), then dk
 //! and dv.
 
@@ -9,10 +9,10 @@ use candle_core::cuda_backend::cudarc::driver::{
 };
 use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, CudaStorageSlice, WrapErr};
 use candle_core::op::BackpropOp;
-use candle_core::{bail, Layout, Result, Storage, Tensor};
+use candle_core::{Layout, Result, Storage, Tensor, bail};
 
-use super::attention_layout::{Geometry, KERNELS, MAX_HEAD_DIM};
-use super::cuda::{self, Module};
+use super::layout::{Geometry, KERNELS, MAX_HEAD_DIM};
+use crate::cuda::{self, Module};
 
 const NAME: &str = "adabatch-packed-attention";
 

@@ -9,15 +9,22 @@ use std::sync::Mutex;
 #[cfg(feature = "cuda")]
 use candle_core::CudaStorage;
 use candle_core::{
-    bail, CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Storage, Tensor, WithDType,
+    CpuStorage, CustomOp3, DType, Device, Layout, Result, Shape, Storage, Tensor, WithDType, bail,
 };
 
-use super::attention_cpu::{self, Documents};
-use super::attention_layout::Geometry;
-use super::cpu::Acc;
-use super::packed_attention::attention_bias;
-use super::rows::{self, CpuBody, CpuInputs};
-use super::softmax::softmax_last_dim;
+use self::cpu::{self as attention_cpu, Documents};
+use self::layout::Geometry;
+use crate::ops::cpu::Acc;
+use crate::ops::rows::{self, CpuBody, CpuInputs};
+use crate::ops::softmax_last_dim;
+
+mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
+pub(crate) mod layout;
+mod packing;
+
+pub use packing::{attention_bias, positions_in_documents};
 
 const NAME: &str = "adabatch-packed-attention";
 
@@ -51,7 +58,7 @@ const NAME: &str = "adabatch-packed-attention";
 /// inputs are computed in f32 (scores, softmax, sums), f64 in f64, f32 in f32.
 ///
 /// Bodies: on CPU, loops over (pair, head, query row) on candle's thread pool
-/// (`attention_cpu.rs`, the reference twin). With the `cuda` feature, kernels that
+/// (`attention/cpu.rs`, the reference twin). With the `cuda` feature, kernels that
 /// tile queries and keys through shared memory with an online softmax
 /// (`kernels/attention.cu`), used only while
 /// [`cuda_bodies_enabled`](crate::cuda_bodies_enabled) holds, like the other fused
@@ -249,7 +256,7 @@ impl CustomOp3 for AttentionOp {
         l3: &Layout,
     ) -> Result<(CudaStorage, Shape)> {
         let inputs = [(s1, l1), (s2, l2), (s3, l3)];
-        let (out, lse) = super::cuda_attention::forward(&self.geo, inputs, self.ids.as_ref())?;
+        let (out, lse) = self::cuda::forward(&self.geo, inputs, self.ids.as_ref())?;
         *self.lse.lock().unwrap_or_else(|e| e.into_inner()) = Some(lse);
         Ok((out, l1.shape().clone()))
     }
@@ -364,7 +371,7 @@ impl CustomOp3 for AttentionBwd {
     ) -> Result<(CudaStorage, Shape)> {
         let inputs = [(s1, l1), (s2, l2), (s3, l3)];
         let saved = [&self.out, &self.grad, &self.lse];
-        let grads = super::cuda_attention::backward(&self.geo, inputs, saved, self.ids.as_ref())?;
+        let grads = self::cuda::backward(&self.geo, inputs, saved, self.ids.as_ref())?;
         let len = self.geo.q_len() + 2 * self.geo.kv_len();
         Ok((grads, Shape::from(len)))
     }
@@ -418,10 +425,10 @@ fn documents<'a>(geo: &Geometry, ids: Option<(&'a Storage, &Layout)>) -> Result<
 
 #[cfg(test)]
 mod tests {
+    use super::layout::{KERNELS, MAX_HEAD_DIM};
     use super::*;
-    use crate::attention_layout::{KERNELS, MAX_HEAD_DIM};
     use crate::testing::{assert_close, grads, randn, values};
-    use crate::{check_gradients, GradCheckOptions};
+    use crate::{GradCheckOptions, check_gradients};
     use candle_core::Var;
 
     /// `(kv, b, g, t, d)`, each row's document ids (`None`: no documents), the
@@ -484,7 +491,7 @@ mod tests {
     }
 
     fn scale(case: &Case) -> f64 {
-        (case.0 .4 as f64).powf(-0.5)
+        (case.0.4 as f64).powf(-0.5)
     }
 
     /// The composite, in f64 (or f32 for the half types' inputs, upcast).
@@ -550,7 +557,7 @@ mod tests {
     /// a GPU.
     #[test]
     fn every_cuda_kernel_is_defined() {
-        let source = include_str!("../kernels/attention.cu");
+        let source = include_str!("../../kernels/attention.cu");
         let mut needles: Vec<String> = KERNELS
             .iter()
             .map(|kernel| format!("ATTENTION_WIDTHS({kernel}, SUFFIX, T)"))

@@ -4,10 +4,10 @@
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, CudaStorage, CudaStorageSlice, WrapErr};
-use candle_core::{bail, Device, Layout, Result, Shape, Tensor};
+use candle_core::{Device, Layout, Result, Shape, Tensor, bail};
 
 use super::adamw::AdamWStep;
-use super::cuda::{function, Module};
+use crate::cuda::{Module, function};
 
 /// One f32 parameter's moments on its CUDA device.
 #[derive(Debug)]

@@ -3,8 +3,26 @@
 //! On CPU: one fused op with candle-nn's arithmetic, whose backward
 //! (`y · (g − Σ g·y)` per row) is a second fused op. On other devices: candle-nn's
 //! composite `ops::softmax`, which candle differentiates.
+//!
+//! ```
+//! # mod adabatch { pub mod nn { pub use adabatch_nn::*; } }
+//! use adabatch::nn::softmax_last_dim;
+//! use candle_core::{Device, Tensor, Var};
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! let x = Var::new(&[[0f32, 3f32.ln()]], &Device::Cpu)?;
+//! let y = softmax_last_dim(&x)?;
+//! let p = y.squeeze(0)?.to_vec1::<f32>()?;
+//! assert!((p[0] - 0.25).abs() < 1e-6 && (p[1] - 0.75).abs() < 1e-6);
+//! // The gradient of y₀ is y₀·(e₀ − y): (3/16, −3/16).
+//! let first = Tensor::new(&[[1f32, 0.0]], &Device::Cpu)?;
+//! let grads = (y * first)?.sum_all()?.backward()?;
+//! let dx = grads.get(&x).expect("x has a gradient").squeeze(0)?.to_vec1::<f32>()?;
+//! assert!((dx[0] - 0.1875).abs() < 1e-6 && (dx[1] + 0.1875).abs() < 1e-6);
+//! # Ok(()) }
+//! ```
 
-use candle_core::{Result, Tensor, WithDType, D};
+use candle_core::{D, Result, Tensor, WithDType};
 
 use super::cpu::{self, Acc};
 use super::rows::{self, Apply, CpuInputs, CudaKernel, RowOp};

@@ -1,8 +1,33 @@
 //! AdamW's fused update of an f32 parameter: one pass reads the gradient once and
 //! writes the parameter and both moments once. Its CPU body is here; its CUDA
-//! body (`kernels/adamw.cu`, launched by `cuda_adamw.rs`) does the same
+//! body (`kernels/adamw.cu`, launched by `optim/cuda.rs`) does the same
 //! operations rounded the same way, so both give the same bits. The engine's
 //! `adabatch::AdamW` runs it.
+//!
+//! ```
+//! # mod adabatch { pub mod nn { pub use adabatch_nn::*; } }
+//! use adabatch::nn::AdamWStep;
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! // The first update (t = 1): the corrections make m̂ = g and v̂ = g², so the
+//! // parameter moves by the rate against the gradient's sign.
+//! let (beta1, beta2) = (0.9f32, 0.999f32);
+//! let step = AdamWStep {
+//!     lr: 0.1,
+//!     beta1,
+//!     beta2,
+//!     one_minus_beta1: 1.0 - beta1,
+//!     one_minus_beta2: 1.0 - beta2,
+//!     keep: 1.0,
+//!     eps: 0.0,
+//!     scale_m: 1.0 / (1.0 - beta1),
+//!     scale_v: 1.0 / (1.0 - beta2),
+//! };
+//! let (mut theta, mut m, mut v) = (vec![1.0f32, 1.0], vec![0.0; 2], vec![0.0; 2]);
+//! step.apply(&mut theta, &[0.5, -3.0], &mut m, &mut v)?;
+//! assert!((theta[0] - 0.9).abs() < 1e-5 && (theta[1] - 1.1).abs() < 1e-5);
+//! # Ok(()) }
+//! ```
 
 /// The constants of one AdamW update: `1 - beta`s and `keep` (`1 - lr·decay`)
 /// computed in f64 and rounded once, as the CPU twin takes them.

@@ -3,32 +3,32 @@
 //! computes in, and makes it the candle custom op of its arity ([`Apply`]). Which
 //! device runs which body is decided here alone ([`runs_fused`]): an op's CUDA body
 //! is the kernel its [`RowOp::cuda`] names, launched from the custom ops'
-//! `cuda_fwd` by `cuda.rs`.
+//! `cuda_fwd` by `crate::cuda`.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use candle_core::backend::BackendStorage;
 use candle_core::{
-    bail, CpuStorage, CustomOp1, CustomOp2, CustomOp3, Device, Error, Layout, Result, Shape,
-    Tensor, WithDType,
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, Device, Error, Layout, Result, Shape, Tensor,
+    WithDType, bail,
 };
 
 use super::cpu::Acc;
-pub(super) use super::cuda_kernel::{CudaKernel, RopeArgs};
+pub(crate) use crate::cuda::kernel::{CudaKernel, RopeArgs};
 #[cfg(feature = "cuda")]
 use candle_core::CudaStorage;
 
 /// Whether `op` runs fused on `device`; elsewhere it falls back to its composite
 /// of candle ops, which candle differentiates. On CUDA an op runs fused when it
 /// has a CUDA body and those are switched on ([`cuda_bodies_enabled`]).
-pub(super) fn runs_fused<K: RowOp<N>, const N: usize>(op: &K, device: &Device) -> bool {
+pub(crate) fn runs_fused<K: RowOp<N>, const N: usize>(op: &K, device: &Device) -> bool {
     fused_on(device, op.cuda().is_some())
 }
 
 /// Whether a fused op runs fused on `device`: always on CPU, on CUDA when it has a
 /// CUDA body (`has_cuda_body`) and those are switched on, never elsewhere.
-pub(super) fn fused_on(device: &Device, has_cuda_body: bool) -> bool {
+pub(crate) fn fused_on(device: &Device, has_cuda_body: bool) -> bool {
     match device {
         Device::Cpu => true,
         Device::Cuda(_) => cfg!(feature = "cuda") && has_cuda_body && cuda_bodies_enabled(),
@@ -70,7 +70,7 @@ const ON: u8 = 2;
 static CUDA_BODIES: AtomicU8 = AtomicU8::new(UNSET);
 
 /// A fused op of `N` inputs over the rows of its first one.
-pub(super) trait RowOp<const N: usize>: Send + Sync + 'static {
+pub(crate) trait RowOp<const N: usize>: Send + Sync + 'static {
     /// Its name in candle's graph, and the prefix of its errors.
     fn name(&self) -> &'static str;
 
@@ -108,7 +108,7 @@ pub(super) trait RowOp<const N: usize>: Send + Sync + 'static {
 }
 
 /// Runs a [`RowOp`] on tensors, made contiguous first, as a candle op.
-pub(super) trait Apply<const N: usize> {
+pub(crate) trait Apply<const N: usize> {
     /// Differentiable, through [`RowOp::backward`].
     fn apply(self, inputs: [&Tensor; N]) -> Result<Tensor>;
     /// Not differentiable: for the backward ops.
@@ -250,7 +250,7 @@ impl<K: RowOp<3>> CustomOp3 for Fused<K> {
     }
 }
 
-/// `op`'s CUDA body on the inputs (`cuda.rs` launches the kernel it names).
+/// `op`'s CUDA body on the inputs (`cuda/launch.rs` launches the kernel it names).
 #[cfg(feature = "cuda")]
 fn cuda_forward<K: RowOp<N>, const N: usize>(
     op: &K,
@@ -262,7 +262,7 @@ fn cuda_forward<K: RowOp<N>, const N: usize>(
     let dims: Vec<&[usize]> = inputs.iter().map(|(_, l)| l.dims()).collect();
     let kernel = op.cuda_for(kernel, &dims)?;
     let shape = op.shape(layout.dims());
-    let out = super::cuda::launch(kernel, op.name(), rows_of(layout.dims()), &shape, inputs)?;
+    let out = crate::cuda::launch(kernel, op.name(), rows_of(layout.dims()), &shape, inputs)?;
     Ok((out, shape))
 }
 
@@ -296,7 +296,7 @@ impl<K: RowOp<N>, const N: usize> CpuBody for RowBody<'_, K, N> {
 
 /// A fused op's CPU body, generic in its element type `T` and the type `A` it
 /// computes in.
-pub(super) trait CpuBody {
+pub(crate) trait CpuBody {
     /// What it returns.
     type Output;
     /// The body in `T`, computing in `A`.
@@ -306,7 +306,7 @@ pub(super) trait CpuBody {
 /// Runs `body` in the dtype of `first`, computing in `f32` for bf16, f16 and f32
 /// (as candle-nn's kernels do), in `f64` for f64; other dtypes are an error of
 /// the op `name`.
-pub(super) fn on_cpu<B: CpuBody>(name: &str, first: &CpuStorage, body: &B) -> Result<B::Output> {
+pub(crate) fn on_cpu<B: CpuBody>(name: &str, first: &CpuStorage, body: &B) -> Result<B::Output> {
     // `_first` only names `T`.
     fn run<B: CpuBody, T: WithDType, A: Acc + WithDType>(
         body: &B,
@@ -325,7 +325,7 @@ pub(super) fn on_cpu<B: CpuBody>(name: &str, first: &CpuStorage, body: &B) -> Re
 
 /// A CPU body's inputs: each is checked to be contiguous, and a float one to be of
 /// the first input's dtype `T`, as the body takes it.
-pub(super) struct CpuInputs<'a, T> {
+pub(crate) struct CpuInputs<'a, T> {
     name: &'static str,
     inputs: &'a [(&'a CpuStorage, &'a Layout)],
     dtype: PhantomData<T>,
@@ -333,7 +333,7 @@ pub(super) struct CpuInputs<'a, T> {
 
 impl<'a, T: WithDType> CpuInputs<'a, T> {
     /// The inputs of the op `name`, as its body of `T` takes them.
-    pub(super) fn new(name: &'static str, inputs: &'a [(&'a CpuStorage, &'a Layout)]) -> Self {
+    pub(crate) fn new(name: &'static str, inputs: &'a [(&'a CpuStorage, &'a Layout)]) -> Self {
         Self {
             name,
             inputs,
@@ -342,17 +342,17 @@ impl<'a, T: WithDType> CpuInputs<'a, T> {
     }
 
     /// The first input's dims.
-    pub(super) fn dims(&self) -> &'a [usize] {
+    pub(crate) fn dims(&self) -> &'a [usize] {
         self.inputs.first().map_or(&[], |(_, layout)| layout.dims())
     }
 
     /// The first input's rows: how many, and their length (its last dim).
-    pub(super) fn rows(&self) -> (usize, usize) {
+    pub(crate) fn rows(&self) -> (usize, usize) {
         rows_of(self.dims())
     }
 
     /// The first `K` inputs, as slices of `T`.
-    pub(super) fn floats<const K: usize>(&self) -> Result<[&'a [T]; K]> {
+    pub(crate) fn floats<const K: usize>(&self) -> Result<[&'a [T]; K]> {
         let mut floats = [&[] as &[T]; K];
         for (i, slot) in floats.iter_mut().enumerate() {
             let storage = self.input(i)?;
@@ -370,7 +370,7 @@ impl<'a, T: WithDType> CpuInputs<'a, T> {
     }
 
     /// Input `i`, of i64 indices.
-    pub(super) fn indices(&self, i: usize) -> Result<&'a [i64]> {
+    pub(crate) fn indices(&self, i: usize) -> Result<&'a [i64]> {
         let CpuStorage::I64(all) = self.input(i)? else {
             bail!("{}: input {i} has to be i64", self.name)
         };
@@ -404,14 +404,14 @@ fn rows_of(dims: &[usize]) -> (usize, usize) {
 /// The shape of a backward's output that holds the gradient of an `x` of `dims`
 /// and of `params` parameters of its last dim: `[rows + params, n]`, taken apart by
 /// [`split_grads`].
-pub(super) fn grads_shape(dims: &[usize], params: usize) -> Shape {
+pub(crate) fn grads_shape(dims: &[usize], params: usize) -> Shape {
     let (rows, n) = rows_of(dims);
     Shape::from((rows + params, n))
 }
 
 /// A backward's output `[rows + M - 1, n]`, the rows of the gradient of `x` then
 /// one summed row per parameter, as those `M` gradients (`x`'s shaped like it).
-pub(super) fn split_grads<const M: usize>(grads: &Tensor, x: &Tensor) -> Result<[Tensor; M]> {
+pub(crate) fn split_grads<const M: usize>(grads: &Tensor, x: &Tensor) -> Result<[Tensor; M]> {
     let total = grads.dim(0)?;
     let Some(rows) = (total + 1).checked_sub(M) else {
         bail!("a backward's output of {total} rows has no room for {M} gradients")
@@ -426,7 +426,7 @@ pub(super) fn split_grads<const M: usize>(grads: &Tensor, x: &Tensor) -> Result<
 }
 
 /// `grads` where their input needs one, `None` for the others.
-pub(super) fn where_tracked<const N: usize>(
+pub(crate) fn where_tracked<const N: usize>(
     inputs: [&Tensor; N],
     grads: [Tensor; N],
 ) -> [Option<Tensor>; N] {
@@ -437,7 +437,7 @@ pub(super) fn where_tracked<const N: usize>(
 /// Checks that `kernel` names entry points `kernels/rows.cu` defines, for every
 /// dtype: a misspelt name would fail only on a GPU.
 #[cfg(test)]
-pub(super) fn assert_kernel_exists(kernel: CudaKernel) {
+pub(crate) fn assert_kernel_exists(kernel: CudaKernel) {
     let mut names = vec![kernel.name.to_string()];
     if kernel.column_pass {
         names.push(format!("{}_cols", kernel.name));
@@ -447,12 +447,12 @@ pub(super) fn assert_kernel_exists(kernel: CudaKernel) {
         .map(|name| format!("ENTRY({name}, SUFFIX, T,"))
         .collect();
     needles.extend(DTYPE_INSTANCES.map(|i| format!("ROW_KERNELS{i}")));
-    assert_defines("rows.cu", include_str!("../kernels/rows.cu"), &needles);
+    assert_defines("rows.cu", include_str!("../../kernels/rows.cu"), &needles);
 }
 
 /// How the `.cu` files instantiate their kernels for each dtype: `(C type, suffix)`.
 #[cfg(test)]
-pub(super) const DTYPE_INSTANCES: [&str; 4] = [
+pub(crate) const DTYPE_INSTANCES: [&str; 4] = [
     "(float, f32)",
     "(double, f64)",
     "(__half, f16)",
@@ -462,7 +462,7 @@ pub(super) const DTYPE_INSTANCES: [&str; 4] = [
 /// Checks that `source` (of `kernels/<file>`) holds each of `needles`: the macro
 /// lines that define and instantiate the entry points a launcher names.
 #[cfg(test)]
-pub(super) fn assert_defines(file: &str, source: &str, needles: &[String]) {
+pub(crate) fn assert_defines(file: &str, source: &str, needles: &[String]) {
     for needle in needles {
         assert!(
             source.contains(needle.as_str()),

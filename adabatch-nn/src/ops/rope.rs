@@ -11,8 +11,26 @@
 //!
 //! `cos` and `sin` are `[t', d/2]`, or `[b, t', d/2]` for one table per sequence,
 //! with `t' ≥ t`: the first `t` positions are used, as in candle-nn.
+//!
+//! ```
+//! # mod adabatch { pub mod nn { pub use adabatch_nn::*; } }
+//! use adabatch::nn::rope;
+//! use candle_core::{Device, Tensor, Var};
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! // One head, one position, the pair (1, 2) turned by 90°: cos 0, sin 1.
+//! let x = Var::new(&[[[[1f32, 2.0]]]], &Device::Cpu)?;
+//! let (cos, sin) = (Tensor::new(&[[0f32]], &Device::Cpu)?, Tensor::new(&[[1f32]], &Device::Cpu)?);
+//! let y = rope(&x, &cos, &sin)?;
+//! assert_eq!(y.flatten_all()?.to_vec1::<f32>()?, [-2.0, 1.0]);
+//! // ∂(y₁ + y₂)/∂x = (cos + sin, cos − sin).
+//! let grads = y.sum_all()?.backward()?;
+//! let dx = grads.get(&x).expect("x has a gradient").flatten_all()?.to_vec1::<f32>()?;
+//! assert_eq!(dx, [1.0, -1.0]);
+//! # Ok(()) }
+//! ```
 
-use candle_core::{bail, Result, Shape, Tensor, WithDType};
+use candle_core::{Result, Shape, Tensor, WithDType, bail};
 
 use super::cpu::{self, Acc};
 use super::rows::{self, Apply, CpuInputs, CudaKernel, RopeArgs, RowOp};

@@ -17,16 +17,16 @@ use candle_core::cuda_backend::cudarc::nvrtc::Ptx;
 use candle_core::cuda_backend::{
     CudaDType, CudaDevice, CudaStorage, CudaStorageSlice, DeviceId, WrapErr,
 };
-use candle_core::{bail, Layout, Result, Shape};
+use candle_core::{Layout, Result, Shape, bail};
 
-use super::cuda_kernel::CudaKernel;
+use super::kernel::CudaKernel;
 
 /// Threads of a column pass's block (one thread per column).
 const COLUMN_THREADS: u32 = 256;
 
 /// `kernel` of the op `name` on CUDA, in the first input's dtype, over `rows`
 /// rows of `n`, its output of `shape`.
-pub(super) fn launch(
+pub(crate) fn launch(
     kernel: CudaKernel,
     name: &'static str,
     rows: (usize, usize),
@@ -175,7 +175,7 @@ impl Launch {
 }
 
 /// Input `i` of the op `name`: its elements of `T`, contiguous.
-pub(super) fn values<'a, T: CudaDType>(
+pub(crate) fn values<'a, T: CudaDType>(
     name: &str,
     i: usize,
     storage: &'a CudaStorage,
@@ -194,7 +194,7 @@ pub(super) fn values<'a, T: CudaDType>(
 }
 
 /// Input `i` of the op `name`: its i64 indices, contiguous.
-pub(super) fn indices<'a>(
+pub(crate) fn indices<'a>(
     name: &str,
     i: usize,
     storage: &'a CudaStorage,
@@ -231,7 +231,7 @@ fn threads_for(n: usize) -> u32 {
 }
 
 /// `value` as a kernel's `int`, or an error.
-pub(super) fn to_i32(value: usize) -> Result<i32> {
+pub(crate) fn to_i32(value: usize) -> Result<i32> {
     i32::try_from(value).map_err(|_| {
         candle_core::Error::Msg(format!(
             "{value} rows or columns exceed a CUDA kernel's i32"
@@ -241,7 +241,7 @@ pub(super) fn to_i32(value: usize) -> Result<i32> {
 
 /// A compiled kernel file of `kernels/`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(super) enum Module {
+pub(crate) enum Module {
     Rows,
     AdamW,
     Attention,
@@ -258,7 +258,7 @@ impl Module {
 }
 
 /// `name` of `module` on `device`, the module loaded on first use.
-pub(super) fn function(device: &CudaDevice, module: Module, name: &str) -> Result<CudaFunction> {
+pub(crate) fn function(device: &CudaDevice, module: Module, name: &str) -> Result<CudaFunction> {
     type Loaded = HashMap<(DeviceId, Module), Arc<CudaModule>>;
     static MODULES: OnceLock<Mutex<Loaded>> = OnceLock::new();
     let key = (device.id(), module);
