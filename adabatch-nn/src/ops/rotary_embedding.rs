@@ -82,7 +82,7 @@ impl RotaryEmbedding {
     }
 
     /// Rotates `x` `[b, heads, t, head_dim]` at `positions` `[b, t]` (each row its
-    /// own positions, e.g. [`positions_in_documents`](super::positions_in_documents)
+    /// own positions, e.g. [`positions_in_documents`](crate::positions_in_documents)
     /// of a packed batch), in the half-split layout of transformers'
     /// `rotate_half`: the first `rotary_dim` features rotate, the others pass
     /// unchanged. Differentiable in `x` (through [`rope`](super::rope)).
