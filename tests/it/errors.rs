@@ -17,6 +17,7 @@
 //! | `SettingsError::InvalidSetting`                | `invalid_settings_name_the_setting`, `zero_epochs_and_zero_ranks`, `batch_limits_crossed` |
 //! | `SettingsError::BatchLimitsCrossed`            | `batch_limits_crossed`                               |
 //! | `SettingsError::InvalidSchedule`               | `invalid_schedule`                                   |
+//! | `SettingsError::InvalidMixer`                  | `invalid_mixer`                                      |
 //! | `SettingsError::UnsupportedPolicy`             | `unsupported_policy`                                 |
 //! | `SettingsError::ConflictingSettings`           | `conflicting_settings`                               |
 //! | `DataError::LengthsMismatch`               | `lengths_mismatch`                                   |
@@ -526,6 +527,24 @@ fn invalid_schedule() {
         "{err}"
     );
     assert_sentence(&err);
+}
+
+/// The online mixer's rules are the attribute's (`adabatch-rules`): a mixer built
+/// by hand that breaks one is refused, not clamped.
+#[test]
+fn invalid_mixer() {
+    for (args, arg) in [
+        ((0.0, 0.05, 0.9), "temperature"),
+        ((1.0, 1.5, 0.9), "floor"),
+        ((1.0, 0.05, 1.0), "smoothing"),
+    ] {
+        let err = adabatch::OnlineMixer::new(args.0, args.1, args.2).unwrap_err();
+        assert!(
+            matches!(&err, Error::Settings(SettingsError::InvalidMixer { mixer: "online", reason }) if reason.contains(arg)),
+            "{err}"
+        );
+        assert_sentence(&err);
+    }
 }
 
 const MEMORY: ScheduleSpec = ScheduleSpec::Memory {

@@ -540,7 +540,7 @@ fn run_online(
     a: &TrainingArgs,
 ) -> adabatch::Result<(TrainSummary, Vec<StepLog>)> {
     run_as(data, a, |model, opt| {
-        Online::new(model, opt, OnlineMixer::new(1.0, 0.1, 0.5))
+        Online::new(model, opt, OnlineMixer::new(1.0, 0.1, 0.5).unwrap())
     })
 }
 
@@ -743,7 +743,8 @@ fn a_replay_budget_caps_the_old_sources_and_refuses_unknown_names() {
     let data = sources(&[("new", 0.5), ("replay", 0.5)]);
     // The online mixer wants more of the harder source; the budget caps `replay`.
     fn budgeted(model: Regression, opt: AdamW, new: &str) -> Budgeted {
-        let mixer = adabatch::ReplayBudget::new(OnlineMixer::new(0.1, 0.0, 0.0), [new], 0.2);
+        let mixer =
+            adabatch::ReplayBudget::new(OnlineMixer::new(0.1, 0.0, 0.0).unwrap(), [new], 0.2);
         Budgeted::new(model, opt, mixer.expect("a budget in range"))
     }
     let out = temp_log("mixing-budget-out").with_extension("");
@@ -1129,7 +1130,7 @@ fn a_custom_mix_function_decides_the_weights() {
     let err = run_as(&data, &args(1, 4, 1), |model, opt| TwoMixers {
         model,
         opt,
-        mixer: OnlineMixer::new(1.0, 0.1, 0.5),
+        mixer: OnlineMixer::new(1.0, 0.1, 0.5).unwrap(),
     })
     .map(|(s, _)| s)
     .unwrap_err();

@@ -5,9 +5,10 @@ use syn::Path;
 
 use super::call::{exact_args, named_args};
 use super::suggest::unknown;
-use super::values::float;
+use super::values::{float, float_arg};
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Call, CallArg, Value};
+use adabatch_rules::mixer as rules;
 
 /// `mix = ...`
 #[derive(Debug, Clone, PartialEq)]
@@ -48,9 +49,9 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
         },
         Value::Path(p) => match path_to_string(p).as_str() {
             "online" => Some(Mix::Online {
-                temperature: 1.0,
-                floor: 0.05,
-                smoothing: 0.9,
+                temperature: rules::TEMPERATURE,
+                floor: rules::FLOOR,
+                smoothing: rules::SMOOTHING,
             }),
             "fixed" => {
                 cx.on(
@@ -165,20 +166,10 @@ fn custom(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
 fn online(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
     let named = named_args(call, ONLINE_ARGS, cx)?;
     let mut read =
-        |name: &str, default: f64, ok: fn(f64) -> bool, range: &str| match named.get(name) {
-            None => Some(default),
-            Some(v) => float(name, v, cx).and_then(|x| {
-                if ok(x) {
-                    Some(x)
-                } else {
-                    cx.on(*v, format!("`online`: `{name} = {x}` must be {range}"));
-                    None
-                }
-            }),
-        };
-    let temperature = read("temperature", 1.0, |x| x.is_finite() && x > 0.0, "positive");
-    let floor = read("floor", 0.05, |x| (0.0..=1.0).contains(&x), "in [0, 1]");
-    let smoothing = read("smoothing", 0.9, |x| (0.0..1.0).contains(&x), "in [0, 1)");
+        |name, default, rule| float_arg(("online", name), named.get(name), default, rule, cx);
+    let temperature = read("temperature", rules::TEMPERATURE, rules::temperature);
+    let floor = read("floor", rules::FLOOR, rules::floor);
+    let smoothing = read("smoothing", rules::SMOOTHING, rules::smoothing);
     Some(Mix::Online {
         temperature: temperature?,
         floor: floor?,

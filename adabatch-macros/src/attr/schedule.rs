@@ -11,9 +11,13 @@ use syn::{Lit, Path};
 
 use super::call::{exact_args, named_args};
 use super::suggest::{one_of, unknown, unknown_of};
-use super::values::{boolean, float, int};
+use super::values::{boolean, float_arg, int, kept};
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Call, CallArg, Op, Value};
+use adabatch_rules::schedule as rule;
+use adabatch_rules::{
+    goodput as goodput_rules, memory as memory_rules, noise_scale as noise_rules,
+};
 
 /// `schedule = ...`
 #[derive(Debug, Clone, PartialEq)]
@@ -182,8 +186,8 @@ pub fn schedule(value: &Value, cx: &mut Ctxt) -> Option<Schedule> {
         Value::Path(p) => match p.get_ident().map(ToString::to_string).as_deref() {
             Some("constant") => Some(Schedule::Constant(None)),
             Some("memory") => Some(Schedule::Memory {
-                threshold: 0.9,
-                max_range: 2.0,
+                threshold: memory_rules::THRESHOLD,
+                max_range: memory_rules::MAX_RANGE,
             }),
             Some(
                 name @ ("interval" | "linear" | "steps" | "custom" | "ramp" | "noise_scale"
@@ -264,23 +268,16 @@ fn constant(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
         return None;
     };
     let n = int::<usize>("constant", v, cx)?;
-    if n == 0 {
-        cx.on(v, "`constant(0)`: a batch size must be at least 1");
-        return None;
-    }
+    let n = kept("constant(0)", v, n, rule::size(n), cx)?;
     Some(Schedule::Constant(Some(n)))
 }
 
 fn interval(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     let [every_arg, growth_arg] = exact_args::<2>(call, "interval(every, +k)", cx)?;
     let every = match every_arg {
-        CallArg::Plain(v) => match int::<usize>("every", v, cx) {
-            Some(0) => {
-                cx.on(v, "`interval`: `every` must be at least 1 (the size changes after every `every` steps)");
-                None
-            }
-            n => n,
-        },
+        CallArg::Plain(v) => {
+            int::<usize>("every", v, cx).and_then(|n| kept("interval", v, n, rule::every(n), cx))
+        }
         other => {
             cx.on(
                 other,
@@ -293,18 +290,10 @@ fn interval(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
         CallArg::Op { op, value } => match (op, int::<u64>("interval", value, cx)) {
             (_, None) => None,
             (Op::Add(_) | Op::Sub(_), Some(0)) => {
-                cx.on(
-                    growth_arg,
-                    "`interval`: the step must not be zero; use `constant` for a fixed size",
-                );
-                None
+                kept("interval", growth_arg, None, rule::step(0), cx).flatten()
             }
-            (Op::Mul(_), Some(k)) if k < 2 => {
-                cx.on(
-                    growth_arg,
-                    format!("`interval`: the factor `*{k}` must be at least 2"),
-                );
-                None
+            (Op::Mul(_), Some(k)) if rule::factor(k).is_err() => {
+                kept("interval", growth_arg, None, rule::factor(k), cx).flatten()
             }
             (Op::Mul(_), Some(k)) => match usize::try_from(k) {
                 Ok(k) => Some(Growth::Mul(k)),
@@ -437,20 +426,11 @@ fn steps(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
         };
         let threshold = int::<usize>("steps threshold", lhs, cx);
         let size = int::<usize>("steps size", rhs, cx);
-        if size == Some(0) {
-            cx.on(rhs, "`steps`: a batch size must be at least 1");
-            ok = false;
+        if let Some(s) = size {
+            ok &= kept("steps", rhs, (), rule::size(s), cx).is_some();
         }
         if let (Some(t), Some(p)) = (threshold, previous) {
-            if t <= p {
-                cx.on(
-                    lhs,
-                    format!(
-                        "`steps`: thresholds must be strictly increasing: `{t}` comes after `{p}`"
-                    ),
-                );
-                ok = false;
-            }
+            ok &= kept("steps", lhs, (), rule::steps_entry(Some(p), t, 1), cx).is_some();
         }
         match (threshold, size) {
             (Some(t), Some(s)) => table.push((t, s)),
@@ -476,28 +456,20 @@ fn custom(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
 
 fn memory(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     let named = named_args(call, MEMORY_ARGS, cx)?;
-    let threshold = match named.get("threshold") {
-        None => Some(0.9),
-        Some(v) => float("threshold", v, cx).and_then(|t| {
-            if t > 0.0 && t <= 1.0 {
-                Some(t)
-            } else {
-                cx.on(*v, format!("`memory`: `threshold = {t}` must be in (0, 1]: a fraction of the baseline batch's peak memory"));
-                None
-            }
-        }),
-    };
-    let max_range = match named.get("max_range") {
-        None => Some(2.0),
-        Some(v) => float("max_range", v, cx).and_then(|r| {
-            if r.is_finite() && r >= 1.0 {
-                Some(r)
-            } else {
-                cx.on(*v, format!("`memory`: `max_range = {r}` must be at least 1.0: the largest growth factor over the initial size"));
-                None
-            }
-        }),
-    };
+    let threshold = float_arg(
+        ("memory", "threshold"),
+        named.get("threshold"),
+        memory_rules::THRESHOLD,
+        memory_rules::threshold,
+        cx,
+    );
+    let max_range = float_arg(
+        ("memory", "max_range"),
+        named.get("max_range"),
+        memory_rules::MAX_RANGE,
+        memory_rules::max_range,
+        cx,
+    );
     Some(Schedule::Memory {
         threshold: threshold?,
         max_range: max_range?,
@@ -589,7 +561,7 @@ fn has_all_ramp_args(call: &Call, named: &HashMap<String, &Value>, cx: &mut Ctxt
 }
 
 /// One value of `ramp`: an integer of at least 1.
-fn ramp_value(named: &HashMap<String, &Value>, name: &str, cx: &mut Ctxt) -> Option<usize> {
+fn ramp_value(named: &HashMap<String, &Value>, name: &'static str, cx: &mut Ctxt) -> Option<usize> {
     count("ramp", name, named[name], cx)
 }
 
@@ -601,24 +573,22 @@ fn stairs_reach_global(
     global: usize,
     cx: &mut Ctxt,
 ) -> bool {
-    if start >= global {
+    let verdict = rule::ramp(start, increment, 1, global);
+    // The engine takes `start = global` as a constant batch; the attribute's ramp
+    // must climb, and says how to ask for a constant one.
+    if start == global || verdict.as_ref().is_err_and(|broken| broken.arg == "start") {
         cx.on(
             named["start"],
             format!("`ramp`: `start = {start}` must be smaller than `global = {global}`; for a fixed global batch run with `--global-batch-size {global}`"),
         );
         return false;
     }
-    if (global - start) % increment != 0 {
-        cx.on(
-            named["increment"],
-            format!(
-                "`ramp`: `global - start` = {} is not a multiple of `increment = {increment}`",
-                global - start
-            ),
-        );
-        return false;
-    }
-    true
+    let at = match &verdict {
+        Err(broken) => named.get(broken.arg).copied(),
+        Ok(()) => None,
+    };
+    let at = at.unwrap_or(named["increment"]);
+    kept("ramp", at, (), verdict, cx).is_some()
 }
 
 /// `noise_scale(fraction = f, min = a, max = b, factor = k, hysteresis = h,
@@ -631,34 +601,40 @@ fn stairs_reach_global(
 fn noise_scale(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     const FORM: &str = "noise_scale(fraction = 1.0, min = 32, max = 4096)";
     let named = named_args(call, NOISE_SCALE_ARGS, cx)?;
-    let fraction = positive_float("noise_scale", "fraction", named.get("fraction"), 1.0, cx);
+    let fraction = float_arg(
+        ("noise_scale", "fraction"),
+        named.get("fraction"),
+        noise_rules::FRACTION,
+        noise_rules::fraction,
+        cx,
+    );
     let min = required_count("noise_scale", FORM, call, &named, "min", cx);
     let max = required_count("noise_scale", FORM, call, &named, "max", cx);
     let factor = match named.get("factor") {
-        None => Some(2),
+        None => Some(noise_rules::FACTOR),
         Some(v) => count("noise_scale", "factor", v, cx),
     };
-    let hysteresis = non_negative_float(
-        "noise_scale",
-        "hysteresis",
+    let hysteresis = float_arg(
+        ("noise_scale", "hysteresis"),
         named.get("hysteresis"),
-        0.1,
+        noise_rules::HYSTERESIS,
+        noise_rules::hysteresis,
         cx,
     );
     let shrink = match named.get("shrink") {
-        None => Some(false),
+        None => Some(noise_rules::SHRINK),
         Some(v) => boolean("shrink", v, cx),
     };
     let every = measure_every(named.get("every").copied(), cx);
     let (fraction, min, max) = (fraction?, min?, max?);
     let (factor, hysteresis, shrink, every) = (factor?, hysteresis?, shrink?, every?);
-    if max < min {
-        cx.on(
-            named["max"],
-            format!("`noise_scale`: `max = {max}` is smaller than `min = {min}`"),
-        );
-        return None;
-    }
+    kept(
+        "noise_scale",
+        named["max"],
+        (),
+        adabatch_rules::batch_range(min, max),
+        cx,
+    )?;
     Some(Schedule::NoiseScale {
         fraction,
         min,
@@ -702,14 +678,20 @@ fn goodput(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     let min = required_count("goodput", GOODPUT_FORM, call, &named, "min", cx);
     let max = required_count("goodput", GOODPUT_FORM, call, &named, "max", cx);
     let max_local = match named.get("max_local") {
-        None => Some(0),
+        None => Some(goodput_rules::MAX_LOCAL),
         Some(v) => count("goodput", "max_local", v, cx),
     };
     let max_micro_batches = match named.get("max_micro_batches") {
-        None => Some(8),
+        None => Some(goodput_rules::MAX_MICRO_BATCHES),
         Some(v) => count("goodput", "max_micro_batches", v, cx),
     };
-    let hysteresis = non_negative_float("goodput", "hysteresis", named.get("hysteresis"), 0.05, cx);
+    let hysteresis = float_arg(
+        ("goodput", "hysteresis"),
+        named.get("hysteresis"),
+        goodput_rules::HYSTERESIS,
+        goodput_rules::hysteresis,
+        cx,
+    );
     let step_time = match named.get("step_time") {
         None => Some(None),
         Some(Value::Path(p)) => Some(Some(p.clone())),
@@ -726,13 +708,13 @@ fn goodput(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     };
     let (min, max, max_local, max_micro_batches) = (min?, max?, max_local?, max_micro_batches?);
     let (hysteresis, step_time) = (hysteresis?, step_time?);
-    if max < min {
-        cx.on(
-            named["max"],
-            format!("`goodput`: `max = {max}` is smaller than `min = {min}`"),
-        );
-        return None;
-    }
+    kept(
+        "goodput",
+        named["max"],
+        (),
+        adabatch_rules::batch_range(min, max),
+        cx,
+    )?;
     Some(Schedule::Goodput {
         min,
         max,
@@ -749,7 +731,7 @@ fn required_count(
     form: &str,
     call: &Call,
     named: &HashMap<String, &Value>,
-    name: &str,
+    name: &'static str,
     cx: &mut Ctxt,
 ) -> Option<usize> {
     match named.get(name) {
@@ -765,69 +747,12 @@ fn required_count(
 }
 
 /// An argument of `schedule` that counts: an integer of at least 1.
-fn count(schedule: &str, name: &str, v: &Value, cx: &mut Ctxt) -> Option<usize> {
+fn count(schedule: &str, name: &'static str, v: &Value, cx: &mut Ctxt) -> Option<usize> {
     let n = int::<usize>(name, v, cx)?;
-    if n == 0 {
-        cx.on(v, format!("`{schedule}`: `{name}` must be at least 1"));
-        return None;
-    }
-    Some(n)
-}
-
-/// A positive number, `default` when absent.
-fn positive_float(
-    schedule: &str,
-    name: &str,
-    value: Option<&&Value>,
-    default: f64,
-    cx: &mut Ctxt,
-) -> Option<f64> {
-    bounded_float(
-        (schedule, name),
-        value,
-        default,
-        (|f| f > 0.0, "be positive"),
-        cx,
-    )
-}
-
-/// A number of at least 0, `default` when absent.
-fn non_negative_float(
-    schedule: &str,
-    name: &str,
-    value: Option<&&Value>,
-    default: f64,
-    cx: &mut Ctxt,
-) -> Option<f64> {
-    bounded_float(
-        (schedule, name),
-        value,
-        default,
-        (|f| f >= 0.0, "be at least 0"),
-        cx,
-    )
-}
-
-/// A finite number that passes `ok` (said as "must {rule}"), `default` when absent.
-fn bounded_float(
-    (schedule, name): (&str, &str),
-    value: Option<&&Value>,
-    default: f64,
-    (ok, rule): (fn(f64) -> bool, &str),
-    cx: &mut Ctxt,
-) -> Option<f64> {
-    let Some(v) = value else {
-        return Some(default);
-    };
-    let f = float(name, v, cx)?;
-    if f.is_finite() && ok(f) {
-        return Some(f);
-    }
-    cx.on(*v, format!("`{schedule}`: `{name} = {f}` must {rule}"));
-    None
+    kept(schedule, v, n, adabatch_rules::count(name, n), cx)
 }
 
 /// A `linear` argument: an integer of at least 1.
-fn positive(what: &str, value: &Value, cx: &mut Ctxt) -> Option<usize> {
+fn positive(what: &'static str, value: &Value, cx: &mut Ctxt) -> Option<usize> {
     count("linear", what, value, cx)
 }

@@ -176,3 +176,37 @@ pub fn crate_path(value: &Value, cx: &mut Ctxt) -> Option<Path> {
         }
     }
 }
+
+/// `value` when it keeps `rule` (a check of `adabatch-rules`, which the engine
+/// runs too); otherwise the rule's message after the setting's name (`` `memory`:
+/// ``), spanned on `at`.
+pub fn kept<T>(
+    setting: &str,
+    at: impl quote::ToTokens,
+    value: T,
+    rule: adabatch_rules::Check,
+    cx: &mut Ctxt,
+) -> Option<T> {
+    match rule {
+        Ok(()) => Some(value),
+        Err(broken) => {
+            cx.on(at, format!("`{setting}`: {broken}"));
+            None
+        }
+    }
+}
+
+/// A number argument of `setting`, `default` when absent, kept by `rule`.
+pub fn float_arg(
+    (setting, name): (&str, &str),
+    value: Option<&&Value>,
+    default: f64,
+    rule: fn(f64) -> adabatch_rules::Check,
+    cx: &mut Ctxt,
+) -> Option<f64> {
+    let Some(v) = value else {
+        return Some(default);
+    };
+    let f = float(name, v, cx)?;
+    kept(setting, *v, f, rule(f), cx)
+}

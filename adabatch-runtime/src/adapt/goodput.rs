@@ -115,28 +115,14 @@ impl PartialEq for GoodputSpec {
 impl GoodputSpec {
     /// The checks `goodput(..)`'s values must pass.
     pub fn validate(&self) -> Result<()> {
-        let bad = |reason: String| {
-            Err(Error::Settings(SettingsError::InvalidSchedule {
-                schedule: "goodput",
-                reason,
-            }))
-        };
-        if self.min == 0 || self.max < self.min {
-            return bad(format!(
-                "min = {} and max = {}: need 1 <= min <= max",
-                self.min, self.max
-            ));
-        }
-        if self.max_micro_batches == 0 {
-            return bad("max_micro_batches must be at least 1".into());
-        }
-        if !(self.hysteresis.is_finite() && self.hysteresis >= 0.0) {
-            return bad(format!(
-                "hysteresis = {} must be a non-negative number",
-                self.hysteresis
-            ));
-        }
-        Ok(())
+        adabatch_rules::goodput::check(
+            self.min,
+            self.max,
+            self.max_local,
+            self.max_micro_batches,
+            self.hysteresis,
+        )
+        .map_err(|broken| SettingsError::schedule_rule("goodput", broken).into())
     }
 
     /// The shapes goodput may choose on `world` ranks: every global batch in

@@ -211,17 +211,21 @@ pub struct OnlineMixer {
 }
 
 impl OnlineMixer {
-    /// `temperature > 0`, `floor` in `[0, 1]`, `smoothing` in `[0, 1)`; other
-    /// values are clamped into range.
-    pub fn new(temperature: f64, floor: f64, smoothing: f64) -> Self {
+    /// `temperature > 0`, `floor` in `[0, 1]`, `smoothing` in `[0, 1)` (the rules
+    /// `mix = online(..)` is checked by at compile time); other values are a
+    /// [`SettingsError::InvalidMixer`](crate::SettingsError::InvalidMixer).
+    pub fn new(temperature: f64, floor: f64, smoothing: f64) -> crate::error::Result<Self> {
+        adabatch_rules::mixer::check(temperature, floor, smoothing)
+            .map_err(|broken| crate::error::SettingsError::mixer_rule("online", broken))?;
+        Ok(Self::checked(temperature, floor, smoothing))
+    }
+
+    /// From values that passed [`adabatch_rules::mixer::check`].
+    pub(crate) fn checked(temperature: f64, floor: f64, smoothing: f64) -> Self {
         Self {
-            temperature: if temperature.is_finite() && temperature > 0.0 {
-                temperature
-            } else {
-                1.0
-            },
-            floor: floor.clamp(0.0, 1.0),
-            smoothing: smoothing.clamp(0.0, 0.999),
+            temperature,
+            floor,
+            smoothing,
             smoothed: Vec::new(),
         }
     }
@@ -233,9 +237,10 @@ impl OnlineMixer {
 }
 
 impl Default for OnlineMixer {
-    /// Temperature 1, a 5 % floor, smoothing 0.9.
+    /// Temperature 1, a 5 % floor, smoothing 0.9: `mix = online`'s defaults.
     fn default() -> Self {
-        Self::new(1.0, 0.05, 0.9)
+        use adabatch_rules::mixer::{FLOOR, SMOOTHING, TEMPERATURE};
+        Self::checked(TEMPERATURE, FLOOR, SMOOTHING)
     }
 }
 
@@ -565,7 +570,7 @@ mod tests {
     #[test]
     fn the_harder_source_gets_more_and_the_floor_holds() {
         let names = vec!["a".to_string(), "b".to_string()];
-        let mut mixer = OnlineMixer::new(1.0, 0.1, 0.0);
+        let mut mixer = OnlineMixer::new(1.0, 0.1, 0.0).unwrap();
         let w = mixer.weights(&stats(&names, &[2.0, 0.0]));
         // softmax(2, 0) = (0.881, 0.119); 0.9 of it plus 0.05 each.
         assert!((w[0] - (0.9 * 0.880_797 + 0.05)).abs() < 1e-5, "{w:?}");
@@ -596,11 +601,11 @@ mod tests {
     #[test]
     fn smoothing_and_state_round_trip() {
         let names = vec!["a".to_string(), "b".to_string()];
-        let mut mixer = OnlineMixer::new(1.0, 0.0, 0.5);
+        let mut mixer = OnlineMixer::new(1.0, 0.0, 0.5).unwrap();
         mixer.weights(&stats(&names, &[1.0, f64::NAN]));
         mixer.weights(&stats(&names, &[3.0, 1.0]));
         assert_eq!(mixer.smoothed_losses(), &[2.0, 1.0]);
-        let mut other = OnlineMixer::new(1.0, 0.0, 0.5);
+        let mut other = OnlineMixer::new(1.0, 0.0, 0.5).unwrap();
         other.restore(&mixer.state().unwrap()).unwrap();
         let next = stats(&names, &[1.0, 1.0]);
         assert_eq!(other.weights(&next), mixer.weights(&next));

@@ -136,47 +136,30 @@ impl NoiseScalePolicy {
             fraction,
             min,
             max,
-            factor: 2,
-            hysteresis: 0.1,
-            shrink: false,
+            factor: adabatch_rules::noise_scale::FACTOR,
+            hysteresis: adabatch_rules::noise_scale::HYSTERESIS,
+            shrink: adabatch_rules::noise_scale::SHRINK,
             every: MeasureEvery::Modeled,
         }
     }
 
     /// The checks the values must pass (the macro checks them at compile time).
     pub fn validate(&self) -> Result<()> {
-        let bad = |reason: String| {
-            Err(Error::Settings(SettingsError::InvalidSchedule {
-                schedule: "noise_scale",
-                reason,
-            }))
+        let every = match self.every {
+            MeasureEvery::Steps(k) => adabatch_rules::noise_scale::every(k),
+            MeasureEvery::Modeled | MeasureEvery::Auto => Ok(()),
         };
-        let Self {
-            fraction,
-            min,
-            max,
-            factor,
-            hysteresis,
-            ..
-        } = *self;
-        if !(fraction.is_finite() && fraction > 0.0) {
-            return bad(format!("fraction {fraction} must be positive"));
-        }
-        if min == 0 || max < min {
-            return bad(format!("min = {min}, max = {max}: need 1 <= min <= max"));
-        }
-        if factor == 0 {
-            return bad("factor must be at least 1 (1: continuous, 2: doubling)".into());
-        }
-        if !(hysteresis.is_finite() && hysteresis >= 0.0) {
-            return bad(format!(
-                "hysteresis {hysteresis} must be a non-negative number"
-            ));
-        }
-        if self.every == MeasureEvery::Steps(0) {
-            return bad("every must be `model`, `auto` or at least 1 step".into());
-        }
-        Ok(())
+        every
+            .and_then(|()| {
+                adabatch_rules::noise_scale::check(
+                    self.fraction,
+                    self.min,
+                    self.max,
+                    self.factor,
+                    self.hysteresis,
+                )
+            })
+            .map_err(|broken| SettingsError::schedule_rule("noise_scale", broken).into())
     }
 
     /// The next global batch after one of `current`, given the estimate

@@ -8,7 +8,7 @@
 //! `G` after. The arithmetic is Megatron's own (`f64` division, truncation), so the
 //! staircase matches it step for step, boundaries included.
 
-use crate::error::{Error, Result, SettingsError};
+use crate::error::{Result, SettingsError};
 
 /// A global-batch ramp; see the module docs. `start == global` is a constant global
 /// batch (`--global-batch-size` alone).
@@ -43,40 +43,18 @@ impl Ramp {
     /// Megatron's checks: every value at least 1, `start < global` (or a constant),
     /// `global − start` a multiple of `increment`.
     pub fn validate(&self) -> Result<()> {
-        let bad = |reason: String| {
-            Err(Error::Settings(SettingsError::InvalidSchedule {
-                schedule: "ramp",
-                reason,
-            }))
-        };
         let Ramp {
             start,
             increment,
             samples,
             global,
         } = *self;
-        if global == 0 {
-            return bad("the global batch size must be at least 1".into());
-        }
-        if self.is_constant() {
-            return Ok(());
-        }
-        if start == 0 || increment == 0 || samples == 0 {
-            return bad(format!(
-                "ramp(start = {start}, increment = {increment}, samples = {samples}): each must be at least 1"
-            ));
-        }
-        if start > global {
-            return bad(format!(
-                "the start {start} is larger than the global batch size {global}"
-            ));
-        }
-        if (global - start) % increment != 0 {
-            return bad(format!(
-                "global batch size {global} minus start {start} is not a multiple of the increment {increment}"
-            ));
-        }
-        Ok(())
+        adabatch_rules::schedule::ramp(start, increment, samples, global)
+            .or_else(|broken| match self.is_constant() && global > 0 {
+                // A ramp that does not climb needs no stairs.
+                true => Ok(()),
+                false => Err(SettingsError::schedule_rule("ramp", broken).into()),
+            })
     }
 
     /// The global batch of a step taken after `consumed` examples.

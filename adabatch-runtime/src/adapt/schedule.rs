@@ -259,66 +259,28 @@ impl BatchLimits {
 /// Checks a schedule's own arguments (the macro checks the same at compile time;
 /// this catches specs built by hand).
 pub fn validate_spec(spec: &ScheduleSpec) -> Result<()> {
-    let bad = |schedule: &'static str, reason: String| {
-        Err(Error::Settings(SettingsError::InvalidSchedule {
-            schedule,
-            reason,
-        }))
-    };
-    match *spec {
-        ScheduleSpec::Constant(Some(0)) => {
-            bad("constant", "a batch size must be at least 1".into())
-        }
-        ScheduleSpec::Interval { every: 0, .. } => {
-            bad("interval", "`every` must be at least 1".into())
-        }
-        ScheduleSpec::Interval {
-            growth: Growth::Add(0),
-            ..
-        } => bad("interval", "the step `+k` must not be zero".into()),
-        ScheduleSpec::Interval {
-            growth: Growth::Mul(k),
-            ..
-        } if k < 2 => bad("interval", format!("the factor `*{k}` must be at least 2")),
-        ScheduleSpec::Linear { from, to, over } if from == 0 || to == 0 || over == 0 => bad(
-            "linear",
-            format!("linear({from}, {to}, over = {over}): sizes and `over` must be at least 1"),
+    use adabatch_rules::{memory, schedule as rule};
+    let (schedule, verdict) = match *spec {
+        ScheduleSpec::Constant(Some(n)) => ("constant", rule::size(n)),
+        ScheduleSpec::Interval { every, growth } => (
+            "interval",
+            rule::every(every).and_then(|()| match growth {
+                Growth::Add(k) => rule::step(k),
+                Growth::Mul(k) => rule::factor(k as u64),
+            }),
         ),
-        ScheduleSpec::Steps(table) => {
-            if table.is_empty() {
-                return bad(
-                    "steps",
-                    "needs at least one `threshold => size` pair".into(),
-                );
-            }
-            if table.iter().any(|&(_, size)| size == 0) {
-                return bad("steps", "every size must be at least 1".into());
-            }
-            if table.windows(2).any(|w| w[0].0 >= w[1].0) {
-                return bad("steps", "thresholds must be strictly increasing".into());
-            }
-            Ok(())
-        }
-        ScheduleSpec::Ramp(r) | ScheduleSpec::TokenRamp(r) => r.validate(),
-        ScheduleSpec::NoiseScale(policy) => policy.validate(),
-        ScheduleSpec::Goodput(spec) => spec.validate(),
+        ScheduleSpec::Linear { from, to, over } => ("linear", rule::linear(from, to, over)),
+        ScheduleSpec::Steps(table) => ("steps", rule::steps(table)),
+        ScheduleSpec::Ramp(r) | ScheduleSpec::TokenRamp(r) => return r.validate(),
+        ScheduleSpec::NoiseScale(policy) => return policy.validate(),
+        ScheduleSpec::Goodput(spec) => return spec.validate(),
         ScheduleSpec::Memory {
             threshold,
             max_range,
-        } => {
-            if !(threshold > 0.0 && threshold <= 1.0) {
-                return bad("memory", format!("threshold {threshold} must be in (0, 1]"));
-            }
-            if max_range.is_nan() || max_range < 1.0 {
-                return bad(
-                    "memory",
-                    format!("max_range {max_range} must be at least 1.0"),
-                );
-            }
-            Ok(())
-        }
-        _ => Ok(()),
-    }
+        } => ("memory", memory::check(threshold, max_range)),
+        _ => return Ok(()),
+    };
+    verdict.map_err(|broken| SettingsError::schedule_rule(schedule, broken).into())
 }
 
 #[cfg(test)]

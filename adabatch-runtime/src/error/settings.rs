@@ -72,6 +72,15 @@ pub enum SettingsError {
     /// `Run::group` was given no rank to run in this process.
     #[error("Run::group needs at least one rank in this process")]
     EmptyGroup,
+    /// A mixer's own arguments are invalid (`mix = online(..)`, or one built by
+    /// hand).
+    #[error("mixer {mixer}: {reason}")]
+    InvalidMixer {
+        /// The mixer, e.g. `online`.
+        mixer: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
     /// The mixer does not fit the run's sources (a source it names is not one of
     /// them), found before the first step.
     #[error("the mixer does not fit the run's sources ({}): {reason}", sources.join(", "))]
@@ -81,4 +90,22 @@ pub enum SettingsError {
         /// What the mixer found wrong.
         reason: String,
     },
+}
+
+impl SettingsError {
+    /// `mixer`'s arguments broke one of the rules the attribute checks too.
+    pub(crate) fn mixer_rule(mixer: &'static str, broken: adabatch_rules::Broken) -> Self {
+        Self::InvalidMixer {
+            mixer,
+            reason: broken.message,
+        }
+    }
+
+    /// `schedule`'s arguments broke one of the rules the attribute checks too.
+    pub(crate) fn schedule_rule(schedule: &'static str, broken: adabatch_rules::Broken) -> Self {
+        Self::InvalidSchedule {
+            schedule,
+            reason: broken.message,
+        }
+    }
 }

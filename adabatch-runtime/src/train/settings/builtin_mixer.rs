@@ -1,6 +1,7 @@
 //! The mixer the attribute's `mix = ..` asks the engine for.
 
 use crate::config::policy::MixSpec;
+use crate::error::{Result, SettingsError};
 
 /// The mixer `mix = ..` asks the engine for.
 #[derive(Debug, Clone, Copy)]
@@ -12,23 +13,29 @@ pub(crate) enum BuiltinMixer {
 }
 
 impl BuiltinMixer {
-    /// The engine's own mixer the policy's `mix` asks for, if any.
-    pub(super) fn of(mix: &MixSpec) -> Option<Self> {
-        match *mix {
+    /// The engine's own mixer the policy's `mix` asks for, if any; its arguments
+    /// checked by the rules the attribute checks (a spec built by hand may break
+    /// them).
+    pub(super) fn of(mix: &MixSpec) -> Result<Option<Self>> {
+        Ok(match *mix {
             MixSpec::Online {
                 temperature,
                 floor,
                 smoothing,
-            } => Some(BuiltinMixer::Online(temperature, floor, smoothing)),
+            } => {
+                adabatch_rules::mixer::check(temperature, floor, smoothing)
+                    .map_err(|broken| SettingsError::mixer_rule("online", broken))?;
+                Some(BuiltinMixer::Online(temperature, floor, smoothing))
+            }
             MixSpec::Custom(f) => Some(BuiltinMixer::Custom(f)),
             MixSpec::Dataset | MixSpec::Fixed(_) => None,
-        }
+        })
     }
 
     pub(crate) fn build(self) -> Box<dyn crate::adapt::mixer::Mixer> {
         match self {
             BuiltinMixer::Online(t, f, s) => {
-                Box::new(crate::adapt::mixer::OnlineMixer::new(t, f, s))
+                Box::new(crate::adapt::mixer::OnlineMixer::checked(t, f, s))
             }
             BuiltinMixer::Custom(f) => Box::new(crate::adapt::mixer::FnMixer(f)),
         }

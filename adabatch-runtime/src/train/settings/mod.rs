@@ -202,7 +202,7 @@ impl RunSettings {
             device: args.launch.device()?,
             warnings: (args.batch).start_warnings(&policy.schedule, &schedule, initial_per_device),
             sources,
-            builtin_mixer: BuiltinMixer::of(&policy.mix),
+            builtin_mixer: BuiltinMixer::of(&policy.mix)?,
             mix_weights_given: !args.data.mix_weights.is_empty(),
             prefetch_workers: args.data.dataloader_num_workers,
             release_freed_memory: args.data.release_freed_memory,

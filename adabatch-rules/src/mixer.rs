@@ -1,0 +1,47 @@
+//! `mix = online(temperature, floor, smoothing)`: weights from a softmax of each
+//! source's smoothed loss.
+
+use crate::{positive, within, Check};
+
+/// The softmax's temperature.
+pub const TEMPERATURE: f64 = 1.0;
+/// Every source's least weight before renormalising.
+pub const FLOOR: f64 = 0.05;
+/// The losses' moving-average decay.
+pub const SMOOTHING: f64 = 0.9;
+
+/// `temperature` positive.
+pub fn temperature(t: f64) -> Check {
+    positive("temperature", t)
+}
+
+/// `floor` in `[0, 1]`.
+pub fn floor(f: f64) -> Check {
+    within("floor", f, (0.0, 1.0, false))
+}
+
+/// `smoothing` in `[0, 1)`.
+pub fn smoothing(s: f64) -> Check {
+    within("smoothing", s, (0.0, 1.0, true))
+}
+
+/// The whole setting.
+pub fn check(t: f64, f: f64, s: f64) -> Check {
+    temperature(t)?;
+    floor(f)?;
+    smoothing(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_pass_and_each_argument_is_named() {
+        assert!(check(TEMPERATURE, FLOOR, SMOOTHING).is_ok());
+        assert_eq!(check(0.0, 0.05, 0.9).unwrap_err().arg, "temperature");
+        assert_eq!(check(1.0, 1.5, 0.9).unwrap_err().arg, "floor");
+        assert_eq!(check(1.0, 0.05, 1.0).unwrap_err().arg, "smoothing");
+        assert_eq!(check(1.0, f64::NAN, 0.9).unwrap_err().arg, "floor");
+    }
+}
