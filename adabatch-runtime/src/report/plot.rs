@@ -164,12 +164,10 @@ pub fn plot_runs(runs: &[RunLog], out: &Path) -> Result<()> {
     let ext = out
         .extension()
         .map(|e| e.to_string_lossy().to_ascii_lowercase());
-    // A fifth row for the mixing weights, when some run mixed sources.
-    let size = if mixed_run(runs).is_some() {
-        (SIZE.0, SIZE.1 + SIZE.1 / 4)
-    } else {
-        SIZE
-    };
+    // A row more for the mixing weights, and one per diagnostic of the mixer,
+    // when some run mixed sources.
+    let extra_rows = mixed_run(runs).map_or(0, |run| 1 + diagnostic_keys(&runs[run]).len());
+    let size = (SIZE.0, SIZE.1 + SIZE.1 / 4 * extra_rows as u32);
     let drawn = match ext.as_deref() {
         Some("svg") => draw(SVGBackend::new(out, size).into_drawing_area(), runs),
         Some("png") => draw_png(out, size, runs),
@@ -303,7 +301,9 @@ where
         },
     };
     let mixed = mixed_run(runs);
-    let panels = body.split_evenly((if mixed.is_some() { 5 } else { 4 }, 2));
+    let diagnostics = mixed.map_or_else(Vec::new, |run| diagnostic_keys(&runs[run]));
+    let rows = 4 + mixed.map_or(0, |_| 1 + diagnostics.len());
+    let panels = body.split_evenly((rows, 2));
     for (column, axis) in [by_step, by_examples].iter().enumerate() {
         let panel = |row: usize| &panels[row * 2 + column];
         let batch = ("Global batch size", "global batch (examples)");
@@ -338,7 +338,14 @@ where
         let lr = ("Learning rate", "learning rate");
         line_panel(panel(3), runs, axis, lr, |s| s.learning_rate, true, &[])?;
         if let Some(run) = mixed {
-            weights_panel(panel(4), &runs[run], &axis.xs[run], axis.label)?;
+            let (run, xs) = (&runs[run], &axis.xs[run]);
+            weights_panel(panel(4), run, xs, axis.label)?;
+            for (row, key) in diagnostics.iter().enumerate() {
+                let caption = format!("Mixer: {key} ({})", run.label);
+                let series = diagnostic_series(run, xs, key);
+                let y = range(series.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.1)), false);
+                by_source_panel(panel(5 + row), (&caption, key, axis.label), y, series)?;
+            }
         }
     }
     root.present()?;
@@ -365,35 +372,100 @@ where
         .find_map(|s| s.sources.mix_weights.as_ref())
         .map(|w| w.keys().cloned().collect())
         .unwrap_or_default();
-    let x = range(xs.iter().copied(), true);
+    let series = (names.into_iter())
+        .map(|name| {
+            let pts = (xs.iter().zip(&run.steps))
+                .filter_map(|(&x, s)| Some((x, *s.sources.mix_weights.as_ref()?.get(&name)?)))
+                .collect();
+            (name, pts)
+        })
+        .collect();
+    let caption = format!("Mixing weights ({})", run.label);
+    by_source_panel(area, (&caption, "share", x_label), 0.0..1.0, series)
+}
+
+/// The diagnostics of the mixer's record worth a panel of their own, in the
+/// order they first appear: a number per source, or one number. A number per
+/// pair of sources (a mixing law) is left to the log: a matrix over time does
+/// not read as lines. At most three, so the picture stays readable.
+fn diagnostic_keys(run: &RunLog) -> Vec<String> {
+    const MOST: usize = 3;
+    let mut keys: Vec<String> = Vec::new();
+    for record in run.steps.iter().filter_map(|s| s.sources.mixer.as_ref()?.as_object()) {
+        for (key, value) in record {
+            let drawable = value.is_number()
+                || value
+                    .as_object()
+                    .is_some_and(|per_source| per_source.values().all(|v| v.is_number() || v.is_null()));
+            if drawable && !keys.contains(key) && keys.len() < MOST {
+                keys.push(key.clone());
+            }
+        }
+    }
+    keys
+}
+
+/// The lines of the mixer's diagnostic `key`: one per source, or one for a
+/// single number (`null`, NaN, leaves a gap).
+fn diagnostic_series(run: &RunLog, xs: &[f64], key: &str) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for (&x, step) in xs.iter().zip(&run.steps) {
+        let Some(value) = step.sources.mixer.as_ref().and_then(|m| m.get(key)) else {
+            continue;
+        };
+        let points: Vec<(String, Option<f64>)> = match value.as_object() {
+            Some(per_source) => (per_source.iter())
+                .map(|(source, v)| (source.clone(), v.as_f64()))
+                .collect(),
+            None => vec![(key.to_string(), value.as_f64())],
+        };
+        for (name, y) in points {
+            let Some(y) = y.filter(|y| y.is_finite()) else {
+                continue;
+            };
+            match series.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, pts)) => pts.push((x, y)),
+                None => series.push((name, vec![(x, y)])),
+            }
+        }
+    }
+    series
+}
+
+/// Lines by source (one colour each, with a legend) over the run.
+fn by_source_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    (caption, y_label, x_label): (&str, &str, &str),
+    y: std::ops::Range<f64>,
+    series: Vec<(String, Vec<(f64, f64)>)>,
+) -> Draw
+where
+    DB::ErrorType: 'static,
+{
+    let x = range(series.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.0)), true);
     let mut chart = ChartBuilder::on(area)
         .margin(12)
-        .caption(
-            format!("Mixing weights ({})", run.label),
-            ("sans-serif", 20),
-        )
+        .caption(caption, ("sans-serif", 20))
         .x_label_area_size(42)
         .y_label_area_size(78)
-        .build_cartesian_2d(x, 0.0..1.0)?;
+        .build_cartesian_2d(x, y)?;
     chart
         .configure_mesh()
         .x_desc(x_label)
-        .y_desc("share")
+        .y_desc(y_label)
         .x_labels(8)
         .y_labels(6)
         .x_label_formatter(&|v| format_tick(*v))
+        .y_label_formatter(&|v| format_tick(*v))
         .label_style(("sans-serif", 14))
         .axis_desc_style(("sans-serif", 15))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()?;
-    for (i, name) in names.iter().enumerate() {
-        let pts: Vec<(f64, f64)> = (xs.iter().zip(&run.steps))
-            .filter_map(|(&x, s)| Some((x, *s.sources.mix_weights.as_ref()?.get(name)?)))
-            .collect();
+    for (i, (name, pts)) in series.into_iter().enumerate() {
         let c = colour(i);
         chart
             .draw_series(LineSeries::new(pts, c.stroke_width(2)))?
-            .label(name.as_str())
+            .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(3)));
     }
     chart
@@ -681,6 +753,58 @@ mod tests {
         assert_eq!(counted.examples_seen(), (vec![80.0, 200.0], true));
         // The evaluation after step 20 sits at its x; one after an unlogged step is left out.
         assert_eq!(counted.eval_points(&[80.0, 200.0]), vec![(200.0, 1.5)]);
+    }
+
+    /// A mixed run's step with Aioli-like diagnostics: a mixture and probe losses
+    /// per source, a law per pair (not drawn), a scalar.
+    fn mixed_entry(step: usize, probe_loss: Option<f64>) -> StepLog {
+        let mut entry = entry(step, 8, step as f64 / 100.0, step as f64 / 100.0);
+        entry.sources.mix_weights = Some([("en".to_string(), 0.5), ("py".to_string(), 0.5)].into());
+        entry.sources.mixer = Some(serde_json::json!({
+            "mixture": {"en": 0.5, "py": 0.5},
+            "law": {"en": {"en": 1.0, "py": 0.1}, "py": {"en": 0.2, "py": 1.0}},
+            "probe_loss": {"en": probe_loss, "py": 4.0},
+            "round": step,
+        }));
+        entry
+    }
+
+    #[test]
+    fn a_mixers_diagnostics_are_drawn_per_source_and_its_law_is_left_to_the_log() {
+        let run = RunLog {
+            label: "aioli".into(),
+            steps: vec![mixed_entry(1, Some(5.0)), mixed_entry(2, None), mixed_entry(3, Some(4.5))],
+            evals: Vec::new(),
+        };
+        // serde_json's map is ordered by key.
+        assert_eq!(diagnostic_keys(&run), ["mixture", "probe_loss", "round"]);
+        let xs = [1.0, 2.0, 3.0];
+        let probes = diagnostic_series(&run, &xs, "probe_loss");
+        assert_eq!(
+            probes,
+            [
+                ("en".to_string(), vec![(1.0, 5.0), (3.0, 4.5)]),
+                ("py".to_string(), vec![(1.0, 4.0), (2.0, 4.0), (3.0, 4.0)])
+            ],
+            "a null (NaN) loss leaves a gap"
+        );
+        assert_eq!(
+            diagnostic_series(&run, &xs, "round"),
+            [("round".to_string(), vec![(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)])]
+        );
+        let dir = std::env::temp_dir().join(format!("adabatch-plot-mixer-{}", std::process::id()));
+        let (plain, mixed) = (dir.join("plain.png"), dir.join("mixed.png"));
+        let mut unmixed = run.clone();
+        unmixed.steps.iter_mut().for_each(|s| s.sources = Default::default());
+        plot_runs(&[unmixed], &plain).unwrap();
+        plot_runs(&[run], &mixed).unwrap();
+        let height = |path: &Path| {
+            let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+            decoder.read_info().unwrap().info().height
+        };
+        // The weights' row and one per drawn diagnostic.
+        assert_eq!(height(&mixed), height(&plain) + 4 * (SIZE.1 / 4));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
