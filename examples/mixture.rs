@@ -39,14 +39,16 @@
 //! `eval_<domain>_loss`. `--summary-json` writes the per-domain losses, and
 //! `--init-from DIR` continues from a saved model (continual pretraining: train on
 //! some domains, then on a new one with a replay share of the old, e.g.
-//! `--mix-weights new=0.9,en=0.05,kjv=0.05`).
+//! `--mix-weights new=0.9,en=0.05,kjv=0.05`; or the least replay that keeps each
+//! old domain within 5 % of its loss before, `--new-domain new --replay-bound 0.05
+//! --replay-reference en=5.18,kjv=3.96 --eval-steps 25 --eval-on-start`).
 
 use std::path::{Path, PathBuf};
 
 use adabatch::prelude::*;
 use adabatch::{
-    AioliMixer, CurriculumMixer, Domains, Exp3Mixer, MixUnit, Mixer, OnlineMixer, PackedCollate,
-    ReplayBudget,
+    AioliMixer, BoundedReplay, CurriculumMixer, Domains, Exp3Mixer, MixUnit, Mixer, OnlineMixer,
+    PackedCollate, ReplayBudget,
 };
 use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 
@@ -103,6 +105,19 @@ struct Cli {
     /// kept (e.g. `0.4,0,0.5`: 10 % in all, within the first half).
     #[arg(long, requires = "new_domain", value_parser = parse_ramp)]
     replay_ramp: Option<(f64, f64, f64)>,
+    /// With --new-domain and --replay-reference: the least replay that keeps every
+    /// old domain's validation loss within this relative rise (0.05: 5 %) of its
+    /// reference, read at each evaluation (`adabatch::BoundedReplay`; evaluate
+    /// often, e.g. --eval-steps 25 --eval-on-start).
+    #[arg(long, requires_all = ["new_domain", "replay_reference"])]
+    replay_bound: Option<f64>,
+    /// The old domains' validation losses before the new data, `en=5.18,kjv=3.96`
+    /// (phase 1's), for --replay-bound.
+    #[arg(long, value_parser = parse_losses, requires = "replay_bound")]
+    replay_reference: Option<Vec<(String, f64)>>,
+    /// --replay-bound's largest replay share.
+    #[arg(long, default_value_t = 0.5)]
+    replay_max: f64,
     /// `--mixer aioli`'s step size η (`adabatch::AioliMixer::new(ROUND, 4, 0.6, η)`).
     #[arg(long, default_value_t = 2.0)]
     aioli_eta: f64,
@@ -161,6 +176,20 @@ fn parse_ramp(text: &str) -> Result<(f64, f64, f64), String> {
             "{text:?}: give the replay's shares as FROM,TO or FROM,TO,UNTIL"
         )),
     }
+}
+
+/// `NAME=LOSS,NAME=LOSS`.
+fn parse_losses(text: &str) -> Result<Vec<(String, f64)>, String> {
+    (text.split(','))
+        .map(|pair| {
+            let (name, loss) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{pair:?}: expected NAME=LOSS"))?;
+            let loss: f64 =
+                (loss.trim().parse()).map_err(|_| format!("{pair:?}: {loss:?} is not a number"))?;
+            Ok((name.trim().to_string(), loss))
+        })
+        .collect()
 }
 
 /// `NAME=PATH`.
@@ -278,6 +307,7 @@ fn run() -> adabatch::Result<()> {
     let collate = PackedCollate::new(cli.model.seq_len, info.eos_id);
     let lr = args.lr.learning_rate;
     let summary = if curriculum.is_none()
+        && cli.replay_bound.is_none()
         && matches!(cli.mixer, MixerChoice::Stratified | MixerChoice::Uniform)
     {
         let factory = |ctx: &RankContext| -> adabatch::Result<FixedMixTrainer> {
@@ -312,6 +342,9 @@ fn run() -> adabatch::Result<()> {
 fn mixer_of(cli: &Cli, curriculum: Option<CurriculumMixer>) -> adabatch::Result<Box<dyn Mixer>> {
     if let Some(curriculum) = curriculum {
         return Ok(Box::new(curriculum));
+    }
+    if let Some(bounded) = bounded_replay(cli)? {
+        return Ok(Box::new(bounded));
     }
     let mixer: Box<dyn Mixer> = match cli.mixer {
         MixerChoice::Odm => Box::new(Exp3Mixer::default()),
@@ -406,9 +439,40 @@ fn replay_curriculum(
     CurriculumMixer::new(vec![(0, shares(from)), (documents, shares(to))]).map(Some)
 }
 
+/// `--replay-bound` with its reference, the replay share of the new domains' run.
+fn bounded_replay(cli: &Cli) -> adabatch::Result<Option<BoundedReplay>> {
+    let Some(bound) = cli.replay_bound else {
+        return Ok(None);
+    };
+    let reference = cli.replay_reference.clone().unwrap_or_default();
+    BoundedReplay::new(
+        cli.new_domain.iter().cloned(),
+        reference,
+        bound,
+        cli.replay_max,
+    )
+    .map(Some)
+}
+
 /// `--replay-budget` steers a mixer (online, odm or aioli) over domains that exist, with
 /// a share from 0 to 1: said before the first step.
 fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
+    if cli.replay_bound.is_some() {
+        if cli.replay_budget.is_some()
+            || cli.replay_ramp.is_some()
+            || !cli.train.data.mix_weights.is_empty()
+        {
+            return Err(adabatch::Error::Settings(
+                adabatch::SettingsError::ConflictingSettings {
+                    first: "--replay-bound",
+                    second: "--replay-budget / --replay-ramp / --mix-weights",
+                    reason: "the bound decides the replay share itself",
+                },
+            ));
+        }
+        // Its own checks (and the sources' in the run's setup), before the first step.
+        bounded_replay(cli)?;
+    }
     let Some(budget) = cli.replay_budget else {
         return Ok(());
     };

@@ -64,6 +64,7 @@ internal_mod!(user);
 pub use adabatch_nn::Parameters;
 pub use adabatch_nn::{autocast, autocast_linear};
 pub use adapt::aioli::AioliMixer;
+pub use adapt::bounded_replay::BoundedReplay;
 pub use adapt::goodput::{
     GoodputLog, GoodputReason, GoodputSpec, StepShape, StepTimeFit, StepTimeFn,
 };

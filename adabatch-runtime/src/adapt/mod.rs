@@ -4,6 +4,7 @@
 //! after each step, in one order.
 
 pub mod aioli;
+pub mod bounded_replay;
 pub mod goodput;
 pub mod lr;
 pub mod mixer;

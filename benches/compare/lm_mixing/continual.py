@@ -43,7 +43,7 @@ def main(out: Path) -> None:
     print("|---|---|---|---|---|---|---|---|")
     rates = sorted({p.stem.split("-lr")[1].rsplit("-", 1)[0] for p in out.glob("replay*-lr*-*.json")}, key=float, reverse=True)
     for rate in rates:
-        for replay, prefix in ((0, "replay0"), (10, "replay10"), ("online ≤ 10", "online-budget10"), ("0 → 20 (ramp)", "ramp0-20"), ("20 → 0 (ramp)", "ramp20-0"), ("40 → 0 over the first half", "ramp40-0-half")):
+        for replay, prefix in ((0, "replay0"), (10, "replay10"), ("online ≤ 10", "online-budget10"), ("0 → 20 (ramp)", "ramp0-20"), ("20 → 0 (ramp)", "ramp20-0"), ("40 → 0 over the first half", "ramp40-0-half"), ("bounded at 5", "bound5")):
             changes, worst, vs, steps, shares, new = {d: [] for d in old}, [], [], [], [], []
             for seed in seeds:
                 path = out / f"{prefix}-lr{rate}-{seed}.json"

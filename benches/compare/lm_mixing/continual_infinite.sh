@@ -13,6 +13,8 @@
 # --lr-decay-ratio 0.2), and a replay of en + kjv at 0 or 10 % of the tokens, or
 # 20 % falling to 0 (--replay-ramp 0.2,0). Phase 2 starts from the weights alone
 # (a fresh AdamW), so it keeps the 2 % warm-up, to the stable rate, not above it.
+# POLICIES (default "replay0 replay10 ramp20-0"; also boundN, e.g. bound5): the
+# replays of phase 2.
 # RATES (default "1e-3"): phase 2's rates, the first the stable rate; a lower one
 # (e.g. 3e-4) decays into phase 2 from the same stable model.
 #
@@ -30,6 +32,9 @@ p1=${P1:-1200000}
 p2=${P2:-200000}
 anneal=${ANNEAL:-120000}
 rates=(${RATES:-1e-3})
+# Phase 2's replays: replayN (N % fixed), ramp20-0, boundN (the least replay
+# that keeps each old domain within N % of its phase-1 loss: --replay-bound).
+policies=(${POLICIES:-replay0 replay10 ramp20-0})
 bin=${BIN:-target/release/examples/mixture}
 mkdir -p "$out"
 [[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
@@ -48,12 +53,28 @@ for seed in "${seeds[@]}"; do
         phase2=(--init-from "$stable" --seed "$seed" --max-train-tokens "$p2" --eval-steps 25
             --eval-on-start --save-steps 0 --learning-rate "$rate"
             --lr-scheduler-type warmup_stable_decay --lr-decay-ratio 0.2)
-        for replay in 0 10; do
-            w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
-            train "replay$replay-lr$rate-$seed" "${new_first[@]}" --mix-weights "$w" "${phase2[@]}"
+        for policy in "${policies[@]}"; do
+            case "$policy" in
+                replay*)
+                    replay=${policy#replay}
+                    w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
+                    train "$policy-lr$rate-$seed" "${new_first[@]}" --mix-weights "$w" "${phase2[@]}"
+                    ;;
+                ramp20-0)
+                    train "ramp20-0-lr$rate-$seed" "${new_first[@]}" --new-domain python \
+                        --replay-ramp 0.2,0 "${phase2[@]}"
+                    ;;
+                bound*)
+                    # The least replay that keeps en and kjv within BOUND % of the
+                    # annealed phase-1 model's losses, read at every evaluation.
+                    reference=$(python3 -c "import json,sys; f=json.load(open(sys.argv[1]))['final']; print(','.join(f'{d}={f[d]}' for d in ('en', 'kjv')))" "$out/phase1-$seed.json")
+                    train "$policy-lr$rate-$seed" "${new_first[@]}" --new-domain python \
+                        --replay-bound "$(python3 -c "print(${policy#bound} / 100)")" \
+                        --replay-reference "$reference" "${phase2[@]}"
+                    ;;
+                *) echo "unknown policy $policy" >&2; exit 2 ;;
+            esac
         done
-        train "ramp20-0-lr$rate-$seed" "${new_first[@]}" --new-domain python --replay-ramp 0.2,0 \
-            "${phase2[@]}"
     done
     find "$out"/run-{replay,ramp,phase1-}*"$seed" -name '*.safetensors' -delete 2>/dev/null || true
 done

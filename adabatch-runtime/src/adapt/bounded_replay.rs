@@ -1,0 +1,283 @@
+//! Continual pretraining with the least replay that keeps the old domains within a
+//! bound: the old domains' held-out losses, read at each evaluation, against their
+//! values before the new data (phase 1's), and the replay share moved by that.
+
+use super::mixer::{field, numbers, Diagnostic, Mixer, SourceStats};
+use crate::error::{Error, Result, SettingsError};
+
+/// Where the replay share starts, and the least it is raised to from none.
+pub const FIRST_REPLAY: f64 = 0.02;
+
+/// A mixer for continual pretraining: the new sources take `1 − r` of each step,
+/// the old ones (every source not named new) the replay share `r`. After each
+/// evaluation it reads every old domain's held-out loss (`eval_<source>_loss`)
+/// against the value it had before the new data (`reference`, phase 1's):
+///
+/// - when one has risen by more than `bound` (0.05: 5 %), `r` doubles (from 0 to
+///   [`FIRST_REPLAY`]), up to `max_replay`;
+/// - when all are within half the bound, `r` halves (below half of
+///   [`FIRST_REPLAY`] it is 0): the least replay that keeps them within it;
+/// - in between it stays, so a loss hovering at the bound does not flip it.
+///
+/// It moves once per evaluation (evaluations are its measurements), so the bound
+/// holds as well as evaluations are frequent: a drift is caught at the next one.
+/// Within the replay share, an old domain past the bound gets more: its weight is
+/// `1 + max(0, drift) / bound`, others 1. Its state (the share, the last
+/// evaluation read, the drifts) is checkpointed.
+#[derive(Debug, Clone)]
+pub struct BoundedReplay {
+    new_sources: Vec<String>,
+    reference: Vec<(String, f64)>,
+    bound: f64,
+    max_replay: f64,
+    replay: f64,
+    /// The step of the evaluation last read.
+    read: Option<usize>,
+    /// Each source's relative rise at that evaluation (NaN for new ones).
+    drift: Vec<f64>,
+}
+
+impl BoundedReplay {
+    /// `new_sources` take what replay leaves; every other source must have its
+    /// held-out loss before the new data in `reference`; `bound` is the relative
+    /// rise allowed (positive), `max_replay` the most replay (in `(0, 1)`). A
+    /// typed error for a bound or a share out of range, no new source, or a
+    /// reference that is not a positive finite loss.
+    pub fn new<S: Into<String>>(
+        new_sources: impl IntoIterator<Item = S>,
+        reference: impl IntoIterator<Item = (String, f64)>,
+        bound: f64,
+        max_replay: f64,
+    ) -> Result<Self> {
+        let invalid = |name, value: String, expected| {
+            Error::Settings(SettingsError::InvalidSetting {
+                name,
+                value,
+                expected,
+            })
+        };
+        if !(bound.is_finite() && bound > 0.0) {
+            return Err(invalid("bound", bound.to_string(), "a positive relative rise, e.g. 0.05"));
+        }
+        if !(max_replay > 0.0 && max_replay < 1.0) {
+            return Err(invalid("max_replay", max_replay.to_string(), "a share of each step in (0, 1)"));
+        }
+        let new_sources: Vec<String> = new_sources.into_iter().map(Into::into).collect();
+        if new_sources.is_empty() {
+            return Err(invalid("new_sources", "none".into(), "at least one new source"));
+        }
+        let reference: Vec<(String, f64)> = reference.into_iter().collect();
+        if let Some((name, loss)) = reference.iter().find(|(_, l)| !(l.is_finite() && *l > 0.0)) {
+            return Err(invalid("reference", format!("{name} = {loss}"), "a positive finite held-out loss"));
+        }
+        Ok(Self {
+            new_sources,
+            reference,
+            bound,
+            max_replay,
+            replay: FIRST_REPLAY.min(max_replay),
+            read: None,
+            drift: Vec::new(),
+        })
+    }
+
+    /// The replay share of the next steps.
+    pub fn replay(&self) -> f64 {
+        self.replay
+    }
+
+    /// Reads an evaluation not read yet: each old source's drift, then the share.
+    fn read_evaluation(&mut self, stats: &SourceStats<'_>) {
+        let Some(eval) = stats.last_eval.as_ref().filter(|e| Some(e.step) != self.read) else {
+            return;
+        };
+        self.read = Some(eval.step);
+        self.drift = (stats.names.iter())
+            .map(|name| {
+                let reference = self.reference.iter().find(|(n, _)| n == name);
+                match (reference, eval.get(&format!("eval_{name}_loss"))) {
+                    (Some(&(_, before)), Some(now)) if !self.new_sources.contains(name) => now / before - 1.0,
+                    _ => f64::NAN,
+                }
+            })
+            .collect();
+        let worst = self.drift.iter().copied().filter(|d| !d.is_nan()).fold(f64::NEG_INFINITY, f64::max);
+        if worst > self.bound {
+            self.replay = (2.0 * self.replay).max(FIRST_REPLAY).min(self.max_replay);
+        } else if worst < self.bound / 2.0 {
+            self.replay /= 2.0;
+            if self.replay < FIRST_REPLAY / 2.0 {
+                self.replay = 0.0;
+            }
+        }
+    }
+}
+
+impl Mixer for BoundedReplay {
+    fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
+        self.read_evaluation(stats);
+        let is_new: Vec<bool> = stats.names.iter().map(|n| self.new_sources.contains(n)).collect();
+        let pull = |i: usize| 1.0 + self.drift.get(i).copied().filter(|d| *d > 0.0).unwrap_or(0.0) / self.bound;
+        let old_total: f64 = (0..is_new.len()).filter(|&i| !is_new[i]).map(pull).sum();
+        let new_count = is_new.iter().filter(|&&n| n).count() as f64;
+        // Without an old source the new ones take everything.
+        let replay = if old_total > 0.0 { self.replay } else { 0.0 };
+        (0..is_new.len())
+            .map(|i| match is_new[i] {
+                true => (1.0 - replay) / new_count,
+                false => replay * pull(i) / old_total,
+            })
+            .collect()
+    }
+
+    /// Every new source must be one of the run's, and every old one needs its
+    /// loss before the new data.
+    fn check_sources(&self, names: &[String]) -> std::result::Result<(), String> {
+        let unknown: Vec<&str> = (self.new_sources.iter()).filter(|n| !names.contains(n)).map(String::as_str).collect();
+        if !unknown.is_empty() {
+            return Err(format!("the bounded replay's new source(s) {} are not among them", unknown.join(", ")));
+        }
+        let unreferenced: Vec<&str> = (names.iter())
+            .filter(|n| !self.new_sources.contains(n) && !self.reference.iter().any(|(r, _)| r == *n))
+            .map(String::as_str)
+            .collect();
+        if !unreferenced.is_empty() {
+            return Err(format!(
+                "the bounded replay has no loss before the new data for the old source(s) {}",
+                unreferenced.join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
+        vec![
+            ("replay", Diagnostic::Scalar(self.replay)),
+            ("drift", Diagnostic::PerSource(self.drift.clone())),
+        ]
+    }
+
+    fn state(&self) -> Option<serde_json::Value> {
+        Some(serde_json::json!({ "replay": self.replay, "read": self.read, "drift": self.drift }))
+    }
+
+    fn restore(&mut self, state: &serde_json::Value) -> std::result::Result<(), String> {
+        let replay = field(state, "replay")?.as_f64().ok_or("`replay` is not a number")?;
+        if !(0.0..=self.max_replay).contains(&replay) {
+            return Err(format!("`replay` = {replay} is outside 0..={}", self.max_replay));
+        }
+        let read = match field(state, "read")? {
+            serde_json::Value::Null => None,
+            v => Some(v.as_u64().ok_or("`read` is not a step")? as usize),
+        };
+        self.drift = numbers(field(state, "drift")?)?;
+        (self.replay, self.read) = (replay, read);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::adapt::mixer::LastEval;
+    use crate::data::source_spec::MixUnit;
+
+    fn names() -> Vec<String> {
+        ["en", "kjv", "code"].map(String::from).to_vec()
+    }
+
+    fn mixer() -> BoundedReplay {
+        let reference = [("en".to_string(), 4.0), ("kjv".to_string(), 3.0)];
+        BoundedReplay::new(["code"], reference, 0.05, 0.5).unwrap()
+    }
+
+    /// The weights after step `step`, the last evaluation after `eval.0` with
+    /// the losses `eval.1` of en and kjv.
+    fn after(m: &mut BoundedReplay, step: usize, eval: Option<(usize, [f64; 2])>) -> Vec<f64> {
+        let names = names();
+        let metrics: BTreeMap<String, f64> = eval
+            .map(|(_, [en, kjv])| [("eval_en_loss".to_string(), en), ("eval_kjv_loss".to_string(), kjv)].into())
+            .unwrap_or_default();
+        let nan = [f64::NAN; 3];
+        let stats = SourceStats {
+            step,
+            names: &names,
+            loss: &nan,
+            tokens: &[],
+            source_tokens: &[1, 1, 1],
+            unit: MixUnit::Tokens,
+            seen: &[0, 0, 0],
+            positions: &[0, 0, 0],
+            sizes: &[1, 1, 1],
+            weights: &[1.0, 1.0, 1.0],
+            last_eval: eval.map(|(step, _)| LastEval {
+                step,
+                eval_loss: 0.0,
+                metrics: &metrics,
+            }),
+        };
+        m.weights(&stats)
+    }
+
+    #[test]
+    fn replay_doubles_past_the_bound_once_per_evaluation_and_halves_back_within_it() {
+        let mut m = mixer();
+        let w = after(&mut m, 0, None);
+        assert_eq!(w, [0.01, 0.01, 0.98], "the first share, split evenly");
+        // en 6 % above its reference: past the 5 % bound.
+        let drifted = Some((10, [4.24, 3.0]));
+        let w = after(&mut m, 10, drifted);
+        assert!((m.replay() - 0.04).abs() < 1e-12);
+        // en is 1 + 0.06 / 0.05 = 2.2 times kjv's weight.
+        assert!((w[0] / w[1] - 2.2).abs() < 1e-9, "{w:?}");
+        assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        // The same evaluation again moves nothing.
+        after(&mut m, 11, drifted);
+        assert!((m.replay() - 0.04).abs() < 1e-12);
+        for step in [20, 30, 40, 50] {
+            after(&mut m, step, Some((step, [4.3, 3.0])));
+        }
+        assert_eq!(m.replay(), 0.5, "capped at max_replay");
+        // Between half the bound and the bound it stays.
+        after(&mut m, 60, Some((60, [4.15, 3.0])));
+        assert_eq!(m.replay(), 0.5);
+        // Within half the bound it halves, down to none.
+        for step in [70, 80, 90, 100, 110, 120] {
+            after(&mut m, step, Some((step, [4.05, 3.0])));
+        }
+        assert_eq!(m.replay(), 0.0);
+        assert_eq!(after(&mut m, 121, Some((120, [4.05, 3.0]))), [0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn bad_settings_and_sources_are_refused() {
+        let reference = || [("en".to_string(), 4.0)];
+        assert!(BoundedReplay::new(["code"], reference(), 0.0, 0.5).is_err());
+        assert!(BoundedReplay::new(["code"], reference(), 0.05, 1.0).is_err());
+        assert!(BoundedReplay::new(Vec::<String>::new(), reference(), 0.05, 0.5).is_err());
+        assert!(BoundedReplay::new(["code"], [("en".to_string(), f64::NAN)], 0.05, 0.5).is_err());
+        let m = BoundedReplay::new(["code"], reference(), 0.05, 0.5).unwrap();
+        let err = m.check_sources(&names()).unwrap_err();
+        assert!(err.contains("kjv"), "{err}");
+        let typo = BoundedReplay::new(["cod"], reference(), 0.05, 0.5).unwrap();
+        assert!(typo.check_sources(&names()).unwrap_err().contains("cod"));
+        assert!(mixer().check_sources(&names()).is_ok());
+    }
+
+    #[test]
+    fn its_state_round_trips_and_damage_is_refused() {
+        let mut m = mixer();
+        after(&mut m, 10, Some((10, [4.24, 3.0])));
+        let state = m.state().unwrap();
+        let mut back = mixer();
+        back.restore(&state).unwrap();
+        assert_eq!((back.replay, back.read), (m.replay, m.read));
+        assert_eq!(format!("{:?}", back.drift), format!("{:?}", m.drift));
+        let mut damaged = state.clone();
+        damaged["replay"] = serde_json::json!(2.0);
+        assert!(mixer().restore(&damaged).is_err());
+        assert!(mixer().restore(&serde_json::json!({})).is_err());
+    }
+}
