@@ -1012,6 +1012,82 @@ fn a_mixer_sees_the_last_evaluation() {
 }
 
 #[adaptive_trainer]
+struct Bounded {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[mixer]
+    mixer: adabatch::BoundedReplay,
+}
+
+/// `replay`'s share, step by step, of a run whose evaluations find `replay` far
+/// past its bound (its reference loss is tiny): the share doubles once per
+/// evaluation read, and a run resumed between evaluations goes on exactly as the
+/// uninterrupted one (its state: the share and the last evaluation read).
+#[test]
+fn a_bounded_replay_doubles_once_per_evaluation_and_resumes_exactly() {
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    let eval = Sources::new([("new", dataset(4, 8)), ("replay", dataset(2, 9))]).unwrap();
+    let out = temp_log("mixing-bounded-out").with_extension("");
+    let run_bounded = |a: &TrainingArgs| -> Vec<StepLog> {
+        let log = temp_log("mixing-bounded");
+        let mut a = a.clone();
+        a.logging.log_jsonl = Some(log.clone());
+        a.eval.eval_steps = Some(2);
+        a.save.output_dir = out.clone();
+        Bounded::launch_with_eval(&data, &eval, &collate, &a, |ctx: &RankContext| {
+            let (model, opt) = adam(ctx)?;
+            let mixer =
+                adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?;
+            Ok(Bounded::new(model, opt, mixer))
+        })
+        .unwrap();
+        read_log(&log)
+    };
+    let share = |l: &StepLog| {
+        let w = l.sources.mix_weights.as_ref().unwrap();
+        w["replay"] / w.values().sum::<f64>()
+    };
+    let mut saving = args(2, 4, 3);
+    saving.save.save_steps = 5;
+    let full = run_bounded(&saving);
+    let shares: Vec<f64> = full.iter().map(share).collect();
+    assert!(
+        (shares[0] - adabatch::BoundedReplay::FIRST_REPLAY).abs() < 1e-12,
+        "{shares:?}"
+    );
+    for pair in shares.windows(2) {
+        let ratio = pair[1] / pair[0];
+        assert!(
+            (ratio - 1.0).abs() < 1e-9 || (ratio - 2.0).abs() < 1e-9 || pair[1] == 0.5,
+            "{shares:?}"
+        );
+    }
+    let doublings = shares.windows(2).filter(|p| p[1] > p[0]).count();
+    let evaluations = full.len() / 2;
+    assert!(
+        doublings >= 2 && doublings <= evaluations,
+        "{doublings} doublings over {} steps: {shares:?}",
+        full.len()
+    );
+    let mut resumed = args(2, 4, 3);
+    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-5"));
+    let after: Vec<StepLog> = run_bounded(&resumed)
+        .into_iter()
+        .filter(|l| l.step > 5)
+        .collect();
+    assert_eq!(after.len(), full.len() - 5);
+    for (r, f) in after.iter().zip(&full[5..]) {
+        assert_eq!(
+            (r.step, &r.sources.mix_weights, r.loss),
+            (f.step, &f.sources.mix_weights, f.loss)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[adaptive_trainer]
 struct Curriculum {
     #[model]
     model: Regression,

@@ -5,18 +5,15 @@
 use super::mixer::{field, numbers, Diagnostic, Mixer, SourceStats};
 use crate::error::{Error, Result, SettingsError};
 
-/// Where the replay share starts, and the least it is raised to from none.
-pub const FIRST_REPLAY: f64 = 0.02;
-
 /// A mixer for continual pretraining: the new sources take `1 − r` of each step,
 /// the old ones (every source not named new) the replay share `r`. After each
 /// evaluation it reads every old domain's held-out loss (`eval_<source>_loss`)
 /// against the value it had before the new data (`reference`, phase 1's):
 ///
 /// - when one has risen by more than `bound` (0.05: 5 %), `r` doubles (from 0 to
-///   [`FIRST_REPLAY`]), up to `max_replay`;
+///   [`Self::FIRST_REPLAY`]), up to `max_replay`;
 /// - when all are within half the bound, `r` halves (below half of
-///   [`FIRST_REPLAY`] it is 0): the least replay that keeps them within it;
+///   [`Self::FIRST_REPLAY`] it is 0): the least replay that keeps them within it;
 /// - in between it stays, so a loss hovering at the bound does not flip it.
 ///
 /// It moves once per evaluation (evaluations are its measurements), so the bound
@@ -38,6 +35,9 @@ pub struct BoundedReplay {
 }
 
 impl BoundedReplay {
+    /// Where the replay share starts, and the least it is raised to from none.
+    pub const FIRST_REPLAY: f64 = 0.02;
+
     /// `new_sources` take what replay leaves; every other source must have its
     /// held-out loss before the new data in `reference`; `bound` is the relative
     /// rise allowed (positive), `max_replay` the most replay (in `(0, 1)`). A
@@ -75,7 +75,7 @@ impl BoundedReplay {
             reference,
             bound,
             max_replay,
-            replay: FIRST_REPLAY.min(max_replay),
+            replay: Self::FIRST_REPLAY.min(max_replay),
             read: None,
             drift: Vec::new(),
         })
@@ -103,10 +103,10 @@ impl BoundedReplay {
             .collect();
         let worst = self.drift.iter().copied().filter(|d| !d.is_nan()).fold(f64::NEG_INFINITY, f64::max);
         if worst > self.bound {
-            self.replay = (2.0 * self.replay).max(FIRST_REPLAY).min(self.max_replay);
+            self.replay = (2.0 * self.replay).max(Self::FIRST_REPLAY).min(self.max_replay);
         } else if worst < self.bound / 2.0 {
             self.replay /= 2.0;
-            if self.replay < FIRST_REPLAY / 2.0 {
+            if self.replay < Self::FIRST_REPLAY / 2.0 {
                 self.replay = 0.0;
             }
         }
