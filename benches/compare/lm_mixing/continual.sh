@@ -31,13 +31,13 @@ mkdir -p "$out"
 source benches/compare/lm_mixing/common.sh
 new_first=(--domain python="$tok/python" --domain en="$tok/en" --domain kjv="$tok/kjv")
 for seed in "${seeds[@]}"; do
-    train "phase1-$seed" --domain en="$tok/en" --domain kjv="$tok/kjv" --seed "$seed" \
+    train "phase1-$seed" --mixer stratified --domain en="$tok/en" --domain kjv="$tok/kjv" --seed "$seed" \
         --max-train-tokens "$p1" --eval-steps 100 --save-steps 1000000
     for rate in "${rates[@]}"; do
         for replay in 0 10; do
             w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
             train "replay$replay-lr$rate-$seed" "${new_first[@]}" \
-                --init-from "$out/run-phase1-$seed" --mix-weights "$w" --seed "$seed" \
+                --init-from "$out/run-phase1-$seed" --mixer stratified --mix-weights "$w" --seed "$seed" \
                 --max-train-tokens "$p2" --eval-steps 25 --eval-on-start --save-steps 0 \
                 --learning-rate "$rate"
         done
@@ -52,7 +52,7 @@ for seed in "${seeds[@]}"; do
         # (--replay-ramp 0.4,0,0.5).
         for ramp in 0,0.2:ramp0-20 0.2,0:ramp20-0 0.4,0,0.5:ramp40-0-half; do
             train "${ramp#*:}-lr$rate-$seed" "${new_first[@]}" \
-                --init-from "$out/run-phase1-$seed" --new-domain python --replay-ramp "${ramp%:*}" \
+                --init-from "$out/run-phase1-$seed" --mixer stratified --new-domain python --replay-ramp "${ramp%:*}" \
                 --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 --eval-on-start \
                 --save-steps 0 --learning-rate "$rate"
         done

@@ -40,7 +40,10 @@ mkdir -p "$out"
 [[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
 # shellcheck source=benches/compare/lm_mixing/common.sh
 source benches/compare/lm_mixing/common.sh
-old=(--domain en="$tok/en" --domain kjv="$tok/kjv")
+# Stratified: phase 1 in the domains' natural proportions, and the mixture
+# example's fixed shares (--mix-weights) and ramps, which need it (its default
+# mixer is uniform).
+old=(--mixer stratified --domain en="$tok/en" --domain kjv="$tok/kjv")
 new_first=(--domain python="$tok/python" "${old[@]}")
 for seed in "${seeds[@]}"; do
     train "phase1stable-$seed" "${old[@]}" --seed "$seed" --max-train-tokens "$p1" \

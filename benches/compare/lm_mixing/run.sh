@@ -63,13 +63,13 @@ if [[ "${CONTINUAL:-1}" != 0 ]]; then
     seed=${CONTINUAL_SEED:-1}
     p1=${P1:-300000}
     p2=${P2:-200000}
-    train "phase1-$seed" --domain en="$tok/en" --domain kjv="$tok/kjv" --seed "$seed" \
+    train "phase1-$seed" --mixer stratified --domain en="$tok/en" --domain kjv="$tok/kjv" --seed "$seed" \
         --max-train-tokens "$p1" --eval-steps 50 --save-steps 1000000
     new_first=(--domain python="$tok/python" --domain en="$tok/en" --domain kjv="$tok/kjv")
     for replay in 0 5 10; do
         w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
         train "replay$replay-$seed" "${new_first[@]}" --init-from "$out/run-phase1-$seed" \
-            --mix-weights "$w" --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 \
+            --mixer stratified --mix-weights "$w" --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 \
             --eval-on-start --save-steps 0
     done
     train "replay-online-$seed" "${new_first[@]}" --init-from "$out/run-phase1-$seed" \
@@ -79,7 +79,7 @@ if [[ "${CONTINUAL:-1}" != 0 ]]; then
         for replay in 0 10; do
             w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
             train "replay$replay-lr1e-3-$seed" "${new_first[@]}" --init-from "$out/run-phase1-$seed" \
-                --mix-weights "$w" --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 \
+                --mixer stratified --mix-weights "$w" --seed "$seed" --max-train-tokens "$p2" --eval-steps 25 \
                 --eval-on-start --save-steps 0 --learning-rate 1e-3
         done
     fi
