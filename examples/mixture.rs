@@ -114,7 +114,7 @@ struct Cli {
     /// The old domains' validation losses before the new data, `en=5.18,kjv=3.96`
     /// (phase 1's), for --replay-bound.
     #[arg(long, value_parser = parse_losses, requires = "replay_bound")]
-    replay_reference: Option<Vec<(String, f64)>>,
+    replay_reference: Option<Losses>,
     /// --replay-bound's largest replay share.
     #[arg(long, default_value_t = 0.5)]
     replay_max: f64,
@@ -178,8 +178,13 @@ fn parse_ramp(text: &str) -> Result<(f64, f64, f64), String> {
     }
 }
 
+/// Losses by domain, `--replay-reference`'s (one value: clap would take a
+/// `Vec` for a flag given several times).
+#[derive(Clone, Debug)]
+struct Losses(Vec<(String, f64)>);
+
 /// `NAME=LOSS,NAME=LOSS`.
-fn parse_losses(text: &str) -> Result<Vec<(String, f64)>, String> {
+fn parse_losses(text: &str) -> Result<Losses, String> {
     (text.split(','))
         .map(|pair| {
             let (name, loss) = pair
@@ -189,7 +194,8 @@ fn parse_losses(text: &str) -> Result<Vec<(String, f64)>, String> {
                 (loss.trim().parse()).map_err(|_| format!("{pair:?}: {loss:?} is not a number"))?;
             Ok((name.trim().to_string(), loss))
         })
-        .collect()
+        .collect::<Result<_, String>>()
+        .map(Losses)
 }
 
 /// `NAME=PATH`.
@@ -444,7 +450,11 @@ fn bounded_replay(cli: &Cli) -> adabatch::Result<Option<BoundedReplay>> {
     let Some(bound) = cli.replay_bound else {
         return Ok(None);
     };
-    let reference = cli.replay_reference.clone().unwrap_or_default();
+    let reference = cli
+        .replay_reference
+        .clone()
+        .map(|l| l.0)
+        .unwrap_or_default();
     BoundedReplay::new(
         cli.new_domain.iter().cloned(),
         reference,
