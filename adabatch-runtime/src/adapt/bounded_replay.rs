@@ -18,6 +18,9 @@ use crate::error::{Error, Result, SettingsError};
 ///
 /// It moves once per evaluation (evaluations are its measurements), so the bound
 /// holds as well as evaluations are frequent: a drift is caught at the next one.
+/// It needs an eval set of the same sources (`eval_<source>_loss`): an evaluation
+/// that lacks an old domain's loss can raise the share but never lowers it, and
+/// a run without evaluations keeps the first share.
 /// Within the replay share, an old domain past the bound gets more: its weight is
 /// `1 + max(0, drift) / bound`, others 1. Its state (the share, the last
 /// evaluation read, the drifts) is checkpointed.
@@ -101,10 +104,17 @@ impl BoundedReplay {
                 }
             })
             .collect();
-        let worst = self.drift.iter().copied().filter(|d| !d.is_nan()).fold(f64::NEG_INFINITY, f64::max);
+        let old = (stats.names.iter().zip(&self.drift)).filter(|(n, _)| !self.new_sources.contains(n));
+        let (mut worst, mut unread) = (f64::NEG_INFINITY, false);
+        for (_, &drift) in old {
+            unread |= drift.is_nan();
+            worst = worst.max(drift);
+        }
         if worst > self.bound {
             self.replay = (2.0 * self.replay).max(Self::FIRST_REPLAY).min(self.max_replay);
-        } else if worst < self.bound / 2.0 {
+        } else if worst < self.bound / 2.0 && !unread {
+            // An evaluation without some old domain's loss (an eval set of one
+            // source) shows no drift there: it must not lower the replay.
             self.replay /= 2.0;
             if self.replay < Self::FIRST_REPLAY / 2.0 {
                 self.replay = 0.0;
@@ -145,6 +155,16 @@ impl Mixer for BoundedReplay {
             return Err(format!(
                 "the bounded replay has no loss before the new data for the old source(s) {}",
                 unreferenced.join(", ")
+            ));
+        }
+        let strangers: Vec<&str> = (self.reference.iter())
+            .map(|(name, _)| name.as_str())
+            .filter(|name| !names.iter().any(|n| n == name))
+            .collect();
+        if !strangers.is_empty() {
+            return Err(format!(
+                "the bounded replay's reference names source(s) {} that are not among them",
+                strangers.join(", ")
             ));
         }
         Ok(())
@@ -251,6 +271,18 @@ mod tests {
         assert_eq!(after(&mut m, 121, Some((120, [4.05, 3.0]))), [0.0, 0.0, 1.0]);
     }
 
+    /// An evaluation that lacks an old domain's loss (here NaN for kjv) reads no
+    /// drift there: it never lowers the share, and a drift seen elsewhere still
+    /// raises it.
+    #[test]
+    fn an_evaluation_without_an_old_domains_loss_never_lowers_the_share() {
+        let mut m = mixer();
+        after(&mut m, 10, Some((10, [4.0, f64::NAN])));
+        assert_eq!(m.replay(), BoundedReplay::FIRST_REPLAY);
+        after(&mut m, 20, Some((20, [4.4, f64::NAN])));
+        assert_eq!(m.replay(), 2.0 * BoundedReplay::FIRST_REPLAY);
+    }
+
     #[test]
     fn bad_settings_and_sources_are_refused() {
         let reference = || [("en".to_string(), 4.0)];
@@ -263,6 +295,9 @@ mod tests {
         assert!(err.contains("kjv"), "{err}");
         let typo = BoundedReplay::new(["cod"], reference(), 0.05, 0.5).unwrap();
         assert!(typo.check_sources(&names()).unwrap_err().contains("cod"));
+        let stranger = [("en", 4.0), ("kjv", 3.0), ("eng", 4.0)].map(|(n, l)| (n.to_string(), l));
+        let err = BoundedReplay::new(["code"], stranger, 0.05, 0.5).unwrap().check_sources(&names());
+        assert!(err.unwrap_err().contains("eng"));
         assert!(mixer().check_sources(&names()).is_ok());
     }
 

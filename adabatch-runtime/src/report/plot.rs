@@ -344,7 +344,8 @@ where
                 let caption = format!("Mixer: {key} ({})", run.label);
                 let series = diagnostic_series(run, xs, key);
                 let y = range(series.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.1)), false);
-                by_source_panel(panel(5 + row), (&caption, key, axis.label), y, series)?;
+                let area = (panel(5 + row), range(xs.iter().copied(), true), y);
+                by_source_panel(area, (&caption, key, axis.label), series)?;
             }
         }
     }
@@ -381,7 +382,8 @@ where
         })
         .collect();
     let caption = format!("Mixing weights ({})", run.label);
-    by_source_panel(area, (&caption, "share", x_label), 0.0..1.0, series)
+    let area = (area, range(xs.iter().copied(), true), 0.0..1.0);
+    by_source_panel(area, (&caption, "share", x_label), series)
 }
 
 /// The diagnostics of the mixer's record worth a panel of their own, in the
@@ -406,7 +408,7 @@ fn diagnostic_keys(run: &RunLog) -> Vec<String> {
 }
 
 /// The lines of the mixer's diagnostic `key`: one per source, or one for a
-/// single number (`null`, NaN, leaves a gap).
+/// single number (a `null`, NaN, is left out).
 fn diagnostic_series(run: &RunLog, xs: &[f64], key: &str) -> Vec<(String, Vec<(f64, f64)>)> {
     let mut series: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
     for (&x, step) in xs.iter().zip(&run.steps) {
@@ -432,17 +434,16 @@ fn diagnostic_series(run: &RunLog, xs: &[f64], key: &str) -> Vec<(String, Vec<(f
     series
 }
 
-/// Lines by source (one colour each, with a legend) over the run.
+/// Lines by source (one colour each, with a legend) over the run, on the run's
+/// x range (so the panel lines up with those above it) and `y`.
 fn by_source_panel<DB: DrawingBackend>(
-    area: &DrawingArea<DB, Shift>,
+    (area, x, y): (&DrawingArea<DB, Shift>, std::ops::Range<f64>, std::ops::Range<f64>),
     (caption, y_label, x_label): (&str, &str, &str),
-    y: std::ops::Range<f64>,
     series: Vec<(String, Vec<(f64, f64)>)>,
 ) -> Draw
 where
     DB::ErrorType: 'static,
 {
-    let x = range(series.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.0)), true);
     let mut chart = ChartBuilder::on(area)
         .margin(12)
         .caption(caption, ("sans-serif", 20))
