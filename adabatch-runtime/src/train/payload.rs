@@ -6,10 +6,8 @@
 /// of a step (a failed rank included), so that the sums line up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PayloadLayout {
-    /// The per-source sums (three per source).
-    pub(crate) source_sums: usize,
-    /// The noise-scale estimator's small-batch slots.
-    pub(crate) small: usize,
+    /// The step's probes' slots (`crate::train::probe`).
+    pub(crate) probes: usize,
     /// One gradient-coverage flag per parameter on the step that checks
     /// coverage (the first), else 0.
     pub(crate) coverage: usize,
@@ -27,29 +25,25 @@ pub(crate) struct StepScalars {
     pub(crate) failed: f64,
     /// 1 where the step ran out of memory.
     pub(crate) out_of_memory: f64,
-    /// The previous trained step's seconds (0: not measured).
-    pub(crate) seconds: f64,
     /// 1 where a signal arrived: the run stops after this step.
     pub(crate) interrupt: f64,
-    /// The small batches' sums, `layout.small` of them.
-    pub(crate) small: Vec<f64>,
-    /// The per-source sums, `layout.source_sums` of them.
-    pub(crate) source_sums: Vec<f64>,
+    /// The probes' values, `layout.probes` of them.
+    pub(crate) probed: Vec<f64>,
     /// 1 per parameter with a gradient here, `layout.coverage` of them.
     pub(crate) covered: Vec<f64>,
 }
 
 impl PayloadLayout {
     /// The scalars every step carries before the variable parts.
-    const FIXED: usize = 6;
+    const FIXED: usize = 5;
 
     /// How many scalars the all-reduce carries.
     pub(crate) fn len(&self) -> usize {
-        Self::FIXED + self.small + self.source_sums + self.coverage
+        Self::FIXED + self.probes + self.coverage
     }
 
-    /// `scalars` in the all-reduce's order: the fixed ones, the small batches',
-    /// the per-source sums, the coverage flags. A part left empty (a rank whose
+    /// `scalars` in the all-reduce's order: the fixed ones, the probes', the
+    /// coverage flags. A part left empty (a rank whose
     /// step failed has none) is sent as zeros.
     pub(crate) fn write(&self, scalars: &StepScalars) -> Vec<f64> {
         let mut flat = Vec::with_capacity(self.len());
@@ -58,12 +52,10 @@ impl PayloadLayout {
             scalars.tokens,
             scalars.failed,
             scalars.out_of_memory,
-            scalars.seconds,
             scalars.interrupt,
         ]);
         for (part, len) in [
-            (&scalars.small, self.small),
-            (&scalars.source_sums, self.source_sums),
+            (&scalars.probed, self.probes),
             (&scalars.covered, self.coverage),
         ] {
             debug_assert!(
@@ -81,17 +73,14 @@ impl PayloadLayout {
         debug_assert_eq!(flat.len(), self.len(), "the step's payload");
         let (fixed, rest) = flat.split_at(Self::FIXED.min(flat.len()));
         let fixed = |i: usize| fixed.get(i).copied().unwrap_or(0.0);
-        let (small, rest) = rest.split_at(self.small.min(rest.len()));
-        let (source_sums, covered) = rest.split_at(self.source_sums.min(rest.len()));
+        let (probed, covered) = rest.split_at(self.probes.min(rest.len()));
         StepScalars {
             loss: fixed(0),
             tokens: fixed(1),
             failed: fixed(2),
             out_of_memory: fixed(3),
-            seconds: fixed(4),
-            interrupt: fixed(5),
-            small: small.to_vec(),
-            source_sums: source_sums.to_vec(),
+            interrupt: fixed(4),
+            probed: probed.to_vec(),
             covered: covered.to_vec(),
         }
     }
@@ -104,8 +93,7 @@ mod tests {
     #[test]
     fn what_is_written_reads_back_and_empty_parts_are_zeros() {
         let layout = PayloadLayout {
-            source_sums: 6,
-            small: 2,
+            probes: 8,
             coverage: 3,
         };
         let scalars = StepScalars {
@@ -113,10 +101,8 @@ mod tests {
             tokens: 40.0,
             failed: 0.0,
             out_of_memory: 0.0,
-            seconds: 0.25,
             interrupt: 1.0,
-            small: vec![3.0, 4.0],
-            source_sums: (0..6).map(f64::from).collect(),
+            probed: (0..8).map(f64::from).collect(),
             covered: vec![1.0, 0.0, 1.0],
         };
         let flat = layout.write(&scalars);
@@ -127,11 +113,11 @@ mod tests {
             ..StepScalars::default()
         };
         let flat = layout.write(&failed);
-        assert_eq!(flat.len(), 17);
+        assert_eq!(flat.len(), 16);
         let read = layout.read(&flat);
         assert_eq!(
-            (read.failed, read.small.len(), read.covered),
-            (1.0, 2, vec![0.0; 3])
+            (read.failed, read.probed, read.covered),
+            (1.0, vec![0.0; 8], vec![0.0; 3])
         );
     }
 }

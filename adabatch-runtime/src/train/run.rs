@@ -31,7 +31,8 @@ use crate::train::interrupt::Interrupts;
 use crate::train::prefetch::{PrefetchStats, Prefetcher};
 use crate::train::progress::{Progress, RunOutcome};
 use crate::train::settings::{BestCheckpoint, Interval, RunSettings};
-use crate::train::step::{train_step, StepInput, StepOutcome, StepPlan};
+use crate::train::source_sums::SourceLosses;
+use crate::train::step::{train_step, StepInput, StepOutcome, StepPlan, TrainedStep};
 use crate::user::callback::{TrainerControl, TrainerState};
 use crate::user::data::Dataset;
 use crate::user::train_model::TrainModel;
@@ -155,13 +156,7 @@ where
         }
         let length_index = settings.length_index(data.train);
         Ok(Self {
-            input: StepInput::new(
-                data.train,
-                data.collate,
-                device,
-                &settings.step,
-                settings.sources.clone(),
-            ),
+            input: StepInput::new(data.train, data.collate, device, &settings.step),
             trainer,
             comm,
             data,
@@ -269,13 +264,13 @@ where
             .then(|| PeakSampler::start(self.device));
         let (outcome, chunks) = self.train((step, lr, log_now), batches, prefetcher)?;
         let device_peak = peak.and_then(|p| p.finish().pool_peak);
-        let StepOutcome::Trained {
+        let Some(&TrainedStep {
             loss,
             grad_norm,
-            ref source_loss,
-            ref source_tokens,
+            interrupted,
+            ref readings,
             ..
-        } = outcome
+        }) = outcome.trained()
         else {
             self.adapt(step, batches, &outcome, None)?;
             return Ok(StepEnd::OutOfMemory);
@@ -288,7 +283,7 @@ where
             rank_chunks,
             device_peak,
         );
-        self.interrupted = outcome.interrupted();
+        self.interrupted = interrupted;
         self.progress.trained(loss, batches.global_size());
         if let Some(logger) = self.logger.as_deref() {
             logger.advance(batches.global_size(), self.planner.sampler().epoch());
@@ -296,7 +291,11 @@ where
         let mut record = log_now.then(|| {
             let grad_norm = grad_norm.unwrap_or(f64::NAN);
             let trained = (step, batches, grad_norm, lr);
-            let per_source = (source_loss.as_deref(), source_tokens.as_deref());
+            let per_source = readings.get::<SourceLosses>();
+            let per_source = (
+                per_source.map(|s| &s.loss[..]),
+                per_source.and_then(|s| s.tokens.as_deref()),
+            );
             self.step_record(trained, predicted_memory, per_source)
         });
         self.adapt(step, batches, &outcome, memory)?;
@@ -324,11 +323,11 @@ where
     where
         BatchOf<T>: 's,
     {
-        self.controllers.prepare(&mut self.input);
+        let chunks = self.controllers.oom.chunks();
+        let probes = self.controllers.prepare(&mut self.input);
         // The step's own time (collating, computing, the all-reduce, the update),
         // without evaluation or saving: what goodput's step-time model fits.
         let started = std::time::Instant::now();
-        let chunks = self.controllers.oom.chunks();
         let ready = prefetcher.take(batches, chunks);
         prefetcher.look_ahead(&self.planner, chunks);
         let plan = StepPlan {
@@ -338,15 +337,16 @@ where
             chunks,
             want_norm,
             ready,
-            preconditioner: None,
+            probes: &probes,
         };
         let (input, trainable) = (&mut self.input, &self.trainable);
-        let outcome = train_step(self.trainer, self.comm, input, trainable, plan)
-            .map_err(|e| self.diverged(e))?;
-        self.input.previous_step_seconds = match outcome {
-            StepOutcome::Trained { .. } => started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE),
+        let outcome = train_step(self.trainer, self.comm, input, trainable, plan);
+        drop(probes);
+        let outcome = outcome.map_err(|e| self.diverged(e))?;
+        self.controllers.step_time(match outcome {
+            StepOutcome::Trained(_) => started.elapsed().as_secs_f64().max(f64::MIN_POSITIVE),
             StepOutcome::OutOfMemory { .. } => 0.0,
-        };
+        });
         Ok((outcome, chunks))
     }
 

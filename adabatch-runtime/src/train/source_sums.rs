@@ -1,8 +1,12 @@
 //! Per-source loss sums of a step or an evaluation, laid out flat so that they ride
 //! in one all-reduce: each source's loss sum, then its example count, then its
-//! tokens (the targets that carry loss, when the batches know them).
+//! tokens (the targets that carry loss, when the batches know them). In a step
+//! they ride as a probe ([`SourceProbe`]).
 
+use crate::data::planner::StepBatches;
 use crate::data::source_spec::SourceSpec;
+use crate::error::Result;
+use crate::train::probe::{ChunkLosses, Needs, Reading, StepProbe, SummedStep};
 
 /// Flat sums of `sources` sources: `3 · sources` values.
 pub(crate) fn zeroed(sources: usize) -> Vec<f64> {
@@ -56,6 +60,49 @@ pub(crate) fn tokens(sums: &[f64]) -> Option<Vec<f64>> {
     let n = sums.len() / 3;
     let tokens = &sums[2 * n..];
     (n > 0 && tokens.iter().sum::<f64>() > 0.0).then(|| tokens.to_vec())
+}
+
+/// A step's per-source losses, for the mixer and the log.
+pub(crate) struct SourceProbe<'a> {
+    /// The run's sources.
+    pub(crate) spec: &'a SourceSpec,
+    /// Means per token (`reweight = token_count`) where the batches count them.
+    pub(crate) per_token: bool,
+}
+
+/// What [`SourceProbe`] read of a step.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct SourceLosses {
+    /// Each source's mean loss in the step, per token under `reweight =
+    /// token_count` when the batches count tokens, else per example (NaN for a
+    /// source without examples in it).
+    pub(crate) loss: Vec<f64>,
+    /// Each source's tokens (targets) in the step, when the batches count them.
+    pub(crate) tokens: Option<Vec<f64>>,
+}
+
+impl StepProbe for SourceProbe<'_> {
+    fn slots(&self, _: &StepBatches) -> usize {
+        3 * self.spec.names.len()
+    }
+
+    fn needs(&self, _: &StepBatches) -> Needs {
+        Needs {
+            losses: true,
+            ..Needs::default()
+        }
+    }
+
+    fn chunk(&self, chunk: &ChunkLosses<'_>, out: &mut [f64]) {
+        add(out, self.spec, chunk.indices, chunk.losses, chunk.tokens);
+    }
+
+    fn read(&self, summed: &[f64], _: &SummedStep<'_>) -> Result<Box<dyn Reading>> {
+        Ok(Box::new(SourceLosses {
+            loss: means(summed, self.per_token).unwrap_or_default(),
+            tokens: tokens(summed),
+        }))
+    }
 }
 
 #[cfg(test)]

@@ -5,10 +5,8 @@
 use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 
-use crate::adapt::noise_scale::{NoiseScaleEstimator, SmallBatchSums};
 use crate::config::policy::Reweight;
 use crate::data::planner::StepBatches;
-use crate::data::source_spec::SourceSpec;
 use crate::dist::communicator::Communicator;
 use std::sync::Arc;
 
@@ -18,12 +16,15 @@ use crate::error::{
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::optim::TrainOptimizer;
 use crate::train::collate::{collate_indices, guarded};
+use crate::train::grads::{add_into, global_norm, scale_grads};
 use crate::train::interrupt::Interrupts;
 use crate::train::out_of_memory::{is_out_of_memory, FaultInjector};
 use crate::train::payload::{PayloadLayout, StepScalars};
 use crate::train::prefetch::{take_chunk, Prefetched};
+use crate::train::probe::{
+    ChunkLosses, MicroGradient, ProbeLayout, Readings, StepProbe, SummedStep,
+};
 use crate::train::settings::StepRules;
-use crate::train::source_sums;
 use crate::user::data::{Collate, Dataset};
 use crate::user::train_model::{Batch, TrainModel};
 use crate::user::trainer::{AdaptiveTrainer, CollateFor};
@@ -42,38 +43,18 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
     /// Check at the next trained step that every parameter got a gradient on
     /// some rank (the first step, and the first after a resume).
     pub check_coverage: bool,
-    /// Measure the gradient noise scale: each small batch's (rank share of a
-    /// micro-batch) size and squared mean-gradient norm ride in the step's
-    /// all-reduce (sizes in examples, or in target tokens with `token_count`).
-    pub noise_scale: bool,
-    /// Measure it on the gradients preconditioned by the optimizer (Adam's
-    /// second moment: `lr_scaling = adamscale`).
-    pub precondition: bool,
-    /// Several sources: per-source loss sums and counts ride in the step's
-    /// all-reduce.
-    pub sources: Option<SourceSpec>,
     /// The dtype the model computes in (`--bf16` / `--fp16`).
     pub precision: Precision,
     /// `--fp16`: the loss scale of this step (1 otherwise).
     pub loss_scale: f64,
-    /// Seconds this rank took for the previous trained step (0: none), which
-    /// rides in this step's all-reduce so every rank gets the same mean.
-    pub previous_step_seconds: f64,
     /// Whether a signal asked the run to stop (its flag rides in the step's
     /// all-reduce, so every rank stops after the same step).
     pub interrupts: Interrupts,
 }
 
 impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
-    /// A run's step input: the data (of `sources` when it mixes several), the
-    /// device and the step rules.
-    pub(crate) fn new(
-        dataset: &'a D,
-        collate: &'a C,
-        device: &'a Device,
-        rules: &StepRules,
-        sources: Option<SourceSpec>,
-    ) -> Self {
+    /// A run's step input: the data, the device and the step rules.
+    pub(crate) fn new(dataset: &'a D, collate: &'a C, device: &'a Device, rules: &StepRules) -> Self {
         Self {
             dataset,
             collate,
@@ -83,12 +64,8 @@ impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
             faults: rules.faults.clone(),
             verify_update: true,
             check_coverage: true,
-            noise_scale: rules.noise_scale_beta.is_some(),
-            precondition: rules.noise_scale_beta.is_some() && rules.precondition_noise,
-            sources,
             precision: rules.precision,
             loss_scale: 1.0,
-            previous_step_seconds: 0.0,
             interrupts: Interrupts::start(),
         }
     }
@@ -96,7 +73,8 @@ impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
 
 /// One step's work on this rank: its batches and number, the learning rate, the
 /// pieces each rank slice is split into (after OOMs), whether the log wants the
-/// gradient norm, and the batches collated ahead.
+/// gradient norm, the batches collated ahead, and what the controllers measure
+/// in it (the same probes on every rank).
 pub(crate) struct StepPlan<'b, B> {
     pub(crate) batches: &'b StepBatches,
     pub(crate) step: usize,
@@ -104,37 +82,33 @@ pub(crate) struct StepPlan<'b, B> {
     pub(crate) chunks: usize,
     pub(crate) want_norm: bool,
     pub(crate) ready: Prefetched<B>,
-    /// Each parameter's preconditioner for the noise scale's norms (`None`
-    /// inside: the identity), taken from the optimizer before its update.
-    pub(crate) preconditioner: Option<Vec<Option<Tensor>>>,
+    pub(crate) probes: &'b [Box<dyn StepProbe + 'b>],
 }
 
 /// How a step ended, the same on every rank.
 #[derive(Debug)]
 pub(crate) enum StepOutcome {
-    /// The step ran; `noise` is this step's (|G|², tr Σ) estimate when the noise
-    /// scale is measured and the step has two small batches. `overflowed`: under
-    /// `--fp16` the scaled gradients were not finite and the update was skipped.
-    Trained {
-        overflowed: bool,
-        loss: f64,
-        grad_norm: Option<f64>,
-        noise: Option<(f64, f64)>,
-        /// With several sources: each source's mean loss in this step, per token
-        /// under `reweight = token_count` when the batches count tokens, else per
-        /// example (NaN for a source without examples in it).
-        source_loss: Option<Vec<f64>>,
-        /// With several sources, when the batches count them: each source's
-        /// tokens (targets) in this step.
-        source_tokens: Option<Vec<f64>>,
-        /// The previous trained step's seconds, the mean over ranks (`None` when
-        /// no rank measured one: the first step, after a resume or an OOM).
-        previous_step_seconds: Option<f64>,
-        /// A signal reached some rank: the run stops after this step.
-        interrupted: bool,
-    },
+    /// The step ran (its update possibly skipped under `--fp16`).
+    Trained(TrainedStep),
     /// Some rank ran out of memory; nobody stepped.
     OutOfMemory { oom: StepOom },
+}
+
+/// A step that ran, the same on every rank.
+#[derive(Debug)]
+pub(crate) struct TrainedStep {
+    /// Under `--fp16`: the scaled gradients were not finite and the update was
+    /// skipped.
+    pub(crate) overflowed: bool,
+    /// The step's loss (the global mean under the run's reweighting).
+    pub(crate) loss: f64,
+    /// The gradients' norm before clipping, when the log, clipping or a probe
+    /// needed it.
+    pub(crate) grad_norm: Option<f64>,
+    /// A signal reached some rank: the run stops after this step.
+    pub(crate) interrupted: bool,
+    /// What the controllers' probes measured in it.
+    pub(crate) readings: Readings,
 }
 
 /// Which ranks ran out of memory in a step.
@@ -178,15 +152,12 @@ impl std::fmt::Display for StepOom {
 }
 
 impl StepOutcome {
-    /// Whether a signal asked the run to stop after this step (on some rank).
-    pub(crate) fn interrupted(&self) -> bool {
-        matches!(
-            self,
-            StepOutcome::Trained {
-                interrupted: true,
-                ..
-            }
-        )
+    /// The step, when it ran.
+    pub(crate) fn trained(&self) -> Option<&TrainedStep> {
+        match self {
+            StepOutcome::Trained(step) => Some(step),
+            StepOutcome::OutOfMemory { .. } => None,
+        }
     }
 }
 
@@ -196,16 +167,11 @@ struct LocalGrads {
     grads: Vec<Option<Tensor>>,
     loss: f64,
     tokens: f64,
-    /// With the noise scale: one slot per (micro-batch, rank), the sizes, then the
-    /// squared norms of the mean gradients (see [`small_batch_slots`]).
-    small: Vec<f64>,
-    /// Per source: loss sums, then example counts (empty with one source).
-    source_sums: Vec<f64>,
+    /// The probes' values (after the all-reduce: summed).
+    probed: Vec<f64>,
     /// When coverage is checked: whether each parameter got a gradient (after
     /// the all-reduce: on some rank).
     covered: Option<Vec<bool>>,
-    /// The previous step's seconds (after the all-reduce: summed over ranks).
-    seconds: f64,
     /// 1 when a signal asked this rank to stop (after the all-reduce: how many did).
     interrupt: f64,
 }
@@ -226,13 +192,19 @@ fn known_weight(reweight: Reweight, batches: &StepBatches) -> f64 {
     }
 }
 
+/// The step's probes, and the optimizer's preconditioner when one asked for it.
+struct Probing<'p> {
+    layout: ProbeLayout<'p>,
+    preconditioner: Option<Vec<Option<Tensor>>>,
+}
+
 /// Forward and backward over this rank's share of every micro-batch, each split in
 /// `plan.chunks` pieces, gradients summed.
 fn accumulate_local<M, D, C>(
     model: &M,
     input: &mut StepInput<'_, D, C>,
     params: &[(String, Var)],
-    plan: &mut StepPlan<'_, M::Batch>,
+    (plan, probing): (&mut StepPlan<'_, M::Batch>, &Probing<'_>),
     rank: usize,
 ) -> Result<LocalGrads>
 where
@@ -245,10 +217,8 @@ where
         grads: vec![None; params.len()],
         loss: 0.0,
         tokens: 0.0,
-        small: vec![0.0; small_batch_slots(input.noise_scale, batches)],
-        source_sums: source_sums::zeroed(input.sources.as_ref().map_or(0, |s| s.names.len())),
+        probed: probing.layout.local(),
         covered: None,
-        seconds: input.previous_step_seconds,
         interrupt: f64::from(u8::from(input.interrupts.requested())),
     };
     let known_weight = known_weight(input.reweight, batches);
@@ -261,8 +231,9 @@ where
         }
         let tokens_before = local.tokens;
         let chunk_len = indices.len().div_ceil(plan.chunks);
-        // With the noise scale, this micro-batch's share is summed apart first.
-        let mut micro_grads = input.noise_scale.then(|| vec![None; params.len()]);
+        // A probe that reads micro-batches gets this one's share summed apart.
+        let needs_micro = probing.layout.needs.micro_gradients;
+        let mut micro_grads = needs_micro.then(|| vec![None; params.len()]);
         for chunk in indices.chunks(chunk_len) {
             input
                 .faults
@@ -275,7 +246,7 @@ where
                 rank_slice: indices.len(),
                 known_weight,
             };
-            let grads = chunk_backward(model, input, &batch, chunk, share, &mut local)?;
+            let grads = chunk_backward(model, input, (&batch, chunk), share, &mut local, &probing.layout)?;
             let target = micro_grads.as_mut().unwrap_or(&mut local.grads);
             for (slot, (_, var)) in target.iter_mut().zip(params) {
                 if let Some(g) = grads.get(var.as_tensor()) {
@@ -286,19 +257,24 @@ where
         if let Some(micro_grads) = micro_grads {
             // The share is (sum of losses) / B: its mean gradient is B / b times
             // it; with token counts it is the sum of the losses of t tokens.
-            let (size, mean) = match input.reweight {
+            let (size, to_mean) = match input.reweight {
                 Reweight::TokenCount => {
                     let t = local.tokens - tokens_before;
                     (t, 1.0 / t.max(1.0))
                 }
                 _ => (indices.len() as f64, known_weight / indices.len() as f64),
             };
-            let precondition = plan.preconditioner.as_deref();
-            let norm = global_norm(&micro_grads, precondition)? * mean / input.loss_scale;
-            let slot = m * world + rank;
-            let half = local.small.len() / 2;
-            local.small[slot] = size;
-            local.small[half + slot] = norm * norm;
+            let view = MicroGradient {
+                micro: m,
+                rank,
+                world,
+                size,
+                to_mean,
+                loss_scale: input.loss_scale,
+                grads: &micro_grads,
+                preconditioner: probing.preconditioner.as_deref(),
+            };
+            probing.layout.micro(&view, &mut local.probed)?;
             for (slot, g) in local.grads.iter_mut().zip(micro_grads) {
                 if let Some(g) = g {
                     add_into(slot, &g)?;
@@ -317,15 +293,16 @@ struct ChunkShare {
     known_weight: f64,
 }
 
-/// Forward and backward of one chunk: its loss share and tokens go into `local`
-/// (and its per-source sums); returns its gradients.
+/// Forward and backward of one chunk (its batch and dataset indices): its loss
+/// share and tokens go into `local`, its losses to the probes that read them;
+/// returns its gradients.
 fn chunk_backward<M, D, C>(
     model: &M,
     input: &StepInput<'_, D, C>,
-    batch: &M::Batch,
-    chunk: &[usize],
+    (batch, chunk): (&M::Batch, &[usize]),
     share: ChunkShare,
     local: &mut LocalGrads,
+    probes: &ProbeLayout<'_>,
 ) -> Result<GradStore>
 where
     M: TrainModel,
@@ -343,16 +320,15 @@ where
             examples: chunk.len(),
         }));
     }
-    if let Some(spec) = &input.sources {
+    if probes.needs.losses {
         let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
         let tokens = batch.example_tokens();
-        source_sums::add(
-            &mut local.source_sums,
-            spec,
-            chunk,
-            &values,
-            tokens.as_deref(),
-        );
+        let chunk = ChunkLosses {
+            indices: chunk,
+            losses: &values,
+            tokens: tokens.as_deref(),
+        };
+        probes.chunk(&chunk, &mut local.probed);
     }
     let sum = losses.sum_all()?;
     let weighted = match input.reweight {
@@ -368,25 +344,9 @@ where
     })
 }
 
-fn add_into(slot: &mut Option<Tensor>, g: &Tensor) -> Result<()> {
-    *slot = Some(match slot.take() {
-        Some(acc) => (acc + g)?,
-        None => g.clone(),
-    });
-    Ok(())
-}
-
-/// Every gradient multiplied by `factor`.
-fn scale_grads(grads: Vec<Option<Tensor>>, factor: f64) -> Result<Vec<Option<Tensor>>> {
-    Ok(grads
-        .into_iter()
-        .map(|g| g.map(|g| g * factor).transpose())
-        .collect::<candle_core::Result<Vec<_>>>()?)
-}
-
-/// One optimisation step on this rank. Every rank calls it with the same batches
-/// and `chunks`; OOMs and failures are agreed through one all-reduce before anyone
-/// updates its weights.
+/// One optimisation step on this rank. Every rank calls it with the same batches,
+/// `chunks` and probes; OOMs and failures are agreed through one all-reduce
+/// before anyone updates its weights.
 pub(crate) fn train_step<T, D, C>(
     trainer: &mut T,
     comm: &impl Communicator,
@@ -402,39 +362,43 @@ where
     let (model, optimizer) = trainer.parts();
     let rank = comm.rank();
     let step = plan.step;
-    // Only a measuring step with two small batches or more reads the norms.
-    if input.precondition && small_batch_slots(input.noise_scale, plan.batches) >= 4 {
-        plan.preconditioner = optimizer.preconditioner(params)?;
-    }
+    let layout = ProbeLayout::of(plan.probes, plan.batches);
+    let preconditioner = match layout.needs.preconditioner {
+        true => optimizer.preconditioner(params)?,
+        false => None,
+    };
+    let probing = Probing {
+        layout,
+        preconditioner,
+    };
     let local = guarded(rank, || {
-        accumulate_local(&*model, input, params, &mut plan, rank)
+        accumulate_local(&*model, input, params, (&mut plan, &probing), rank)
     })
     .map_err(|e| on_rank(e, rank, step));
-    let small_slots = small_batch_slots(input.noise_scale, plan.batches);
-    let mut summed = match gather_checked(comm, params, local, input, small_slots)? {
+    let probe_slots = probing.layout.slots();
+    let mut summed = match gather_checked(comm, params, local, input, probe_slots)? {
         Ok(summed) => summed,
         Err(oom) => return Ok(StepOutcome::OutOfMemory { oom }),
     };
     let examples_per_token = per_token_mean(&mut summed, input.reweight, &plan)?;
-    let source_loss =
-        source_sums::means(&summed.source_sums, input.reweight == Reweight::TokenCount);
-    let source_tokens = source_sums::tokens(&summed.source_sums);
-    let loss = summed.loss;
-    // 0: nobody measured (a NaN or a negative is passed on: goodput refuses it).
-    let previous_step_seconds =
-        Some(summed.seconds / comm.world_size() as f64).filter(|&s| s != 0.0);
-    let interrupted = summed.interrupt > 0.0;
+    let mut probed = std::mem::take(&mut summed.probed);
+    let (loss, interrupted) = (summed.loss, summed.interrupt > 0.0);
+    let mut summed_step = SummedStep {
+        grads: None,
+        norm: None,
+        preconditioner: probing.preconditioner.as_deref(),
+        examples_per_token,
+        world: comm.world_size(),
+    };
     let Some(mut update) = unscale(summed, input.loss_scale)? else {
-        return Ok(StepOutcome::Trained {
+        let readings = probing.layout.read(&mut probed, &summed_step)?;
+        return Ok(StepOutcome::Trained(TrainedStep {
             overflowed: true,
             loss,
             grad_norm: None,
-            noise: None,
-            source_loss,
-            source_tokens,
-            previous_step_seconds,
             interrupted,
-        });
+            readings,
+        }));
     };
     if !update.loss.is_finite() {
         return Err(Error::Training(TrainingError::NonFiniteLoss {
@@ -443,7 +407,13 @@ where
             last_checkpoint: None,
         }));
     }
-    let (grad_norm, noise) = norm_and_noise(&mut update, input, &plan, examples_per_token)?;
+    // Before clipping: the probes read the gradient as it came.
+    let wanted = plan.want_norm || probing.layout.needs.summed_norm;
+    let grad_norm = unclipped_norm(&update, input.max_grad_norm, wanted)?;
+    summed_step.grads = Some(&update.grads);
+    summed_step.norm = grad_norm;
+    let readings = probing.layout.read(&mut probed, &summed_step)?;
+    clip(&mut update, input.max_grad_norm, grad_norm)?;
     apply_update(
         optimizer,
         params,
@@ -451,62 +421,34 @@ where
         plan.lr,
         &mut input.verify_update,
     )?;
-    Ok(StepOutcome::Trained {
+    Ok(StepOutcome::Trained(TrainedStep {
         overflowed: false,
         loss: update.loss,
         grad_norm,
-        noise,
-        source_loss,
-        source_tokens,
-        previous_step_seconds,
         interrupted,
-    })
+        readings,
+    }))
 }
 
-/// A step's (|G|², tr Σ) estimate of the gradient noise scale.
-type NoiseEstimate = (f64, f64);
-
-/// The gradients' global norm (before clipping) and this step's noise-scale
-/// estimate when it measures, the gradients then clipped.
-fn norm_and_noise<D: ?Sized, C, B>(
-    update: &mut Update,
-    input: &StepInput<'_, D, C>,
-    plan: &StepPlan<'_, B>,
-    examples_per_token: Option<f64>,
-) -> Result<(Option<f64>, Option<NoiseEstimate>)> {
-    // Before clipping: the noise scale reads the gradient as it came.
-    let preconditioned_norm = match &plan.preconditioner {
-        Some(p) if input.noise_scale => Some(global_norm(&update.grads, Some(p))?),
-        _ => None,
-    };
-    let grad_norm = norm_and_clip(
-        update,
-        input.max_grad_norm,
-        plan.want_norm || input.noise_scale,
-    )?;
-    let noise = preconditioned_norm
-        .or(grad_norm)
-        .filter(|_| input.noise_scale)
-        .and_then(|norm| noise_estimates(&update.small, norm, examples_per_token));
-    Ok((grad_norm, noise))
+/// The gradients' global norm before clipping, when it is wanted or clipping
+/// needs it (already known under `--fp16`).
+fn unclipped_norm(update: &Update, max_grad_norm: f64, wanted: bool) -> Result<Option<f64>> {
+    match update.norm {
+        Some(norm) => Ok(Some(norm)),
+        None if wanted || max_grad_norm > 0.0 => Ok(Some(global_norm(&update.grads, None)?)),
+        None => Ok(None),
+    }
 }
 
-/// The gradients' global norm (before clipping) when it is wanted or clipping
-/// needs it, and the gradients clipped to `max_grad_norm` (0: no clipping).
-fn norm_and_clip(update: &mut Update, max_grad_norm: f64, wanted: bool) -> Result<Option<f64>> {
-    let clipping = max_grad_norm > 0.0;
-    let grad_norm = match update.norm {
-        Some(norm) => Some(norm),
-        None if wanted || clipping => Some(global_norm(&update.grads, None)?),
-        None => None,
-    };
-    if let (true, Some(norm)) = (clipping, grad_norm) {
+/// The gradients clipped to `max_grad_norm` (0: no clipping) given their `norm`.
+fn clip(update: &mut Update, max_grad_norm: f64, norm: Option<f64>) -> Result<()> {
+    if let (true, Some(norm)) = (max_grad_norm > 0.0, norm) {
         if norm > max_grad_norm {
             let grads = std::mem::take(&mut update.grads);
             update.grads = scale_grads(grads, max_grad_norm / (norm + 1e-6))?;
         }
     }
-    Ok(grad_norm)
+    Ok(())
 }
 
 /// A failure inside this rank's share of a step (its collate, its model) names
@@ -526,8 +468,8 @@ fn on_rank(error: Error, rank: usize, step: usize) -> Error {
 }
 
 /// With `token_count`, the summed gradients and loss divided by the global batch's
-/// target tokens; returns examples per token then, for the noise scale (measured in
-/// tokens, tr Σ per example is L times that per token for L tokens an example).
+/// target tokens; returns examples per token then, for a probe that measures per
+/// example what the step measures per token.
 fn per_token_mean<B>(
     summed: &mut LocalGrads,
     reweight: Reweight,
@@ -544,42 +486,11 @@ fn per_token_mean<B>(
     Ok(Some(plan.batches.global_size() as f64 / summed.tokens))
 }
 
-/// Slots of the small batches' sizes and squared norms: two per (micro-batch, rank)
-/// when the noise scale is measured.
-fn small_batch_slots(noise_scale: bool, batches: &StepBatches) -> usize {
-    if noise_scale {
-        2 * batches.micro.len() * batches.local_sizes().len()
-    } else {
-        0
-    }
-}
-
-/// This step's (|G|², tr Σ) estimate from its small batches, when it has two: the
-/// big batch is all of them (its size the sum of theirs), `norm` its mean
-/// gradient's norm; tr Σ per example with `examples_per_token`.
-fn noise_estimates(
-    small: &[f64],
-    norm: f64,
-    examples_per_token: Option<f64>,
-) -> Option<(f64, f64)> {
-    let (sizes, squared_norms) = small.split_at(small.len() / 2);
-    // Sizes are whole numbers of examples or tokens.
-    let sizes: Vec<usize> = sizes.iter().map(|&b| b.round() as usize).collect();
-    let big: usize = sizes.iter().sum();
-    let mut sums = SmallBatchSums::default();
-    for (&b, &squared_norm) in sizes.iter().zip(squared_norms) {
-        sums.add(b, big, squared_norm);
-    }
-    let (g2, trace) = NoiseScaleEstimator::step_estimates(&sizes, big, sums, norm * norm).ok()?;
-    Some((g2, trace * examples_per_token.unwrap_or(1.0)))
-}
-
 /// The step's summed gradients ready for the update, with their norm when it
 /// was already taken.
 struct Update {
     grads: Vec<Option<Tensor>>,
     loss: f64,
-    small: Vec<f64>,
     norm: Option<f64>,
 }
 
@@ -589,7 +500,6 @@ fn unscale(summed: LocalGrads, loss_scale: f64) -> Result<Option<Update>> {
     let mut update = Update {
         grads: summed.grads,
         loss: summed.loss,
-        small: summed.small,
         norm: None,
     };
     if loss_scale == 1.0 {
@@ -642,12 +552,11 @@ fn gather_checked<D: ?Sized, C>(
     params: &[(String, Var)],
     local: Result<LocalGrads>,
     input: &mut StepInput<'_, D, C>,
-    small_slots: usize,
+    probe_slots: usize,
 ) -> Result<std::result::Result<LocalGrads, StepOom>> {
     let check = input.check_coverage;
     let layout = PayloadLayout {
-        source_sums: 3 * input.sources.as_ref().map_or(0, |s| s.names.len()),
-        small: small_slots,
+        probes: probe_slots,
         coverage: if check { params.len() } else { 0 },
     };
     let local = local.map(|mut l| {
@@ -706,11 +615,9 @@ fn reduce(
             grads: tensors.into_iter().map(Some).collect(),
             loss: summed.loss,
             tokens: summed.tokens,
-            small: summed.small,
-            source_sums: summed.source_sums,
+            probed: summed.probed,
             covered: (layout.coverage > 0)
                 .then(|| summed.covered.iter().map(|&c| c > 0.0).collect()),
-            seconds: summed.seconds,
             interrupt: summed.interrupt,
         })),
     }
@@ -718,8 +625,8 @@ fn reduce(
 
 /// What this rank puts into the step's all-reduce: its gradients (zeros where it
 /// has none, all zeros after a failure) and its scalars (only the flags after a
-/// failure). The per-source and small-batch sums move out of `local`: the
-/// summed ones replace them.
+/// failure). The probes' values move out of `local`: the summed ones replace
+/// them.
 fn outgoing(
     local: &mut Result<LocalGrads>,
     params: &[(String, Var)],
@@ -744,10 +651,8 @@ fn outgoing(
     let scalars = StepScalars {
         loss: l.loss,
         tokens: l.tokens,
-        seconds: l.seconds,
         interrupt: l.interrupt,
-        small: std::mem::take(&mut l.small),
-        source_sums: std::mem::take(&mut l.source_sums),
+        probed: std::mem::take(&mut l.probed),
         covered: l
             .covered
             .iter()
@@ -757,20 +662,6 @@ fn outgoing(
         ..StepScalars::default()
     };
     Ok((tensors, scalars))
-}
-
-fn global_norm(grads: &[Option<Tensor>], preconditioner: Option<&[Option<Tensor>]>) -> Result<f64> {
-    let mut sum = 0.0;
-    for (i, g) in grads.iter().enumerate() {
-        let Some(g) = g else { continue };
-        let g = g.to_dtype(DType::F64)?;
-        let g = match preconditioner.and_then(|p| p.get(i)).and_then(Option::as_ref) {
-            Some(p) => g.mul(&p.to_dtype(DType::F64)?)?,
-            None => g,
-        };
-        sum += g.sqr()?.sum_all()?.to_scalar::<f64>()?;
-    }
-    Ok(sum.sqrt())
 }
 
 /// Copies of the parameters whose gradient is not zero, with their variables.

@@ -11,7 +11,8 @@ use crate::memory::memory_model::{BatchFeatures, MemoryModel};
 use crate::report::logging::Logger;
 use crate::report::record::{EvalLog, StepLog};
 use crate::train::control::states::ControllerStates;
-use crate::train::step::StepOutcome;
+use crate::train::probe::StepProbe;
+use crate::train::step::{StepOutcome, TrainedStep};
 use crate::user::callback::Callback;
 use crate::user::trainer::AdaptiveTrainer;
 
@@ -31,7 +32,17 @@ impl StepReport<'_> {
     /// Whether the step ran (possibly skipping its update under `--fp16`), as
     /// opposed to running out of memory on some rank.
     pub(crate) fn trained(&self) -> bool {
-        matches!(self.outcome, StepOutcome::Trained { .. })
+        self.outcome.trained().is_some()
+    }
+
+    /// The step, when it ran.
+    pub(crate) fn trained_step(&self) -> Option<&TrainedStep> {
+        self.outcome.trained()
+    }
+
+    /// A probe's reading of the step, when it ran and the probe gave one.
+    pub(crate) fn reading<R: std::any::Any>(&self) -> Option<&R> {
+        self.outcome.trained()?.readings.get::<R>()
     }
 }
 
@@ -86,6 +97,15 @@ pub(crate) trait Controller {
     fn begin(&mut self, _steer: &mut Steer<'_>) -> Result<()> {
         Ok(())
     }
+    /// What it measures inside the next step (its scalars in the step's
+    /// all-reduce, read back in [`StepReport::reading`]).
+    fn probe(&self) -> Option<Box<dyn StepProbe + '_>> {
+        None
+    }
+    /// The wall-clock seconds of the step that just ran (0 after an OOM). A
+    /// controller that keeps them makes decisions that depend on the machine's
+    /// load, and says so.
+    fn step_time(&mut self, _seconds: f64) {}
     /// After a step, in the order of `Controllers::in_order`.
     fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()>;
     /// Its fields of a logged step's record.

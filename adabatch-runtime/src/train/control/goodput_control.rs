@@ -13,7 +13,6 @@ use crate::adapt::goodput::{
 };
 use crate::error::{Error, Result, TrainingError};
 use crate::report::record::StepLog;
-use crate::train::step::StepOutcome;
 
 use super::controller::{Steer, StepReport};
 
@@ -47,20 +46,15 @@ impl GoodputControl {
         }
     }
 
-    /// After a step: learn its time, then choose the next shape.
+    /// After a step that ran: learn the previous step's time (the mean over
+    /// ranks, when some rank measured one), then choose the next shape from the
+    /// noise scale `phi`.
     pub(crate) fn adapt(
         &mut self,
         report: &StepReport<'_>,
-        phi: Option<f64>,
+        (phi, previous_step_seconds): (Option<f64>, Option<f64>),
         steer: &mut Steer<'_>,
     ) -> Result<()> {
-        let StepOutcome::Trained {
-            previous_step_seconds,
-            ..
-        } = *report.outcome
-        else {
-            return Ok(());
-        };
         let step_shape = StepShape {
             global: report.batches.global_size(),
             micro_batches: report.batches.micro.len(),

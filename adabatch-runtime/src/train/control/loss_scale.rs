@@ -4,7 +4,7 @@
 use crate::error::Result;
 use crate::optim::precision::LossScaler;
 use crate::report::record::StepLog;
-use crate::train::step::StepOutcome;
+use crate::train::step::TrainedStep;
 
 use super::controller::{Controller, Restore, Save, Steer, StepReport};
 use super::states;
@@ -39,7 +39,7 @@ impl LossScaleControl {
 
 impl Controller for LossScaleControl {
     fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
-        let StepOutcome::Trained { overflowed, .. } = *report.outcome else {
+        let Some(&TrainedStep { overflowed, .. }) = report.trained_step() else {
             return Ok(());
         };
         let (step, scale) = (report.step, self.scaler.scale);

@@ -4,32 +4,41 @@
 
 use crate::adapt::mixer::{Diagnostic, LastEval, Mixer, SourceStats};
 use crate::adapt::schedule::ScheduleSpec;
+use crate::config::policy::Reweight;
 use crate::data::planner::StepPlanner;
 use crate::error::{Error, Result, SettingsError};
 use crate::report::record::{EvalLog, StepLog};
 use crate::data::source_spec::SourceSpec;
+use crate::train::probe::StepProbe;
 use crate::train::settings::BuiltinMixer;
-use crate::train::step::StepOutcome;
+use crate::train::source_sums::{SourceLosses, SourceProbe};
 
 use super::controller::{Controller, Restore, Save, Steer, StepReport, UserControllers};
 use super::states;
 
-/// The engine's own mixer, if the policy asks for one, of a run of `sources`
-/// sources.
+/// The engine's own mixer, if the policy asks for one, of a run of `spec`'s
+/// sources; each step's per-source losses (its probe) feed the mixer in force.
 pub(crate) struct MixingControl {
     builtin: Option<Box<dyn Mixer>>,
-    sources: usize,
+    spec: SourceSpec,
+    /// Losses per token (`reweight = token_count`) where the batches count them.
+    per_token: bool,
     /// The mixer's diagnostics after it last decided, for the next record.
     diagnostics: Option<serde_json::Value>,
 }
 
 impl MixingControl {
     /// A run of several sources mixes them, with the engine's `builtin` mixer
-    /// unless the trainer has its own.
-    pub(crate) fn new(sources: Option<&SourceSpec>, builtin: Option<BuiltinMixer>) -> Option<Self> {
+    /// unless the trainer has its own; losses weighted by `reweight`.
+    pub(crate) fn new(
+        sources: Option<&SourceSpec>,
+        builtin: Option<BuiltinMixer>,
+        reweight: Reweight,
+    ) -> Option<Self> {
         sources.map(|spec| Self {
             builtin: builtin.map(|m| m.build()),
-            sources: spec.names.len(),
+            spec: spec.clone(),
+            per_token: reweight == Reweight::TokenCount,
             diagnostics: None,
         })
     }
@@ -66,7 +75,7 @@ pub(crate) fn check_mixer_sources(
 impl Controller for MixingControl {
     /// A mixer decides the first step's weights too, from no loss yet.
     fn begin(&mut self, steer: &mut Steer<'_>) -> Result<()> {
-        let no_loss = vec![f64::NAN; self.sources];
+        let no_loss = vec![f64::NAN; self.spec.names.len()];
         let names = (steer.planner.sampler().sources()).map(|s| s.spec().names.clone());
         if let Some(mixer) = self.mixer(steer.trainer) {
             let names = names.unwrap_or_default();
@@ -78,16 +87,22 @@ impl Controller for MixingControl {
         Ok(())
     }
 
+    fn probe(&self) -> Option<Box<dyn StepProbe + '_>> {
+        Some(Box::new(SourceProbe {
+            spec: &self.spec,
+            per_token: self.per_token,
+        }))
+    }
+
     fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
-        let StepOutcome::Trained {
-            source_loss: Some(losses),
-            source_tokens,
-            ..
-        } = report.outcome
+        let Some(SourceLosses {
+            loss: losses,
+            tokens,
+        }) = report.reading::<SourceLosses>()
         else {
             return Ok(());
         };
-        let tokens = source_tokens.as_deref().unwrap_or(&[]);
+        let tokens = tokens.as_deref().unwrap_or(&[]);
         if let Some(mixer) = self.mixer(steer.trainer) {
             let step = report.step;
             let weights = next_mix_weights(

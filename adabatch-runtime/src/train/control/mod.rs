@@ -27,6 +27,7 @@ pub(crate) mod goodput_control;
 pub(crate) mod loss_scale;
 pub(crate) mod memory;
 pub(crate) mod mixing;
+pub(crate) mod noise_probe;
 pub(crate) mod noise_scale_control;
 pub(crate) mod oom_control;
 pub(crate) mod schedule_control;
@@ -36,6 +37,7 @@ use crate::adapt::noise_cadence::SplitCostModel;
 use crate::dist::communicator::Communicator;
 use crate::error::Result;
 use crate::report::record::StepLog;
+use crate::train::probe::StepProbe;
 use crate::train::settings::RunSettings;
 use crate::train::step::StepInput;
 
@@ -76,7 +78,11 @@ impl Controllers {
                 settings.units_world,
                 SplitCostModel::for_device(settings.device.is_cuda()),
             )?,
-            mixing: MixingControl::new(settings.sources.as_ref(), settings.builtin_mixer),
+            mixing: MixingControl::new(
+                settings.sources.as_ref(),
+                settings.builtin_mixer,
+                settings.step.reweight,
+            ),
             schedule: ScheduleControl,
             memory: MemoryControl::new(settings.memory_margin, settings.batching, settings.seed),
         })
@@ -164,14 +170,27 @@ impl Controllers {
         Ok(())
     }
 
-    /// What the next step takes from the controllers: its loss scale, and
-    /// whether it measures the gradient noise scale.
-    pub(crate) fn prepare<D: ?Sized, C>(&self, input: &mut StepInput<'_, D, C>) {
+    /// What the next step takes from the controllers: its loss scale, and what
+    /// they measure inside it (in their order).
+    pub(crate) fn prepare<D: ?Sized, C>(
+        &mut self,
+        input: &mut StepInput<'_, D, C>,
+    ) -> Vec<Box<dyn StepProbe + '_>> {
         input.loss_scale = self.loss_scale();
-        input.noise_scale = self
-            .noise_scale
-            .as_ref()
-            .is_some_and(NoiseScaleControl::measures_next);
+        (self.in_order().into_iter().flatten())
+            .filter_map(|controller| {
+                let controller: &dyn Controller = controller;
+                controller.probe()
+            })
+            .collect()
+    }
+
+    /// The wall-clock seconds of the step that just ran (0 after an OOM), to the
+    /// controllers that time steps.
+    pub(crate) fn step_time(&mut self, seconds: f64) {
+        for controller in self.in_order().into_iter().flatten() {
+            controller.step_time(seconds);
+        }
     }
 
     /// The loss scale of the next step (1 unless `--fp16`).

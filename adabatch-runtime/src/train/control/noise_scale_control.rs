@@ -8,11 +8,12 @@ use crate::adapt::noise_scale::{NoiseScaleEstimator, NoiseScalePolicy};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::error::Result;
 use crate::report::record::StepLog;
+use crate::train::probe::StepProbe;
 use crate::train::settings::StepRules;
-use crate::train::step::StepOutcome;
 
 use super::controller::{Controller, Restore, Save, Steer, StepReport};
 use super::goodput_control::GoodputControl;
+use super::noise_probe::{NoiseProbe, NoiseReading};
 use super::states;
 
 /// The estimator, and what resizes the batch from it.
@@ -24,6 +25,11 @@ pub(crate) struct NoiseScaleControl {
     world: usize,
     /// Measurements refused (not finite) since the last logged step.
     refused: usize,
+    /// On gradients preconditioned by the optimizer (`lr_scaling = adamscale`).
+    precondition: bool,
+    /// This rank's seconds of the last step (0: none yet, or it ran out of
+    /// memory), which ride in the next step so that every rank gets their mean.
+    last_seconds: f64,
 }
 
 /// What the estimate drives.
@@ -63,6 +69,8 @@ impl NoiseScaleControl {
             },
             world: units_world.max(1),
             refused: 0,
+            precondition: rules.precondition_noise,
+            last_seconds: 0.0,
         }))
     }
 
@@ -74,17 +82,13 @@ impl NoiseScaleControl {
             .filter(|_| self.estimator.warmed_up())
     }
 
-    /// Whether the next step measures the noise scale.
-    pub(crate) fn measures_next(&self) -> bool {
-        self.cadence.measures_next()
-    }
-
     /// Folds a measurement spanning `spans` steps in (when the step measured)
     /// and resizes the batch: the noise-scale policy after a measurement,
     /// goodput after every step (it learns every step's time).
     fn resize(
         &mut self,
         measurement: Option<((f64, f64), u64)>,
+        previous_step_seconds: Option<f64>,
         report: &StepReport<'_>,
         steer: &mut Steer<'_>,
     ) -> Result<()> {
@@ -105,7 +109,7 @@ impl NoiseScaleControl {
             }
             Resize::Goodput(goodput) => {
                 let phi = estimate.filter(|_| warmed_up);
-                goodput.adapt(report, phi, steer)?;
+                goodput.adapt(report, (phi, previous_step_seconds), steer)?;
             }
         }
         Ok(())
@@ -120,12 +124,24 @@ impl Controller for NoiseScaleControl {
         Ok(())
     }
 
+    fn probe(&self) -> Option<Box<dyn StepProbe + '_>> {
+        Some(Box::new(NoiseProbe {
+            measures: self.cadence.measures_next(),
+            precondition: self.precondition,
+            previous_seconds: self.last_seconds,
+        }))
+    }
+
+    /// The cadence's `auto` and goodput's measured times read it.
+    fn step_time(&mut self, seconds: f64) {
+        self.last_seconds = seconds;
+    }
+
     fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
-        let StepOutcome::Trained {
-            noise,
+        let Some(&NoiseReading {
+            measurement: noise,
             previous_step_seconds,
-            ..
-        } = *report.outcome
+        }) = report.reading::<NoiseReading>()
         else {
             return Ok(());
         };
@@ -146,7 +162,7 @@ impl Controller for NoiseScaleControl {
         let spans = self
             .cadence
             .after_step(measurement.is_some(), split, global, seconds);
-        self.resize(measurement.zip(spans), report, steer)?;
+        self.resize(measurement.zip(spans), previous_step_seconds, report, steer)?;
         // The next step, at its (possibly new) batch.
         let needs_split = steer.planner.measurement_needs_split();
         let global = steer.planner.global_batch();
