@@ -340,16 +340,31 @@ where
         if let Some(run) = mixed {
             let (run, xs) = (&runs[run], &axis.xs[run]);
             weights_panel(panel(4), run, xs, axis.label)?;
-            for (row, key) in diagnostics.iter().enumerate() {
-                let caption = format!("Mixer: {key} ({})", run.label);
-                let series = diagnostic_series(run, xs, key);
-                let y = range(series.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.1)), false);
-                let area = (panel(5 + row), range(xs.iter().copied(), true), y);
-                by_source_panel(area, (&caption, key, axis.label), series)?;
-            }
+            let below = &panels[5 * 2..];
+            mixer_panels(below, column, (run, xs, axis.label), &diagnostics)?;
         }
     }
     root.present()?;
+    Ok(())
+}
+
+/// A row per mixer diagnostic under the weights, in `column` of `panels`.
+fn mixer_panels<DB: DrawingBackend>(
+    panels: &[DrawingArea<DB, Shift>],
+    column: usize,
+    (run, xs, x_label): (&RunLog, &[f64], &str),
+    diagnostics: &[String],
+) -> Draw
+where
+    DB::ErrorType: 'static,
+{
+    for (row, key) in diagnostics.iter().enumerate() {
+        let caption = format!("Mixer: {key} ({})", run.label);
+        let series = diagnostic_series(run, xs, key);
+        let y = range(series.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.1)), false);
+        let area = (&panels[row * 2 + column], range(xs.iter().copied(), true), y);
+        by_source_panel(area, (&caption, key, x_label), series)?;
+    }
     Ok(())
 }
 

@@ -198,6 +198,25 @@ struct Probing<'p> {
     preconditioner: Option<Vec<Option<Tensor>>>,
 }
 
+impl<'p> Probing<'p> {
+    /// The probes of `plan`, with what they need from `optimizer`.
+    fn of<B>(
+        plan: &StepPlan<'p, B>,
+        optimizer: &impl TrainOptimizer,
+        params: &[(String, Var)],
+    ) -> Result<Self> {
+        let layout = ProbeLayout::of(plan.probes, plan.batches);
+        let preconditioner = match layout.needs.preconditioner {
+            true => optimizer.preconditioner(params)?,
+            false => None,
+        };
+        Ok(Self {
+            layout,
+            preconditioner,
+        })
+    }
+}
+
 /// Forward and backward over this rank's share of every micro-batch, each split in
 /// `plan.chunks` pieces, gradients summed.
 fn accumulate_local<M, D, C>(
@@ -246,7 +265,8 @@ where
                 rank_slice: indices.len(),
                 known_weight,
             };
-            let grads = chunk_backward(model, input, (&batch, chunk), share, &mut local, &probing.layout)?;
+            let probes = &probing.layout;
+            let grads = chunk_backward(model, input, (&batch, chunk), share, &mut local, probes)?;
             let target = micro_grads.as_mut().unwrap_or(&mut local.grads);
             for (slot, (_, var)) in target.iter_mut().zip(params) {
                 if let Some(g) = grads.get(var.as_tensor()) {
@@ -255,34 +275,48 @@ where
             }
         }
         if let Some(micro_grads) = micro_grads {
-            // The share is (sum of losses) / B: its mean gradient is B / b times
-            // it; with token counts it is the sum of the losses of t tokens.
-            let (size, to_mean) = match input.reweight {
-                Reweight::TokenCount => {
-                    let t = local.tokens - tokens_before;
-                    (t, 1.0 / t.max(1.0))
-                }
-                _ => (indices.len() as f64, known_weight / indices.len() as f64),
-            };
-            let view = MicroGradient {
-                micro: m,
-                rank,
-                world,
-                size,
-                to_mean,
-                loss_scale: input.loss_scale,
-                grads: &micro_grads,
-                preconditioner: probing.preconditioner.as_deref(),
-            };
-            probing.layout.micro(&view, &mut local.probed)?;
-            for (slot, g) in local.grads.iter_mut().zip(micro_grads) {
-                if let Some(g) = g {
-                    add_into(slot, &g)?;
-                }
-            }
+            let tokens = local.tokens - tokens_before;
+            let share = (indices.len(), tokens, known_weight);
+            probe_micro(input, probing, (m, rank, world), share, micro_grads, &mut local)?;
         }
     }
     Ok(local)
+}
+
+/// A micro-batch's gradient on this rank, summed apart (`micro`: its number,
+/// the rank's, the number of ranks; `share`: its examples, tokens and the step's
+/// known weight), to the probes, then into the step's.
+fn probe_micro<D: ?Sized, C>(
+    input: &StepInput<'_, D, C>,
+    probing: &Probing<'_>,
+    (micro, rank, world): (usize, usize, usize),
+    (examples, tokens, known_weight): (usize, f64, f64),
+    micro_grads: Vec<Option<Tensor>>,
+    local: &mut LocalGrads,
+) -> Result<()> {
+    // The share is (sum of losses) / B: its mean gradient is B / b times it;
+    // with token counts it is the sum of the losses of t tokens.
+    let (size, to_mean) = match input.reweight {
+        Reweight::TokenCount => (tokens, 1.0 / tokens.max(1.0)),
+        _ => (examples as f64, known_weight / examples as f64),
+    };
+    let view = MicroGradient {
+        micro,
+        rank,
+        world,
+        size,
+        to_mean,
+        loss_scale: input.loss_scale,
+        grads: &micro_grads,
+        preconditioner: probing.preconditioner.as_deref(),
+    };
+    probing.layout.micro(&view, &mut local.probed)?;
+    for (slot, g) in local.grads.iter_mut().zip(micro_grads) {
+        if let Some(g) = g {
+            add_into(slot, &g)?;
+        }
+    }
+    Ok(())
 }
 
 /// How one chunk's losses are weighted: the size of this rank's slice of the
@@ -362,15 +396,7 @@ where
     let (model, optimizer) = trainer.parts();
     let rank = comm.rank();
     let step = plan.step;
-    let layout = ProbeLayout::of(plan.probes, plan.batches);
-    let preconditioner = match layout.needs.preconditioner {
-        true => optimizer.preconditioner(params)?,
-        false => None,
-    };
-    let probing = Probing {
-        layout,
-        preconditioner,
-    };
+    let probing = Probing::of(&plan, &*optimizer, params)?;
     let local = guarded(rank, || {
         accumulate_local(&*model, input, params, (&mut plan, &probing), rank)
     })
