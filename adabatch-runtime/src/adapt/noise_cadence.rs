@@ -3,7 +3,7 @@
 //! A measurement needs small batches in a step. Where a step has enough anyway
 //! (four ranks, accumulation) measuring costs a norm per small batch, and every
 //! step measures. Otherwise the engine splits a measuring step into two
-//! micro-batches (`StepPlanner::measurement_needs_split`): the same examples and
+//! micro-batches (`StepPlanner::split_in_two`): the same examples and
 //! the same summed gradient, but on a launch-bound GPU nearly a second pass. The
 //! cadence then measures every `k`-th step: with a split step `1 + c` times a
 //! plain one, measuring every `k` steps spends `c / (k + c)` of the run's time, at

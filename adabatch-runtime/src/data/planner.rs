@@ -101,8 +101,9 @@ pub struct PlannerState {
     /// The micro-batches of the next steps, when the engine sets them (`goodput`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set_micro_batches: Option<usize>,
-    /// The next step is split into two micro-batches to measure the gradient
-    /// noise scale (see [`StepPlanner::split_for_measurement`]).
+    /// The next step is split into two micro-batches, as a controller asked (the
+    /// noise scale's measurement; see [`StepPlanner::split_in_two`]; the name is
+    /// the checkpoints').
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub measure_split: bool,
     /// The unfinished length-aware epoch (its order and remaining batches), when
@@ -126,15 +127,6 @@ pub struct PlannerState {
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
-
-/// The small batches (one per micro-batch and rank) below which a step that
-/// measures the gradient noise scale is split in two: one rank measures from 2
-/// halves, two ranks from 4 quarters, as the examples' `grad_accum = fixed(2)`
-/// did at every step; from four ranks on, the ranks' shares alone. Fewer small
-/// batches make a noisier estimate, whose ratio of averages runs high: on 2 CPU
-/// ranks, the ranks' 2 shares alone doubled the language model's batch earlier
-/// (539 steps and 0.03 nats worse, against 692 from 4 quarters).
-pub const MEASURE_SMALL_BATCHES: usize = 4;
 
 /// Yields each step's global batch, applying the schedule after every step.
 #[derive(Debug, Clone)]
@@ -583,29 +575,27 @@ impl<S: Schedule> StepPlanner<S> {
         self.set_micro = Some(n.max(1));
     }
 
-    /// Whether the next step is split in two for a noise measurement: it has
-    /// fewer than [`MEASURE_SMALL_BATCHES`] small batches (one per micro-batch and
-    /// rank), and a batch in global units that splits without changing its
-    /// examples.
-    pub fn measurement_needs_split(&self) -> bool {
-        let ranks = self.sampler.world_size().min(self.global_batch());
-        // The split makes two micro-batches: it adds small batches only to a step
-        // of one.
-        self.global_units()
-            && self.planned_micro_batches() == 1
-            && ranks < MEASURE_SMALL_BATCHES
-            && self.global_batch() >= 2
+    /// Whether splitting the next step in two changes its micro-batches and not
+    /// its examples: a batch in global units, of two examples or more, planned
+    /// as one micro-batch.
+    pub fn can_split_in_two(&self) -> bool {
+        self.global_units() && self.planned_micro_batches() == 1 && self.global_batch() >= 2
     }
 
-    /// Splits the next steps into two micro-batches (at least) while `split`: the
-    /// same examples, a noise measurement's two small batches.
-    pub fn split_for_measurement(&mut self, split: bool) {
+    /// Splits the next steps into two micro-batches (at least) while `split`:
+    /// the same examples, one more pass.
+    pub fn split_in_two(&mut self, split: bool) {
         self.measure_split = split;
     }
 
-    /// Whether the next step is split for a noise measurement.
-    pub fn split_for_measurement_now(&self) -> bool {
+    /// Whether the next step is split in two.
+    pub fn splits_in_two(&self) -> bool {
         self.measure_split
+    }
+
+    /// The number of ranks the global batch is shared by.
+    pub fn world_size(&self) -> usize {
+        self.sampler.world_size()
     }
 
     /// Micro-batches of the next step.
