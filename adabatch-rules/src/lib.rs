@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod goodput;
+pub mod grad_accum;
 pub mod memory;
 pub mod mixer;
 pub mod noise_scale;

@@ -495,13 +495,12 @@ fn batch_limits_crossed() {
     assert!(
         matches!(
             err,
-            Error::Settings(SettingsError::InvalidSetting {
-                name: "grad_accum",
-                ..
-            })
+            Error::Settings(SettingsError::InvalidGradAccum { ref reason })
+                if reason.contains("fixed(0)")
         ),
         "{err}"
     );
+    assert_sentence(&err);
 }
 
 hand_trainer!(

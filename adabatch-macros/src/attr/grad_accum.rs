@@ -91,8 +91,8 @@ fn fixed(call: &Call, cx: &mut Ctxt) -> Option<GradAccum> {
     match arg {
         CallArg::Plain(v) => {
             let n = int::<usize>("fixed", v, cx)?;
-            if n == 0 {
-                cx.on(v, "`fixed(0)`: accumulate at least 1 micro-batch per step");
+            if let Err(broken) = adabatch_rules::grad_accum::fixed(n) {
+                cx.on(v, broken.message);
                 return None;
             }
             Some(GradAccum::Fixed(n))
@@ -115,11 +115,8 @@ fn target(call: &Call, cx: &mut Ctxt) -> Option<GradAccum> {
         return None;
     };
     let n = int::<usize>("global", v, cx)?;
-    if n == 0 {
-        cx.on(
-            *v,
-            "`target(global = 0)`: the effective global batch must be at least 1",
-        );
+    if let Err(broken) = adabatch_rules::grad_accum::target(n) {
+        cx.on(*v, broken.message);
         return None;
     }
     Some(GradAccum::Target(n))

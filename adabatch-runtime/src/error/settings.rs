@@ -25,6 +25,13 @@ pub enum SettingsError {
         /// What it must be.
         expected: &'static str,
     },
+    /// `grad_accum` accumulates no micro-batch (the attribute's rule, for a
+    /// policy built by hand).
+    #[error("grad_accum: {reason}")]
+    InvalidGradAccum {
+        /// What is wrong, with the value.
+        reason: String,
+    },
     /// `min_batch` is above `max_batch`.
     #[error("min_batch ({min}) is larger than max_batch ({max})")]
     BatchLimitsCrossed {

@@ -73,11 +73,13 @@ pub(super) fn effective_policy(
     if let Some(reason) = policy.unsupported() {
         return Err(Error::Settings(SettingsError::UnsupportedPolicy { reason }));
     }
-    if let GradAccum::Fixed(0) | GradAccum::Target { global: 0 } = policy.grad_accum {
-        return Err(Error::Settings(SettingsError::InvalidSetting {
-            name: "grad_accum",
-            value: "0".into(),
-            expected: "at least one micro-batch / example",
+    let accumulation = match policy.grad_accum {
+        GradAccum::Fixed(n) => adabatch_rules::grad_accum::fixed(n),
+        GradAccum::Target { global } => adabatch_rules::grad_accum::target(global),
+    };
+    if let Err(broken) = accumulation {
+        return Err(Error::Settings(SettingsError::InvalidGradAccum {
+            reason: broken.message,
         }));
     }
     Ok(policy)
