@@ -106,7 +106,7 @@ pub use optim::{
     AdamW, HeldParameters, OptimizerState, ParamGroups, ParamsAdamW, Sgd, TrainOptimizer,
 };
 pub use report::plot::{plot_runs, RunLog};
-pub use report::record::{EvalLog, SourceLog, StepLog};
+pub use report::record::{EvalLog, HeldOutCost, SourceLog, StepLog};
 pub use report::summary::{TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};
 pub use train::launch::{RankFactory, Run};

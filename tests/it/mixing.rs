@@ -1541,3 +1541,159 @@ proptest! {
         prop_assert_eq!(&resumed, &steps);
     }
 }
+
+/// The held-out losses a mixer got, with their steps.
+type HeldOutSeen = Vec<(usize, Vec<f64>)>;
+
+/// Asks for the held-out losses after every `every`-th step and keeps what it
+/// got (shared, so that the test reads it after the run).
+struct AskingMixer {
+    every: usize,
+    got: std::sync::Arc<std::sync::Mutex<HeldOutSeen>>,
+}
+
+impl Mixer for AskingMixer {
+    fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
+        assert_eq!(
+            stats.held_out.is_some(),
+            stats.step > 0 && self.wants_held_out(stats.step),
+            "held-out losses exactly when asked, step {}",
+            stats.step
+        );
+        if let Some(losses) = stats.held_out {
+            self.got.lock().unwrap().push((stats.step, losses.to_vec()));
+        }
+        vec![3.0, 1.0]
+    }
+
+    fn wants_held_out(&self, step: usize) -> bool {
+        step % self.every == 0
+    }
+}
+
+#[adaptive_trainer]
+struct Asking {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[mixer]
+    mixer: AskingMixer,
+}
+
+type HeldOutRun = (HeldOutSeen, Vec<StepLog>, adabatch::TrainSummary);
+
+/// A run whose mixer asks after every third step, with `args`, the held-out set
+/// the first 3 examples of each source of the eval set.
+fn asking_run(args: &TrainingArgs, eval: &Sources<Vec<Example>>) -> adabatch::Result<HeldOutRun> {
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    let log = temp_log("mixing-held-out");
+    let mut a = args.clone();
+    a.logging.log_jsonl = Some(log.clone());
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let shared = got.clone();
+    let trained = Asking::launch_with_eval(&data, eval, &collate, &a, move |ctx: &RankContext| {
+        let (model, opt) = adam(ctx)?;
+        let mixer = AskingMixer {
+            every: 3,
+            got: shared.clone(),
+        };
+        Ok(Asking::new(model, opt, mixer))
+    })?;
+    // Every rank's mixer pushes what it got: rank 0's are the first of each step.
+    let mut got = got.lock().unwrap().clone();
+    got.dedup_by_key(|(step, _)| *step);
+    Ok((got, read_log(&log), trained.summary))
+}
+
+fn held_out_eval() -> Sources<Vec<Example>> {
+    Sources::new([("new", dataset(4, 8)), ("replay", dataset(2, 9))]).unwrap()
+}
+
+/// The held-out losses a mixer asks for come after exactly the steps it asks
+/// (every third), once each: the same losses on 1, 2 and 3 ranks of the same
+/// global batch, and the tokens of the set once per request in the logs and
+/// the summary.
+#[test]
+fn held_out_losses_come_once_per_request_on_any_number_of_ranks() {
+    let eval = held_out_eval();
+    let set_tokens: usize = (eval.get(0).tokens + eval.get(1).tokens + eval.get(2).tokens)
+        + (eval.get(4).tokens + eval.get(5).tokens);
+    let mut runs = Vec::new();
+    for (world, per_device) in [(1, 6), (2, 3), (3, 2)] {
+        let mut a = args(world, per_device, 2);
+        a.eval.mixer_eval_examples = Some(3);
+        runs.push(asking_run(&a, &eval).unwrap());
+    }
+    let (got, logs, summary) = &runs[0];
+    let steps: Vec<usize> = got.iter().map(|(step, _)| *step).collect();
+    let expected: Vec<usize> = (3..=logs.len()).step_by(3).collect();
+    assert!(!expected.is_empty());
+    assert_eq!(steps, expected);
+    let cost = summary.held_out.unwrap();
+    assert_eq!(cost.evaluations, expected.len());
+    assert_eq!(cost.tokens, (expected.len() * set_tokens) as f64);
+    let last = logs.last().unwrap().held_out.unwrap();
+    assert_eq!(
+        (last.evaluations, last.tokens),
+        (cost.evaluations, cost.tokens)
+    );
+    assert!(logs[0].held_out.is_none(), "nothing asked before step 3");
+    for (other, _, _) in &runs[1..] {
+        assert_eq!(other.len(), got.len());
+        for ((s1, l1), (s2, l2)) in got.iter().zip(other) {
+            assert_eq!(s1, s2);
+            for (a, b) in l1.iter().zip(l2) {
+                assert!(
+                    (a - b).abs() < 1e-5 * a.abs().max(1.0),
+                    "step {s1}: {l1:?} {l2:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A run resumed between requests asks and gets what the uninterrupted run did
+/// after the checkpoint, and its cost counts the requests before it too.
+#[test]
+fn held_out_requests_resume_exactly() {
+    let eval = held_out_eval();
+    let out = temp_log("mixing-held-out-out").with_extension("");
+    let mut saving = args(2, 3, 2);
+    saving.eval.mixer_eval_examples = Some(3);
+    saving.save.output_dir = out.clone();
+    saving.save.save_steps = 4;
+    let (full, full_logs, full_summary) = asking_run(&saving, &eval).unwrap();
+    let mut resumed = saving.clone();
+    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-4"));
+    let (after, logs, summary) = asking_run(&resumed, &eval).unwrap();
+    let tail: Vec<_> = full.into_iter().filter(|(step, _)| *step > 4).collect();
+    assert_eq!(after, tail);
+    let cost = |l: &StepLog| l.held_out.map(|c| (c.evaluations, c.tokens));
+    let resumed_costs: Vec<_> = logs.iter().map(cost).collect();
+    let full_costs: Vec<_> = full_logs[4..].iter().map(cost).collect();
+    assert_eq!(resumed_costs, full_costs);
+    let totals = |s: &adabatch::TrainSummary| s.held_out.map(|c| (c.evaluations, c.tokens));
+    assert_eq!(totals(&summary), totals(&full_summary));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A mixer that asks in a run without a held-out set, and a held-out set the
+/// eval set cannot give, are typed errors.
+#[test]
+fn held_out_requests_need_a_held_out_set_of_the_training_sources() {
+    let eval = held_out_eval();
+    let err = asking_run(&args(1, 6, 1), &eval).unwrap_err();
+    assert!(
+        matches!(&err, Error::Settings(SettingsError::HeldOutSet { reason }) if reason.contains("after step 3")),
+        "{err}"
+    );
+    let mut a = args(1, 6, 1);
+    a.eval.mixer_eval_examples = Some(3);
+    let other = Sources::new([("replay", dataset(2, 9)), ("new", dataset(4, 8))]).unwrap();
+    let err = asking_run(&a, &other).unwrap_err();
+    assert!(
+        matches!(&err, Error::Settings(SettingsError::HeldOutSet { reason }) if reason.contains("not the training sources")),
+        "{err}"
+    );
+}

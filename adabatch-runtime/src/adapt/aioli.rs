@@ -44,6 +44,18 @@
 //! on the losses themselves): `p_j ← p_j · exp(η Σ_i v_i A_ij)`. As `τ → ∞` it
 //! is the paper's step; a small `τ` follows the worst domain alone.
 //!
+//! **On held-out losses.** With [`AioliMixer::with_held_out`] a probe's decrease
+//! of each domain's loss is read as the paper reads it: the domain's loss on the
+//! run's held-out set (`--mixer-eval-examples` examples of each, the same every
+//! time) before the probe minus after it, asked of the engine
+//! ([`Mixer::wants_held_out`]) before a round's first probe and after each
+//! probe: `m + 1` evaluations a round. A fixed set's loss moves only by what
+//! training did, where the step's training losses move by 0.1–0.3 nats from
+//! step to step on their own. The first step trains on `p` so that the first
+//! probe has a loss before it (the engine evaluates after steps, not before the
+//! first); the rounds follow one step later. `L̄` of the worst focus is then the
+//! probes' held-out losses.
+//!
 //! **Counted in tokens, resumed exactly.** Its position is the step, which the
 //! engine gives it; its state is `p`, the columns measured this round, the probe's
 //! losses so far and the last `A`, all in the checkpoint. Every rank sees the same
@@ -80,6 +92,10 @@ pub struct AioliMixer {
     /// `W`, row-major: `W[j][k]` domain `j`'s share in the mixture probe `k`
     /// trained on, this round (empty: the proposed probe mixtures).
     probes: Vec<f64>,
+    /// Whether probes are read on held-out losses ([`AioliMixer::with_held_out`]).
+    held_out: bool,
+    /// With held-out losses: the last ones read (before the next probe).
+    before: Vec<f64>,
 }
 
 impl AioliMixer {
@@ -119,6 +135,8 @@ impl AioliMixer {
             worst_focus: None,
             round_loss: Vec::new(),
             probes: Vec::new(),
+            held_out: false,
+            before: Vec::new(),
         })
     }
 
@@ -146,6 +164,14 @@ impl AioliMixer {
         Ok(self)
     }
 
+    /// The same mixer reading each probe on held-out losses, before it and
+    /// after it, as the paper does (see the module documentation): the run needs
+    /// a held-out set (`--mixer-eval-examples`).
+    pub fn with_held_out(mut self) -> Self {
+        self.held_out = true;
+        self
+    }
+
     /// The mixture `p` trained between probes.
     pub fn mixture(&self) -> &[f64] {
         &self.mixture
@@ -164,10 +190,15 @@ impl AioliMixer {
     }
 
     /// The probe that step `step` (from 1) belongs to, `(probe in the round,
-    /// domain probed)`, or `None` on `p`.
+    /// domain probed)`, or `None` on `p`. On held-out losses the rounds start
+    /// one step later.
     fn probe_at(&self, step: usize, m: usize) -> Option<(usize, usize)> {
+        let lead = usize::from(self.held_out);
+        if step <= lead {
+            return None;
+        }
         let round = self.round_of(m);
-        let (r, q) = ((step - 1) / round, (step - 1) % round);
+        let (r, q) = ((step - 1 - lead) / round, (step - 1 - lead) % round);
         let probe = q / self.probe_steps;
         (probe < m).then_some((probe, (probe + r) % m))
     }
@@ -185,10 +216,15 @@ impl AioliMixer {
             .collect()
     }
 
-    /// Takes in the losses of step `step`, trained on `weights`, closing a probe
-    /// when its window is complete (and a round's LearnParams after its last
-    /// probe).
-    fn observe(&mut self, step: usize, loss: &[f64], weights: &[f64]) {
+    /// Whether held-out losses are read after step `step`: before a probe, and
+    /// after each.
+    fn reads_held_out_after(&self, step: usize, m: usize) -> bool {
+        let (now, next) = (self.probe_at(step, m), self.probe_at(step + 1, m));
+        self.held_out && m >= 2 && step >= 1 && now != next && (now.is_some() || next.is_some())
+    }
+
+    /// Notes the shares a probe step trained on (`W`'s column).
+    fn note_probe_shares(&mut self, step: usize, weights: &[f64]) {
         let m = self.mixture.len();
         if let Some((_, k)) = self.probe_at(step, m) {
             if self.probes.len() != m * m {
@@ -199,6 +235,42 @@ impl AioliMixer {
                 self.probes[j * m + k] = share;
             }
         }
+    }
+
+    /// On held-out losses: after step `step`, `held_out` (when given) closes
+    /// the probe that ended with it (column `k` of `G`: the losses before it
+    /// minus these) and is the loss before the next. A probe closed without
+    /// them, or without losses before it, measures nothing: its round leaves `p`
+    /// as it was.
+    fn observe_held_out(&mut self, step: usize, held_out: Option<&[f64]>, weights: &[f64]) {
+        let m = self.mixture.len();
+        self.note_probe_shares(step, weights);
+        if !self.reads_held_out_after(step, m) {
+            return;
+        }
+        let after = held_out.filter(|h| h.len() == m).map(<[f64]>::to_vec);
+        if let Some((probe, k)) = self.probe_at(step, m) {
+            for i in 0..m {
+                let (before, now) = (self.before.get(i), after.as_ref().map(|a| a[i]));
+                self.measured[i * m + k] = match (before, now) {
+                    (Some(b), Some(a)) => b - a,
+                    _ => f64::NAN,
+                };
+                self.round_loss[i] += now.unwrap_or(f64::NAN);
+            }
+            if probe + 1 == m {
+                self.update();
+            }
+        }
+        self.before = after.unwrap_or_default();
+    }
+
+    /// Takes in the losses of step `step`, trained on `weights`, closing a probe
+    /// when its window is complete (and a round's LearnParams after its last
+    /// probe).
+    fn observe(&mut self, step: usize, loss: &[f64], weights: &[f64]) {
+        let m = self.mixture.len();
+        self.note_probe_shares(step, weights);
         let closing = (step > 1)
             .then(|| self.probe_at(step - 1, m))
             .flatten()
@@ -229,7 +301,8 @@ impl AioliMixer {
             true => std::mem::take(&mut self.probes),
             false => self.proposed_probes(m),
         };
-        let Some(law) = solve_law(&self.measured, &probes, m) else {
+        let measured = self.measured.iter().all(|g| g.is_finite());
+        let Some(law) = solve_law(&self.measured, &probes, m).filter(|_| measured) else {
             self.measured.iter_mut().for_each(|g| *g = 0.0);
             self.round_loss.iter_mut().for_each(|l| *l = 0.0);
             return;
@@ -376,7 +449,9 @@ impl Mixer for AioliMixer {
         if m < 2 {
             return self.mixture.clone();
         }
-        if stats.step > 0 {
+        if stats.step > 0 && self.held_out {
+            self.observe_held_out(stats.step, stats.held_out, stats.weights);
+        } else if stats.step > 0 {
             self.observe(stats.step, stats.loss, stats.weights);
         }
         match self.probe_at(stats.step + 1, m) {
@@ -385,12 +460,20 @@ impl Mixer for AioliMixer {
         }
     }
 
+    fn wants_held_out(&self, step: usize) -> bool {
+        self.reads_held_out_after(step, self.mixture.len())
+    }
+
     /// The mixture `p` between probes, the last law `A` (empty before the first
-    /// round ends) and this round's mean losses over the probes so far.
+    /// round ends), this round's mean losses over the probes so far, and on
+    /// held-out losses the last ones read.
     fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
         let mut out = vec![("mixture", Diagnostic::PerSource(self.mixture.clone()))];
         if !self.law.is_empty() {
             out.push(("law", Diagnostic::PerPair(self.law.clone())));
+        }
+        if !self.before.is_empty() {
+            out.push(("held_out", Diagnostic::PerSource(self.before.clone())));
         }
         out.push(("round_loss", Diagnostic::PerSource(self.round_loss.clone())));
         out
@@ -408,6 +491,7 @@ impl Mixer for AioliMixer {
             "smoothed": self.smoothed,
             "round_loss": nan_free(&self.round_loss),
             "probes": self.probes,
+            "before": nan_free(&self.before),
         }))
     }
 
@@ -421,6 +505,7 @@ impl Mixer for AioliMixer {
         };
         let smoothed = optional("smoothed")?;
         let probes = optional("probes")?;
+        let before = optional("before")?;
         let mut round_loss = optional("round_loss")?;
         let window = field(state, "window")?
             .as_array()
@@ -439,12 +524,13 @@ impl Mixer for AioliMixer {
             || !square(&probes)
             || window.iter().any(|l| l.len() != m)
             || round_loss.len() != m
+            || !(before.is_empty() || before.len() == m)
         {
             return Err(format!("does not hold {m} domains' numbers throughout"));
         }
         (self.mixture, self.measured, self.window) = (mixture, measured, window);
         (self.law, self.smoothed, self.round_loss) = (law, smoothed, round_loss);
-        self.probes = probes;
+        (self.probes, self.before) = (probes, before);
         Ok(())
     }
 }
@@ -467,6 +553,7 @@ mod tests {
             sizes: &[10, 10, 10],
             weights: &[1.0, 1.0, 1.0],
             last_eval: None,
+            held_out: None,
         }
     }
 
@@ -606,6 +693,67 @@ mod tests {
         for (got, want) in mixer.round_loss.iter().zip(want) {
             assert!((got - want).abs() < 1e-12, "{:?}", mixer.round_loss);
         }
+    }
+
+    /// Two domains, probes of 2 steps at 75 %: `W = [[0.75, 0.25], [0.25, 0.75]]`.
+    /// Held-out losses that fall by `G = A·W` over each probe, for
+    /// `A = [[0.4, 0.1], [0.05, 0.3]]`: `G = [[0.325, 0.175], [0.1125, 0.2375]]`
+    /// by hand. The mixer asks after step 1 (before the first probe) and after
+    /// each probe (steps 3 and 5), recovers `A`, and asks nothing in between.
+    #[test]
+    fn held_out_losses_before_and_after_each_probe_give_the_law() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0).unwrap().with_held_out();
+        let g = [[0.325, 0.175], [0.1125, 0.2375]];
+        let first = mixer.weights(&stats(0, &names, &[f64::NAN, f64::NAN]));
+        assert_eq!(first, vec![0.5, 0.5], "the first step trains on p");
+        let mut held = [5.0, 4.0];
+        let mut trained = first;
+        let mut asked = Vec::new();
+        for step in 1..=6 {
+            if mixer.wants_held_out(step) {
+                asked.push(step);
+            }
+            // After each probe, the losses fall by its column of G.
+            if let Some(k) = [(3, 0), (5, 1)].iter().find(|(s, _)| *s == step).map(|p| p.1) {
+                held = [held[0] - g[0][k], held[1] - g[1][k]];
+            }
+            let mut s = stats(step, &names, &[1.0, 1.0]);
+            s.weights = &trained;
+            let h = held;
+            s.held_out = asked.contains(&step).then_some(&h[..]);
+            trained = mixer.weights(&s);
+            if step == 1 {
+                assert_eq!(trained, vec![0.75, 0.25], "step 2 probes domain a");
+            }
+        }
+        assert_eq!(asked, vec![1, 3, 5, 6]);
+        let law = mixer.mixing_law();
+        for (got, want) in law.iter().zip([0.4, 0.1, 0.05, 0.3]) {
+            assert!((got - want).abs() < 1e-12, "{law:?}");
+        }
+        let restored = {
+            let mut m = AioliMixer::new(5, 2, 0.75, 1.0).unwrap().with_held_out();
+            m.restore(&mixer.state().unwrap()).unwrap();
+            m
+        };
+        assert_eq!(restored.before, mixer.before);
+    }
+
+    /// A probe closed without held-out losses measures nothing: the round keeps
+    /// `p`.
+    #[test]
+    fn a_probe_without_held_out_losses_leaves_the_mixture() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0).unwrap().with_held_out();
+        let mut trained = mixer.weights(&stats(0, &names, &[f64::NAN, f64::NAN]));
+        for step in 1..=6 {
+            let mut s = stats(step, &names, &[1.0, 1.0]);
+            s.weights = &trained;
+            trained = mixer.weights(&s);
+        }
+        assert!(mixer.mixing_law().is_empty());
+        assert_eq!(mixer.mixture(), &[0.5, 0.5]);
     }
 
     #[test]

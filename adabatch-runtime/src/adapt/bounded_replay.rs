@@ -237,6 +237,7 @@ mod tests {
                 eval_loss: 0.0,
                 metrics: &metrics,
             }),
+            held_out: None,
         };
         m.weights(&stats)
     }

@@ -83,6 +83,10 @@ pub struct SourceStats<'a> {
     /// The last evaluation, if the run has an eval dataset and evaluated yet
     /// (an eval set of several sources has `eval_<source>_loss`).
     pub last_eval: Option<LastEval<'a>>,
+    /// Each source's loss on the run's held-out set, evaluated after this step
+    /// because the mixer asked ([`Mixer::wants_held_out`]); in the unit of
+    /// [`SourceStats::loss`]. `None` on the other steps.
+    pub held_out: Option<&'a [f64]>,
 }
 
 /// Decides the mixing weights of the next step. Weights must be finite, >= 0 and
@@ -102,6 +106,17 @@ pub trait Mixer: Send {
     fn check_sources(&self, names: &[String]) -> Result<(), String> {
         let _ = names;
         Ok(())
+    }
+    /// Whether it wants each source's loss on the run's held-out set after step
+    /// `step` (the step just taken, from 1). The engine then evaluates that set
+    /// (`--mixer-eval-examples` examples of each source of the eval set, the same
+    /// ones at every request), every example once across the ranks, and hands
+    /// the losses to this step's [`Mixer::weights`] in [`SourceStats::held_out`];
+    /// it counts their tokens and seconds in the logs and the summary. The
+    /// default: never.
+    fn wants_held_out(&self, step: usize) -> bool {
+        let _ = step;
+        false
     }
     /// What the mixer based its last weights on, for the logs (a step's `mixer`
     /// record, TensorBoard's `mixer/...` scalars): named numbers per source, per
@@ -529,6 +544,7 @@ mod tests {
             sizes: &[10, 10],
             weights: &[1.0, 1.0],
             last_eval: None,
+            held_out: None,
         }
     }
 

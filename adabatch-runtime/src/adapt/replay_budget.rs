@@ -77,6 +77,10 @@ impl<M: Mixer> Mixer for ReplayBudget<M> {
         self.inner.check_sources(names)
     }
 
+    fn wants_held_out(&self, step: usize) -> bool {
+        self.inner.wants_held_out(step)
+    }
+
     fn state(&self) -> Option<serde_json::Value> {
         self.inner.state()
     }
@@ -148,6 +152,7 @@ mod tests {
             sizes: &[],
             weights: &[],
             last_eval: None,
+            held_out: None,
         }
     }
 

@@ -97,6 +97,13 @@ pub enum SettingsError {
         /// What the mixer found wrong.
         reason: String,
     },
+    /// The held-out set a mixer asks losses of (`--mixer-eval-examples`) cannot
+    /// be built from the eval set, or the mixer asked and the run has none.
+    #[error("the mixer's held-out set: {reason}")]
+    HeldOutSet {
+        /// What is wrong, and how to give one.
+        reason: String,
+    },
 }
 
 impl SettingsError {

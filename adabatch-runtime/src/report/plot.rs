@@ -723,6 +723,7 @@ mod tests {
             goodput: None,
             loss_scale: None,
             skipped_steps: 0,
+            held_out: None,
             sources: Default::default(),
         }
     }

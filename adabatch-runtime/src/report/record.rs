@@ -73,6 +73,10 @@ pub struct StepLog {
     /// `--fp16`: the loss scale of this step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<f64>,
+    /// What the held-out losses a mixer asked for have cost so far (the whole
+    /// run, a resumed one included); absent when it asked for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_out: Option<HeldOutCost>,
     /// `--fp16`: steps skipped since the previous log because their gradients
     /// overflowed (this one included).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -266,6 +270,7 @@ impl StepLog {
             noise_scale_refused: 0,
             goodput: None,
             loss_scale: None,
+            held_out: None,
             skipped_steps: 0,
             sources: SourceLog::default(),
         }
@@ -285,4 +290,16 @@ impl StepLog {
             self.examples_per_s
         )
     }
+}
+
+/// What evaluating the held-out set for a mixer has cost (`Mixer::wants_held_out`):
+/// the evaluations, the tokens (targets) they read, their seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct HeldOutCost {
+    /// Requests answered.
+    pub evaluations: usize,
+    /// Tokens evaluated in all (examples, where the batches count no tokens).
+    pub tokens: f64,
+    /// Seconds spent evaluating (read from the clock; nothing decides on them).
+    pub seconds: f64,
 }

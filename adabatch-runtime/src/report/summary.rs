@@ -45,6 +45,9 @@ pub struct TrainSummary {
     /// The run's decisions that read the wall clock (goodput, `every = auto`):
     /// empty when the same seed and settings give the same run.
     pub timed_decisions: Vec<String>,
+    /// What the held-out losses a mixer asked for cost (the whole run); `None`
+    /// when it asked for none.
+    pub held_out: Option<crate::report::record::HeldOutCost>,
 }
 
 impl TrainSummary {
@@ -104,6 +107,13 @@ impl std::fmt::Display for TrainSummary {
         if let Some(eval) = self.final_eval() {
             let dict = eval.hf_dict();
             write!(f, " {dict}")?;
+        }
+        if let Some(cost) = self.held_out {
+            write!(
+                f,
+                "\nheld-out losses for the mixer: {} evaluations, {} tokens, {:.1} s",
+                cost.evaluations, cost.tokens, cost.seconds
+            )?;
         }
         if !self.timed_decisions.is_empty() {
             write!(

@@ -6,7 +6,7 @@ use candle_core::{DType, Device, Tensor};
 use crate::config::policy::Reweight;
 use crate::data::source_spec::SourceSpec;
 use crate::dist::communicator::Communicator;
-use crate::error::{Error, ModelError, Result};
+use crate::error::{Error, ModelError, Result, SettingsError};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::report::record::EvalLog;
 use crate::train::source_sums;
@@ -179,6 +179,96 @@ where
         eval_examples: total as usize,
         train_seconds: None,
         metrics,
+    })
+}
+
+/// The held-out set a mixer asks losses of (`--mixer-eval-examples`): the first
+/// `per_source` examples of each source of the eval set (all of a smaller one),
+/// as eval-set indices. The eval set must hold the training sources, by name
+/// and in order.
+pub(crate) fn held_out_set(
+    eval_sources: Option<&SourceSpec>,
+    train_sources: Option<&SourceSpec>,
+    per_source: usize,
+) -> Result<Vec<usize>> {
+    let refuse = |reason: String| Err(Error::Settings(SettingsError::HeldOutSet { reason }));
+    let (Some(eval), Some(train)) = (eval_sources, train_sources) else {
+        return refuse(
+            "--mixer-eval-examples needs a run of several sources and an eval set of the same sources (their validation splits)".into(),
+        );
+    };
+    if eval.names != train.names {
+        return refuse(format!(
+            "the eval set's sources ({}) are not the training sources ({})",
+            eval.names.join(", "),
+            train.names.join(", ")
+        ));
+    }
+    let mut indices = Vec::new();
+    let mut start = 0;
+    for &size in &eval.sizes {
+        indices.extend(start..start + size.min(per_source));
+        start += size;
+    }
+    Ok(indices)
+}
+
+/// Each source's loss on the held-out set, and what evaluating it cost.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HeldOut {
+    /// Per source, in the unit of the step's per-source losses (per token under
+    /// `reweight = token_count` where the batches count tokens).
+    pub(crate) losses: Vec<f64>,
+    /// Tokens evaluated over every rank.
+    pub(crate) tokens: f64,
+    /// Seconds it took (logged only: no decision reads them).
+    pub(crate) seconds: f64,
+}
+
+/// Evaluates `trainer`'s model on this rank's share of the held-out `set`
+/// (eval-set indices of the sources `spec`), every example once across the
+/// ranks; every rank returns the same losses.
+pub(crate) fn held_out_losses<T, D, C>(
+    trainer: &mut T,
+    comm: &impl Communicator,
+    input: &EvalInput<'_, D, C>,
+    (set, spec): (&[usize], &SourceSpec),
+) -> Result<HeldOut>
+where
+    T: AdaptiveTrainer,
+    D: Dataset + ?Sized,
+    C: CollateFor<T, D>,
+{
+    let started = std::time::Instant::now();
+    let (model, _) = trainer.parts();
+    let mut sums = source_sums::zeroed(spec.names.len());
+    let mut tokens = 0.0;
+    let share = &set[eval_share(set.len(), comm.rank(), comm.world_size())];
+    for chunk in share.chunks(input.batch_size.max(1)) {
+        let items: Vec<D::Item> = chunk.iter().map(|&i| input.eval.get(i)).collect();
+        let batch = input.collate.collate(&items, input.device)?;
+        let autocast = AutocastScope::enter(input.precision);
+        let losses = loss_in_f32(model.per_example_loss(&batch)?)?.detach();
+        drop(autocast);
+        if losses.dims() != [chunk.len()] {
+            return Err(Error::Model(ModelError::LossShape {
+                shape: losses.dims().to_vec(),
+                examples: chunk.len(),
+            }));
+        }
+        let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+        let example_tokens = batch.example_tokens();
+        source_sums::add(&mut sums, spec, chunk, &values, example_tokens.as_deref());
+        tokens += batch.num_tokens() as f64;
+    }
+    sums.push(tokens);
+    comm.all_reduce_sum(&mut [], &mut sums)?;
+    let tokens = sums.pop().unwrap_or_default();
+    let per_token = input.reweight == Reweight::TokenCount;
+    Ok(HeldOut {
+        losses: source_sums::means(&sums, per_token).unwrap_or_default(),
+        tokens,
+        seconds: started.elapsed().as_secs_f64(),
     })
 }
 

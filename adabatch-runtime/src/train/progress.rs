@@ -19,6 +19,7 @@ pub(crate) struct RunOutcome {
     pub(crate) skipped_steps: usize,
     pub(crate) oom_events: usize,
     pub(crate) best: Option<(std::path::PathBuf, f64)>,
+    pub(crate) held_out: Option<crate::report::record::HeldOutCost>,
 }
 
 /// A rank's account of the steps it trained: losses and examples since the last
@@ -139,6 +140,7 @@ impl Progress {
             skipped_steps,
             oom_events,
             best,
+            held_out,
         } = outcome;
         let runtime = self.started.elapsed().as_secs_f64();
         let sampler = planner.sampler();
@@ -168,6 +170,7 @@ impl Progress {
             best_model_checkpoint: best.as_ref().map(|(dir, _)| dir.clone()),
             best_metric: best.map(|(_, metric)| metric),
             timed_decisions: settings.timed_decisions(),
+            held_out,
         }
     }
 }

@@ -14,7 +14,9 @@ use crate::data::planner::{PlannerState, StepBatches, StepPlanner};
 use crate::dist::communicator::Communicator;
 use crate::dist::parameters::synchronise_parameters;
 use crate::error::{Error, ModelError, Result, SettingsError, TrainingError};
+use crate::data::source_spec::SourceSpec;
 use crate::memory::device_memory::PeakSampler;
+use crate::memory::memory_model::BatchFeatures;
 use crate::memory::host::keep_freed_memory;
 use crate::optim::TrainOptimizer;
 use crate::report::logging::Logger;
@@ -26,7 +28,7 @@ use crate::train::checkpoint::{
 };
 use crate::train::control::mixing::check_mixer_sources;
 use crate::train::control::{Controllers, Steer, StepReport};
-use crate::train::eval::{evaluate, EvalInput};
+use crate::train::eval::{evaluate, held_out_losses, held_out_set, EvalInput, HeldOut};
 use crate::train::interrupt::Interrupts;
 use crate::train::prefetch::{PrefetchStats, Prefetcher};
 use crate::train::progress::{Progress, RunOutcome};
@@ -108,6 +110,9 @@ pub(crate) struct RankRun<'a, T, D: ?Sized, C, M> {
     has_callback: bool,
     /// A signal reached some rank during the last step: the run stops after it.
     interrupted: bool,
+    /// `--mixer-eval-examples`: the held-out set (eval-set indices) and the eval
+    /// set's sources.
+    held_out: Option<(Vec<usize>, SourceSpec)>,
 }
 
 impl<'a, T, D, C, M> RankRun<'a, T, D, C, M>
@@ -135,6 +140,14 @@ where
         let has_mixer = trainer.mixer().is_some();
         let has_callback = trainer.callback().is_some();
         settings.check_run(eval_len, has_mixer, comm.world_size(), logger.as_deref())?;
+        let held_out = match settings.eval.held_out {
+            Some(per_source) => {
+                let eval_sources = data.eval.and_then(|e| e.sources());
+                let set = held_out_set(eval_sources.as_ref(), settings.sources.as_ref(), per_source)?;
+                eval_sources.map(|spec| (set, spec))
+            }
+            None => None,
+        };
         let output_lock = hold_output_dir(settings, comm.rank())?;
         let params = sorted_parameters(&*trainer.parts().0)?;
         let trainable = trainable_parameters(&*trainer.parts().1, &params)?;
@@ -183,6 +196,7 @@ where
             resumed_at: resumed.map(|s| s.planner),
             has_callback,
             interrupted: false,
+            held_out,
         })
     }
 
@@ -272,7 +286,7 @@ where
             ..
         }) = outcome.trained()
         else {
-            self.adapt(step, batches, &outcome, None)?;
+            self.adapt(step, batches, &outcome, (None, None))?;
             return Ok(StepEnd::OutOfMemory);
         };
         let rank_chunks = (self.comm.rank(), chunks);
@@ -298,7 +312,8 @@ where
             );
             self.step_record(trained, predicted_memory, per_source)
         });
-        self.adapt(step, batches, &outcome, memory)?;
+        let held_out = self.held_out_if_asked(step)?;
+        self.adapt(step, batches, &outcome, (memory, held_out.as_ref()))?;
         if let Some(entry) = record.as_mut() {
             self.controllers.record(entry);
         }
@@ -385,7 +400,7 @@ where
         step: usize,
         batches: &StepBatches,
         outcome: &StepOutcome,
-        memory: Option<(crate::memory::memory_model::BatchFeatures, u64)>,
+        (memory, held_out): (Option<(BatchFeatures, u64)>, Option<&HeldOut>),
     ) -> Result<()> {
         let report = StepReport {
             step,
@@ -393,6 +408,7 @@ where
             outcome,
             memory,
             last_eval: self.evaluations.last(),
+            held_out,
         };
         let mut steer = Steer {
             planner: &mut self.planner,
@@ -473,14 +489,7 @@ where
         let Some(eval) = self.data.eval else {
             return Ok(TrainerControl::default());
         };
-        let input = EvalInput {
-            eval,
-            collate: self.data.collate,
-            device: self.device,
-            batch_size: self.settings.eval.batch_size,
-            reweight: self.settings.step.reweight,
-            precision: self.settings.step.precision,
-        };
+        let input = self.eval_input(eval);
         let (step, epoch) = (self.planner.step(), self.planner.sampler().epoch());
         let train_seconds = self.progress.train_seconds();
         let mut entry = evaluate(self.trainer, self.comm, &input, step, epoch)?;
@@ -501,6 +510,35 @@ where
             asked = agree(self.comm, asked)?;
         }
         Ok(asked)
+    }
+
+    /// How this run evaluates `eval`.
+    fn eval_input(&self, eval: &'a D) -> EvalInput<'a, D, C> {
+        EvalInput {
+            eval,
+            collate: self.data.collate,
+            device: self.device,
+            batch_size: self.settings.eval.batch_size,
+            reweight: self.settings.step.reweight,
+            precision: self.settings.step.precision,
+        }
+    }
+
+    /// The held-out losses after `step`, when a controller asks for them (a
+    /// typed error when the run has no held-out set).
+    fn held_out_if_asked(&mut self, step: usize) -> Result<Option<HeldOut>> {
+        if !self.controllers.wants_held_out(step, &mut *self.trainer) {
+            return Ok(None);
+        }
+        let (Some((set, spec)), Some(eval)) = (&self.held_out, self.data.eval) else {
+            return Err(Error::Settings(SettingsError::HeldOutSet {
+                reason: format!(
+                    "the mixer asked for held-out losses after step {step}, but the run has none: give --mixer-eval-examples N and an eval set of the training sources"
+                ),
+            }));
+        };
+        let input = self.eval_input(eval);
+        held_out_losses(self.trainer, self.comm, &input, (set, spec)).map(Some)
     }
 
     /// A checkpoint of the run where the planner stands. Every rank calls it at
@@ -669,6 +707,7 @@ where
             skipped_steps: self.controllers.skipped_steps(),
             oom_events: self.controllers.oom.events(),
             best: best.map(|b| (best_checkpoint_dir(&self.settings.saves, b.step), b.metric)),
+            held_out: self.controllers.held_out_cost(),
         };
         let summary = self.progress.summary(
             &self.planner,

@@ -11,6 +11,7 @@ use crate::memory::memory_model::{BatchFeatures, MemoryModel};
 use crate::report::logging::Logger;
 use crate::report::record::{EvalLog, StepLog};
 use crate::train::control::states::ControllerStates;
+use crate::train::eval::HeldOut;
 use crate::train::probe::StepProbe;
 use crate::train::step::{StepOutcome, TrainedStep};
 use crate::user::callback::Callback;
@@ -26,6 +27,9 @@ pub(crate) struct StepReport<'a> {
     pub(crate) memory: Option<(BatchFeatures, u64)>,
     /// The latest evaluation, for mixers that follow it.
     pub(crate) last_eval: Option<&'a EvalLog>,
+    /// The held-out losses a controller asked for after this step
+    /// ([`Controller::wants_held_out`]).
+    pub(crate) held_out: Option<&'a HeldOut>,
 }
 
 impl StepReport<'_> {
@@ -106,6 +110,12 @@ pub(crate) trait Controller {
     /// controller that keeps them makes decisions that depend on the machine's
     /// load, and says so.
     fn step_time(&mut self, _seconds: f64) {}
+    /// Whether it wants the held-out losses after step `step` (the engine
+    /// evaluates them before [`Controller::adapt`], which finds them in
+    /// [`StepReport::held_out`]).
+    fn wants_held_out(&mut self, _step: usize, _trainer: &mut dyn UserControllers) -> bool {
+        false
+    }
     /// After a step, in the order of `Controllers::in_order`.
     fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()>;
     /// Its fields of a logged step's record.

@@ -7,7 +7,7 @@ use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::Reweight;
 use crate::data::planner::StepPlanner;
 use crate::error::{Error, Result, SettingsError};
-use crate::report::record::{EvalLog, StepLog};
+use crate::report::record::{EvalLog, HeldOutCost, StepLog};
 use crate::data::source_spec::SourceSpec;
 use crate::train::probe::StepProbe;
 use crate::train::settings::BuiltinMixer;
@@ -25,6 +25,9 @@ pub(crate) struct MixingControl {
     per_token: bool,
     /// The mixer's diagnostics after it last decided, for the next record.
     diagnostics: Option<serde_json::Value>,
+    /// What the held-out losses the mixer asked for have cost (`None` before
+    /// the first request).
+    held_out: Option<HeldOutCost>,
 }
 
 impl MixingControl {
@@ -40,7 +43,13 @@ impl MixingControl {
             spec: spec.clone(),
             per_token: reweight == Reweight::TokenCount,
             diagnostics: None,
+            held_out: None,
         })
+    }
+
+    /// What the held-out losses the mixer asked for have cost so far.
+    pub(crate) fn held_out_cost(&self) -> Option<HeldOutCost> {
+        self.held_out
     }
 
     /// The mixer in force: the trainer's `#[mixer]`, else the engine's.
@@ -79,7 +88,7 @@ impl Controller for MixingControl {
         let names = (steer.planner.sampler().sources()).map(|s| s.spec().names.clone());
         if let Some(mixer) = self.mixer(steer.trainer) {
             let names = names.unwrap_or_default();
-            let weights = next_mix_weights(mixer, steer.planner, 0, (&no_loss, &[]), None);
+            let weights = next_mix_weights(mixer, steer.planner, 0, (&no_loss, &[]), (None, None));
             let diagnostics = diagnostics_json(&mixer.diagnostics(), &names);
             steer.planner.set_mix_weights(0, &weights)?;
             self.diagnostics = diagnostics;
@@ -103,14 +112,21 @@ impl Controller for MixingControl {
             return Ok(());
         };
         let tokens = tokens.as_deref().unwrap_or(&[]);
+        if let Some(held_out) = report.held_out {
+            let cost = self.held_out.get_or_insert_with(HeldOutCost::default);
+            cost.evaluations += 1;
+            cost.tokens += held_out.tokens;
+            cost.seconds += held_out.seconds;
+        }
         if let Some(mixer) = self.mixer(steer.trainer) {
             let step = report.step;
+            let held_out = report.held_out.map(|h| &h.losses[..]);
             let weights = next_mix_weights(
                 mixer,
                 steer.planner,
                 step,
                 (losses, tokens),
-                report.last_eval,
+                (report.last_eval, held_out),
             );
             let names = (steer.planner.sampler().sources()).map(|s| s.spec().names.clone());
             let diagnostics = diagnostics_json(&mixer.diagnostics(), &names.unwrap_or_default());
@@ -122,20 +138,35 @@ impl Controller for MixingControl {
 
     fn record(&mut self, entry: &mut StepLog) {
         entry.sources.mixer = self.diagnostics.clone();
+        entry.held_out = self.held_out;
+    }
+
+    fn wants_held_out(&mut self, step: usize, trainer: &mut dyn UserControllers) -> bool {
+        self.mixer(trainer).is_some_and(|m| m.wants_held_out(step))
     }
 
     fn save(&mut self, at: &mut Save<'_>) -> Result<()> {
-        if let Some(state) = self.mixer(at.trainer).and_then(|m| m.state()) {
+        if let Some(cost) = &self.held_out {
+            at.into.put(states::HELD_OUT, 1, cost)?;
+        }
+        // A mixer without a state still has its entry (null): the checkpoint then
+        // says that the weights it holds are a mixer's, not the run's own.
+        if let Some(mixer) = self.mixer(at.trainer) {
+            let state = mixer.state().unwrap_or(serde_json::Value::Null);
             at.into.put_value(states::MIXER, 1, state);
         }
         Ok(())
     }
 
     fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {
+        self.held_out = at.from.get(states::HELD_OUT, 1)?;
         let (Some(entry), Some(mixer)) = (at.from.entry(states::MIXER), self.mixer(at.trainer))
         else {
             return Ok(());
         };
+        if entry.state.is_null() {
+            return Ok(());
+        }
         // Version 0: the bare list of numbers of older checkpoints, which the
         // built-in mixers read as well.
         if entry.version > 1 {
@@ -160,7 +191,7 @@ fn next_mix_weights(
     planner: &StepPlanner<ScheduleSpec>,
     step: usize,
     (losses, tokens): (&[f64], &[f64]),
-    last_eval: Option<&EvalLog>,
+    (last_eval, held_out): (Option<&EvalLog>, Option<&[f64]>),
 ) -> Vec<f64> {
     let Some(sources) = planner.sampler().sources() else {
         return Vec::new();
@@ -184,6 +215,7 @@ fn next_mix_weights(
             eval_loss: e.eval_loss,
             metrics: &e.metrics,
         }),
+        held_out,
     })
 }
 

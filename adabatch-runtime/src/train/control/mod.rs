@@ -36,7 +36,7 @@ pub(crate) mod states;
 use crate::adapt::noise_cadence::SplitCostModel;
 use crate::dist::communicator::Communicator;
 use crate::error::Result;
-use crate::report::record::StepLog;
+use crate::report::record::{HeldOutCost, StepLog};
 use crate::train::probe::StepProbe;
 use crate::train::settings::RunSettings;
 use crate::train::step::StepInput;
@@ -183,6 +183,16 @@ impl Controllers {
                 controller.probe()
             })
             .collect()
+    }
+
+    /// Whether some controller wants the held-out losses after step `step`.
+    pub(crate) fn wants_held_out(&mut self, step: usize, trainer: &mut dyn UserControllers) -> bool {
+        (self.in_order().into_iter().flatten()).any(|c| c.wants_held_out(step, &mut *trainer))
+    }
+
+    /// What the held-out losses asked for have cost the run (`None`: none asked).
+    pub(crate) fn held_out_cost(&self) -> Option<HeldOutCost> {
+        self.mixing.as_ref().and_then(MixingControl::held_out_cost)
     }
 
     /// The wall-clock seconds of the step that just ran (0 after an OOM), to the

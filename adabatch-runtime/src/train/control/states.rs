@@ -40,6 +40,8 @@ pub(crate) const GOODPUT: &str = "goodput";
 pub(crate) const MEMORY: &str = "memory";
 /// The trainer's `#[mixer]`: [`crate::Mixer::state`].
 pub(crate) const MIXER: &str = "mixer";
+/// What the held-out losses a mixer asked for have cost: [`crate::report::record::HeldOutCost`].
+pub(crate) const HELD_OUT: &str = "held_out";
 /// The trainer's `#[callback]`: [`crate::Callback::state`].
 pub(crate) const CALLBACK: &str = "callback";
 

@@ -25,6 +25,8 @@ pub(crate) struct EvalRules {
     pub(crate) on_start: bool,
     pub(crate) every: Interval,
     pub(crate) batch_size: usize,
+    /// `--mixer-eval-examples`: the held-out set's examples per source.
+    pub(crate) held_out: Option<usize>,
 }
 
 /// Where checkpoints go and when (a run that saves also saves at its end), how
@@ -71,6 +73,12 @@ impl EvalArgs {
     /// Intervals and batches of at least one.
     pub(super) fn check(&self) -> Result<()> {
         require(self.eval_steps != Some(0), "eval_steps", 0, "at least 1")?;
+        require(
+            self.mixer_eval_examples != Some(0),
+            "mixer_eval_examples",
+            0,
+            "at least 1 example of each source",
+        )?;
         if self.per_device_eval_batch_size == 0 {
             return Err(Error::Settings(SettingsError::ZeroBatchSize {
                 what: "per_device_eval_batch_size",
@@ -86,6 +94,7 @@ impl EvalArgs {
             on_start: self.eval_on_start,
             every: Interval::of_eval(self, logging_steps),
             batch_size: self.per_device_eval_batch_size,
+            held_out: self.mixer_eval_examples,
         }
     }
 }
