@@ -27,7 +27,9 @@
 //! - `aioli`: Aioli (Chen et al. 2024), `adabatch::AioliMixer::default()`: every
 //!   50 steps a probe of 4 steps per domain estimates what each domain's data does
 //!   to every domain's loss, then an exponentiated-gradient step on the total
-//!   (`--aioli-worst-temperature T`: on a soft worst domain instead).
+//!   (`--aioli-worst-temperature T`: on a soft worst domain instead;
+//!   `--aioli-held-out --mixer-eval-examples N`: each probe read on the domains'
+//!   held-out losses before and after it, as the paper does).
 //!
 //! Shares are of tokens (`--mix-unit documents`: of documents). The run lasts
 //! `--max-train-tokens` (default 600,000; the learning rate's warm-up and cosine run
@@ -133,6 +135,11 @@ struct Cli {
     /// (`AioliMixer::with_worst_focus`); without it, the paper's average loss.
     #[arg(long)]
     aioli_worst_temperature: Option<f64>,
+    /// `--mixer aioli`: read each probe on the domains' held-out losses before
+    /// and after it, as the paper does (`AioliMixer::with_held_out`), from the
+    /// first --mixer-eval-examples N validation documents of each domain.
+    #[arg(long, requires = "mixer_eval_examples")]
+    aioli_held_out: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -361,6 +368,9 @@ fn mixer_of(cli: &Cli, curriculum: Option<CurriculumMixer>) -> adabatch::Result<
             }
             if let Some(temperature) = cli.aioli_worst_temperature {
                 aioli = aioli.with_worst_focus(temperature)?;
+            }
+            if cli.aioli_held_out {
+                aioli = aioli.with_held_out();
             }
             Box::new(aioli)
         }

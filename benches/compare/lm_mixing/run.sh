@@ -29,6 +29,7 @@
 #
 #   bash benches/compare/lm_mixing/run.sh [SEEDS...]        # default: 1 2 3
 #   MIXERS="odm" CONTINUAL=0 bash benches/compare/lm_mixing/run.sh 1
+#   MIXERS="uniform aioli-held aioli-held-worst" BUDGET=1600 CONTINUAL=0 bash benches/compare/lm_mixing/run.sh
 #   BUDGET=1600 CONTINUAL=0 OUT=target/lm-mixing-tokens bash benches/compare/lm_mixing/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -52,6 +53,11 @@ for seed in "${seeds[@]}"; do
     for mixer in "${mixers[@]}"; do
         case "$mixer" in
             stratified28) flags=(--mixer stratified --global-batch-size 28 --lr-reference-batch 28) ;;
+            # Aioli read on held-out losses (HELD_OUT validation documents of each
+            # domain, default 32), with the paper's objective or a soft worst domain.
+            aioli-held) flags=(--mixer aioli --aioli-held-out --mixer-eval-examples "${HELD_OUT:-32}") ;;
+            aioli-held-worst) flags=(--mixer aioli --aioli-held-out --mixer-eval-examples "${HELD_OUT:-32}"
+                --aioli-worst-temperature 0.5) ;;
             *) flags=(--mixer "$mixer") ;;
         esac
         train "$mixer-$seed" "${three[@]}" "${flags[@]}" "${batch[@]}" --seed "$seed" \
