@@ -188,6 +188,9 @@ impl Mixer for Box<dyn Mixer> {
     fn check_sources(&self, names: &[String]) -> Result<(), String> {
         (**self).check_sources(names)
     }
+    fn wants_held_out(&self, step: usize) -> bool {
+        (**self).wants_held_out(step)
+    }
     fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
         (**self).diagnostics()
     }
@@ -546,6 +549,45 @@ mod tests {
             last_eval: None,
             held_out: None,
         }
+    }
+
+    /// Answers every method with something no default gives.
+    struct Distinct;
+
+    impl Mixer for Distinct {
+        fn weights(&mut self, _: &SourceStats<'_>) -> Vec<f64> {
+            vec![7.0]
+        }
+        fn check_sources(&self, _: &[String]) -> Result<(), String> {
+            Err("checked".into())
+        }
+        fn wants_held_out(&self, step: usize) -> bool {
+            step == 3
+        }
+        fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
+            vec![("d", Diagnostic::Scalar(1.0))]
+        }
+        fn state(&self) -> Option<serde_json::Value> {
+            Some(serde_json::json!(1))
+        }
+        fn restore(&mut self, _: &serde_json::Value) -> Result<(), String> {
+            Err("restored".into())
+        }
+    }
+
+    /// A mixer chosen at run time answers through its box as itself: every
+    /// method is passed on (a default left in the box's impl would answer
+    /// instead, silently).
+    #[test]
+    fn a_boxed_mixer_passes_every_method_on() {
+        let mut boxed: Box<dyn Mixer> = Box::new(Distinct);
+        let names = vec!["a".to_string(), "b".to_string()];
+        assert_eq!(boxed.weights(&stats(&names, &[1.0, 1.0])), vec![7.0]);
+        assert_eq!(boxed.check_sources(&names), Err("checked".into()));
+        assert!(boxed.wants_held_out(3) && !boxed.wants_held_out(2));
+        assert_eq!(boxed.diagnostics().len(), 1);
+        assert_eq!(boxed.state(), Some(serde_json::json!(1)));
+        assert_eq!(boxed.restore(&serde_json::json!(1)), Err("restored".into()));
     }
 
     #[test]
