@@ -13,8 +13,8 @@
 # --lr-decay-ratio 0.2), and a replay of en + kjv at 0 or 10 % of the tokens, or
 # 20 % falling to 0 (--replay-ramp 0.2,0). Phase 2 starts from the weights alone
 # (a fresh AdamW), so it keeps the 2 % warm-up, to the stable rate, not above it.
-# POLICIES (default "replay0 replay10 ramp20-0"; also boundN, e.g. bound5): the
-# replays of phase 2.
+# POLICIES (default "replay0 replay10 ramp20-0"; also boundN, e.g. bound5, and
+# boundNeM, evaluated every M steps, e.g. bound5e5): the replays of phase 2.
 # RATES (default "1e-3"): phase 2's rates, the first the stable rate; a lower one
 # (e.g. 3e-4) decays into phase 2 from the same stable model.
 #
@@ -53,7 +53,7 @@ for seed in "${seeds[@]}"; do
     train "phase1-$seed" "${old[@]}" --init-from "$stable" --seed "$seed" \
         --max-train-tokens "$anneal" --learning-rate 1e-3 --eval-steps 25 --save-steps 0
     for rate in "${rates[@]}"; do
-        phase2=(--init-from "$stable" --seed "$seed" --max-train-tokens "$p2" --eval-steps 25
+        phase2=(--init-from "$stable" --seed "$seed" --max-train-tokens "$p2"
             --eval-on-start --save-steps 0 --learning-rate "$rate"
             --lr-scheduler-type warmup_stable_decay --lr-decay-ratio 0.2)
         for policy in "${policies[@]}"; do
@@ -61,19 +61,24 @@ for seed in "${seeds[@]}"; do
                 replay*)
                     replay=${policy#replay}
                     w=$(python3 -c "print(f'python={1 - $replay / 100},en={$replay / 200},kjv={$replay / 200}')")
-                    train "$policy-lr$rate-$seed" "${new_first[@]}" --mix-weights "$w" "${phase2[@]}"
+                    train "$policy-lr$rate-$seed" "${new_first[@]}" --mix-weights "$w" "${phase2[@]}" \
+                        --eval-steps 25
                     ;;
                 ramp20-0)
                     train "ramp20-0-lr$rate-$seed" "${new_first[@]}" --new-domain python \
-                        --replay-ramp 0.2,0 "${phase2[@]}"
+                        --replay-ramp 0.2,0 "${phase2[@]}" --eval-steps 25
                     ;;
                 bound*)
                     # The least replay that keeps en and kjv within BOUND % of the
-                    # annealed phase-1 model's losses, read at every evaluation.
+                    # annealed phase-1 model's losses, read at every evaluation
+                    # (boundNeM: every M steps instead of 25).
                     reference=$(python3 -c "import json,sys; f=json.load(open(sys.argv[1]))['final']; print(','.join(f'{d}={f[d]}' for d in ('en', 'kjv')))" "$out/phase1-$seed.json")
+                    bound=${policy#bound}
+                    every=25
+                    [[ "$bound" == *e* ]] && every=${bound#*e} && bound=${bound%%e*}
                     train "$policy-lr$rate-$seed" "${new_first[@]}" --new-domain python \
-                        --replay-bound "$(python3 -c "print(${policy#bound} / 100)")" \
-                        --replay-reference "$reference" "${phase2[@]}"
+                        --replay-bound "$(python3 -c "print($bound / 100)")" \
+                        --replay-reference "$reference" "${phase2[@]}" --eval-steps "$every"
                     ;;
                 *) echo "unknown policy $policy" >&2; exit 2 ;;
             esac

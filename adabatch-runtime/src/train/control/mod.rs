@@ -76,7 +76,7 @@ impl Controllers {
                 &settings.step,
                 &settings.schedule,
                 settings.units_world,
-                SplitCostModel::for_device(settings.device.is_cuda()),
+                SplitCostModel::for_device(settings.device.is_cuda(), settings.world_size),
             )?,
             mixing: MixingControl::new(
                 settings.sources.as_ref(),
