@@ -42,11 +42,6 @@ impl SplitCostModel {
     /// 32 and 64 documents; `f = 8` bounds them all (0.5, 0.33, 0.2, 0.11;
     /// BENCHMARKS, "Reproducible adapting").
     pub const CPU: Self = Self { fixed_examples: 8.0 };
-    /// On CPU with several ranks on the machine's cores (2 ranks, 1 core each,
-    /// the language model's decoder): a split step cost 1.27 and 1.22 plain
-    /// steps at 4 and 8 examples per rank; `f = 2.5` bounds both (0.38, 0.24).
-    /// A rank's pass then holds more per-example work for its fixed part.
-    pub const CPU_SHARED: Self = Self { fixed_examples: 2.5 };
     /// On a GPU the schedules' first batches are launch-bound: a second pass
     /// costs about a whole step (the timed cadence measured 1–3× on one H200,
     /// hence intervals of 15–54), so `c = 1` whatever the batch.
@@ -54,13 +49,12 @@ impl SplitCostModel {
         fixed_examples: f64::INFINITY,
     };
 
-    /// The model of a run on CUDA devices (`cuda`) or the CPU, of `ranks`
-    /// ranks (on CPU, several share the machine's cores).
-    pub fn for_device(cuda: bool, ranks: usize) -> Self {
-        match (cuda, ranks) {
-            (true, _) => Self::CUDA,
-            (false, 0 | 1) => Self::CPU,
-            (false, _) => Self::CPU_SHARED,
+    /// The model of a run on CUDA devices (`cuda`) or the CPU.
+    pub fn for_device(cuda: bool) -> Self {
+        if cuda {
+            Self::CUDA
+        } else {
+            Self::CPU
         }
     }
 

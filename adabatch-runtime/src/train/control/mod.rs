@@ -76,7 +76,7 @@ impl Controllers {
                 &settings.step,
                 &settings.schedule,
                 settings.units_world,
-                SplitCostModel::for_device(settings.device.is_cuda(), settings.world_size),
+                SplitCostModel::for_device(settings.device.is_cuda()),
             )?,
             mixing: MixingControl::new(
                 settings.sources.as_ref(),
