@@ -58,6 +58,8 @@ for seed in "${seeds[@]}"; do
             aioli-held) flags=(--mixer aioli --aioli-held-out --mixer-eval-examples "${HELD_OUT:-32}") ;;
             aioli-held-worst) flags=(--mixer aioli --aioli-held-out --mixer-eval-examples "${HELD_OUT:-32}"
                 --aioli-worst-temperature 0.5) ;;
+            aioli-held-worst1) flags=(--mixer aioli --aioli-held-out --mixer-eval-examples "${HELD_OUT:-32}"
+                --aioli-worst-temperature 1) ;;
             *) flags=(--mixer "$mixer") ;;
         esac
         train "$mixer-$seed" "${three[@]}" "${flags[@]}" "${batch[@]}" --seed "$seed" \
