@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "target/lm-mixing")
-MIXERS = ["stratified", "stratified28", "uniform", "online", "odm", "aioli", "aioli-smooth", "aioli-worst"]
+MIXERS = ["stratified", "stratified28", "uniform", "online", "odm", "aioli", "aioli-smooth", "aioli-worst",
+          "aioli-held", "aioli-held-worst", "aioli-held-worst1", "aioli-held-smooth"]
 
 
 def load(name):

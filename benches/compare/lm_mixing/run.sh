@@ -60,6 +60,8 @@ for seed in "${seeds[@]}"; do
                 --aioli-worst-temperature 0.5) ;;
             aioli-held-worst1) flags=(--mixer aioli --aioli-held-out --mixer-eval-examples "${HELD_OUT:-32}"
                 --aioli-worst-temperature 1) ;;
+            aioli-held-smooth) flags=(--mixer aioli --aioli-held-out --mixer-eval-examples "${HELD_OUT:-32}"
+                --aioli-round 100 --aioli-eta 3 --aioli-smoothing 0.5) ;;
             *) flags=(--mixer "$mixer") ;;
         esac
         train "$mixer-$seed" "${three[@]}" "${flags[@]}" "${batch[@]}" --seed "$seed" \
