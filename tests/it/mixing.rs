@@ -1654,7 +1654,9 @@ fn held_out_losses_come_once_per_request_on_any_number_of_ranks() {
 }
 
 /// A run resumed between requests asks and gets what the uninterrupted run did
-/// after the checkpoint, and its cost counts the requests before it too.
+/// after the checkpoint, and its cost counts the requests before it too; on
+/// three ranks instead of two, the same requests and the same losses (to the
+/// sums' rounding).
 #[test]
 fn held_out_requests_resume_exactly() {
     let eval = held_out_eval();
@@ -1675,6 +1677,23 @@ fn held_out_requests_resume_exactly() {
     assert_eq!(resumed_costs, full_costs);
     let totals = |s: &adabatch::TrainSummary| s.held_out.map(|c| (c.evaluations, c.tokens));
     assert_eq!(totals(&summary), totals(&full_summary));
+    let mut elsewhere = resumed.clone();
+    (
+        elsewhere.launch.nproc_per_node,
+        elsewhere.batch.per_device_train_batch_size,
+    ) = (3, 2);
+    let (on_three, _, summary) = asking_run(&elsewhere, &eval).unwrap();
+    assert_eq!(totals(&summary), totals(&full_summary));
+    assert_eq!(on_three.len(), after.len());
+    for ((s3, l3), (s2, l2)) in on_three.iter().zip(&after) {
+        assert_eq!(s3, s2);
+        for (a, b) in l3.iter().zip(l2) {
+            assert!(
+                (a - b).abs() < 1e-5 * a.abs().max(1.0),
+                "step {s3}: {l3:?} {l2:?}"
+            );
+        }
+    }
     let _ = std::fs::remove_dir_all(&out);
 }
 
