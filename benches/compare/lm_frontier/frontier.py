@@ -84,6 +84,13 @@ def beyond(policy, target):
 
 
 seeds = max(len(v) for v in runs.values())
+if not any(p in runs for p in FIXED):
+    # Policies alone (POLICIES=noise): nothing to measure them against.
+    print(f"{seeds} seed(s); no fixed batch among the runs: each policy's final validation losses")
+    print()
+    for p in policies:
+        print(f"| {p} | " + ", ".join(f"{r['final_eval_loss']:.4f}" for r in runs[p]) + " |")
+    sys.exit(0)
 best_fixed = min(
     (st.mean(r["final_eval_loss"] for r in runs[p]), p) for p in FIXED if p in runs
 )
