@@ -1583,9 +1583,18 @@ struct Asking {
 
 type HeldOutRun = (HeldOutSeen, Vec<StepLog>, adabatch::TrainSummary);
 
-/// A run whose mixer asks after every third step, with `args`, the held-out set
-/// the first 3 examples of each source of the eval set.
+/// A run whose mixer asks after every third step, with `args` (whose
+/// `--mixer-eval-examples` sizes the held-out set).
 fn asking_run(args: &TrainingArgs, eval: &Sources<Vec<Example>>) -> adabatch::Result<HeldOutRun> {
+    asking_run_every(args, eval, 3)
+}
+
+/// A run whose mixer asks after every `every`-th step.
+fn asking_run_every(
+    args: &TrainingArgs,
+    eval: &Sources<Vec<Example>>,
+    every: usize,
+) -> adabatch::Result<HeldOutRun> {
     let data = sources(&[("new", 0.75), ("replay", 0.25)]);
     let log = temp_log("mixing-held-out");
     let mut a = args.clone();
@@ -1595,7 +1604,7 @@ fn asking_run(args: &TrainingArgs, eval: &Sources<Vec<Example>>) -> adabatch::Re
     let trained = Asking::launch_with_eval(&data, eval, &collate, &a, move |ctx: &RankContext| {
         let (model, opt) = adam(ctx)?;
         let mixer = AskingMixer {
-            every: 3,
+            every,
             got: shared.clone(),
         };
         Ok(Asking::new(model, opt, mixer))
@@ -1715,4 +1724,28 @@ fn held_out_requests_need_a_held_out_set_of_the_training_sources() {
         matches!(&err, Error::Settings(SettingsError::HeldOutSet { reason }) if reason.contains("not the training sources")),
         "{err}"
     );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Requests at any interval, on 1 to 3 ranks of any size: answered after
+    /// exactly the steps asked, once each (the mixer checks it at every step),
+    /// and the cost counts each once.
+    #[test]
+    fn held_out_requests_are_answered_exactly_once(
+        every in 1usize..5,
+        world in 1usize..4,
+        per_device in 1usize..4,
+    ) {
+        let mut a = args(world, per_device, 1);
+        a.eval.mixer_eval_examples = Some(2);
+        let (got, logs, summary) = asking_run_every(&a, &held_out_eval(), every).unwrap();
+        let steps: Vec<usize> = got.iter().map(|(step, _)| *step).collect();
+        prop_assert!(logs.len() >= 3, "{} steps", logs.len());
+        let expected: Vec<usize> = (1..=logs.len()).filter(|s| s % every == 0).collect();
+        prop_assert_eq!(&steps, &expected);
+        prop_assert_eq!(summary.held_out.map_or(0, |c| c.evaluations), expected.len());
+        prop_assert!(got.iter().all(|(_, losses)| losses.len() == 2 && losses.iter().all(|l| l.is_finite())));
+    }
 }
