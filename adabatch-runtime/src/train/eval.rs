@@ -36,6 +36,20 @@ fn per_example_sum(values: &Tensor, n: usize, what: &str) -> Result<f64> {
     Ok(values.to_dtype(DType::F64)?.sum_all()?.to_scalar::<f64>()?)
 }
 
+/// A chunk's per-example `losses` (of the dataset indices `chunk` of the sources
+/// `spec`) added to the per-source `sums`, with the batch's tokens per example.
+fn add_source_losses<B: Batch>(
+    sums: &mut [f64],
+    (spec, chunk): (&SourceSpec, &[usize]),
+    losses: &Tensor,
+    batch: &B,
+) -> Result<()> {
+    let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+    let tokens = batch.example_tokens();
+    source_sums::add(sums, spec, chunk, &values, tokens.as_deref());
+    Ok(())
+}
+
 /// A fingerprint of the metric names, so ranks can check they agree.
 fn names_fingerprint(names: &[&str]) -> f64 {
     let hash = names
@@ -88,9 +102,7 @@ impl EvalSums {
         drop(autocast);
         self.loss += per_example_sum(&losses, n, "the per-example loss")?;
         if let Some(spec) = sources {
-            let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
-            let tokens = batch.example_tokens();
-            source_sums::add(&mut self.sources, spec, chunk, &values, tokens.as_deref());
+            add_source_losses(&mut self.sources, (spec, chunk), &losses, batch)?;
         }
         self.weight += match reweight {
             Reweight::TokenCount => batch.num_tokens(),
@@ -256,9 +268,7 @@ where
                 examples: chunk.len(),
             }));
         }
-        let values = losses.to_dtype(DType::F64)?.to_vec1::<f64>()?;
-        let example_tokens = batch.example_tokens();
-        source_sums::add(&mut sums, spec, chunk, &values, example_tokens.as_deref());
+        add_source_losses(&mut sums, (spec, chunk), &losses, &batch)?;
         tokens += batch.num_tokens() as f64;
     }
     sums.push(tokens);
