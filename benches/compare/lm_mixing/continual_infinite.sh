@@ -13,8 +13,9 @@
 # --lr-decay-ratio 0.2), and a replay of en + kjv at 0 or 10 % of the tokens, or
 # 20 % falling to 0 (--replay-ramp 0.2,0). Phase 2 starts from the weights alone
 # (a fresh AdamW), so it keeps the 2 % warm-up, to the stable rate, not above it.
-# POLICIES (default "replay0 replay10 ramp20-0"; also boundN, e.g. bound5, and
-# boundNeM, evaluated every M steps, e.g. bound5e5): the replays of phase 2.
+# POLICIES (default "replay0 replay10 ramp20-0"; also rampA-B, e.g. ramp0-20, rising;
+# boundN, e.g. bound5, and boundNeM, evaluated every M steps, e.g. bound5e5): the
+# replays of phase 2.
 # RATES (default "1e-3"): phase 2's rates, the first the stable rate; a lower one
 # (e.g. 3e-4) decays into phase 2 from the same stable model.
 #
@@ -64,9 +65,14 @@ for seed in "${seeds[@]}"; do
                     train "$policy-lr$rate-$seed" "${new_first[@]}" --mix-weights "$w" "${phase2[@]}" \
                         --eval-steps 25
                     ;;
-                ramp20-0)
-                    train "ramp20-0-lr$rate-$seed" "${new_first[@]}" --new-domain python \
-                        --replay-ramp 0.2,0 "${phase2[@]}" --eval-steps 25
+                ramp*-*)
+                    # rampA-B: A % of the tokens replayed at the start, B % at the
+                    # end, linearly (ramp20-0 falls, ramp0-20 rises).
+                    ramp=${policy#ramp}
+                    from=$(python3 -c "print(${ramp%-*} / 100)")
+                    to=$(python3 -c "print(${ramp#*-} / 100)")
+                    train "$policy-lr$rate-$seed" "${new_first[@]}" --new-domain python \
+                        --replay-ramp "$from,$to" "${phase2[@]}" --eval-steps 25
                     ;;
                 bound*)
                     # The least replay that keeps en and kjv within BOUND % of the
