@@ -39,15 +39,17 @@ def main(out: Path) -> None:
     print(f"{len(seeds)} seed(s); old domains at the end of phase 1 (mean over seeds): "
           + ", ".join(f"{d} {statistics.fmean(phase1[s]['final'][d] for s in seeds):.4f}" for d in old))
     print()
-    print("| phase-2 rate | replay | old domains' tokens trained (largest seed) | old domains' change (mean ± sd) | worst seed, worst old domain | python | python vs no replay at that rate | steps |")
-    print("|---|---|---|---|---|---|---|---|")
-    rates = sorted({p.stem.split("-lr")[1].rsplit("-", 1)[0] for p in out.glob("replay*-lr*-*.json")}, key=float, reverse=True)
+    print("| phase-2 rate | replay | seeds | old domains' tokens trained (mean, largest) | old domains' change (mean ± sd) | worst seed, worst old domain | python | python vs 10 % on the same seed | steps |")
+    print("|---|---|---:|---|---|---|---|---|---|")
+    runs = [p for p in out.glob("*-lr*-*.json") if not p.stem.startswith("phase1")]
+    rates = sorted({p.stem.split("-lr")[1].rsplit("-", 1)[0] for p in runs}, key=float, reverse=True)
+    policies = sorted({p.stem.split("-lr")[0] for p in runs}, key=order)
     for rate in rates:
-        for replay, prefix in ((0, "replay0"), (10, "replay10"), ("online ≤ 10", "online-budget10"), ("0 → 20 (ramp)", "ramp0-20"), ("20 → 0 (ramp)", "ramp20-0"), ("40 → 0 over the first half", "ramp40-0-half"), ("bounded at 5", "bound5")):
+        for prefix in policies:
             changes, worst, vs, steps, shares, new = {d: [] for d in old}, [], [], [], [], []
             for seed in seeds:
                 path = out / f"{prefix}-lr{rate}-{seed}.json"
-                base = out / f"replay0-lr{rate}-{seed}.json"
+                base = out / f"replay10-lr{rate}-{seed}.json"
                 if not path.exists():
                     continue
                 run = json.loads(path.read_text())
@@ -62,12 +64,29 @@ def main(out: Path) -> None:
                 worst.append(max(seed_changes))
                 if base.exists():
                     b = json.loads(base.read_text())["final"]["python"]
-                    vs.append(100 * (run["final"]["python"] / b - 1))
+                    vs.append(run["final"]["python"] - b)
             if not steps:
                 continue
             cells = ", ".join(f"{d} {pm(changes[d])}" for d in old)
-            trained = f"{100 * max(shares):.1f} %" if shares else "–"
-            print(f"| {rate} | {replay} % | {trained} | {cells} | {max(worst):+.1f} % | {statistics.fmean(new):.3f} | {pm(vs) if vs else '–'} | {statistics.fmean(steps):.0f} |")
+            trained = f"{100 * statistics.fmean(shares):.1f} %, {100 * max(shares):.1f} %" if shares else "–"
+            versus = ", ".join(f"{v:+.3f}" for v in vs) if vs else "–"
+            print(f"| {rate} | {label(prefix)} | {len(steps)} | {trained} | {cells} | {max(worst):+.1f} % | {statistics.fmean(new):.3f} | {versus} | {statistics.fmean(steps):.0f} |")
+
+
+def label(policy: str) -> str:
+    """replay10: 10 %; ramp20-0: 20 → 0 % (ramp); bound5e5: bounded at 5 %, read every 5 steps."""
+    if policy.startswith("replay"):
+        return f"{policy[6:]} %"
+    if policy.startswith("ramp"):
+        return f"{policy[4:].replace('-', ' → ', 1)} % (ramp)"
+    if policy.startswith("bound"):
+        bound, _, every = policy[5:].partition("e")
+        return f"bounded at {bound} %, read every {every or 25} steps"
+    return policy
+
+
+def order(policy: str):
+    return (["replay", "ramp", "bound"].index(next((k for k in ("replay", "ramp", "bound") if policy.startswith(k)), "bound")), policy)
 
 
 if __name__ == "__main__":
