@@ -74,7 +74,7 @@ pub use adapt::mixer::{
     SourceStats,
 };
 pub use adapt::noise_cadence::SplitCostModel;
-pub use adapt::noise_scale::{MeasureEvery, NoiseScalePolicy};
+pub use adapt::noise_scale::{MeasureEvery, NoiseMeasurement, NoiseScalePolicy};
 pub use adapt::replay_budget::ReplayBudget;
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{

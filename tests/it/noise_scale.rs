@@ -678,6 +678,45 @@ fn the_default_cadence_is_the_same_run_whatever_the_step_times() {
     );
 }
 
+/// Each measuring step logs its own measurement (|G|², tr Σ); replaying them by
+/// hand (moving averages decaying by 0.95 per step, by at most 1 − 1/4 per
+/// measurement, bias-corrected) gives the logged noise scale at every step, so
+/// a log can be replayed offline at another horizon.
+#[test]
+fn the_logged_measurements_replay_to_the_logged_noise_scale() {
+    let data = data(4000);
+    let mut args = args(1, 4, 120);
+    args.lr.learning_rate = 0.02;
+    let wrap = |model, opt| Reproducible { model, opt };
+    let logs = run_delayed(&args, &data, wrap, std::time::Duration::ZERO).unwrap();
+    let (mut norm, mut trace, mut decayed) = (0.0, 0.0, 1.0);
+    let mut last: Option<usize> = None;
+    let mut measured = 0;
+    for log in &logs {
+        if let Some(m) = log.noise_measurement {
+            let gap = last.map_or(1, |l| log.step - l) as i32;
+            let decay = 0.95f64.powi(gap).max(0.75);
+            norm = decay * norm + (1.0 - decay) * m.squared_norm;
+            trace = decay * trace + (1.0 - decay) * m.trace;
+            decayed *= decay;
+            last = Some(log.step);
+            measured += 1;
+        }
+        let Some(logged) = log.gradient_noise_scale else {
+            assert_eq!(measured, 0, "step {}", log.step);
+            continue;
+        };
+        let replayed = (trace / (1.0 - decayed)) / (norm / (1.0 - decayed));
+        assert!(
+            (replayed - logged).abs() <= 1e-9 * logged.abs(),
+            "step {}: {replayed} against {logged}",
+            log.step
+        );
+    }
+    let split = logs.iter().filter(|l| l.micro_batches == 2).count();
+    assert_eq!(measured, split, "every split step measured, and only those");
+}
+
 hand_trainer!(
     AdamScaled,
     Linear,

@@ -221,17 +221,38 @@ impl SmallBatchSums {
     }
 }
 
-/// The fewest measurements the averages span, however far apart they are: one
-/// measurement's estimate can be 20× the settled value, so a cadence that measures
-/// rarely lengthens the horizon (in steps) rather than follow a few measurements.
+/// One step's own measurement of the noise scale, in the logs: the unbiased
+/// estimates that step's small batches gave, before the moving averages (whose
+/// ratio is B_simple). With them a log can be replayed offline at another
+/// cadence or horizon (`benches/compare/lm_frontier/horizon.py`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NoiseMeasurement {
+    /// The estimate of |G|², the true gradient's squared norm.
+    pub squared_norm: f64,
+    /// The estimate of tr Σ, the per-example gradient variance (in examples).
+    pub trace: f64,
+}
+
+/// The fewest measurements before the estimate is followed, however far apart
+/// they are: one measurement's estimate can be 20× the settled value, so a
+/// cadence that measures rarely waits longer (in steps) before its first decision.
 pub const MIN_MEASUREMENTS: u64 = 8;
+
+/// The fewest measurements the averages span, however far apart they are: a
+/// measurement weighs at most `1/HORIZON_MEASUREMENTS`. Fewer than
+/// [`MIN_MEASUREMENTS`]: at the default cadence's 13 steps on two CPU ranks, a
+/// horizon of 8 measurements spans about 100 steps, and the estimate trailed a
+/// rising noise scale by about 20 % (BENCHMARKS, "The horizon of the averages");
+/// 4 keep the averages' noise where it was and the lag near the timed cadence's.
+pub const HORIZON_MEASUREMENTS: u64 = 4;
 
 /// Estimator state: the two moving averages (a checkpoint stores it).
 ///
 /// The averages run over *measurements*, each weighted by the steps since the one
 /// before: a measurement `g` steps after the last decays the averages by `beta^g`,
 /// so their horizon stays `1/(1 − beta)` steps (20 at 0.95: the same examples
-/// whatever the cadence), but never fewer than [`MIN_MEASUREMENTS`] measurements.
+/// whatever the cadence), but never fewer than [`HORIZON_MEASUREMENTS`]
+/// measurements.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NoiseScaleEstimator {
     /// Smoothing factor of the moving averages per step, in [0, 1).
@@ -313,7 +334,7 @@ impl NoiseScaleEstimator {
 
     /// Folds in a measurement taken `steps` steps (at least 1) after the previous
     /// one: the averages decay by `beta^steps`, but by no less than keeps
-    /// [`MIN_MEASUREMENTS`] in their horizon. A measurement that is not finite
+    /// [`HORIZON_MEASUREMENTS`] in their horizon. A measurement that is not finite
     /// is refused (averaged in, it would leave no estimate for good): the state
     /// stays as it was.
     pub fn observe_after(&mut self, norm: f64, trace: f64, steps: u64) -> Option<f64> {
@@ -322,7 +343,7 @@ impl NoiseScaleEstimator {
         }
         let steps = steps.max(1);
         let per_step = self.beta.powi(steps.min(i32::MAX as u64) as i32);
-        let floor = 1.0 - 1.0 / MIN_MEASUREMENTS as f64;
+        let floor = 1.0 - 1.0 / HORIZON_MEASUREMENTS as f64;
         let decay = per_step.max(floor.min(self.beta));
         self.decayed = Some(self.decay_product() * decay);
         self.spanned = Some(self.spanned_steps() + steps);
@@ -388,9 +409,10 @@ mod tests {
     }
 
     /// Measurements further apart keep the horizon in steps (20 at 0.95), but
-    /// never fewer than MIN_MEASUREMENTS of them.
+    /// never fewer than HORIZON_MEASUREMENTS of them; the estimate is followed
+    /// after MIN_MEASUREMENTS.
     #[test]
-    fn the_horizon_counts_steps_and_at_least_eight_measurements() {
+    fn the_horizon_counts_steps_and_at_least_four_measurements() {
         let warm_after = |gap: u64| {
             let mut e = NoiseScaleEstimator::new(0.95).unwrap();
             (1..=100)
@@ -404,17 +426,22 @@ mod tests {
         assert_eq!(warm_after(2), 10, "20 steps");
         assert_eq!(warm_after(4), 8, "32 steps: at least 8 measurements");
         assert_eq!(warm_after(19), 8);
-        // A decay of 0.95^2 per measurement two steps apart; 0.875 = 1 - 1/8 at
-        // most for those further apart.
+        // A decay of 0.95^2 per measurement two steps apart, 0.95^5 = 0.774 five
+        // apart; 0.75 = 1 - 1/4 at most for those further apart.
         let mut e = NoiseScaleEstimator::new(0.95).unwrap();
         e.observe_after(1.0, 10.0, 1);
         e.observe_after(3.0, 10.0, 2);
-        assert!((e.ema_norm - (0.9025 * 0.05 + 0.0975 * 3.0)).abs() < 1e-12);
+        let mut expected = 0.9025 * 0.05 + 0.0975 * 3.0;
+        assert!((e.ema_norm - expected).abs() < 1e-12);
+        e.observe_after(4.0, 10.0, 5);
+        let d5 = 0.95f64.powi(5);
+        expected = d5 * expected + (1.0 - d5) * 4.0;
+        assert!((e.ema_norm - expected).abs() < 1e-12);
         e.observe_after(5.0, 10.0, 19);
-        let before = 0.9025 * 0.05 + 0.0975 * 3.0;
-        assert!((e.ema_norm - (0.875 * before + 0.125 * 5.0)).abs() < 1e-12);
+        expected = 0.75 * expected + 0.25 * 5.0;
+        assert!((e.ema_norm - expected).abs() < 1e-12);
         // The bias correction divides by 1 minus the product of the decays.
-        let corrected_norm = e.ema_norm / (1.0 - 0.95 * 0.9025 * 0.875);
+        let corrected_norm = e.ema_norm / (1.0 - 0.95 * 0.9025 * d5 * 0.75);
         assert!((e.estimate().unwrap() - 10.0 / corrected_norm).abs() < 1e-9);
     }
 

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::adapt::goodput::GoodputLog;
+use crate::adapt::noise_scale::NoiseMeasurement;
 use crate::data::planner::StepBatches;
 use crate::data::sampler::GlobalBatchSampler;
 use crate::data::source_spec::MixedSources;
@@ -58,6 +59,10 @@ pub struct StepLog {
     /// moving averages up to this step (`--log-gradient-noise-scale`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gradient_noise_scale: Option<f64>,
+    /// This step's own measurement of the noise scale, when it measured one
+    /// and the averages took it in (`--log-gradient-noise-scale`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_measurement: Option<NoiseMeasurement>,
     /// Every how many steps the noise scale is measured, as the cadence stands
     /// after this step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -266,6 +271,7 @@ impl StepLog {
             predicted_memory: None,
             measured_memory: None,
             gradient_noise_scale: None,
+            noise_measurement: None,
             noise_scale_interval: None,
             noise_scale_refused: 0,
             goodput: None,

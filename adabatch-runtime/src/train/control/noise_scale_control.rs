@@ -4,7 +4,7 @@
 //! splits them when they lack two small batches.
 
 use crate::adapt::noise_cadence::{CadenceState, NoiseCadence, SplitCostModel, StepSeconds};
-use crate::adapt::noise_scale::{NoiseScaleEstimator, NoiseScalePolicy};
+use crate::adapt::noise_scale::{NoiseMeasurement, NoiseScaleEstimator, NoiseScalePolicy};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::data::planner::StepPlanner;
 use crate::error::Result;
@@ -43,6 +43,8 @@ pub(crate) struct NoiseScaleControl {
     world: usize,
     /// Measurements refused (not finite) since the last logged step.
     refused: usize,
+    /// The last step's measurement, when the averages took one in.
+    last_measurement: Option<NoiseMeasurement>,
     /// On gradients preconditioned by the optimizer (`lr_scaling = adamscale`).
     precondition: bool,
     /// This rank's seconds of the last step (0: none yet, or it ran out of
@@ -87,6 +89,7 @@ impl NoiseScaleControl {
             },
             world: units_world.max(1),
             refused: 0,
+            last_measurement: None,
             precondition: rules.precondition_noise,
             last_seconds: 0.0,
         }))
@@ -180,7 +183,12 @@ impl Controller for NoiseScaleControl {
         let spans = self
             .cadence
             .after_step(measurement.is_some(), split, global, seconds);
-        self.resize(measurement.zip(spans), previous_step_seconds, report, steer)?;
+        let folded = measurement.zip(spans);
+        self.last_measurement = folded.map(|((squared_norm, trace), _)| NoiseMeasurement {
+            squared_norm,
+            trace,
+        });
+        self.resize(folded, previous_step_seconds, report, steer)?;
         // The next step, at its (possibly new) batch.
         let needs_split = needs_split(steer.planner);
         let global = steer.planner.global_batch();
@@ -192,6 +200,7 @@ impl Controller for NoiseScaleControl {
 
     fn record(&mut self, entry: &mut StepLog) {
         entry.gradient_noise_scale = self.estimator.estimate();
+        entry.noise_measurement = self.last_measurement;
         entry.noise_scale_interval = Some(self.cadence.interval());
         entry.noise_scale_refused = std::mem::take(&mut self.refused);
         if let Resize::Goodput(goodput) = &self.resize {
