@@ -32,7 +32,8 @@ def measurements(path):
 
 def reference(rows, step, half):
     window = [rows[s] for s in range(step - half, step + half + 1) if s in rows]
-    return sum(t for _, t in window) / sum(n for n, _ in window)
+    norm = sum(n for n, _ in window)
+    return sum(t for _, t in window) / norm if norm > 0 else None
 
 
 def replay(rows, every, horizon, beta, phase):
@@ -76,7 +77,9 @@ def main():
             biases, rms = [], []
             for phase in range(every):
                 est = replay(rows, every, horizon, args.beta, phase)
-                errs = [math.log(est[s] / truth[s]) for s in est if args.first <= s <= args.last]
+                # A window whose |G|^2 sums to no more than 0 has no reference.
+                errs = [math.log(est[s] / truth[s]) for s in est
+                        if args.first <= s <= args.last and truth[s] and truth[s] > 0]
                 biases.append(sum(errs) / len(errs))
                 rms.append(math.sqrt(sum(e * e for e in errs) / len(errs)))
             print(f"| {every} | {horizon} | {sum(biases) / len(biases):+.3f} | "

@@ -86,7 +86,9 @@ def label(policy: str) -> str:
 
 
 def order(policy: str):
-    return (["replay", "ramp", "bound"].index(next((k for k in ("replay", "ramp", "bound") if policy.startswith(k)), "bound")), policy)
+    """Fixed replays, then ramps, then bounds (others last), each by name."""
+    kinds = ("replay", "ramp", "bound")
+    return next((i for i, k in enumerate(kinds) if policy.startswith(k)), len(kinds)), policy
 
 
 if __name__ == "__main__":

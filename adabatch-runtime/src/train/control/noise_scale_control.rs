@@ -159,6 +159,8 @@ impl Controller for NoiseScaleControl {
     }
 
     fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
+        // A step that read nothing (it did not train) logs no measurement.
+        self.last_measurement = None;
         let Some(&NoiseReading {
             measurement: noise,
             previous_step_seconds,
