@@ -140,6 +140,10 @@ struct Cli {
     /// first --mixer-eval-examples N validation documents of each domain.
     #[arg(long, requires = "mixer_eval_examples")]
     aioli_held_out: bool,
+    /// `--mixer online`'s temperature in nats (`OnlineMixer::with_temperature`;
+    /// default 1): higher is nearer uniform.
+    #[arg(long)]
+    online_temperature: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -312,6 +316,7 @@ fn run() -> adabatch::Result<()> {
         train = train.with_weights(&equal)?;
     }
     check_replay(&cli, &names)?;
+    online_mixer(&cli)?; // --online-temperature's checks, whatever the mixer
     let curriculum = replay_curriculum(&cli, &names, &domains.infos, &args)?;
     let validation = domains.validation;
     let info = domains.info;
@@ -374,7 +379,7 @@ fn mixer_of(cli: &Cli, curriculum: Option<CurriculumMixer>) -> adabatch::Result<
             }
             Box::new(aioli)
         }
-        _ => Box::new(OnlineMixer::default()),
+        _ => Box::new(online_mixer(cli)?),
     };
     Ok(match cli.replay_budget {
         Some(budget) => Box::new(ReplayBudget::new(
@@ -515,6 +520,24 @@ fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
         budget,
     )
     .map(|_| ())
+}
+
+/// `--mixer online`, at `--online-temperature` where given (refused with another
+/// mixer, which would ignore it).
+fn online_mixer(cli: &Cli) -> adabatch::Result<OnlineMixer> {
+    if cli.online_temperature.is_some() && cli.mixer != MixerChoice::Online {
+        return Err(adabatch::Error::Settings(
+            adabatch::SettingsError::ConflictingSettings {
+                first: "--online-temperature",
+                second: "--mixer",
+                reason: "the temperature is the online mixer's: use --mixer online",
+            },
+        ));
+    }
+    match cli.online_temperature {
+        Some(temperature) => OnlineMixer::default().with_temperature(temperature),
+        None => Ok(OnlineMixer::default()),
+    }
 }
 
 /// The domains: opened where every path is a prepared folder, else tokenized into

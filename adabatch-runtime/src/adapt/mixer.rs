@@ -248,6 +248,11 @@ impl OnlineMixer {
         }
     }
 
+    /// The same mixer at another temperature, checked as [`OnlineMixer::new`].
+    pub fn with_temperature(self, temperature: f64) -> crate::error::Result<Self> {
+        Self::new(temperature, self.floor, self.smoothing)
+    }
+
     /// The smoothed losses so far (NaN where a source has not been seen).
     pub fn smoothed_losses(&self) -> &[f64] {
         &self.smoothed
@@ -635,6 +640,21 @@ mod tests {
         assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         let w = mixer.weights(&stats(&names, &[100.0, 0.0]));
         assert!(w[1] >= 0.05 - 1e-12, "the floor: {w:?}");
+    }
+
+    #[test]
+    fn a_higher_temperature_is_nearer_uniform() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let at = |t: f64| {
+            let mut mixer = OnlineMixer::default().with_temperature(t).unwrap();
+            mixer.weights(&stats(&names, &[2.0, 0.0]))
+        };
+        // 0.95 · softmax(2/T, 0) + 0.025: T = 2 gives softmax(1, 0) = 0.731.
+        assert!((at(2.0)[0] - (0.95 * 0.731_059 + 0.025)).abs() < 1e-5);
+        assert!(at(4.0)[0] < at(2.0)[0] && at(2.0)[0] < at(1.0)[0]);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(OnlineMixer::default().with_temperature(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
