@@ -144,6 +144,10 @@ struct Cli {
     /// default 1): higher is nearer uniform.
     #[arg(long)]
     online_temperature: Option<f64>,
+    /// `--mixer online`: equal shares for the first N steps, then the softmax
+    /// (`OnlineMixer::with_warmup`; the losses are averaged from the start).
+    #[arg(long)]
+    online_warmup_steps: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -316,7 +320,7 @@ fn run() -> adabatch::Result<()> {
         train = train.with_weights(&equal)?;
     }
     check_replay(&cli, &names)?;
-    online_mixer(&cli)?; // --online-temperature's checks, whatever the mixer
+    online_mixer(&cli)?; // the online mixer's flags are checked whatever the mixer
     let curriculum = replay_curriculum(&cli, &names, &domains.infos, &args)?;
     let validation = domains.validation;
     let info = domains.info;
@@ -522,22 +526,24 @@ fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
     .map(|_| ())
 }
 
-/// `--mixer online`, at `--online-temperature` where given (refused with another
-/// mixer, which would ignore it).
+/// `--mixer online`, with `--online-temperature` and `--online-warmup-steps` where
+/// given (refused with another mixer, which would ignore them).
 fn online_mixer(cli: &Cli) -> adabatch::Result<OnlineMixer> {
-    if cli.online_temperature.is_some() && cli.mixer != MixerChoice::Online {
+    let tuned = cli.online_temperature.is_some() || cli.online_warmup_steps.is_some();
+    if tuned && cli.mixer != MixerChoice::Online {
         return Err(adabatch::Error::Settings(
             adabatch::SettingsError::ConflictingSettings {
-                first: "--online-temperature",
+                first: "--online-temperature / --online-warmup-steps",
                 second: "--mixer",
-                reason: "the temperature is the online mixer's: use --mixer online",
+                reason: "they are the online mixer's settings: use --mixer online",
             },
         ));
     }
-    match cli.online_temperature {
-        Some(temperature) => OnlineMixer::default().with_temperature(temperature),
-        None => Ok(OnlineMixer::default()),
-    }
+    let mixer = match cli.online_temperature {
+        Some(temperature) => OnlineMixer::default().with_temperature(temperature)?,
+        None => OnlineMixer::default(),
+    };
+    Ok(mixer.with_warmup(cli.online_warmup_steps.unwrap_or(0)))
 }
 
 /// The domains: opened where every path is a prepared folder, else tokenized into

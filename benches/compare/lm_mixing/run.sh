@@ -30,17 +30,24 @@
 #   bash benches/compare/lm_mixing/run.sh [SEEDS...]        # default: 1 2 3
 #   MIXERS="odm" CONTINUAL=0 bash benches/compare/lm_mixing/run.sh 1
 #   MIXERS="uniform aioli-held aioli-held-worst" BUDGET=1600 CONTINUAL=0 bash benches/compare/lm_mixing/run.sh
+#   MIXERS="online-w100:--mixer online --online-warmup-steps 100" BUDGET=1600 CONTINUAL=0 bash benches/compare/lm_mixing/run.sh
 #   BUDGET=1600 CONTINUAL=0 OUT=target/lm-mixing-tokens bash benches/compare/lm_mixing/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out=${OUT:-target/lm-mixing}
 seeds=("$@")
 [[ ${#seeds[@]} -gt 0 ]] || seeds=(1 2 3)
-mixers=(${MIXERS:-stratified uniform online odm stratified28})
+default_mixers="stratified uniform online odm stratified28"
 batch=()
 if [[ -n "${BUDGET:-}" ]]; then
-    mixers=(${MIXERS:-stratified uniform online odm})
+    default_mixers="stratified uniform online odm"
     batch=(--max-tokens-per-batch "$BUDGET" --packed-token-budget --lr-scaling none)
+fi
+# Names separated by spaces, or by ';' where one is NAME:FLAGS (as four.sh).
+if [[ "${MIXERS:-}" == *";"* || "${MIXERS:-}" == *":"* ]]; then
+    IFS=';' read -r -a mixers <<<"$MIXERS"
+else
+    read -r -a mixers <<<"${MIXERS:-$default_mixers}"
 fi
 tokens=${TOKENS:-400000}
 bin=${BIN:-target/release/examples/mixture}
@@ -62,9 +69,10 @@ for seed in "${seeds[@]}"; do
                 --aioli-worst-temperature 1) ;;
             aioli-held-smooth) flags=(--mixer aioli --aioli-held-out --mixer-eval-examples "${HELD_OUT:-32}"
                 --aioli-round 100 --aioli-eta 3 --aioli-smoothing 0.5) ;;
+            *:*) read -r -a flags <<<"${mixer#*:}" ;;
             *) flags=(--mixer "$mixer") ;;
         esac
-        train "$mixer-$seed" "${three[@]}" "${flags[@]}" "${batch[@]}" --seed "$seed" \
+        train "${mixer%%:*}-$seed" "${three[@]}" "${flags[@]}" "${batch[@]}" --seed "$seed" \
             --max-train-tokens "$tokens" --eval-steps 50 --save-steps 0
     done
 done
