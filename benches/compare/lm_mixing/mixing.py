@@ -41,8 +41,21 @@ def token_shares(name):
     return {k: v / whole for k, v in totals.items()}
 
 
+def mixer_names():
+    """The known mixers in their order, then any other NAME-SEED.json (a NAME:FLAGS
+    variant of run.sh or four.sh), the continual runs left out."""
+    found = {f.stem.rsplit("-", 1)[0] for f in out.glob("*-[0-9].json")}
+    found = {n for n in found if not n.startswith(("phase1", "replay"))}
+    return [m for m in MIXERS if m in found] + sorted(found - set(MIXERS))
+
+
+def seeds_of(m):
+    return sorted(int(f.stem.rsplit("-", 1)[1]) for f in out.glob(f"{m}-[0-9].json"))
+
+
 def mixer_table():
-    runs = {m: [r for r in (load(f"{m}-{s}") for s in range(1, 10)) if r] for m in MIXERS}
+    names = mixer_names()
+    runs = {m: [r for r in (load(f"{m}-{s}") for s in range(1, 10)) if r] for m in names}
     runs = {m: r for m, r in runs.items() if r}
     if not runs:
         return
@@ -79,19 +92,44 @@ def mixer_table():
         )
         print("| mixer | worst − baseline's | mean − baseline's | wins on worst (seeds) | meets the goal |")
         print("|---|---:|---:|---:|---|")
-        for m in ("online", "odm", "aioli", "aioli-smooth", "aioli-worst", "uniform"):
-            if m == baseline:
+        for m in runs:
+            if m == baseline or m.startswith("stratified"):
                 continue
             rs = runs.get(m)
             if not rs:
                 continue
             worst = statistics.fmean(r["worst"] for r in rs)
             mean = statistics.fmean(r["mean"] for r in rs)
-            wins = sum(1 for r, b in zip(rs, base) if r["worst"] < b["worst"])
+            # Seed by seed, on the seeds both ran.
+            paired = [(load(f"{m}-{k}"), load(f"{baseline}-{k}")) for k in seeds_of(m) if load(f"{baseline}-{k}")]
+            wins = sum(1 for r, b in paired if r["worst"] < b["worst"])
             ok = worst < b_worst and mean <= b_mean + slack + 1e-9
             print(
-                f"| {m} | {worst - b_worst:+.4f} | {mean - b_mean:+.4f} | {wins} of {min(len(rs), len(base))} | {'yes' if ok else 'no'} |"
+                f"| {m} | {worst - b_worst:+.4f} | {mean - b_mean:+.4f} | {wins} of {len(paired)} | {'yes' if ok else 'no'} |"
             )
+        if slack:
+            per_seed_table(runs, baseline, slack)
+
+
+def per_seed_table(runs, baseline, slack):
+    """The bar seed by seed: worst domain below the baseline's, mean within slack."""
+    print(f"\nSeed by seed against {baseline} (worst − its, mean − its; ✓ where the worst is lower and the mean within {slack}):\n")
+    print("| mixer | " + " | ".join(f"seed {k}" for k in seeds_of(baseline)) + " | seeds meeting the bar |")
+    print("|---" * (len(seeds_of(baseline)) + 2) + "|")
+    for m in runs:
+        if m == baseline or m.startswith("stratified"):
+            continue
+        cells, met, ran = [], 0, 0
+        for k in seeds_of(baseline):
+            r, b = load(f"{m}-{k}"), load(f"{baseline}-{k}")
+            if not r:
+                cells.append("–")
+                continue
+            ran += 1
+            ok = r["worst"] < b["worst"] and r["mean"] <= b["mean"] + slack + 1e-9
+            met += ok
+            cells.append(f"{r['worst'] - b['worst']:+.4f}, {r['mean'] - b['mean']:+.4f}{' ✓' if ok else ''}")
+        print(f"| {m} | " + " | ".join(cells) + f" | {met} of {ran} |")
 
 
 def continual_table():
