@@ -276,15 +276,17 @@ fn policy_field(p: &TokenStream, value: &PolicyValue) -> (Ident, TokenStream) {
             temperature,
             floor,
             smoothing,
+            warmup,
         }) => {
-            let (t, f, s) = (
+            let (t, f, s, w) = (
                 Literal::f64_unsuffixed(*temperature),
                 Literal::f64_unsuffixed(*floor),
                 Literal::f64_unsuffixed(*smoothing),
+                Literal::usize_unsuffixed(*warmup),
             );
             (
                 name("mix"),
-                quote!(#p::MixSpec::Online { temperature: #t, floor: #f, smoothing: #s }),
+                quote!(#p::MixSpec::Online { temperature: #t, floor: #f, smoothing: #s, warmup: #w }),
             )
         }
         PolicyValue::Mix(Mix::Custom(_)) => {

@@ -1,5 +1,5 @@
-//! `mix = online(temperature, floor, smoothing)`: weights from a softmax of each
-//! source's smoothed loss.
+//! `mix = online(temperature, floor, smoothing, warmup)`: weights from a softmax
+//! of each source's smoothed loss, equal for the first `warmup` steps.
 
 use crate::{positive, within, Check};
 
@@ -9,6 +9,8 @@ pub const TEMPERATURE: f64 = 1.0;
 pub const FLOOR: f64 = 0.05;
 /// The losses' moving-average decay.
 pub const SMOOTHING: f64 = 0.9;
+/// Steps at equal shares before the softmax decides (any count is valid).
+pub const WARMUP: usize = 0;
 
 /// `temperature` positive.
 pub fn temperature(t: f64) -> Check {

@@ -926,6 +926,91 @@ fn the_mix_key() {
     );
 }
 
+#[adaptive_trainer(mix = online(temperature = 1.0, floor = 0.1, smoothing = 0.5, warmup = 4))]
+struct WarmOnline {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+}
+
+#[adaptive_trainer(mix = fixed(easy = 1, hard = 1))]
+struct EvenMix {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+}
+
+/// `mix = online(warmup = 4)`: the first 4 steps at equal shares, drawing exactly
+/// the batches a run at fixed equal weights draws; from step 5 the same weights
+/// as a `#[mixer]` of `OnlineMixer::with_warmup(4)`, whose losses were averaged
+/// through the warm-up.
+#[test]
+fn an_online_warm_up_trains_at_equal_shares_first() {
+    let hard = Sources::new([
+        ("easy", dataset(40, 1)),
+        (
+            "hard",
+            dataset(40, 2)
+                .into_iter()
+                .map(|e| Example { y: 3.0 * e.y, ..e })
+                .collect(),
+        ),
+    ])
+    .unwrap();
+    let log = temp_log("mix-online-warmup");
+    let mut a = args(2, 4, 3);
+    a.logging.log_jsonl = Some(log.clone());
+    WarmOnline::launch(&hard, &collate, &a, |ctx: &RankContext| {
+        let (model, opt) = adam(ctx)?;
+        Ok(WarmOnline::new(model, opt))
+    })
+    .unwrap();
+    let by_key = read_log(&log);
+    let (_, cold) = run_online(&hard, &args(2, 4, 3)).unwrap();
+    let (_, by_field) = run_as(&hard, &args(2, 4, 3), |model, opt| {
+        Online::new(
+            model,
+            opt,
+            OnlineMixer::new(1.0, 0.1, 0.5).unwrap().with_warmup(4),
+        )
+    })
+    .unwrap();
+    let even_log = temp_log("mix-even");
+    let mut even = args(2, 4, 3);
+    even.logging.log_jsonl = Some(even_log.clone());
+    EvenMix::launch(&hard, &collate, &even, |ctx: &RankContext| {
+        let (model, opt) = adam(ctx)?;
+        Ok(EvenMix::new(model, opt))
+    })
+    .unwrap();
+    let even = read_log(&even_log);
+    assert!(by_key.len() > 8, "{} steps", by_key.len());
+    for (k, e) in by_key[..4].iter().zip(&even) {
+        assert_eq!(
+            (&k.indices, k.loss),
+            (&e.indices, e.loss),
+            "step {}",
+            k.step
+        );
+    }
+    assert_ne!(by_key[5].indices, even[5].indices, "then it tilts");
+    let hard_weight = |l: &StepLog| l.sources.mix_weights.as_ref().unwrap()["hard"];
+    for l in &by_key[..4] {
+        assert_eq!(hard_weight(l), 0.5, "step {}", l.step);
+    }
+    assert!(
+        hard_weight(&by_key[4]) > 0.5,
+        "step 5 tilts to the harder source"
+    );
+    // Without the warm-up the mixer has tilted by step 2.
+    assert!(hard_weight(&cold[1]) > 0.5);
+    for (k, f) in by_key.iter().zip(&by_field) {
+        assert_eq!((&k.indices, &k.sources), (&f.indices, &f.sources));
+    }
+}
+
 #[adaptive_trainer(mix = online)]
 struct TwoMixers {
     #[model]

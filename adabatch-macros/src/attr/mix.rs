@@ -1,11 +1,11 @@
 //! `mix = ...`: how a dataset of several sources is mixed — `fixed(name = w, ..)`
-//! or `online(temperature = t, floor = f, smoothing = s)`.
+//! or `online(temperature = t, floor = f, smoothing = s, warmup = n)`.
 
 use syn::Path;
 
 use super::call::{exact_args, named_args};
 use super::suggest::unknown;
-use super::values::{float, float_arg};
+use super::values::{float, float_arg, int};
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Call, CallArg, Value};
 use adabatch_rules::mixer as rules;
@@ -15,7 +15,7 @@ use adabatch_rules::mixer as rules;
 pub enum Mix {
     /// `fixed(name = w, ..)`
     Fixed(Vec<(String, f64)>),
-    /// `online(temperature = t, floor = f, smoothing = s)`
+    /// `online(temperature = t, floor = f, smoothing = s, warmup = n)`
     Online {
         /// Softmax temperature.
         temperature: f64,
@@ -23,6 +23,8 @@ pub enum Mix {
         floor: f64,
         /// Moving-average factor.
         smoothing: f64,
+        /// Steps at equal shares first.
+        warmup: usize,
     },
     /// `custom(path)`: a `fn(&SourceStats) -> Vec<f64>`.
     Custom(Path),
@@ -30,10 +32,10 @@ pub enum Mix {
 
 /// The forms, for messages.
 const MIX_FORMS: &str =
-    "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = 1.0, floor = 0.05, smoothing = 0.9)`, `custom(path::to::fn)`";
+    "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = 1.0, floor = 0.05, smoothing = 0.9, warmup = 0)`, `custom(path::to::fn)`";
 pub const MIXES: &[&str] = &["fixed", "online", "custom"];
 /// The named arguments of `online(..)`.
-pub const ONLINE_ARGS: &[&str] = &["temperature", "floor", "smoothing"];
+pub const ONLINE_ARGS: &[&str] = &["temperature", "floor", "smoothing", "warmup"];
 
 /// Reads `mix = ...`.
 pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
@@ -52,6 +54,7 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
                 temperature: rules::TEMPERATURE,
                 floor: rules::FLOOR,
                 smoothing: rules::SMOOTHING,
+                warmup: rules::WARMUP,
             }),
             "fixed" => {
                 cx.on(
@@ -162,7 +165,7 @@ fn custom(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
     }
 }
 
-/// `online(temperature = t, floor = f, smoothing = s)`, each optional.
+/// `online(temperature = t, floor = f, smoothing = s, warmup = n)`, each optional.
 fn online(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
     let named = named_args(call, ONLINE_ARGS, cx)?;
     let mut read =
@@ -170,9 +173,14 @@ fn online(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
     let temperature = read("temperature", rules::TEMPERATURE, rules::temperature);
     let floor = read("floor", rules::FLOOR, rules::floor);
     let smoothing = read("smoothing", rules::SMOOTHING, rules::smoothing);
+    let warmup = match named.get("warmup") {
+        Some(v) => int("warmup", v, cx),
+        None => Some(rules::WARMUP),
+    };
     Some(Mix::Online {
         temperature: temperature?,
         floor: floor?,
         smoothing: smoothing?,
+        warmup: warmup?,
     })
 }

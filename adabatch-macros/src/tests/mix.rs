@@ -22,6 +22,7 @@ fn mix_forms() {
         temperature: 1.0,
         floor: 0.05,
         smoothing: 0.9,
+        warmup: 0,
     };
     assert_eq!(mix(parse_quote!(mix = online)), default);
     assert_eq!(mix(parse_quote!(mix = online())), default);
@@ -30,7 +31,17 @@ fn mix_forms() {
         Mix::Online {
             temperature: 0.5,
             floor: 0.2,
-            smoothing: 0.9
+            smoothing: 0.9,
+            warmup: 0,
+        }
+    );
+    assert_eq!(
+        mix(parse_quote!(mix = online(warmup = 100))),
+        Mix::Online {
+            temperature: 1.0,
+            floor: 0.05,
+            smoothing: 0.9,
+            warmup: 100,
         }
     );
 }
@@ -55,6 +66,15 @@ fn mix_mistakes() {
     );
     assert_error(parse_quote!(mix = online(smoothing = 1)), "in [0, 1)");
     assert_error(parse_quote!(mix = online(temperature = 0)), "positive");
+    assert_error(
+        parse_quote!(mix = online(warmup = -3)),
+        "expected a non-negative integer for `warmup`",
+    );
+    assert_error(parse_quote!(mix = online(warmup = 2.5)), "`warmup`");
+    assert_error(
+        parse_quote!(mix = online(warmpu = 10)),
+        "did you mean `warmup`",
+    );
     assert_error(
         parse_quote!(mix = online(temprature = 1)),
         "did you mean `temperature`",

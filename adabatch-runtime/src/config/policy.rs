@@ -83,8 +83,8 @@ pub enum MixSpec {
     /// `mix = fixed(new = 0.75, replay = 0.25)`: weights by source name; sources
     /// left out get 0. Names are checked against the dataset before the first step.
     Fixed(&'static [(&'static str, f64)]),
-    /// `mix = online(temperature = 1.0, floor = 0.05, smoothing = 0.9)`: an
-    /// [`crate::OnlineMixer`] decides the weights after every step.
+    /// `mix = online(temperature = 1.0, floor = 0.05, smoothing = 0.9, warmup = 0)`:
+    /// an [`crate::OnlineMixer`] decides the weights after every step.
     Online {
         /// Softmax temperature (> 0).
         temperature: f64,
@@ -92,6 +92,9 @@ pub enum MixSpec {
         floor: f64,
         /// Moving-average factor of the per-source losses, in `[0, 1)`.
         smoothing: f64,
+        /// Steps at equal shares before the softmax decides
+        /// ([`crate::OnlineMixer::with_warmup`]).
+        warmup: usize,
     },
     /// `mix = custom(path::to::fn)`: a function of the last step's
     /// [`crate::SourceStats`] decides the next step's weights.
@@ -109,13 +112,15 @@ impl PartialEq for MixSpec {
                     temperature: a,
                     floor: b,
                     smoothing: c,
+                    warmup: w,
                 },
                 Online {
                     temperature: d,
                     floor: e,
                     smoothing: f,
+                    warmup: v,
                 },
-            ) => (a, b, c) == (d, e, f),
+            ) => (a, b, c, w) == (d, e, f, v),
             // The same function, as far as addresses can tell (a policy compared
             // with itself always is).
             (Custom(a), Custom(b)) => std::ptr::fn_addr_eq(*a, *b),

@@ -6,8 +6,8 @@ use crate::error::{Result, SettingsError};
 /// The mixer `mix = ..` asks the engine for.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum BuiltinMixer {
-    /// `mix = online(temperature, floor, smoothing)`.
-    Online(f64, f64, f64),
+    /// `mix = online(temperature, floor, smoothing, warmup)`.
+    Online(f64, f64, f64, usize),
     /// `mix = custom(path)`.
     Custom(crate::adapt::mixer::MixFn),
 }
@@ -22,10 +22,11 @@ impl BuiltinMixer {
                 temperature,
                 floor,
                 smoothing,
+                warmup,
             } => {
                 adabatch_rules::mixer::check(temperature, floor, smoothing)
                     .map_err(|broken| SettingsError::mixer_rule("online", broken))?;
-                Some(BuiltinMixer::Online(temperature, floor, smoothing))
+                Some(BuiltinMixer::Online(temperature, floor, smoothing, warmup))
             }
             MixSpec::Custom(f) => Some(BuiltinMixer::Custom(f)),
             MixSpec::Dataset | MixSpec::Fixed(_) => None,
@@ -34,8 +35,8 @@ impl BuiltinMixer {
 
     pub(crate) fn build(self) -> Box<dyn crate::adapt::mixer::Mixer> {
         match self {
-            BuiltinMixer::Online(t, f, s) => {
-                Box::new(crate::adapt::mixer::OnlineMixer::checked(t, f, s))
+            BuiltinMixer::Online(t, f, s, w) => {
+                Box::new(crate::adapt::mixer::OnlineMixer::checked(t, f, s).with_warmup(w))
             }
             BuiltinMixer::Custom(f) => Box::new(crate::adapt::mixer::FnMixer(f)),
         }
