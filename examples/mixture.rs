@@ -146,8 +146,13 @@ struct Cli {
     online_temperature: Option<f64>,
     /// `--mixer online`: equal shares for the first N steps, then the softmax
     /// (`OnlineMixer::with_warmup`; the losses are averaged from the start).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "online_warmup")]
     online_warmup_steps: Option<usize>,
+    /// `--mixer online`: the warm-up as a fraction of the steps the run is
+    /// expected to take (from --max-steps, else --max-train-tokens over the tokens
+    /// a step); default 0.4.
+    #[arg(long, value_parser = parse_fraction)]
+    online_warmup: Option<f64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -190,6 +195,14 @@ fn parse_ramp(text: &str) -> Result<(f64, f64, f64), String> {
         _ => Err(format!(
             "{text:?}: give the replay's shares as FROM,TO or FROM,TO,UNTIL"
         )),
+    }
+}
+
+/// A fraction from 0 to 1.
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{text:?} is not a fraction from 0 to 1")),
     }
 }
 
@@ -320,7 +333,8 @@ fn run() -> adabatch::Result<()> {
         train = train.with_weights(&equal)?;
     }
     check_replay(&cli, &names)?;
-    online_mixer(&cli)?; // the online mixer's flags are checked whatever the mixer
+    // Its flags are checked whatever the mixer.
+    let online = online_mixer(&cli, &args, &domains.infos)?;
     let curriculum = replay_curriculum(&cli, &names, &domains.infos, &args)?;
     let validation = domains.validation;
     let info = domains.info;
@@ -348,7 +362,7 @@ fn run() -> adabatch::Result<()> {
             Ok(MixerTrainer::new(
                 model,
                 opt,
-                mixer_of(&cli, curriculum.clone())?,
+                mixer_of(&cli, curriculum.clone(), online.clone())?,
             ))
         };
         adabatch::Run::new(&train, &collate, &args)
@@ -361,7 +375,11 @@ fn run() -> adabatch::Result<()> {
 
 /// The `#[mixer]` of a run whose weights a mixer decides: `--replay-ramp`'s
 /// curriculum, else `--mixer`, within `--replay-budget` if given.
-fn mixer_of(cli: &Cli, curriculum: Option<CurriculumMixer>) -> adabatch::Result<Box<dyn Mixer>> {
+fn mixer_of(
+    cli: &Cli,
+    curriculum: Option<CurriculumMixer>,
+    online: OnlineMixer,
+) -> adabatch::Result<Box<dyn Mixer>> {
     if let Some(curriculum) = curriculum {
         return Ok(Box::new(curriculum));
     }
@@ -383,7 +401,7 @@ fn mixer_of(cli: &Cli, curriculum: Option<CurriculumMixer>) -> adabatch::Result<
             }
             Box::new(aioli)
         }
-        _ => Box::new(online_mixer(cli)?),
+        _ => Box::new(online),
     };
     Ok(match cli.replay_budget {
         Some(budget) => Box::new(ReplayBudget::new(
@@ -526,14 +544,23 @@ fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
     .map(|_| ())
 }
 
-/// `--mixer online`, with `--online-temperature` and `--online-warmup-steps` where
-/// given (refused with another mixer, which would ignore them).
-fn online_mixer(cli: &Cli) -> adabatch::Result<OnlineMixer> {
-    let tuned = cli.online_temperature.is_some() || cli.online_warmup_steps.is_some();
+/// `--mixer online`'s warm-up when no flag sets it: the fraction of the run.
+const ONLINE_WARMUP: f64 = 0.4;
+
+/// `--mixer online`, with `--online-temperature` and its warm-up (refused with
+/// another mixer, which would ignore them).
+fn online_mixer(
+    cli: &Cli,
+    args: &TrainingArgs,
+    infos: &[adabatch::tokenize::CorpusInfo],
+) -> adabatch::Result<OnlineMixer> {
+    let tuned = cli.online_temperature.is_some()
+        || cli.online_warmup_steps.is_some()
+        || cli.online_warmup.is_some();
     if tuned && cli.mixer != MixerChoice::Online {
         return Err(adabatch::Error::Settings(
             adabatch::SettingsError::ConflictingSettings {
-                first: "--online-temperature / --online-warmup-steps",
+                first: "--online-temperature / --online-warmup / --online-warmup-steps",
                 second: "--mixer",
                 reason: "they are the online mixer's settings: use --mixer online",
             },
@@ -543,7 +570,36 @@ fn online_mixer(cli: &Cli) -> adabatch::Result<OnlineMixer> {
         Some(temperature) => OnlineMixer::default().with_temperature(temperature)?,
         None => OnlineMixer::default(),
     };
-    Ok(mixer.with_warmup(cli.online_warmup_steps.unwrap_or(0)))
+    let warmup = match cli.online_warmup_steps {
+        Some(steps) => steps,
+        None => {
+            let fraction = cli.online_warmup.unwrap_or(ONLINE_WARMUP);
+            expected_steps(args, infos).map_or(0, |n| (fraction * n as f64).round() as usize)
+        }
+    };
+    Ok(mixer.with_warmup(warmup))
+}
+
+/// The optimizer steps the run is expected to take: `--max-steps`, else
+/// `--max-train-tokens` over the tokens a step (the budget of a packed token
+/// batch, else the global batch at the domains' mean tokens a document).
+fn expected_steps(args: &TrainingArgs, infos: &[adabatch::tokenize::CorpusInfo]) -> Option<usize> {
+    if let Some(steps) = args.length.max_steps {
+        return Some(steps);
+    }
+    let tokens = args.length.max_train_tokens? as f64;
+    let per_step = match args.length_aware.max_tokens_per_batch {
+        Some(budget) if args.length_aware.packed_token_budget => budget as f64,
+        _ => {
+            let per_document = infos
+                .iter()
+                .map(|i| i.train_tokens as f64 / i.train_documents.max(1) as f64)
+                .sum::<f64>()
+                / infos.len().max(1) as f64;
+            args.batch.global_batch_size.unwrap_or(32) as f64 * per_document
+        }
+    };
+    Some((tokens / per_step.max(1.0)).ceil() as usize)
 }
 
 /// The domains: opened where every path is a prepared folder, else tokenized into
