@@ -879,17 +879,7 @@ fn the_mix_key() {
     assert!(err.to_string().contains(r#"["new", "replay"]"#), "{err}");
 
     // The DSL's online mixer and a `#[mixer]` with the same settings agree.
-    let hard = Sources::new([
-        ("easy", dataset(40, 1)),
-        (
-            "hard",
-            dataset(40, 2)
-                .into_iter()
-                .map(|e| Example { y: 3.0 * e.y, ..e })
-                .collect(),
-        ),
-    ])
-    .unwrap();
+    let hard = easy_and_hard();
     let log = temp_log("mix-online-key");
     let b = {
         let mut a = args(2, 4, 3);
@@ -926,6 +916,21 @@ fn the_mix_key() {
     );
 }
 
+/// Two sources alike but for `hard`'s targets, 3 times larger: a larger loss.
+fn easy_and_hard() -> Sources<Vec<Example>> {
+    Sources::new([
+        ("easy", dataset(40, 1)),
+        (
+            "hard",
+            dataset(40, 2)
+                .into_iter()
+                .map(|e| Example { y: 3.0 * e.y, ..e })
+                .collect(),
+        ),
+    ])
+    .unwrap()
+}
+
 #[adaptive_trainer(mix = online(temperature = 1.0, floor = 0.1, smoothing = 0.5, warmup = 4))]
 struct WarmOnline {
     #[model]
@@ -948,17 +953,7 @@ struct EvenMix {
 /// through the warm-up.
 #[test]
 fn an_online_warm_up_trains_at_equal_shares_first() {
-    let hard = Sources::new([
-        ("easy", dataset(40, 1)),
-        (
-            "hard",
-            dataset(40, 2)
-                .into_iter()
-                .map(|e| Example { y: 3.0 * e.y, ..e })
-                .collect(),
-        ),
-    ])
-    .unwrap();
+    let hard = easy_and_hard();
     let log = temp_log("mix-online-warmup");
     let mut a = args(2, 4, 3);
     a.logging.log_jsonl = Some(log.clone());
