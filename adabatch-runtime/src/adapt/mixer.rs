@@ -255,7 +255,10 @@ impl OnlineMixer {
 
     /// The same mixer at another temperature, checked as [`OnlineMixer::new`].
     pub fn with_temperature(self, temperature: f64) -> crate::error::Result<Self> {
-        Self::new(temperature, self.floor, self.smoothing)
+        Ok(Self {
+            temperature: Self::new(temperature, self.floor, self.smoothing)?.temperature,
+            ..self
+        })
     }
 
     /// Equal shares for the first `steps` steps. Early losses fall together and
@@ -674,6 +677,9 @@ mod tests {
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
             assert!(OnlineMixer::default().with_temperature(bad).is_err(), "{bad}");
         }
+        // The other settings stay.
+        let warm = OnlineMixer::default().with_warmup(7).with_temperature(2.0);
+        assert_eq!(warm.unwrap().warmup_steps, 7);
     }
 
     #[test]
