@@ -259,17 +259,15 @@ pub fn flat64(vars: impl IntoIterator<Item = Var>) -> Vec<f64> {
 
 /// A fresh JSONL path in the temp dir.
 pub fn temp_log(name: &str) -> std::path::PathBuf {
-    // A fresh directory for each test process: one named by the pid alone was
-    // shared with an earlier, dead process of the same pid, whose logs (a resume
-    // appends to its log) and checkpoints were still there.
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    // Emptied at this process's first call: an earlier, dead process of the same
+    // pid may have left logs there (a resume appends to its log) and checkpoints.
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     let dir = DIR.get_or_init(|| {
-        tempfile::Builder::new()
-            .prefix("adabatch-tests-")
-            .tempdir()
-            .unwrap()
+        let dir = std::env::temp_dir().join(format!("adabatch-tests-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     });
-    let dir = dir.path();
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let unique = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     dir.join(format!("{name}-{unique}.jsonl"))
