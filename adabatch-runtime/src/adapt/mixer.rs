@@ -255,10 +255,9 @@ impl OnlineMixer {
 
     /// The same mixer at another temperature, checked as [`OnlineMixer::new`].
     pub fn with_temperature(self, temperature: f64) -> crate::error::Result<Self> {
-        Ok(Self {
-            temperature: Self::new(temperature, self.floor, self.smoothing)?.temperature,
-            ..self
-        })
+        adabatch_rules::mixer::temperature(temperature)
+            .map_err(|broken| crate::error::SettingsError::mixer_rule("online", broken))?;
+        Ok(Self { temperature, ..self })
     }
 
     /// Equal shares for the first `steps` steps. Early losses fall together and

@@ -36,6 +36,11 @@ rates=(${RATES:-1e-3})
 # Phase 2's replays: replayN (N % fixed), ramp20-0, boundN (the least replay
 # that keeps each old domain within N % of its phase-1 loss: --replay-bound).
 policies=(${POLICIES:-replay0 replay10 ramp20-0})
+# BUDGET=N: phase 2's steps are N tokens each (--max-tokens-per-batch N
+# --packed-token-budget), not 32 documents, so that replay, whose documents are
+# shorter than python's, changes neither the steps nor the tokens a step.
+batch=()
+[[ -n "${BUDGET:-}" ]] && batch=(--max-tokens-per-batch "$BUDGET" --packed-token-budget --lr-scaling none)
 bin=${BIN:-target/release/examples/mixture}
 mkdir -p "$out"
 [[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
@@ -56,7 +61,7 @@ for seed in "${seeds[@]}"; do
     for rate in "${rates[@]}"; do
         phase2=(--init-from "$stable" --seed "$seed" --max-train-tokens "$p2"
             --eval-on-start --save-steps 0 --learning-rate "$rate"
-            --lr-scheduler-type warmup_stable_decay --lr-decay-ratio 0.2)
+            --lr-scheduler-type warmup_stable_decay --lr-decay-ratio 0.2 "${batch[@]}")
         for policy in "${policies[@]}"; do
             case "$policy" in
                 replay*)
