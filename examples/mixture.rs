@@ -123,6 +123,11 @@ struct Cli {
     /// --replay-bound's largest replay share.
     #[arg(long, default_value_t = 0.5)]
     replay_max: f64,
+    /// --replay-bound halves the share once every old domain is within this
+    /// fraction of the bound (`BoundedReplay::with_lower_at`; 1: as soon as they
+    /// are back within it).
+    #[arg(long, default_value_t = 0.5, requires = "replay_bound")]
+    replay_lower_at: f64,
     /// `--mixer aioli`'s step size η (`adabatch::AioliMixer::new(ROUND, 4, 0.6, η)`).
     #[arg(long, default_value_t = 2.0)]
     aioli_eta: f64,
@@ -501,7 +506,8 @@ fn bounded_replay(cli: &Cli) -> adabatch::Result<Option<BoundedReplay>> {
         reference,
         bound,
         cli.replay_max,
-    )
+    )?
+    .with_lower_at(cli.replay_lower_at)
     .map(Some)
 }
 

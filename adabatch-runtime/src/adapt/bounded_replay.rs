@@ -13,7 +13,8 @@ use crate::error::{Error, Result, SettingsError};
 /// - when one has risen by more than `bound` (0.05: 5 %), `r` doubles (from 0 to
 ///   [`Self::FIRST_REPLAY`]), up to `max_replay`;
 /// - when all are within half the bound, `r` halves (below half of
-///   [`Self::FIRST_REPLAY`] it is 0): the least replay that keeps them within it;
+///   [`Self::FIRST_REPLAY`] it is 0): the least replay that keeps them within it
+///   ([`Self::with_lower_at`] moves that threshold);
 /// - in between it stays, so a loss hovering at the bound does not flip it.
 ///
 /// It moves once per evaluation (evaluations are its measurements), so the bound
@@ -30,6 +31,8 @@ pub struct BoundedReplay {
     reference: Vec<(String, f64)>,
     bound: f64,
     max_replay: f64,
+    /// The fraction of the bound under which every old domain must be for `r` to halve.
+    lower_at: f64,
     replay: f64,
     /// The step of the evaluation last read.
     read: Option<usize>,
@@ -78,10 +81,27 @@ impl BoundedReplay {
             reference,
             bound,
             max_replay,
+            lower_at: 0.5,
             replay: Self::FIRST_REPLAY.min(max_replay),
             read: None,
             drift: Vec::new(),
         })
+    }
+
+    /// Halve the share once every old domain is within `fraction` of the bound
+    /// (in `(0, 1]`; default 0.5). At 1 the share falls as soon as they are back
+    /// within the bound and may rise again at the next evaluation: less replay,
+    /// a bound held more narrowly. A typed error outside `(0, 1]`.
+    pub fn with_lower_at(mut self, fraction: f64) -> Result<Self> {
+        if !(fraction > 0.0 && fraction <= 1.0) {
+            return Err(Error::Settings(SettingsError::InvalidSetting {
+                name: "lower_at",
+                value: fraction.to_string(),
+                expected: "a fraction of the bound in (0, 1]",
+            }));
+        }
+        self.lower_at = fraction;
+        Ok(self)
     }
 
     /// The replay share of the next steps.
@@ -112,7 +132,7 @@ impl BoundedReplay {
         }
         if worst > self.bound {
             self.replay = (2.0 * self.replay).max(Self::FIRST_REPLAY).min(self.max_replay);
-        } else if worst < self.bound / 2.0 && !unread {
+        } else if worst < self.bound * self.lower_at && !unread {
             // An evaluation without some old domain's loss (an eval set of one
             // source) shows no drift there: it must not lower the replay.
             self.replay /= 2.0;
@@ -282,6 +302,23 @@ mod tests {
         assert_eq!(m.replay(), BoundedReplay::FIRST_REPLAY);
         after(&mut m, 20, Some((20, [4.4, f64::NAN])));
         assert_eq!(m.replay(), 2.0 * BoundedReplay::FIRST_REPLAY);
+    }
+
+    #[test]
+    fn lowered_at_the_bound_the_share_halves_as_soon_as_the_drift_is_back_within_it() {
+        let mut m = mixer().with_lower_at(1.0).unwrap();
+        after(&mut m, 10, Some((10, [4.3, 3.0])));
+        assert_eq!(m.replay(), 0.04);
+        // en 4 % above: within the bound, not within half of it.
+        after(&mut m, 20, Some((20, [4.16, 3.0])));
+        assert_eq!(m.replay(), 0.02, "halved within the bound");
+        let mut default = mixer();
+        after(&mut default, 10, Some((10, [4.3, 3.0])));
+        after(&mut default, 20, Some((20, [4.16, 3.0])));
+        assert_eq!(default.replay(), 0.04, "the default waits for half the bound");
+        for bad in [0.0, -0.5, 1.5, f64::NAN] {
+            assert!(mixer().with_lower_at(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

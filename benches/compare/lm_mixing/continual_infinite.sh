@@ -14,8 +14,9 @@
 # 20 % falling to 0 (--replay-ramp 0.2,0). Phase 2 starts from the weights alone
 # (a fresh AdamW), so it keeps the 2 % warm-up, to the stable rate, not above it.
 # POLICIES (default "replay0 replay10 ramp20-0"; also rampA-B, e.g. ramp0-20, rising;
-# boundN, e.g. bound5, and boundNeM, evaluated every M steps, e.g. bound5e5): the
-# replays of phase 2.
+# boundN, e.g. bound5, and boundNeM, evaluated every M steps, e.g. bound5e5;
+# boundNeMlL: the share halved once within L % of the bound, not 50 %, e.g.
+# bound5e5l100): the replays of phase 2.
 # RATES (default "1e-3"): phase 2's rates, the first the stable rate; a lower one
 # (e.g. 3e-4) decays into phase 2 from the same stable model.
 #
@@ -85,10 +86,13 @@ for seed in "${seeds[@]}"; do
                     # (boundNeM: every M steps instead of 25).
                     reference=$(python3 -c "import json,sys; f=json.load(open(sys.argv[1]))['final']; print(','.join(f'{d}={f[d]}' for d in ('en', 'kjv')))" "$out/phase1-$seed.json")
                     bound=${policy#bound}
+                    lower=50
+                    [[ "$bound" == *l* ]] && lower=${bound#*l} && bound=${bound%%l*}
                     every=25
                     [[ "$bound" == *e* ]] && every=${bound#*e} && bound=${bound%%e*}
                     train "$policy-lr$rate-$seed" "${new_first[@]}" --new-domain python \
                         --replay-bound "$(python3 -c "print($bound / 100)")" \
+                        --replay-lower-at "$(python3 -c "print($lower / 100)")" \
                         --replay-reference "$reference" "${phase2[@]}" --eval-steps "$every"
                     ;;
                 *) echo "unknown policy $policy" >&2; exit 2 ;;
