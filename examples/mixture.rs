@@ -110,6 +110,12 @@ struct Cli {
     /// kept (e.g. `0.4,0,0.5`: 10 % in all, within the first half).
     #[arg(long, requires = "new_domain", value_parser = parse_ramp)]
     replay_ramp: Option<(f64, f64, f64)>,
+    /// With --new-domain and --max-train-tokens: the old domains' share of the
+    /// tokens in steps, `FRACTION:SHARE,...` from the fraction 0 of the run's
+    /// tokens on (e.g. `0:0,0.5:0.25,0.8:0.05`: none in the first half, a quarter
+    /// until 80 %, then 5 %), split evenly among them, as --replay-ramp.
+    #[arg(long, requires = "new_domain", conflicts_with = "replay_ramp", value_parser = parse_replay_steps)]
+    replay_steps: Option<ReplaySteps>,
     /// With --new-domain and --replay-reference: the least replay that keeps every
     /// old domain's validation loss within this relative rise (0.05: 5 %) of its
     /// reference, read at each evaluation (`adabatch::BoundedReplay`; evaluate
@@ -204,6 +210,41 @@ fn parse_ramp(text: &str) -> Result<(f64, f64, f64), String> {
         _ => Err(format!(
             "{text:?}: give the replay's shares as FROM,TO or FROM,TO,UNTIL"
         )),
+    }
+}
+
+/// `--replay-steps`: (fraction of the run, replay share from there on).
+#[derive(Clone, Debug)]
+struct ReplaySteps(Vec<(f64, f64)>);
+
+/// `FRACTION:SHARE,...`: fractions rising from 0, below 1; shares from 0 to 1.
+fn parse_replay_steps(text: &str) -> Result<ReplaySteps, String> {
+    let steps: Vec<(f64, f64)> = (text.split(','))
+        .map(|step| {
+            let (at, share) = (step.split_once(':'))
+                .ok_or_else(|| format!("{step:?}: expected FRACTION:SHARE"))?;
+            Ok((parse_fraction(at)?, parse_fraction(share)?))
+        })
+        .collect::<Result<_, String>>()?;
+    if steps.first().map(|s| s.0) != Some(0.0) {
+        return Err(format!("{text:?}: the first step starts the run (0:SHARE)"));
+    }
+    if steps.windows(2).any(|w| w[1].0 <= w[0].0) || steps.iter().any(|s| s.0 >= 1.0) {
+        return Err(format!("{text:?}: the fractions must rise, each below 1"));
+    }
+    Ok(ReplaySteps(steps))
+}
+
+impl ReplaySteps {
+    /// The share at each fraction where it changes, on both sides of the change:
+    /// the corners of a curve linear between them.
+    fn knots(&self) -> Vec<(f64, f64)> {
+        let mut knots = vec![self.0[0]];
+        for pair in self.0.windows(2) {
+            let ((_, before), (at, share)) = (pair[0], pair[1]);
+            knots.extend([(at, before), (at, share)]);
+        }
+        knots
     }
 }
 
@@ -382,8 +423,8 @@ fn run() -> adabatch::Result<()> {
     report(&cli, &names, &summary)
 }
 
-/// The `#[mixer]` of a run whose weights a mixer decides: `--replay-ramp`'s
-/// curriculum, else `--mixer`, within `--replay-budget` if given.
+/// The `#[mixer]` of a run whose weights a mixer decides: `--replay-ramp`'s or
+/// `--replay-steps`' curriculum, else `--mixer`, within `--replay-budget` if given.
 fn mixer_of(
     cli: &Cli,
     curriculum: Option<CurriculumMixer>,
@@ -422,23 +463,26 @@ fn mixer_of(
     })
 }
 
-/// `--replay-ramp FROM,TO[,UNTIL]` as a curriculum over documents: the new domains
-/// share `1 − r`, the old ones `r` (evenly), `r` linear from FROM at the first
-/// document to TO at the fraction UNTIL (default 1) of those the run is expected to
-/// take, then TO (the run's documents: its tokens over the mean
-/// document length under the ramp's mean shares).
+/// `--replay-ramp FROM,TO[,UNTIL]` or `--replay-steps` as a curriculum over
+/// documents: the new domains share `1 − r`, the old ones `r` (evenly); for the
+/// ramp `r` is linear from FROM at the first document to TO at the fraction UNTIL
+/// (default 1) of those the run is expected to take, then TO. A fraction of the
+/// tokens becomes documents by each stretch's mean document length under its
+/// mean shares.
 fn replay_curriculum(
     cli: &Cli,
     names: &[String],
     infos: &[adabatch::tokenize::CorpusInfo],
     args: &TrainingArgs,
 ) -> adabatch::Result<Option<CurriculumMixer>> {
-    let Some((from, to, until)) = cli.replay_ramp else {
-        return Ok(None);
+    let knots = match (cli.replay_ramp, &cli.replay_steps) {
+        (Some((from, to, until)), _) => vec![(0.0, from), (until, to)],
+        (None, Some(steps)) => steps.knots(),
+        (None, None) => return Ok(None),
     };
     let conflict = |second, reason| {
         adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings {
-            first: "--replay-ramp",
+            first: "--replay-ramp / --replay-steps",
             second,
             reason,
         })
@@ -449,13 +493,13 @@ fn replay_curriculum(
     {
         return Err(conflict(
             "--mixer / --replay-budget / --mix-weights",
-            "the ramp decides every domain's share itself",
+            "the replay's curve decides every domain's share itself",
         ));
     }
     let Some(tokens) = args.length.max_train_tokens else {
         return Err(conflict(
             "a run not counted in tokens",
-            "the ramp runs over --max-train-tokens",
+            "the replay's curve runs over --max-train-tokens",
         ));
     };
     let new: Vec<bool> = names.iter().map(|n| cli.new_domain.contains(n)).collect();
@@ -465,7 +509,7 @@ fn replay_curriculum(
     );
     if n_new == 0 || n_old == 0 {
         return Err(adabatch::Error::msg(format!(
-            "--replay-ramp needs new and old domains: --new-domain {:?} of {names:?}",
+            "--replay-ramp / --replay-steps need new and old domains: --new-domain {:?} of {names:?}",
             cli.new_domain
         )));
     }
@@ -480,15 +524,22 @@ fn replay_curriculum(
             })
             .collect()
     };
-    // Documents per token while the ramp runs: at its mean shares.
-    let mean = shares((from + to) / 2.0);
-    let per_token: f64 = mean
-        .iter()
-        .zip(infos)
-        .map(|(w, info)| w * info.train_documents as f64 / info.train_tokens.max(1) as f64)
-        .sum();
-    let documents = ((tokens as f64 * per_token * until).round() as usize).max(1);
-    CurriculumMixer::new(vec![(0, shares(from)), (documents, shares(to))]).map(Some)
+    // Documents per token over each stretch: at its mean shares (linear in them).
+    let per_token = |r: f64| -> f64 {
+        (shares(r).iter().zip(infos))
+            .map(|(w, info)| w * info.train_documents as f64 / info.train_tokens.max(1) as f64)
+            .sum()
+    };
+    let mut points = vec![(0, shares(knots[0].1))];
+    let mut documents = 0.0;
+    for pair in knots.windows(2) {
+        let ((at, before), (next, after)) = (pair[0], pair[1]);
+        documents += tokens as f64 * (next - at) * per_token((before + after) / 2.0);
+        // A step is two points one document apart.
+        let document = (documents.round() as usize).max(points[points.len() - 1].0 + 1);
+        points.push((document, shares(after)));
+    }
+    CurriculumMixer::new(points).map(Some)
 }
 
 /// `--replay-bound` with its reference, the replay share of the new domains' run.
@@ -517,12 +568,13 @@ fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
     if cli.replay_bound.is_some() {
         if cli.replay_budget.is_some()
             || cli.replay_ramp.is_some()
+            || cli.replay_steps.is_some()
             || !cli.train.data.mix_weights.is_empty()
         {
             return Err(adabatch::Error::Settings(
                 adabatch::SettingsError::ConflictingSettings {
                     first: "--replay-bound",
-                    second: "--replay-budget / --replay-ramp / --mix-weights",
+                    second: "--replay-budget / --replay-ramp / --replay-steps / --mix-weights",
                     reason: "the bound decides the replay share itself",
                 },
             ));

@@ -16,7 +16,8 @@
 # POLICIES (default "replay0 replay10 ramp20-0"; also rampA-B, e.g. ramp0-20, rising;
 # boundN, e.g. bound5, and boundNeM, evaluated every M steps, e.g. bound5e5;
 # boundNeMlL: the share halved once within L % of the bound, not 50 %, e.g.
-# bound5e5l100): the replays of phase 2.
+# bound5e5l100; steps@FRACTION:SHARE,..., e.g. steps@0:0,0.5:0.25,0.8:0.05, the
+# replay share from each fraction of phase 2's tokens on): the replays of phase 2.
 # RATES (default "1e-3"): phase 2's rates, the first the stable rate; a lower one
 # (e.g. 3e-4) decays into phase 2 from the same stable model.
 #
@@ -79,6 +80,14 @@ for seed in "${seeds[@]}"; do
                     to=$(python3 -c "print(${ramp#*-} / 100)")
                     train "$policy-lr$rate-$seed" "${new_first[@]}" --new-domain python \
                         --replay-ramp "$from,$to" "${phase2[@]}" --eval-steps 25
+                    ;;
+                steps@*)
+                    # steps@FRACTION:SHARE,...: the replay share in steps
+                    # (--replay-steps), written as stepsF-S_F-S...
+                    spec=${policy#steps@}
+                    name=steps$(tr ':,' '-_' <<<"$spec")
+                    train "$name-lr$rate-$seed" "${new_first[@]}" --new-domain python \
+                        --replay-steps "$spec" "${phase2[@]}" --eval-steps 25
                     ;;
                 bound*)
                     # The least replay that keeps en and kjv within BOUND % of the
