@@ -116,6 +116,10 @@ struct Cli {
     /// until 80 %, then 5 %), split evenly among them, as --replay-ramp.
     #[arg(long, requires = "new_domain", conflicts_with = "replay_ramp", value_parser = parse_replay_steps)]
     replay_steps: Option<ReplaySteps>,
+    /// With --replay-ramp or --replay-steps: how the replay share is split among
+    /// the old domains, relative weights `en=2,kjv=1` (default: evenly).
+    #[arg(long, value_parser = parse_per_domain)]
+    replay_split: Option<PerDomain>,
     /// With --new-domain and --replay-reference: the least replay that keeps every
     /// old domain's validation loss within this relative rise (0.05: 5 %) of its
     /// reference, read at each evaluation (`adabatch::BoundedReplay`; evaluate
@@ -124,8 +128,8 @@ struct Cli {
     replay_bound: Option<f64>,
     /// The old domains' validation losses before the new data, `en=5.18,kjv=3.96`
     /// (phase 1's), for --replay-bound.
-    #[arg(long, value_parser = parse_losses, requires = "replay_bound")]
-    replay_reference: Option<Losses>,
+    #[arg(long, value_parser = parse_per_domain, requires = "replay_bound")]
+    replay_reference: Option<PerDomain>,
     /// --replay-bound's largest replay share.
     #[arg(long, default_value_t = 0.5)]
     replay_max: f64,
@@ -256,24 +260,25 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Losses by domain, `--replay-reference`'s (one value: clap would take a
+/// A number by domain, `--replay-reference`'s losses or `--replay-split`'s
+/// weights (one value: clap would take a
 /// `Vec` for a flag given several times).
 #[derive(Clone, Debug)]
-struct Losses(Vec<(String, f64)>);
+struct PerDomain(Vec<(String, f64)>);
 
 /// `NAME=LOSS,NAME=LOSS`.
-fn parse_losses(text: &str) -> Result<Losses, String> {
+fn parse_per_domain(text: &str) -> Result<PerDomain, String> {
     (text.split(','))
         .map(|pair| {
             let (name, loss) = pair
                 .split_once('=')
-                .ok_or_else(|| format!("{pair:?}: expected NAME=LOSS"))?;
+                .ok_or_else(|| format!("{pair:?}: expected NAME=NUMBER"))?;
             let loss: f64 =
                 (loss.trim().parse()).map_err(|_| format!("{pair:?}: {loss:?} is not a number"))?;
             Ok((name.trim().to_string(), loss))
         })
         .collect::<Result<_, String>>()
-        .map(Losses)
+        .map(PerDomain)
 }
 
 /// `NAME=PATH`.
@@ -478,6 +483,11 @@ fn replay_curriculum(
     let knots = match (cli.replay_ramp, &cli.replay_steps) {
         (Some((from, to, until)), _) => vec![(0.0, from), (until, to)],
         (None, Some(steps)) => steps.knots(),
+        (None, None) if cli.replay_split.is_some() => {
+            return Err(adabatch::Error::msg(
+                "--replay-split splits the share of --replay-ramp or --replay-steps: give one",
+            ))
+        }
         (None, None) => return Ok(None),
     };
     let conflict = |second, reason| {
@@ -513,13 +523,14 @@ fn replay_curriculum(
             cli.new_domain
         )));
     }
+    let split = replay_split(cli, names, &new)?;
     let shares = |r: f64| -> Vec<f64> {
-        new.iter()
-            .map(|&is_new| {
+        (new.iter().zip(&split))
+            .map(|(&is_new, part)| {
                 if is_new {
                     (1.0 - r) / n_new as f64
                 } else {
-                    r / n_old as f64
+                    r * part
                 }
             })
             .collect()
@@ -540,6 +551,45 @@ fn replay_curriculum(
         points.push((document, shares(after)));
     }
     CurriculumMixer::new(points).map(Some)
+}
+
+/// Each old domain's part of the replay share (summing to 1; 0 for new ones):
+/// `--replay-split`'s weights over old domains, every one of them named with a
+/// positive weight, else evenly.
+fn replay_split(cli: &Cli, names: &[String], new: &[bool]) -> adabatch::Result<Vec<f64>> {
+    let old = || {
+        (names.iter().zip(new))
+            .filter(|(_, &is_new)| !is_new)
+            .map(|(n, _)| n)
+    };
+    let weight = |name: &String| match &cli.replay_split {
+        None => Ok(1.0),
+        Some(split) => match split.0.iter().find(|(n, _)| n == name) {
+            Some(&(_, w)) if w.is_finite() && w > 0.0 => Ok(w),
+            found => Err(adabatch::Error::Settings(
+                adabatch::SettingsError::InvalidSetting {
+                    name: "--replay-split",
+                    value: found
+                        .map_or(format!("no weight for {name}"), |(n, w)| format!("{n}={w}")),
+                    expected: "a positive weight for every old domain",
+                },
+            )),
+        },
+    };
+    if let Some(stranger) =
+        (cli.replay_split.iter().flat_map(|s| &s.0)).find(|(n, _)| !old().any(|o| o == n))
+    {
+        return Err(adabatch::Error::msg(format!(
+            "--replay-split names {}, which is not an old domain: they are {:?}",
+            stranger.0,
+            old().collect::<Vec<_>>()
+        )));
+    }
+    let weights: Vec<f64> = (names.iter().zip(new))
+        .map(|(name, &is_new)| if is_new { Ok(0.0) } else { weight(name) })
+        .collect::<adabatch::Result<_>>()?;
+    let total: f64 = weights.iter().sum();
+    Ok(weights.iter().map(|w| w / total).collect())
 }
 
 /// `--replay-bound` with its reference, the replay share of the new domains' run.

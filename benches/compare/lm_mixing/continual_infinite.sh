@@ -17,7 +17,9 @@
 # boundN, e.g. bound5, and boundNeM, evaluated every M steps, e.g. bound5e5;
 # boundNeMlL: the share halved once within L % of the bound, not 50 %, e.g.
 # bound5e5l100; steps@FRACTION:SHARE,..., e.g. steps@0:0,0.5:0.25,0.8:0.05, the
-# replay share from each fraction of phase 2's tokens on): the replays of phase 2.
+# replay share from each fraction of phase 2's tokens on, and steps@SPEC/SPLIT,
+# e.g. steps@0:0.09/en=2,kjv=1, split so among the old domains): the replays of
+# phase 2.
 # RATES (default "1e-3"): phase 2's rates, the first the stable rate; a lower one
 # (e.g. 3e-4) decays into phase 2 from the same stable model.
 #
@@ -84,10 +86,14 @@ for seed in "${seeds[@]}"; do
                 steps@*)
                     # steps@FRACTION:SHARE,...: the replay share in steps
                     # (--replay-steps), written as stepsF-S_F-S...
+                    # steps@SPEC/SPLIT: split among the old domains by
+                    # --replay-split SPLIT (e.g. en=2,kjv=1), not evenly.
                     spec=${policy#steps@}
-                    name=steps$(tr ':,' '-_' <<<"$spec")
+                    split=()
+                    [[ "$spec" == */* ]] && split=(--replay-split "${spec#*/}") && spec=${spec%/*}
+                    name=steps$(tr ':,/=' '-_+.' <<<"${policy#steps@}")
                     train "$name-lr$rate-$seed" "${new_first[@]}" --new-domain python \
-                        --replay-steps "$spec" "${phase2[@]}" --eval-steps 25
+                        --replay-steps "$spec" "${split[@]}" "${phase2[@]}" --eval-steps 25
                     ;;
                 bound*)
                     # The least replay that keeps en and kjv within BOUND % of the
