@@ -45,9 +45,13 @@
 //! `eval_<domain>_loss`. `--summary-json` writes the per-domain losses, and
 //! `--init-from DIR` continues from a saved model (continual pretraining: train on
 //! some domains, then on a new one with a replay share of the old, e.g.
-//! `--mix-weights new=0.9,en=0.05,kjv=0.05`; or the least replay that keeps each
-//! old domain within 5 % of its loss before, `--new-domain new --replay-bound 0.05
-//! --replay-reference en=5.18,kjv=3.96 --eval-steps 25 --eval-on-start`).
+//! `--mix-weights new=0.9,en=0.05,kjv=0.05`; a replay share that changes over the
+//! run, `--new-domain new --replay-ramp 0.2,0` or `--replay-steps
+//! 0:0.06,0.4:0.14,0.8:0.04`, split among the old domains by `--replay-split`; or
+//! the least replay that keeps each old domain within 5 % of its loss before,
+//! `--new-domain new --replay-bound 0.05 --replay-reference en=5.18,kjv=3.96
+//! --eval-steps 25 --eval-on-start`, the only one that held that bound on every
+//! seed measured).
 
 use std::path::{Path, PathBuf};
 

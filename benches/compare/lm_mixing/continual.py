@@ -74,14 +74,23 @@ def main(out: Path) -> None:
 
 
 def label(policy: str) -> str:
-    """replay10: 10 %; ramp20-0: 20 → 0 % (ramp); bound5e5: bounded at 5 %, read every 5 steps."""
+    """replay10: 10 %; ramp20-0: 20 → 0 % (ramp); bound5e5: bounded at 5 %, read every 5 steps
+    (bound5e5l100: halved within 100 % of the bound); steps0-0_0.5-0.25: the share in steps."""
     if policy.startswith("replay"):
         return f"{policy[6:]} %"
     if policy.startswith("ramp"):
         return f"{policy[4:].replace('-', ' → ', 1)} % (ramp)"
     if policy.startswith("bound"):
-        bound, _, every = policy[5:].partition("e")
-        return f"bounded at {bound} %, read every {every or 25} steps"
+        rest, _, lower = policy[5:].partition("l")
+        bound, _, every = rest.partition("e")
+        lowered = f", halved within {lower} % of it" if lower else ""
+        return f"bounded at {bound} %, read every {every or 25} steps{lowered}"
+    if policy.startswith("steps"):
+        # steps0-0_0.5-0.25_0.8-0+en.2_kjv.1: 0 from 0, 25 % from 0.5, 0 from 0.8.
+        spec, _, split = policy[5:].partition("+")
+        parts = [p.split("-") for p in spec.split("_")]
+        cells = ", ".join(f"{100 * float(r):g} % from {float(f):g}" for f, r in parts)
+        return f"in steps: {cells}" + (f" (split {split.replace('.', '=').replace('_', ':')})" if split else "")
     return policy
 
 
