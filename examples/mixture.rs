@@ -108,7 +108,8 @@ struct Cli {
     replay_budget: Option<f64>,
     /// With --new-domain and --max-train-tokens: the old domains' share of the
     /// tokens at the start and at the end of the run, `FROM,TO` (e.g. `0,0.2`:
-    /// 10 % in all, most of it late), linear in between and split evenly among
+    /// 10 % in all, most of it late), linear in between and split evenly (or by
+    /// --replay-split) among
     /// them: `adabatch::CurriculumMixer` over the documents the run is expected to
     /// take. `FROM,TO,UNTIL`: TO is reached at the fraction UNTIL of the run and
     /// kept (e.g. `0.4,0,0.5`: 10 % in all, within the first half).
@@ -117,7 +118,7 @@ struct Cli {
     /// With --new-domain and --max-train-tokens: the old domains' share of the
     /// tokens in steps, `FRACTION:SHARE,...` from the fraction 0 of the run's
     /// tokens on (e.g. `0:0,0.5:0.25,0.8:0.05`: none in the first half, a quarter
-    /// until 80 %, then 5 %), split evenly among them, as --replay-ramp.
+    /// until 80 %, then 5 %), split among them as --replay-ramp's.
     #[arg(long, requires = "new_domain", conflicts_with = "replay_ramp", value_parser = parse_replay_steps)]
     replay_steps: Option<ReplaySteps>,
     /// With --replay-ramp or --replay-steps: how the replay share is split among
@@ -270,7 +271,7 @@ fn parse_fraction(text: &str) -> Result<f64, String> {
 #[derive(Clone, Debug)]
 struct PerDomain(Vec<(String, f64)>);
 
-/// `NAME=LOSS,NAME=LOSS`.
+/// `NAME=NUMBER,NAME=NUMBER`.
 fn parse_per_domain(text: &str) -> Result<PerDomain, String> {
     (text.split(','))
         .map(|pair| {
@@ -473,7 +474,8 @@ fn mixer_of(
 }
 
 /// `--replay-ramp FROM,TO[,UNTIL]` or `--replay-steps` as a curriculum over
-/// documents: the new domains share `1 − r`, the old ones `r` (evenly); for the
+/// documents: the new domains share `1 − r`, the old ones `r` (by
+/// `--replay-split`, else evenly); for the
 /// ramp `r` is linear from FROM at the first document to TO at the fraction UNTIL
 /// (default 1) of those the run is expected to take, then TO. A fraction of the
 /// tokens becomes documents by each stretch's mean document length under its
@@ -580,6 +582,18 @@ fn replay_split(cli: &Cli, names: &[String], new: &[bool]) -> adabatch::Result<V
             )),
         },
     };
+    let named: Vec<&String> = cli
+        .replay_split
+        .iter()
+        .flat_map(|s| &s.0)
+        .map(|(n, _)| n)
+        .collect();
+    if let Some(twice) = (named.iter().enumerate()).find(|(i, n)| named[..*i].contains(n)) {
+        return Err(adabatch::Error::msg(format!(
+            "--replay-split names {} twice",
+            twice.1
+        )));
+    }
     if let Some(stranger) =
         (cli.replay_split.iter().flat_map(|s| &s.0)).find(|(n, _)| !old().any(|o| o == n))
     {
