@@ -143,6 +143,11 @@ struct Cli {
     /// are back within it).
     #[arg(long, default_value_t = 0.5, requires = "replay_bound")]
     replay_lower_at: f64,
+    /// --replay-bound with a share that follows the drift, not doubling past the
+    /// bound: each old domain replays GAIN × its drift / the bound of each step
+    /// (`BoundedReplay::with_gain`; e.g. 0.04: 4 % at the bound).
+    #[arg(long, requires = "replay_bound", conflicts_with = "replay_lower_at")]
+    replay_gain: Option<f64>,
     /// `--mixer aioli`'s step size η (`adabatch::AioliMixer::new(ROUND, 4, 0.6, η)`).
     #[arg(long, default_value_t = 2.0)]
     aioli_eta: f64,
@@ -620,14 +625,17 @@ fn bounded_replay(cli: &Cli) -> adabatch::Result<Option<BoundedReplay>> {
         .clone()
         .map(|l| l.0)
         .unwrap_or_default();
-    BoundedReplay::new(
+    let bounded = BoundedReplay::new(
         cli.new_domain.iter().cloned(),
         reference,
         bound,
         cli.replay_max,
     )?
-    .with_lower_at(cli.replay_lower_at)
-    .map(Some)
+    .with_lower_at(cli.replay_lower_at)?;
+    match cli.replay_gain {
+        Some(gain) => bounded.with_gain(gain).map(Some),
+        None => Ok(Some(bounded)),
+    }
 }
 
 /// `--replay-budget` steers a mixer (online, odm or aioli) over domains that exist, with

@@ -25,6 +25,12 @@ use crate::error::{Error, Result, SettingsError};
 /// Within the replay share, an old domain past the bound gets more: its weight is
 /// `1 + max(0, drift) / bound`, others 1. Its state (the share, the last
 /// evaluation read, the drifts) is checkpointed.
+///
+/// [`Self::with_gain`] replaces the doubling by a share that follows the drift:
+/// each old domain replays `gain × drift / bound` of the step. Doubling at each
+/// evaluation overshoots when replay takes several evaluations to bring a drift
+/// down (it kept doubling to `max_replay` while the first increases were still
+/// acting, and stayed there through the final decay).
 #[derive(Debug, Clone)]
 pub struct BoundedReplay {
     new_sources: Vec<String>,
@@ -38,6 +44,11 @@ pub struct BoundedReplay {
     read: Option<usize>,
     /// Each source's relative rise at that evaluation (NaN for new ones).
     drift: Vec<f64>,
+    /// `Some(gain)`: the proportional rule of [`Self::with_gain`].
+    gain: Option<f64>,
+    /// Under the proportional rule, each source's share of the step (0 for new
+    /// ones), kept where an evaluation lacks its loss.
+    shares: Vec<f64>,
 }
 
 impl BoundedReplay {
@@ -85,7 +96,28 @@ impl BoundedReplay {
             replay: Self::FIRST_REPLAY.min(max_replay),
             read: None,
             drift: Vec::new(),
+            gain: None,
+            shares: Vec::new(),
         })
+    }
+
+    /// The proportional rule: after each evaluation every old domain replays
+    /// `gain × max(0, drift) / bound` of the step (`gain` at the bound, twice it at
+    /// twice the bound, none while its loss is at or below its reference), their
+    /// total scaled down to `max_replay` when above it. The share starts at 0 and
+    /// moves with the drift in both directions, so it neither overshoots nor stays
+    /// high once the drift falls; a domain whose loss an evaluation lacks keeps
+    /// its share. A typed error unless `gain` is positive and finite.
+    pub fn with_gain(mut self, gain: f64) -> Result<Self> {
+        if !(gain.is_finite() && gain > 0.0) {
+            return Err(Error::Settings(SettingsError::InvalidSetting {
+                name: "gain",
+                value: gain.to_string(),
+                expected: "a positive share of the step at the bound, e.g. 0.04",
+            }));
+        }
+        (self.gain, self.replay) = (Some(gain), 0.0);
+        Ok(self)
     }
 
     /// Halve the share once every old domain is within `fraction` of the bound
@@ -124,6 +156,9 @@ impl BoundedReplay {
                 }
             })
             .collect();
+        if let Some(gain) = self.gain {
+            return self.follow_drift(gain);
+        }
         let old = (stats.names.iter().zip(&self.drift)).filter(|(n, _)| !self.new_sources.contains(n));
         let (mut worst, mut unread) = (f64::NEG_INFINITY, false);
         for (_, &drift) in old {
@@ -141,12 +176,35 @@ impl BoundedReplay {
             }
         }
     }
+
+    /// The proportional rule's shares from the drifts just read (NaN for new
+    /// sources and for old ones the evaluation lacks, which keep theirs).
+    fn follow_drift(&mut self, gain: f64) {
+        self.shares.resize(self.drift.len(), 0.0);
+        for (share, &drift) in self.shares.iter_mut().zip(&self.drift) {
+            if !drift.is_nan() {
+                *share = gain * drift.max(0.0) / self.bound;
+            }
+        }
+        let total: f64 = self.shares.iter().sum();
+        if total > self.max_replay {
+            self.shares.iter_mut().for_each(|s| *s *= self.max_replay / total);
+        }
+        self.replay = total.min(self.max_replay);
+    }
 }
 
 impl Mixer for BoundedReplay {
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
         self.read_evaluation(stats);
         let is_new: Vec<bool> = stats.names.iter().map(|n| self.new_sources.contains(n)).collect();
+        if self.gain.is_some() {
+            let new_count = is_new.iter().filter(|&&n| n).count() as f64;
+            let share = |i: usize| self.shares.get(i).copied().unwrap_or(0.0);
+            return (0..is_new.len())
+                .map(|i| if is_new[i] { (1.0 - self.replay) / new_count } else { share(i) })
+                .collect();
+        }
         let pull = |i: usize| 1.0 + self.drift.get(i).copied().filter(|d| *d > 0.0).unwrap_or(0.0) / self.bound;
         let old_total: f64 = (0..is_new.len()).filter(|&i| !is_new[i]).map(pull).sum();
         let new_count = is_new.iter().filter(|&&n| n).count() as f64;
@@ -198,7 +256,12 @@ impl Mixer for BoundedReplay {
     }
 
     fn state(&self) -> Option<serde_json::Value> {
-        Some(serde_json::json!({ "replay": self.replay, "read": self.read, "drift": self.drift }))
+        Some(serde_json::json!({
+            "replay": self.replay,
+            "read": self.read,
+            "drift": self.drift,
+            "shares": self.shares,
+        }))
     }
 
     fn restore(&mut self, state: &serde_json::Value) -> std::result::Result<(), String> {
@@ -211,7 +274,15 @@ impl Mixer for BoundedReplay {
             v => Some(v.as_u64().ok_or("`read` is not a step")? as usize),
         };
         self.drift = numbers(field(state, "drift")?)?;
-        (self.replay, self.read) = (replay, read);
+        // Checkpoints from before the proportional rule have no `shares`.
+        let shares = state.get("shares").map(numbers).transpose()?.unwrap_or_default();
+        if shares.iter().any(|s| !(0.0..=self.max_replay).contains(s)) {
+            return Err(format!("`shares` {shares:?} are not all within 0..={}", self.max_replay));
+        }
+        if self.gain.is_some() && (shares.iter().sum::<f64>() - replay).abs() > 1e-9 {
+            return Err(format!("`shares` {shares:?} do not sum to `replay` = {replay}"));
+        }
+        (self.replay, self.read, self.shares) = (replay, read, shares);
         Ok(())
     }
 }
@@ -319,6 +390,49 @@ mod tests {
         for bad in [0.0, -0.5, 1.5, f64::NAN] {
             assert!(mixer().with_lower_at(bad).is_err(), "{bad}");
         }
+    }
+
+    /// The proportional rule: each old domain's share is `gain × drift / bound`
+    /// at each evaluation, up and down; a lacking loss keeps its share; the
+    /// total is scaled to `max_replay`.
+    #[test]
+    fn under_a_gain_each_share_follows_its_domains_drift() {
+        let mut m = mixer().with_gain(0.04).unwrap();
+        assert_eq!(after(&mut m, 0, None), [0.0, 0.0, 1.0], "no replay before a drift is read");
+        // en 6 % above its reference, kjv 1.5 % below it.
+        let w = after(&mut m, 10, Some((10, [4.24, 2.955])));
+        let en = 0.04 * 0.06 / 0.05;
+        assert!((w[0] - en).abs() < 1e-12 && w[1] == 0.0, "{w:?}");
+        assert!((w[2] - (1.0 - en)).abs() < 1e-12 && (m.replay() - en).abs() < 1e-12);
+        // en back to 2 % above, kjv at 3 %: both follow, down and up.
+        let w = after(&mut m, 20, Some((20, [4.08, 3.09])));
+        let (en, kjv) = (0.04 * 0.02 / 0.05, 0.04 * 0.03 / 0.05);
+        assert!((w[0] - en).abs() < 1e-12 && (w[1] - kjv).abs() < 1e-12, "{w:?}");
+        // An evaluation without kjv's loss keeps kjv's share.
+        let w = after(&mut m, 30, Some((30, [4.0, f64::NAN])));
+        assert!(w[0] == 0.0 && (w[1] - kjv).abs() < 1e-12, "{w:?}");
+        // Far past the bound the total is scaled down to max_replay (0.5).
+        let w = after(&mut m, 40, Some((40, [8.0, 6.0])));
+        assert!((w[0] + w[1] - 0.5).abs() < 1e-12 && (w[0] / w[1] - 1.0).abs() < 1e-12, "{w:?}");
+        assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        for bad in [0.0, -0.04, f64::NAN, f64::INFINITY] {
+            assert!(mixer().with_gain(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn under_a_gain_its_state_round_trips_and_shares_that_disagree_are_refused() {
+        let mut m = mixer().with_gain(0.04).unwrap();
+        let w = after(&mut m, 10, Some((10, [4.24, 3.09])));
+        let state = m.state().unwrap();
+        let mut back = mixer().with_gain(0.04).unwrap();
+        back.restore(&state).unwrap();
+        assert_eq!(after(&mut back, 11, Some((10, [4.24, 3.09]))), w, "the same weights after the resume");
+        let mut damaged = state.clone();
+        damaged["shares"] = serde_json::json!([0.3, 0.0, 0.0]);
+        assert!(mixer().with_gain(0.04).unwrap().restore(&damaged).is_err());
+        damaged["shares"] = serde_json::json!([0.9, 0.0, 0.0]);
+        assert!(mixer().with_gain(0.04).unwrap().restore(&damaged).is_err());
     }
 
     #[test]

@@ -16,7 +16,8 @@
 # POLICIES (default "replay0 replay10 ramp20-0"; also rampA-B, e.g. ramp0-20, rising;
 # boundN, e.g. bound5, and boundNeM, evaluated every M steps, e.g. bound5e5;
 # boundNeMlL: the share halved once within L % of the bound, not 50 %, e.g.
-# bound5e5l100; steps@FRACTION:SHARE,..., e.g. steps@0:0,0.5:0.25,0.8:0.05, the
+# bound5e5l100; boundNeMgG: the share G % of the step per old domain at the
+# bound, following its drift (--replay-gain), e.g. bound5e5g4; steps@FRACTION:SHARE,..., e.g. steps@0:0,0.5:0.25,0.8:0.05, the
 # replay share from each fraction of phase 2's tokens on, and steps@SPEC/SPLIT,
 # e.g. steps@0:0.09/en=2,kjv=1, split so among the old domains): the replays of
 # phase 2.
@@ -101,13 +102,18 @@ for seed in "${seeds[@]}"; do
                     # (boundNeM: every M steps instead of 25).
                     reference=$(python3 -c "import json,sys; f=json.load(open(sys.argv[1]))['final']; print(','.join(f'{d}={f[d]}' for d in ('en', 'kjv')))" "$out/phase1-$seed.json")
                     bound=${policy#bound}
+                    # boundNeMgG: the share follows the drift, G % of the step
+                    # for a domain at the bound (--replay-gain), not doubling.
+                    rule=()
+                    [[ "$bound" == *g* ]] && rule=(--replay-gain "$(python3 -c "print(${bound#*g} / 100)")") && bound=${bound%%g*}
                     lower=50
                     [[ "$bound" == *l* ]] && lower=${bound#*l} && bound=${bound%%l*}
+                    [[ ${#rule[@]} -gt 0 ]] || rule=(--replay-lower-at "$(python3 -c "print($lower / 100)")")
                     every=25
                     [[ "$bound" == *e* ]] && every=${bound#*e} && bound=${bound%%e*}
                     train "$policy-lr$rate-$seed" "${new_first[@]}" --new-domain python \
                         --replay-bound "$(python3 -c "print($bound / 100)")" \
-                        --replay-lower-at "$(python3 -c "print($lower / 100)")" \
+                        "${rule[@]}" \
                         --replay-reference "$reference" "${phase2[@]}" --eval-steps "$every"
                     ;;
                 *) echo "unknown policy $policy" >&2; exit 2 ;;
