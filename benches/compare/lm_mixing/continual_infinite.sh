@@ -16,11 +16,11 @@
 # POLICIES (default "replay0 replay10 ramp20-0"; also rampA-B, e.g. ramp0-20, rising;
 # boundN, e.g. bound5, and boundNeM, evaluated every M steps, e.g. bound5e5;
 # boundNeMlL: the share halved once within L % of the bound, not 50 %, e.g.
-# bound5e5l100; boundNeMgG: the share G % of the step per old domain at the
-# bound, following its drift (--replay-gain), e.g. bound5e5g4; steps@FRACTION:SHARE,..., e.g. steps@0:0,0.5:0.25,0.8:0.05, the
-# replay share from each fraction of phase 2's tokens on, and steps@SPEC/SPLIT,
-# e.g. steps@0:0.09/en=2,kjv=1, split so among the old domains): the replays of
-# phase 2.
+# bound5e5l100; boundNeMgG: each old domain's share G % of the step at the
+# bound, following its drift (--replay-gain), e.g. bound5e5g6;
+# steps@FRACTION:SHARE,..., e.g. steps@0:0,0.5:0.25,0.8:0.05, the replay share
+# from each fraction of phase 2's tokens on, and steps@SPEC/SPLIT, e.g.
+# steps@0:0.09/en=2,kjv=1, split so among the old domains): the replays of phase 2.
 # RATES (default "1e-3"): phase 2's rates, the first the stable rate; a lower one
 # (e.g. 3e-4) decays into phase 2 from the same stable model.
 #
