@@ -148,6 +148,11 @@ struct Cli {
     /// (`BoundedReplay::with_gain`; e.g. 0.04: 4 % at the bound).
     #[arg(long, requires = "replay_bound", conflicts_with = "replay_lower_at")]
     replay_gain: Option<f64>,
+    /// --replay-bound replays SHARE of each step, evenly, for the first FRACTION
+    /// of the run's expected steps, before its rule decides
+    /// (`BoundedReplay::with_start`; e.g. 0.2:0.2).
+    #[arg(long, requires = "replay_bound", value_parser = parse_replay_start)]
+    replay_start: Option<(f64, f64)>,
     /// `--mixer aioli`'s step size η (`adabatch::AioliMixer::new(ROUND, 4, 0.6, η)`).
     #[arg(long, default_value_t = 2.0)]
     aioli_eta: f64,
@@ -263,6 +268,13 @@ impl ReplaySteps {
 }
 
 /// A fraction from 0 to 1.
+/// `--replay-start SHARE:FRACTION`.
+fn parse_replay_start(text: &str) -> Result<(f64, f64), String> {
+    let (share, fraction) =
+        (text.split_once(':')).ok_or_else(|| format!("{text:?}: expected SHARE:FRACTION"))?;
+    Ok((parse_fraction(share)?, parse_fraction(fraction)?))
+}
+
 fn parse_fraction(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
@@ -401,6 +413,7 @@ fn run() -> adabatch::Result<()> {
     // Its flags are checked whatever the mixer.
     let online = online_mixer(&cli, &args, &domains.infos)?;
     let curriculum = replay_curriculum(&cli, &names, &domains.infos, &args)?;
+    let bounded = bounded_replay(&cli, &args, &domains.infos)?;
     let validation = domains.validation;
     let info = domains.info;
     let config = decoder::llama_config(&cli.model, &info);
@@ -427,7 +440,7 @@ fn run() -> adabatch::Result<()> {
             Ok(MixerTrainer::new(
                 model,
                 opt,
-                mixer_of(&cli, curriculum.clone(), online.clone())?,
+                mixer_of(&cli, curriculum.clone(), bounded.clone(), online.clone())?,
             ))
         };
         adabatch::Run::new(&train, &collate, &args)
@@ -439,16 +452,18 @@ fn run() -> adabatch::Result<()> {
 }
 
 /// The `#[mixer]` of a run whose weights a mixer decides: `--replay-ramp`'s or
-/// `--replay-steps`' curriculum, else `--mixer`, within `--replay-budget` if given.
+/// `--replay-steps`' curriculum, `--replay-bound`'s mixer, else `--mixer`, within
+/// `--replay-budget` if given.
 fn mixer_of(
     cli: &Cli,
     curriculum: Option<CurriculumMixer>,
+    bounded: Option<BoundedReplay>,
     online: OnlineMixer,
 ) -> adabatch::Result<Box<dyn Mixer>> {
     if let Some(curriculum) = curriculum {
         return Ok(Box::new(curriculum));
     }
-    if let Some(bounded) = bounded_replay(cli)? {
+    if let Some(bounded) = bounded {
         return Ok(Box::new(bounded));
     }
     let mixer: Box<dyn Mixer> = match cli.mixer {
@@ -615,8 +630,13 @@ fn replay_split(cli: &Cli, names: &[String], new: &[bool]) -> adabatch::Result<V
     Ok(weights.iter().map(|w| w / total).collect())
 }
 
-/// `--replay-bound` with its reference, the replay share of the new domains' run.
-fn bounded_replay(cli: &Cli) -> adabatch::Result<Option<BoundedReplay>> {
+/// `--replay-bound` with its reference, the replay share of the new domains' run
+/// (its own checks, and the sources' in the run's setup, before the first step).
+fn bounded_replay(
+    cli: &Cli,
+    args: &TrainingArgs,
+    infos: &[adabatch::tokenize::CorpusInfo],
+) -> adabatch::Result<Option<BoundedReplay>> {
     let Some(bound) = cli.replay_bound else {
         return Ok(None);
     };
@@ -632,6 +652,14 @@ fn bounded_replay(cli: &Cli) -> adabatch::Result<Option<BoundedReplay>> {
         cli.replay_max,
     )?
     .with_lower_at(cli.replay_lower_at)?;
+    let bounded = match cli.replay_start {
+        Some((share, fraction)) => {
+            let steps =
+                expected_steps(args, infos).map_or(0, |n| (fraction * n as f64).round() as usize);
+            bounded.with_start(share, steps)?
+        }
+        None => bounded,
+    };
     match cli.replay_gain {
         Some(gain) => bounded.with_gain(gain).map(Some),
         None => Ok(Some(bounded)),
@@ -655,8 +683,6 @@ fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
                 },
             ));
         }
-        // Its own checks (and the sources' in the run's setup), before the first step.
-        bounded_replay(cli)?;
     }
     let Some(budget) = cli.replay_budget else {
         return Ok(());

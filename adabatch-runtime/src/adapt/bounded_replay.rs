@@ -49,6 +49,10 @@ pub struct BoundedReplay {
     /// Under the proportional rule, each source's share of the step (0 for new
     /// ones), kept where an evaluation lacks its loss.
     shares: Vec<f64>,
+    /// [`Self::with_start`]: the replay share of the first steps, and how many.
+    start: Option<(f64, usize)>,
+    /// Whether the last weights were the start's.
+    starting: bool,
 }
 
 impl BoundedReplay {
@@ -98,7 +102,28 @@ impl BoundedReplay {
             drift: Vec::new(),
             gain: None,
             shares: Vec::new(),
+            start: None,
+            starting: false,
         })
+    }
+
+    /// Replay `share` of each step in all, split evenly among the old domains,
+    /// for the run's first `steps` steps; the rule decides from then on (the
+    /// evaluations of the first steps are read all the same). The new data's
+    /// first steps move the old domains' losses most and the new domain's
+    /// least, so replay there is cheap (BENCHMARKS.md, "Continual pretraining at
+    /// equal tokens a step"), and before a drift shows the rule would replay
+    /// nothing. A typed error for a share outside `[0, max_replay]`.
+    pub fn with_start(mut self, share: f64, steps: usize) -> Result<Self> {
+        if !(0.0..=self.max_replay).contains(&share) {
+            return Err(Error::Settings(SettingsError::InvalidSetting {
+                name: "start share",
+                value: share.to_string(),
+                expected: "a replay share of each step from 0 to max_replay",
+            }));
+        }
+        self.start = Some((share, steps));
+        Ok(self)
     }
 
     /// The proportional rule: after each evaluation every old domain replays
@@ -136,9 +161,12 @@ impl BoundedReplay {
         Ok(self)
     }
 
-    /// The replay share of the next steps.
+    /// The replay share of the next steps (the start's while it lasts).
     pub fn replay(&self) -> f64 {
-        self.replay
+        match (self.starting, self.start) {
+            (true, Some((share, _))) => share,
+            _ => self.replay,
+        }
     }
 
     /// Reads an evaluation not read yet: each old source's drift, then the share.
@@ -198,8 +226,15 @@ impl Mixer for BoundedReplay {
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
         self.read_evaluation(stats);
         let is_new: Vec<bool> = stats.names.iter().map(|n| self.new_sources.contains(n)).collect();
+        let new_count = is_new.iter().filter(|&&n| n).count() as f64;
+        let old_count = is_new.len() as f64 - new_count;
+        self.starting = self.start.is_some_and(|(_, steps)| stats.step < steps) && old_count > 0.0;
+        if let (true, Some((share, _))) = (self.starting, self.start) {
+            return (is_new.iter())
+                .map(|&new| if new { (1.0 - share) / new_count } else { share / old_count })
+                .collect();
+        }
         if self.gain.is_some() {
-            let new_count = is_new.iter().filter(|&&n| n).count() as f64;
             let share = |i: usize| self.shares.get(i).copied().unwrap_or(0.0);
             return (0..is_new.len())
                 .map(|i| if is_new[i] { (1.0 - self.replay) / new_count } else { share(i) })
@@ -207,7 +242,6 @@ impl Mixer for BoundedReplay {
         }
         let pull = |i: usize| 1.0 + self.drift.get(i).copied().filter(|d| *d > 0.0).unwrap_or(0.0) / self.bound;
         let old_total: f64 = (0..is_new.len()).filter(|&i| !is_new[i]).map(pull).sum();
-        let new_count = is_new.iter().filter(|&&n| n).count() as f64;
         // Without an old source the new ones take everything.
         let replay = if old_total > 0.0 { self.replay } else { 0.0 };
         (0..is_new.len())
@@ -250,7 +284,7 @@ impl Mixer for BoundedReplay {
 
     fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
         vec![
-            ("replay", Diagnostic::Scalar(self.replay)),
+            ("replay", Diagnostic::Scalar(self.replay())),
             ("drift", Diagnostic::PerSource(self.drift.clone())),
         ]
     }
@@ -433,6 +467,29 @@ mod tests {
         assert!(mixer().with_gain(0.04).unwrap().restore(&damaged).is_err());
         damaged["shares"] = serde_json::json!([0.9, 0.0, 0.0]);
         assert!(mixer().with_gain(0.04).unwrap().restore(&damaged).is_err());
+    }
+
+    /// The start's share for the first steps, split evenly, whatever the
+    /// drift; then the rule's, which read the evaluations all along.
+    #[test]
+    fn the_start_share_holds_for_the_first_steps_then_the_rule_decides() {
+        let mut m = mixer().with_gain(0.04).unwrap().with_start(0.2, 3).unwrap();
+        assert_eq!(after(&mut m, 0, None), [0.1, 0.1, 0.8]);
+        assert_eq!(m.replay(), 0.2);
+        let w = after(&mut m, 2, Some((2, [4.24, 3.0])));
+        assert_eq!(w, [0.1, 0.1, 0.8], "the start holds past the bound");
+        let w = after(&mut m, 3, Some((2, [4.24, 3.0])));
+        let en = 0.04 * 0.06 / 0.05;
+        assert!((w[0] - en).abs() < 1e-12 && w[1] == 0.0, "the rule read step 2's evaluation: {w:?}");
+        assert!((m.replay() - en).abs() < 1e-12);
+        let mut doubling = mixer().with_start(0.2, 3).unwrap();
+        after(&mut doubling, 2, Some((2, [4.24, 3.0])));
+        let w = after(&mut doubling, 3, None);
+        assert!((w[2] - 0.96).abs() < 1e-12 && m.replay() > 0.0, "doubled from its first share: {w:?}");
+        assert!((doubling.replay() - 0.04).abs() < 1e-12);
+        for bad in [-0.1, 0.6, f64::NAN] {
+            assert!(mixer().with_start(bad, 3).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -17,7 +17,8 @@
 # boundN, e.g. bound5, and boundNeM, evaluated every M steps, e.g. bound5e5;
 # boundNeMlL: the share halved once within L % of the bound, not 50 %, e.g.
 # bound5e5l100; boundNeMgG: each old domain's share G % of the step at the
-# bound, following its drift (--replay-gain), e.g. bound5e5g6;
+# bound, following its drift (--replay-gain), e.g. bound5e5g6; ...sA-F: A % for
+# the first F % of the steps first (--replay-start), e.g. bound5e5g6s20-20;
 # steps@FRACTION:SHARE,..., e.g. steps@0:0,0.5:0.25,0.8:0.05, the replay share
 # from each fraction of phase 2's tokens on, and steps@SPEC/SPLIT, e.g.
 # steps@0:0.09/en=2,kjv=1, split so among the old domains): the replays of phase 2.
@@ -105,10 +106,13 @@ for seed in "${seeds[@]}"; do
                     # boundNeMgG: the share follows the drift, G % of the step
                     # for a domain at the bound (--replay-gain), not doubling.
                     rule=()
-                    [[ "$bound" == *g* ]] && rule=(--replay-gain "$(python3 -c "print(${bound#*g} / 100)")") && bound=${bound%%g*}
+                    # ...sA-F: A % replayed for the first F % of the steps first
+                    # (--replay-start), e.g. bound5e5g6s20-20.
+                    [[ "$bound" == *s* ]] && rule=(--replay-start "$(python3 -c "a, f = '${bound#*s}'.split('-'); print(f'{int(a) / 100}:{int(f) / 100}')")") && bound=${bound%%s*}
+                    [[ "$bound" == *g* ]] && rule+=(--replay-gain "$(python3 -c "print(${bound#*g} / 100)")") && bound=${bound%%g*}
                     lower=50
                     [[ "$bound" == *l* ]] && lower=${bound#*l} && bound=${bound%%l*}
-                    [[ ${#rule[@]} -gt 0 ]] || rule=(--replay-lower-at "$(python3 -c "print($lower / 100)")")
+                    [[ "${rule[*]}" == *--replay-gain* ]] || rule+=(--replay-lower-at "$(python3 -c "print($lower / 100)")")
                     every=25
                     [[ "$bound" == *e* ]] && every=${bound#*e} && bound=${bound%%e*}
                     train "$policy-lr$rate-$seed" "${new_first[@]}" --new-domain python \
