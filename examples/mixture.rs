@@ -654,9 +654,12 @@ fn bounded_replay(
     .with_lower_at(cli.replay_lower_at)?;
     let bounded = match cli.replay_start {
         Some((share, fraction)) => {
-            let steps =
-                expected_steps(args, infos).map_or(0, |n| (fraction * n as f64).round() as usize);
-            bounded.with_start(share, steps)?
+            let steps = expected_steps(args, infos).ok_or_else(|| {
+                adabatch::Error::msg(
+                    "--replay-start's fraction is of the run's expected steps: give --max-steps or --max-train-tokens",
+                )
+            })?;
+            bounded.with_start(share, (fraction * steps as f64).round() as usize)?
         }
         None => bounded,
     };
