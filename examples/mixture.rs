@@ -346,7 +346,14 @@ struct MixerTrainer {
 }
 
 fn parse_cli() -> (Cli, clap::ArgMatches) {
-    let command = Cli::command()
+    let matches = command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    (cli, matches)
+}
+
+/// The example's command: the trainer's flags with this example's defaults.
+fn command() -> clap::Command {
+    Cli::command()
         .mut_arg("learning_rate", |a| a.default_value("3e-3"))
         .mut_arg("lr_reference_batch", |a| a.default_value("32"))
         .mut_arg("global_batch_size", |a| a.default_value("32"))
@@ -359,10 +366,7 @@ fn parse_cli() -> (Cli, clap::ArgMatches) {
         .mut_arg("save_steps", |a| a.default_value("500"))
         .mut_arg("save_total_limit", |a| a.default_value("2"))
         .mut_arg("output_dir", |a| a.default_value("adabatch_output/mixture"))
-        .mut_arg("validation_fraction", |a| a.default_value("0.02"));
-    let matches = command.get_matches();
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    (cli, matches)
+        .mut_arg("validation_fraction", |a| a.default_value("0.02"))
 }
 
 fn main() -> std::process::ExitCode {
@@ -669,23 +673,22 @@ fn bounded_replay(
     }
 }
 
-/// `--replay-budget` steers a mixer (online, odm or aioli) over domains that exist, with
-/// a share from 0 to 1: said before the first step.
+/// `--replay-bound` alone decides the replay share; `--replay-budget` steers a mixer
+/// (online, odm or aioli) over domains that exist, with a share from 0 to 1: said
+/// before the first step.
 fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
-    if cli.replay_bound.is_some() {
-        if cli.replay_budget.is_some()
-            || cli.replay_ramp.is_some()
-            || cli.replay_steps.is_some()
-            || !cli.train.data.mix_weights.is_empty()
-        {
-            return Err(adabatch::Error::Settings(
-                adabatch::SettingsError::ConflictingSettings {
-                    first: "--replay-bound",
-                    second: "--replay-budget / --replay-ramp / --replay-steps / --mix-weights",
-                    reason: "the bound decides the replay share itself",
-                },
-            ));
-        }
+    let replay_decided_twice = cli.replay_budget.is_some()
+        || cli.replay_ramp.is_some()
+        || cli.replay_steps.is_some()
+        || !cli.train.data.mix_weights.is_empty();
+    if cli.replay_bound.is_some() && replay_decided_twice {
+        return Err(adabatch::Error::Settings(
+            adabatch::SettingsError::ConflictingSettings {
+                first: "--replay-bound",
+                second: "--replay-budget / --replay-ramp / --replay-steps / --mix-weights",
+                reason: "the bound decides the replay share itself",
+            },
+        ));
     }
     let Some(budget) = cli.replay_budget else {
         return Ok(());
@@ -873,4 +876,117 @@ fn report(cli: &Cli, names: &[String], summary: &adabatch::TrainSummary) -> adab
             .map_err(adabatch::Error::io(adabatch::FileOp::Write, path.clone()))?;
     }
     Ok(())
+}
+
+/// The replay flags' parsing and checks: what a user mistypes is refused with a
+/// message that names it.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cli(flags: &[&str]) -> Result<Cli, clap::Error> {
+        let args = [
+            "mixture",
+            "--domain",
+            "en=e.txt",
+            "--domain",
+            "kjv=k.txt",
+            "--domain",
+            "python=p.txt",
+        ];
+        let matches = command().try_get_matches_from(args.iter().chain(flags))?;
+        Cli::from_arg_matches(&matches)
+    }
+
+    #[test]
+    fn replay_steps_start_at_0_and_rise_below_1() {
+        let steps = parse_replay_steps("0:0.06,0.4:0.14,0.8:0.04").unwrap();
+        assert_eq!(
+            steps.knots(),
+            [
+                (0.0, 0.06),
+                (0.4, 0.06),
+                (0.4, 0.14),
+                (0.8, 0.14),
+                (0.8, 0.04)
+            ]
+        );
+        for (bad, says) in [
+            ("0.1:0.1", "starts the run"),
+            ("0:0.1,0.5:0.2,0.4:0.1", "must rise"),
+            ("0:0.1,1:0.2", "must rise"),
+            ("0:1.5", "not a fraction"),
+            ("0-0.1", "FRACTION:SHARE"),
+        ] {
+            let err = parse_replay_steps(bad).err().unwrap_or_default();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn replay_start_and_per_domain_values_parse_or_say_why_not() {
+        assert_eq!(parse_replay_start("0.2:0.25"), Ok((0.2, 0.25)));
+        assert!(parse_replay_start("0.2")
+            .unwrap_err()
+            .contains("SHARE:FRACTION"));
+        assert!(parse_replay_start("1.5:0.2")
+            .unwrap_err()
+            .contains("not a fraction"));
+        let split = parse_per_domain("en=2, kjv=1").unwrap();
+        assert_eq!(split.0, [("en".to_string(), 2.0), ("kjv".to_string(), 1.0)]);
+        assert!(parse_per_domain("en").unwrap_err().contains("NAME=NUMBER"));
+        assert!(parse_per_domain("en=two")
+            .unwrap_err()
+            .contains("not a number"));
+    }
+
+    #[test]
+    fn a_replay_split_names_each_old_domain_once_with_a_positive_weight() {
+        let names = ["python", "en", "kjv"].map(String::from);
+        let new = [true, false, false];
+        let split = |text: &str| {
+            let cli = cli(&[
+                "--new-domain",
+                "python",
+                "--replay-ramp",
+                "0.2,0",
+                "--replay-split",
+                text,
+            ])
+            .unwrap();
+            replay_split(&cli, &names, &new).map_err(|e| e.to_string())
+        };
+        let w = split("en=3,kjv=1").unwrap();
+        assert_eq!(w, [0.0, 0.75, 0.25]);
+        assert!(split("en=3,en=1,kjv=1").unwrap_err().contains("twice"));
+        assert!(split("en=3,kjv=1,eng=1").unwrap_err().contains("eng"));
+        assert!(split("en=3").unwrap_err().contains("kjv"));
+        assert!(split("en=3,kjv=0").unwrap_err().contains("kjv=0"));
+    }
+
+    #[test]
+    fn the_bounds_rules_need_the_bound_and_exclude_each_other() {
+        let bound = [
+            "--new-domain",
+            "python",
+            "--replay-bound",
+            "0.05",
+            "--replay-reference",
+            "en=4.7,kjv=3.6",
+        ];
+        let with = |extra: &[&str]| cli(&[&bound[..], extra].concat());
+        assert!(with(&["--replay-gain", "0.06", "--replay-start", "0.2:0.2"]).is_ok());
+        assert!(
+            with(&["--replay-gain", "0.06", "--replay-lower-at", "1"]).is_err(),
+            "no halving under a gain"
+        );
+        assert!(
+            cli(&["--replay-gain", "0.06"]).is_err(),
+            "a gain needs the bound"
+        );
+        assert!(
+            cli(&["--replay-start", "0.2:0.2"]).is_err(),
+            "a start needs the bound"
+        );
+    }
 }
