@@ -153,6 +153,11 @@ struct Cli {
     /// (`BoundedReplay::with_start`; e.g. 0.2:0.2).
     #[arg(long, requires = "replay_bound", value_parser = parse_replay_start)]
     replay_start: Option<(f64, f64)>,
+    /// --replay-bound replays SHARE of each step, evenly, from FRACTION of the
+    /// run's expected steps to the end, its rule deciding before
+    /// (`BoundedReplay::with_finish`; e.g. 0:0.8: none in the last fifth).
+    #[arg(long, requires = "replay_bound", value_parser = parse_replay_start)]
+    replay_finish: Option<(f64, f64)>,
     /// `--mixer aioli`'s step size η (`adabatch::AioliMixer::new(ROUND, 4, 0.6, η)`).
     #[arg(long, default_value_t = 2.0)]
     aioli_eta: f64,
@@ -268,7 +273,7 @@ impl ReplaySteps {
 }
 
 /// A fraction from 0 to 1.
-/// `--replay-start SHARE:FRACTION`.
+/// `--replay-start` and `--replay-finish`'s `SHARE:FRACTION`.
 fn parse_replay_start(text: &str) -> Result<(f64, f64), String> {
     let (share, fraction) =
         (text.split_once(':')).ok_or_else(|| format!("{text:?}: expected SHARE:FRACTION"))?;
@@ -664,17 +669,22 @@ fn bounded_replay(
         cli.replay_max,
     )?
     .with_lower_at(cli.replay_lower_at)?;
-    let bounded = match cli.replay_start {
-        Some((share, fraction)) => {
-            let steps = expected_steps(args, infos).ok_or_else(|| {
-                adabatch::Error::msg(
-                    "--replay-start's fraction is of the run's expected steps: give --max-steps or --max-train-tokens",
-                )
-            })?;
-            bounded.with_start(share, (fraction * steps as f64).round() as usize)?
+    let mut bounded = bounded;
+    if cli.replay_start.is_some() || cli.replay_finish.is_some() {
+        let steps = expected_steps(args, infos).ok_or_else(|| {
+            adabatch::Error::msg(
+                "--replay-start's and --replay-finish's fractions are of the run's expected steps: give --max-steps or --max-train-tokens",
+            )
+        })?;
+        let at = |fraction: f64| (fraction * steps as f64).round() as usize;
+        if let Some((share, fraction)) = cli.replay_start {
+            bounded = bounded.with_start(share, at(fraction))?;
         }
-        None => bounded,
-    };
+        if let Some((share, fraction)) = cli.replay_finish {
+            // The step at FRACTION of the run, counted from 1.
+            bounded = bounded.with_finish(share, at(fraction) + 1)?;
+        }
+    }
     match cli.replay_gain {
         Some(gain) => bounded.with_gain(gain).map(Some),
         None => Ok(Some(bounded)),
@@ -995,6 +1005,11 @@ mod tests {
         assert!(
             cli(&["--replay-start", "0.2:0.2"]).is_err(),
             "a start needs the bound"
+        );
+        assert!(with(&["--replay-finish", "0:0.8"]).is_ok());
+        assert!(
+            cli(&["--replay-finish", "0:0.8"]).is_err(),
+            "a finish needs the bound"
         );
     }
 }

@@ -51,8 +51,10 @@ pub struct BoundedReplay {
     shares: Vec<f64>,
     /// [`Self::with_start`]: the replay share of the first steps, and how many.
     start: Option<(f64, usize)>,
-    /// Whether the last weights were the start's.
-    starting: bool,
+    /// [`Self::with_finish`]: the replay share of the last steps, and the first of them.
+    finish: Option<(f64, usize)>,
+    /// The fixed share of the last weights, where a start or a finish set them.
+    fixed_now: Option<f64>,
 }
 
 impl BoundedReplay {
@@ -103,7 +105,8 @@ impl BoundedReplay {
             gain: None,
             shares: Vec::new(),
             start: None,
-            starting: false,
+            finish: None,
+            fixed_now: None,
         })
     }
 
@@ -115,15 +118,38 @@ impl BoundedReplay {
     /// equal tokens a step"), and before a drift shows the rule would replay
     /// nothing. A typed error for a share outside `[0, max_replay]`.
     pub fn with_start(mut self, share: f64, steps: usize) -> Result<Self> {
+        self.start = Some((self.fixed(share, "start share")?, steps));
+        Ok(self)
+    }
+
+    /// Replay `share` of each step in all, split evenly among the old domains,
+    /// from step `from` (counted from 1) to the end; the rule decided before. Replay
+    /// in the rate's final decay does little for the old domains' last losses
+    /// (BENCHMARKS.md, "Continual pretraining at equal tokens a step"), and the rule
+    /// would still be answering the drift of the stable phase. A typed error for a
+    /// share outside `[0, max_replay]`.
+    pub fn with_finish(mut self, share: f64, from: usize) -> Result<Self> {
+        self.finish = Some((self.fixed(share, "finish share")?, from));
+        Ok(self)
+    }
+
+    /// A fixed share in `[0, max_replay]`, else a typed error naming it.
+    fn fixed(&self, share: f64, name: &'static str) -> Result<f64> {
         if !(0.0..=self.max_replay).contains(&share) {
             return Err(Error::Settings(SettingsError::InvalidSetting {
-                name: "start share",
+                name,
                 value: share.to_string(),
                 expected: "a replay share of each step from 0 to max_replay",
             }));
         }
-        self.start = Some((share, steps));
-        Ok(self)
+        Ok(share)
+    }
+
+    /// The start's or the finish's share of the step after `step`, if it is theirs.
+    fn fixed_share(&self, step: usize) -> Option<f64> {
+        let start = self.start.filter(|&(_, steps)| step < steps);
+        let finish = self.finish.filter(|&(_, from)| step + 1 >= from);
+        start.or(finish).map(|(share, _)| share)
     }
 
     /// The proportional rule: after each evaluation every old domain replays
@@ -161,12 +187,9 @@ impl BoundedReplay {
         Ok(self)
     }
 
-    /// The replay share of the next steps (the start's while it lasts).
+    /// The replay share of the next steps (the start's or the finish's in theirs).
     pub fn replay(&self) -> f64 {
-        match (self.starting, self.start) {
-            (true, Some((share, _))) => share,
-            _ => self.replay,
-        }
+        self.fixed_now.unwrap_or(self.replay)
     }
 
     /// Reads an evaluation not read yet: each old source's drift, then the share.
@@ -228,8 +251,8 @@ impl Mixer for BoundedReplay {
         let is_new: Vec<bool> = stats.names.iter().map(|n| self.new_sources.contains(n)).collect();
         let new_count = is_new.iter().filter(|&&n| n).count() as f64;
         let old_count = is_new.len() as f64 - new_count;
-        self.starting = self.start.is_some_and(|(_, steps)| stats.step < steps) && old_count > 0.0;
-        if let (true, Some((share, _))) = (self.starting, self.start) {
+        self.fixed_now = self.fixed_share(stats.step).filter(|_| old_count > 0.0);
+        if let Some(share) = self.fixed_now {
             return (is_new.iter())
                 .map(|&new| if new { (1.0 - share) / new_count } else { share / old_count })
                 .collect();
@@ -489,7 +512,20 @@ mod tests {
         assert!((doubling.replay() - 0.04).abs() < 1e-12);
         for bad in [-0.1, 0.6, f64::NAN] {
             assert!(mixer().with_start(bad, 3).is_err(), "{bad}");
+            assert!(mixer().with_finish(bad, 3).is_err(), "{bad}");
         }
+    }
+
+    /// The finish's share from its first step on, whatever the drift.
+    #[test]
+    fn the_finish_share_holds_from_its_first_step_to_the_end() {
+        let mut m = mixer().with_gain(0.04).unwrap().with_finish(0.0, 12).unwrap();
+        let w = after(&mut m, 10, Some((10, [4.24, 3.0])));
+        assert!(w[0] > 0.0, "the rule decides step 11: {w:?}");
+        assert_eq!(after(&mut m, 11, Some((10, [4.24, 3.0]))), [0.0, 0.0, 1.0], "step 12 is the finish's");
+        assert_eq!(m.replay(), 0.0);
+        assert_eq!(after(&mut m, 40, Some((40, [4.4, 3.3]))), [0.0, 0.0, 1.0]);
+        assert!((m.state().unwrap()["replay"].as_f64().unwrap() - 0.04 * (0.1 + 0.1) / 0.05).abs() < 1e-12, "the rule still reads the drift");
     }
 
     #[test]

@@ -76,19 +76,27 @@ def main(out: Path) -> None:
 def label(policy: str) -> str:
     """replay10: 10 %; ramp20-0: 20 → 0 % (ramp); bound5e5: bounded at 5 %, read every 5 steps
     (bound5e5l100: halved within 100 % of the bound; bound5e5g6: each old domain's share 6 % at
-    the bound, following its drift); steps0-0_0.5-0.25: the share in steps."""
+    the bound, following its drift; ...s20-10: 20 % for the first 10 % of the steps; ...f0-80: 0 %
+    from 80 % of them); steps0-0_0.5-0.25: the share in steps."""
     if policy.startswith("replay"):
         return f"{policy[6:]} %"
     if policy.startswith("ramp"):
         return f"{policy[4:].replace('-', ' → ', 1)} % (ramp)"
     if policy.startswith("bound"):
-        rest, _, gain = policy[5:].partition("g")
+        rest, _, finish = policy[5:].partition("f")
+        rest, _, start = rest.partition("s")
+        rest, _, gain = rest.partition("g")
         rest, _, lower = rest.partition("l")
         bound, _, every = rest.partition("e")
         lowered = f", halved within {lower} % of it" if lower else ""
+        fixed = "".join(
+            f", {share} % {where} {fraction} % of the steps"
+            for (share, _, fraction), where in ((start.partition("-"), "for the first"), (finish.partition("-"), "from"))
+            if share
+        )
         if gain:
-            return f"following the drift, {gain} % a domain at {bound} %, read every {every or 25} steps"
-        return f"bounded at {bound} %, read every {every or 25} steps{lowered}"
+            return f"following the drift, {gain} % a domain at {bound} %, read every {every or 25} steps{fixed}"
+        return f"bounded at {bound} %, read every {every or 25} steps{lowered}{fixed}"
     if policy.startswith("steps"):
         # steps0-0_0.5-0.25_0.8-0+en.2_kjv.1: 0 from 0, 25 % from 0.5, 0 from 0.8.
         spec, _, split = policy[5:].partition("+")
