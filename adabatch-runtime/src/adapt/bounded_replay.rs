@@ -30,7 +30,11 @@ use crate::error::{Error, Result, SettingsError};
 /// each old domain replays `gain × drift / bound` of the step. Doubling at each
 /// evaluation overshoots when replay takes several evaluations to bring a drift
 /// down (it kept doubling to `max_replay` while the first increases were still
-/// acting, and stayed there through the final decay).
+/// acting, and stayed there through the final decay). With it, the measured
+/// recipe (BENCHMARKS.md, "Continual pretraining: a replay that follows the
+/// drift") adds [`Self::with_start`]; [`Self::with_start`] and
+/// [`Self::with_finish`] fix the share over the first and the last steps,
+/// whatever the rule.
 #[derive(Debug, Clone)]
 pub struct BoundedReplay {
     new_sources: Vec<String>,
