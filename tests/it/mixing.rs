@@ -1167,6 +1167,73 @@ fn a_bounded_replay_doubles_once_per_evaluation_and_resumes_exactly() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// The drift-following rule with a start and a finish, through the engine: 20 %
+/// replayed for the first 2 steps, then `replay`'s own share from its drift (0
+/// before an evaluation is read; far past the bound: the cap, 0.5), none from
+/// step 8 on; a run resumed between evaluations goes on exactly as the uninterrupted
+/// one (the rule's per-domain shares are in the checkpoint).
+#[test]
+fn a_drift_following_replay_with_a_start_and_a_finish_resumes_exactly() {
+    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
+    let eval = Sources::new([("new", dataset(4, 8)), ("replay", dataset(2, 9))]).unwrap();
+    let out = temp_log("mixing-following-out").with_extension("");
+    let run_following = |a: &TrainingArgs| -> Vec<StepLog> {
+        let log = temp_log("mixing-following");
+        let mut a = a.clone();
+        a.logging.log_jsonl = Some(log.clone());
+        a.eval.eval_steps = Some(2);
+        a.save.output_dir = out.clone();
+        Bounded::launch_with_eval(&data, &eval, &collate, &a, |ctx: &RankContext| {
+            let (model, opt) = adam(ctx)?;
+            let mixer =
+                adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
+                    .with_gain(0.04)?
+                    .with_start(0.2, 2)?
+                    .with_finish(0.0, 8)?;
+            Ok(Bounded::new(model, opt, mixer))
+        })
+        .unwrap();
+        read_log(&log)
+    };
+    let share = |l: &StepLog| {
+        let w = l.sources.mix_weights.as_ref().unwrap();
+        w["replay"] / w.values().sum::<f64>()
+    };
+    let mut saving = args(2, 4, 3);
+    saving.save.save_steps = 5;
+    let full = run_following(&saving);
+    assert!(full.len() >= 9, "{} steps", full.len());
+    let shares: Vec<f64> = full.iter().map(share).collect();
+    // Step 3's weights are decided before the evaluation after step 2: the rule
+    // has read none yet, and its share starts at 0.
+    let expected = |step: usize| match step {
+        1 | 2 => 0.2,
+        4..=7 => 0.5,
+        _ => 0.0,
+    };
+    for (l, s) in full.iter().zip(&shares) {
+        assert!(
+            (s - expected(l.step)).abs() < 1e-12,
+            "step {}: {shares:?}",
+            l.step
+        );
+    }
+    let mut resumed = args(2, 4, 3);
+    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-5"));
+    let after: Vec<StepLog> = run_following(&resumed)
+        .into_iter()
+        .filter(|l| l.step > 5)
+        .collect();
+    assert_eq!(after.len(), full.len() - 5);
+    for (r, f) in after.iter().zip(&full[5..]) {
+        assert_eq!(
+            (r.step, &r.sources.mix_weights, r.loss),
+            (f.step, &f.sources.mix_weights, f.loss)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
 #[adaptive_trainer]
 struct Curriculum {
     #[model]
