@@ -154,12 +154,12 @@ struct Cli {
     /// --replay-bound replays SHARE of each step, evenly, for the first FRACTION
     /// of the run's expected steps, before its rule decides
     /// (`BoundedReplay::with_start`; e.g. 0.2:0.2).
-    #[arg(long, requires = "replay_bound", value_parser = parse_replay_start)]
+    #[arg(long, requires = "replay_bound", value_parser = parse_share_at)]
     replay_start: Option<(f64, f64)>,
     /// --replay-bound replays SHARE of each step, evenly, from FRACTION of the
     /// run's expected steps to the end, its rule deciding before
     /// (`BoundedReplay::with_finish`; e.g. 0:0.8: none in the last fifth).
-    #[arg(long, requires = "replay_bound", value_parser = parse_replay_start)]
+    #[arg(long, requires = "replay_bound", value_parser = parse_share_at)]
     replay_finish: Option<(f64, f64)>,
     /// `--mixer aioli`'s step size η (`adabatch::AioliMixer::new(ROUND, 4, 0.6, η)`).
     #[arg(long, default_value_t = 2.0)]
@@ -275,14 +275,14 @@ impl ReplaySteps {
     }
 }
 
-/// A fraction from 0 to 1.
 /// `--replay-start` and `--replay-finish`'s `SHARE:FRACTION`.
-fn parse_replay_start(text: &str) -> Result<(f64, f64), String> {
+fn parse_share_at(text: &str) -> Result<(f64, f64), String> {
     let (share, fraction) =
         (text.split_once(':')).ok_or_else(|| format!("{text:?}: expected SHARE:FRACTION"))?;
     Ok((parse_fraction(share)?, parse_fraction(fraction)?))
 }
 
+/// A fraction from 0 to 1.
 fn parse_fraction(text: &str) -> Result<f64, String> {
     match text.trim().parse::<f64>() {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
@@ -946,11 +946,11 @@ mod tests {
 
     #[test]
     fn replay_start_and_per_domain_values_parse_or_say_why_not() {
-        assert_eq!(parse_replay_start("0.2:0.25"), Ok((0.2, 0.25)));
-        assert!(parse_replay_start("0.2")
+        assert_eq!(parse_share_at("0.2:0.25"), Ok((0.2, 0.25)));
+        assert!(parse_share_at("0.2")
             .unwrap_err()
             .contains("SHARE:FRACTION"));
-        assert!(parse_replay_start("1.5:0.2")
+        assert!(parse_share_at("1.5:0.2")
             .unwrap_err()
             .contains("not a fraction"));
         let split = parse_per_domain("en=2, kjv=1").unwrap();
