@@ -52,7 +52,7 @@
 //! `--new-domain new --replay-bound 0.05 --replay-reference en=5.18,kjv=3.96
 //! --eval-steps 5 --eval-on-start`, best with `--replay-gain 0.06 --replay-start
 //! 0.2:0.1`: each old domain's share follows its drift after 20 % for the first
-//! tenth of the steps, which held that bound on five seeds of five with the new
+//! tenth of the steps, which held that bound on six seeds of six with the new
 //! domain level with a fixed 10 % replay; BENCHMARKS.md, "Continual pretraining:
 //! a replay that follows the drift").
 
