@@ -1101,38 +1101,61 @@ struct Bounded {
     mixer: adabatch::BoundedReplay,
 }
 
-/// `replay`'s share, step by step, of a run whose evaluations find `replay` far
-/// past its bound (its reference loss is tiny): the share doubles once per
-/// evaluation read, and a run resumed between evaluations goes on exactly as the
-/// uninterrupted one (its state: the share and the last evaluation read).
-#[test]
-fn a_bounded_replay_doubles_once_per_evaluation_and_resumes_exactly() {
+/// A bounded replay's run over `new` and `replay`, evaluated every 2 steps, whose
+/// evaluations find `replay` far past its bound (its reference loss is tiny):
+/// `replay`'s share at each step of the uninterrupted run, after checking that
+/// the run resumed from its checkpoint at step 5 (between evaluations) goes on
+/// exactly as the uninterrupted one.
+fn bounded_shares_resumed_exactly(
+    name: &str,
+    mixer: impl Fn() -> adabatch::Result<adabatch::BoundedReplay> + Sync,
+) -> Vec<(usize, f64)> {
     let data = sources(&[("new", 0.75), ("replay", 0.25)]);
     let eval = Sources::new([("new", dataset(4, 8)), ("replay", dataset(2, 9))]).unwrap();
-    let out = temp_log("mixing-bounded-out").with_extension("");
-    let run_bounded = |a: &TrainingArgs| -> Vec<StepLog> {
-        let log = temp_log("mixing-bounded");
+    let out = temp_log(&format!("{name}-out")).with_extension("");
+    let run = |a: &TrainingArgs| -> Vec<StepLog> {
+        let log = temp_log(name);
         let mut a = a.clone();
         a.logging.log_jsonl = Some(log.clone());
         a.eval.eval_steps = Some(2);
         a.save.output_dir = out.clone();
         Bounded::launch_with_eval(&data, &eval, &collate, &a, |ctx: &RankContext| {
             let (model, opt) = adam(ctx)?;
-            let mixer =
-                adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?;
-            Ok(Bounded::new(model, opt, mixer))
+            Ok(Bounded::new(model, opt, mixer()?))
         })
         .unwrap();
         read_log(&log)
     };
+    let mut saving = args(2, 4, 3);
+    saving.save.save_steps = 5;
+    let full = run(&saving);
+    let mut resumed = args(2, 4, 3);
+    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-5"));
+    let after: Vec<StepLog> = run(&resumed).into_iter().filter(|l| l.step > 5).collect();
+    assert_eq!(after.len(), full.len() - 5);
+    for (r, f) in after.iter().zip(&full[5..]) {
+        assert_eq!(
+            (r.step, &r.sources.mix_weights, r.loss),
+            (f.step, &f.sources.mix_weights, f.loss)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&out);
     let share = |l: &StepLog| {
         let w = l.sources.mix_weights.as_ref().unwrap();
         w["replay"] / w.values().sum::<f64>()
     };
-    let mut saving = args(2, 4, 3);
-    saving.save.save_steps = 5;
-    let full = run_bounded(&saving);
-    let shares: Vec<f64> = full.iter().map(share).collect();
+    full.iter().map(|l| (l.step, share(l))).collect()
+}
+
+/// The doubling: `replay`'s share doubles once per evaluation read, and a run
+/// resumed between evaluations goes on exactly as the uninterrupted one (its
+/// state: the share and the last evaluation read).
+#[test]
+fn a_bounded_replay_doubles_once_per_evaluation_and_resumes_exactly() {
+    let steps = bounded_shares_resumed_exactly("mixing-bounded", || {
+        adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)
+    });
+    let shares: Vec<f64> = steps.iter().map(|s| s.1).collect();
     assert!(
         (shares[0] - adabatch::BoundedReplay::FIRST_REPLAY).abs() < 1e-12,
         "{shares:?}"
@@ -1145,65 +1168,27 @@ fn a_bounded_replay_doubles_once_per_evaluation_and_resumes_exactly() {
         );
     }
     let doublings = shares.windows(2).filter(|p| p[1] > p[0]).count();
-    let evaluations = full.len() / 2;
+    let evaluations = shares.len() / 2;
     assert!(
         doublings >= 2 && doublings <= evaluations,
         "{doublings} doublings over {} steps: {shares:?}",
-        full.len()
+        shares.len()
     );
-    let mut resumed = args(2, 4, 3);
-    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-5"));
-    let after: Vec<StepLog> = run_bounded(&resumed)
-        .into_iter()
-        .filter(|l| l.step > 5)
-        .collect();
-    assert_eq!(after.len(), full.len() - 5);
-    for (r, f) in after.iter().zip(&full[5..]) {
-        assert_eq!(
-            (r.step, &r.sources.mix_weights, r.loss),
-            (f.step, &f.sources.mix_weights, f.loss)
-        );
-    }
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 /// The drift-following rule with a start and a finish, through the engine: 20 %
 /// replayed for the first 2 steps, then `replay`'s own share from its drift (0
 /// before an evaluation is read; far past the bound: the cap, 0.5), none from
-/// step 8 on; a run resumed between evaluations goes on exactly as the uninterrupted
-/// one (the rule's per-domain shares are in the checkpoint).
+/// step 8 on; resumed exactly (the rule's per-domain shares are in the checkpoint).
 #[test]
 fn a_drift_following_replay_with_a_start_and_a_finish_resumes_exactly() {
-    let data = sources(&[("new", 0.75), ("replay", 0.25)]);
-    let eval = Sources::new([("new", dataset(4, 8)), ("replay", dataset(2, 9))]).unwrap();
-    let out = temp_log("mixing-following-out").with_extension("");
-    let run_following = |a: &TrainingArgs| -> Vec<StepLog> {
-        let log = temp_log("mixing-following");
-        let mut a = a.clone();
-        a.logging.log_jsonl = Some(log.clone());
-        a.eval.eval_steps = Some(2);
-        a.save.output_dir = out.clone();
-        Bounded::launch_with_eval(&data, &eval, &collate, &a, |ctx: &RankContext| {
-            let (model, opt) = adam(ctx)?;
-            let mixer =
-                adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
-                    .with_gain(0.04)?
-                    .with_start(0.2, 2)?
-                    .with_finish(0.0, 8)?;
-            Ok(Bounded::new(model, opt, mixer))
-        })
-        .unwrap();
-        read_log(&log)
-    };
-    let share = |l: &StepLog| {
-        let w = l.sources.mix_weights.as_ref().unwrap();
-        w["replay"] / w.values().sum::<f64>()
-    };
-    let mut saving = args(2, 4, 3);
-    saving.save.save_steps = 5;
-    let full = run_following(&saving);
-    assert!(full.len() >= 9, "{} steps", full.len());
-    let shares: Vec<f64> = full.iter().map(share).collect();
+    let steps = bounded_shares_resumed_exactly("mixing-following", || {
+        adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
+            .with_gain(0.04)?
+            .with_start(0.2, 2)?
+            .with_finish(0.0, 8)
+    });
+    assert!(steps.len() >= 9, "{} steps", steps.len());
     // Step 3's weights are decided before the evaluation after step 2: the rule
     // has read none yet, and its share starts at 0.
     let expected = |step: usize| match step {
@@ -1211,27 +1196,12 @@ fn a_drift_following_replay_with_a_start_and_a_finish_resumes_exactly() {
         4..=7 => 0.5,
         _ => 0.0,
     };
-    for (l, s) in full.iter().zip(&shares) {
+    for &(step, share) in &steps {
         assert!(
-            (s - expected(l.step)).abs() < 1e-12,
-            "step {}: {shares:?}",
-            l.step
+            (share - expected(step)).abs() < 1e-12,
+            "step {step}: {steps:?}"
         );
     }
-    let mut resumed = args(2, 4, 3);
-    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-5"));
-    let after: Vec<StepLog> = run_following(&resumed)
-        .into_iter()
-        .filter(|l| l.step > 5)
-        .collect();
-    assert_eq!(after.len(), full.len() - 5);
-    for (r, f) in after.iter().zip(&full[5..]) {
-        assert_eq!(
-            (r.step, &r.sources.mix_weights, r.loss),
-            (f.step, &f.sources.mix_weights, f.loss)
-        );
-    }
-    let _ = std::fs::remove_dir_all(&out);
 }
 
 #[adaptive_trainer]
