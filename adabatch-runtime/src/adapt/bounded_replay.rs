@@ -76,13 +76,7 @@ impl BoundedReplay {
         bound: f64,
         max_replay: f64,
     ) -> Result<Self> {
-        let invalid = |name, value: String, expected| {
-            Error::Settings(SettingsError::InvalidSetting {
-                name,
-                value,
-                expected,
-            })
-        };
+        let invalid = |name, value: String, expected| Error::Settings(SettingsError::invalid(name, value, expected));
         if !(bound.is_finite() && bound > 0.0) {
             return Err(invalid("bound", bound.to_string(), "a positive relative rise, e.g. 0.05"));
         }
@@ -142,11 +136,7 @@ impl BoundedReplay {
     /// A fixed share in `[0, max_replay]`, else a typed error naming it.
     fn fixed(&self, share: f64, name: &'static str) -> Result<f64> {
         if !(0.0..=self.max_replay).contains(&share) {
-            return Err(Error::Settings(SettingsError::InvalidSetting {
-                name,
-                value: share.to_string(),
-                expected: "a replay share of each step from 0 to max_replay",
-            }));
+            return Err(Error::Settings(SettingsError::invalid(name, share, "a replay share of each step from 0 to max_replay")));
         }
         Ok(share)
     }
@@ -167,11 +157,7 @@ impl BoundedReplay {
     /// its share. A typed error unless `gain` is positive and finite.
     pub fn with_gain(mut self, gain: f64) -> Result<Self> {
         if !(gain.is_finite() && gain > 0.0) {
-            return Err(Error::Settings(SettingsError::InvalidSetting {
-                name: "gain",
-                value: gain.to_string(),
-                expected: "a positive share of the step at the bound, e.g. 0.04",
-            }));
+            return Err(Error::Settings(SettingsError::invalid("gain", gain, "a positive share of the step at the bound, e.g. 0.04")));
         }
         (self.gain, self.replay) = (Some(gain), 0.0);
         Ok(self)
@@ -183,11 +169,7 @@ impl BoundedReplay {
     /// a bound held more narrowly. A typed error outside `(0, 1]`.
     pub fn with_lower_at(mut self, fraction: f64) -> Result<Self> {
         if !(fraction > 0.0 && fraction <= 1.0) {
-            return Err(Error::Settings(SettingsError::InvalidSetting {
-                name: "lower_at",
-                value: fraction.to_string(),
-                expected: "a fraction of the bound in (0, 1]",
-            }));
+            return Err(Error::Settings(SettingsError::invalid("lower_at", fraction, "a fraction of the bound in (0, 1]")));
         }
         self.lower_at = fraction;
         Ok(self)

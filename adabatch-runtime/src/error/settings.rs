@@ -107,6 +107,15 @@ pub enum SettingsError {
 }
 
 impl SettingsError {
+    /// `name` = `value` is out of its range, which is `expected`.
+    pub(crate) fn invalid(name: &'static str, value: impl ToString, expected: &'static str) -> Self {
+        Self::InvalidSetting {
+            name,
+            value: value.to_string(),
+            expected,
+        }
+    }
+
     /// `mixer`'s arguments broke one of the rules the attribute checks too.
     pub(crate) fn mixer_rule(mixer: &'static str, broken: adabatch_rules::Broken) -> Self {
         Self::InvalidMixer {
