@@ -18,8 +18,8 @@
 # boundNeMlL: the share halved once within L % of the bound, not 50 %, e.g.
 # bound5e5l100; boundNeMgG: each old domain's share G % of the step at the
 # bound, following its drift (--replay-gain), e.g. bound5e5g6; ...sA-F: A % for
-# the first F % of the steps first (--replay-start), e.g. bound5e5g6s20-20;
-# ...fA-F: A % from F % of the steps on (--replay-finish), e.g. bound5e5g6s20-10f0-80;
+# the first F % of the steps (--replay-start), e.g. bound5e5g6s20-10; ...fA-F: A %
+# from F % of the steps on (--replay-finish), e.g. bound5e5g6s20-10f0-80;
 # steps@FRACTION:SHARE,..., e.g. steps@0:0,0.5:0.25,0.8:0.05, the replay share
 # from each fraction of phase 2's tokens on, and steps@SPEC/SPLIT, e.g.
 # steps@0:0.09/en=2,kjv=1, split so among the old domains): the replays of phase 2.
@@ -104,12 +104,10 @@ for seed in "${seeds[@]}"; do
                     # (boundNeM: every M steps instead of 25).
                     reference=$(python3 -c "import json,sys; f=json.load(open(sys.argv[1]))['final']; print(','.join(f'{d}={f[d]}' for d in ('en', 'kjv')))" "$out/phase1-$seed.json")
                     bound=${policy#bound}
-                    # boundNeMgG: the share follows the drift, G % of the step
-                    # for a domain at the bound (--replay-gain), not doubling.
+                    # The rule's flags, read from the end of the name: ...fA-F
+                    # (--replay-finish), ...sA-F (--replay-start), ...gG
+                    # (--replay-gain); without a gain, the doubling's --replay-lower-at.
                     rule=()
-                    # ...fA-F: A % replayed from F % of the steps on (--replay-finish),
-                    # e.g. bound5e5g6s20-10f0-80; ...sA-F: A % replayed for the first
-                    # F % of the steps (--replay-start), e.g. bound5e5g6s20-20.
                     [[ "$bound" == *f* ]] && rule+=(--replay-finish "$(python3 -c "a, f = '${bound#*f}'.split('-'); print(f'{int(a) / 100}:{int(f) / 100}')")") && bound=${bound%%f*}
                     [[ "$bound" == *s* ]] && rule+=(--replay-start "$(python3 -c "a, f = '${bound#*s}'.split('-'); print(f'{int(a) / 100}:{int(f) / 100}')")") && bound=${bound%%s*}
                     [[ "$bound" == *g* ]] && rule+=(--replay-gain "$(python3 -c "print(${bound#*g} / 100)")") && bound=${bound%%g*}
