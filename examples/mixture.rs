@@ -50,11 +50,12 @@
 //! 0:0.06,0.4:0.14,0.8:0.04`, split among the old domains by `--replay-split`; or
 //! a replay that keeps each old domain within 5 % of its loss before,
 //! `--new-domain new --replay-bound 0.05 --replay-reference en=5.18,kjv=3.96
-//! --eval-steps 5 --eval-on-start`, best with `--replay-gain 0.06 --replay-start
-//! 0.2:0.1`: each old domain's share follows its drift after 20 % for the first
-//! tenth of the steps, which held that bound on six seeds of six with the new
-//! domain level with a fixed 10 % replay; BENCHMARKS.md, "Continual pretraining:
-//! a replay that follows the drift").
+//! --eval-steps 5 --eval-on-start`: 20 % replayed for the first tenth of the
+//! steps, then each old domain's share following its drift, 6 % of the step at
+//! the bound (`--replay-start`, `--replay-gain`), which held that bound on six
+//! seeds of six with the new domain level with a fixed 10 % replay; BENCHMARKS.md,
+//! "Continual pretraining: a replay that follows the drift"; `--replay-rule
+//! doubling`: the library's default rule).
 
 use std::path::{Path, PathBuf};
 
@@ -128,12 +129,17 @@ struct Cli {
     /// the old domains, relative weights `en=2,kjv=1` (default: evenly).
     #[arg(long, value_parser = parse_per_domain)]
     replay_split: Option<PerDomain>,
-    /// With --new-domain and --replay-reference: the least replay that keeps every
-    /// old domain's validation loss within this relative rise (0.05: 5 %) of its
+    /// With --new-domain and --replay-reference: a replay that keeps every old
+    /// domain's validation loss within this relative rise (0.05: 5 %) of its
     /// reference, read at each evaluation (`adabatch::BoundedReplay`; evaluate
-    /// often, e.g. --eval-steps 25 --eval-on-start).
+    /// often, e.g. --eval-steps 5 --eval-on-start), by --replay-rule.
     #[arg(long, requires_all = ["new_domain", "replay_reference"])]
     replay_bound: Option<f64>,
+    /// --replay-bound's rule: `follow` (each old domain's share follows its drift,
+    /// --replay-gain, after --replay-start; the best measured) or `doubling` (the
+    /// share doubles past the bound and halves back within it, --replay-lower-at).
+    #[arg(long, value_enum, default_value_t = ReplayRule::Follow, requires = "replay_bound")]
+    replay_rule: ReplayRule,
     /// The old domains' validation losses before the new data, `en=5.18,kjv=3.96`
     /// (phase 1's), for --replay-bound.
     #[arg(long, value_parser = parse_per_domain, requires = "replay_bound")]
@@ -141,19 +147,20 @@ struct Cli {
     /// --replay-bound's largest replay share.
     #[arg(long, default_value_t = 0.5)]
     replay_max: f64,
-    /// --replay-bound halves the share once every old domain is within this
-    /// fraction of the bound (`BoundedReplay::with_lower_at`; 1: as soon as they
-    /// are back within it).
-    #[arg(long, default_value_t = 0.5, requires = "replay_bound")]
-    replay_lower_at: f64,
-    /// --replay-bound with a share that follows the drift, not doubling past the
-    /// bound: each old domain replays GAIN × its drift / the bound of each step
-    /// (`BoundedReplay::with_gain`; e.g. 0.04: 4 % at the bound).
-    #[arg(long, requires = "replay_bound", conflicts_with = "replay_lower_at")]
+    /// `--replay-rule doubling` halves the share once every old domain is within
+    /// this fraction of the bound (`BoundedReplay::with_lower_at`; default 0.5; 1:
+    /// as soon as they are back within it).
+    #[arg(long, requires = "replay_bound")]
+    replay_lower_at: Option<f64>,
+    /// `--replay-rule follow`: each old domain replays GAIN × its drift / the
+    /// bound of each step (`BoundedReplay::with_gain`; default 0.06: 6 % at the
+    /// bound).
+    #[arg(long, requires = "replay_bound")]
     replay_gain: Option<f64>,
     /// --replay-bound replays SHARE of each step, evenly, for the first FRACTION
     /// of the run's expected steps, before its rule decides
-    /// (`BoundedReplay::with_start`; e.g. 0.2:0.2).
+    /// (`BoundedReplay::with_start`; default 0.2:0.1 under `follow`, none under
+    /// `doubling`; 0:0: none).
     #[arg(long, requires = "replay_bound", value_parser = parse_share_at)]
     replay_start: Option<(f64, f64)>,
     /// --replay-bound replays SHARE of each step, evenly, from FRACTION of the
@@ -195,6 +202,21 @@ struct Cli {
     #[arg(long, value_parser = parse_fraction)]
     online_warmup: Option<f64>,
 }
+
+/// How `--replay-bound` moves the replay share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ReplayRule {
+    /// Each old domain's share follows its drift (`BoundedReplay::with_gain`).
+    Follow,
+    /// The share doubles past the bound, halves back within it.
+    Doubling,
+}
+
+/// `--replay-rule follow`'s gain and start when no flag sets them: they held the
+/// bound on six seeds of six with the new domain level with a fixed 10 % replay
+/// (BENCHMARKS.md, "Continual pretraining: a replay that follows the drift").
+const REPLAY_GAIN: f64 = 0.06;
+const REPLAY_START: (f64, f64) = (0.2, 0.1);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum MixerChoice {
@@ -665,22 +687,45 @@ fn bounded_replay(
         .clone()
         .map(|l| l.0)
         .unwrap_or_default();
-    let bounded = BoundedReplay::new(
+    let mut bounded = BoundedReplay::new(
         cli.new_domain.iter().cloned(),
         reference,
         bound,
         cli.replay_max,
-    )?
-    .with_lower_at(cli.replay_lower_at)?;
-    let mut bounded = bounded;
-    if cli.replay_start.is_some() || cli.replay_finish.is_some() {
+    )?;
+    let rule = |other: &'static str| {
+        adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings {
+            first: "--replay-rule",
+            second: other,
+            reason: "--replay-gain is the follow rule's, --replay-lower-at the doubling's",
+        })
+    };
+    let start = match cli.replay_rule {
+        ReplayRule::Follow if cli.replay_lower_at.is_some() => {
+            return Err(rule("--replay-lower-at"))
+        }
+        ReplayRule::Doubling if cli.replay_gain.is_some() => return Err(rule("--replay-gain")),
+        ReplayRule::Follow => {
+            bounded = bounded.with_gain(cli.replay_gain.unwrap_or(REPLAY_GAIN))?;
+            let (share, fraction) = REPLAY_START;
+            Some(
+                cli.replay_start
+                    .unwrap_or((share.min(cli.replay_max), fraction)),
+            )
+        }
+        ReplayRule::Doubling => {
+            bounded = bounded.with_lower_at(cli.replay_lower_at.unwrap_or(0.5))?;
+            cli.replay_start
+        }
+    };
+    if start.is_some() || cli.replay_finish.is_some() {
         let steps = expected_steps(args, infos).ok_or_else(|| {
             adabatch::Error::msg(
                 "--replay-start's and --replay-finish's fractions are of the run's expected steps: give --max-steps or --max-train-tokens",
             )
         })?;
         let at = |fraction: f64| (fraction * steps as f64).round() as usize;
-        if let Some((share, fraction)) = cli.replay_start {
+        if let Some((share, fraction)) = start {
             bounded = bounded.with_start(share, at(fraction))?;
         }
         if let Some((share, fraction)) = cli.replay_finish {
@@ -688,10 +733,7 @@ fn bounded_replay(
             bounded = bounded.with_finish(share, at(fraction) + 1)?;
         }
     }
-    match cli.replay_gain {
-        Some(gain) => bounded.with_gain(gain).map(Some),
-        None => Ok(Some(bounded)),
-    }
+    Ok(Some(bounded))
 }
 
 /// `--replay-bound` alone decides the replay share; `--replay-budget` steers a mixer
@@ -985,8 +1027,86 @@ mod tests {
         assert!(split("en=3,kjv=0").unwrap_err().contains("kjv=0"));
     }
 
+    /// The replay shares of `--replay-bound`'s mixer over `[python, en, kjv]`
+    /// after `step`, with en 6 % above its reference at an evaluation after step 0.
+    fn bounded_shares(flags: &[&str], step: usize) -> adabatch::Result<Vec<f64>> {
+        let bound = [
+            "--new-domain",
+            "python",
+            "--replay-bound",
+            "0.05",
+            "--replay-reference",
+            "en=4.0,kjv=3.0",
+        ];
+        let cli =
+            cli(&[&bound[..], flags].concat()).map_err(|e| adabatch::Error::msg(e.to_string()))?;
+        let mut args = cli.train.clone();
+        args.length.max_steps = Some(50);
+        let mut mixer = bounded_replay(&cli, &args, &[])?.unwrap();
+        let names = ["python", "en", "kjv"].map(String::from);
+        let metrics = [
+            ("eval_en_loss".to_string(), 4.24),
+            ("eval_kjv_loss".to_string(), 3.0),
+        ]
+        .into();
+        let stats = adabatch::SourceStats {
+            step,
+            names: &names,
+            loss: &[f64::NAN; 3],
+            tokens: &[],
+            source_tokens: &[1, 1, 1],
+            unit: MixUnit::Tokens,
+            seen: &[0; 3],
+            positions: &[0; 3],
+            sizes: &[1; 3],
+            weights: &[1.0; 3],
+            last_eval: Some(adabatch::LastEval {
+                step: 0,
+                eval_loss: 0.0,
+                metrics: &metrics,
+            }),
+            held_out: None,
+        };
+        Ok(mixer.weights(&stats))
+    }
+
     #[test]
-    fn the_bounds_rules_need_the_bound_and_exclude_each_other() {
+    fn the_bound_follows_the_drift_after_a_start_unless_told_otherwise() {
+        // Follow (the default): 20 % for the first 5 of 50 steps, then 6 % × 6 / 5.
+        assert_eq!(bounded_shares(&[], 0).unwrap(), [0.8, 0.1, 0.1]);
+        let w = bounded_shares(&[], 5).unwrap();
+        assert!(
+            (w[1] - 0.06 * 0.06 / 0.05).abs() < 1e-12 && w[2] == 0.0,
+            "{w:?}"
+        );
+        let w = bounded_shares(&["--replay-gain", "0.03", "--replay-start", "0:0"], 0).unwrap();
+        assert!((w[1] - 0.03 * 0.06 / 0.05).abs() < 1e-12, "{w:?}");
+        // A start share over --replay-max is cut to it when no flag set it.
+        assert_eq!(
+            bounded_shares(&["--replay-max", "0.1"], 0).unwrap(),
+            [0.9, 0.05, 0.05]
+        );
+        // Doubling: from 2 % to 4 % past the bound, en weighing 1 + 6 / 5.
+        let w = bounded_shares(&["--replay-rule", "doubling"], 0).unwrap();
+        assert!(
+            (w[0] - 0.96).abs() < 1e-12 && (w[1] / w[2] - 2.2).abs() < 1e-9,
+            "{w:?}"
+        );
+        for (flags, says) in [
+            (
+                &["--replay-rule", "doubling", "--replay-gain", "0.06"][..],
+                "--replay-gain",
+            ),
+            (&["--replay-lower-at", "1"][..], "--replay-lower-at"),
+            (&["--replay-gain", "0"][..], "gain"),
+        ] {
+            let err = bounded_shares(flags, 0).unwrap_err().to_string();
+            assert!(err.contains(says), "{flags:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_bounds_flags_need_the_bound() {
         let bound = [
             "--new-domain",
             "python",
@@ -996,23 +1116,23 @@ mod tests {
             "en=4.7,kjv=3.6",
         ];
         let with = |extra: &[&str]| cli(&[&bound[..], extra].concat());
-        assert!(with(&["--replay-gain", "0.06", "--replay-start", "0.2:0.2"]).is_ok());
-        assert!(
-            with(&["--replay-gain", "0.06", "--replay-lower-at", "1"]).is_err(),
-            "no halving under a gain"
-        );
-        assert!(
-            cli(&["--replay-gain", "0.06"]).is_err(),
-            "a gain needs the bound"
-        );
-        assert!(
-            cli(&["--replay-start", "0.2:0.2"]).is_err(),
-            "a start needs the bound"
-        );
-        assert!(with(&["--replay-finish", "0:0.8"]).is_ok());
-        assert!(
-            cli(&["--replay-finish", "0:0.8"]).is_err(),
-            "a finish needs the bound"
-        );
+        assert!(with(&[
+            "--replay-gain",
+            "0.06",
+            "--replay-start",
+            "0.2:0.2",
+            "--replay-finish",
+            "0:0.8"
+        ])
+        .is_ok());
+        for flags in [
+            &["--replay-gain", "0.06"][..],
+            &["--replay-start", "0.2:0.2"],
+            &["--replay-finish", "0:0.8"],
+            &["--replay-rule", "doubling"],
+            &["--replay-lower-at", "1"],
+        ] {
+            assert!(cli(flags).is_err(), "{flags:?} needs the bound");
+        }
     }
 }

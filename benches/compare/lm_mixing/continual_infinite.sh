@@ -106,14 +106,21 @@ for seed in "${seeds[@]}"; do
                     bound=${policy#bound}
                     # The rule's flags, read from the end of the name: ...fA-F
                     # (--replay-finish), ...sA-F (--replay-start), ...gG
-                    # (--replay-gain); without a gain, the doubling's --replay-lower-at.
+                    # (--replay-gain: the follow rule); without a gain, the doubling.
                     rule=()
                     [[ "$bound" == *f* ]] && rule+=(--replay-finish "$(python3 -c "a, f = '${bound#*f}'.split('-'); print(f'{int(a) / 100}:{int(f) / 100}')")") && bound=${bound%%f*}
                     [[ "$bound" == *s* ]] && rule+=(--replay-start "$(python3 -c "a, f = '${bound#*s}'.split('-'); print(f'{int(a) / 100}:{int(f) / 100}')")") && bound=${bound%%s*}
                     [[ "$bound" == *g* ]] && rule+=(--replay-gain "$(python3 -c "print(${bound#*g} / 100)")") && bound=${bound%%g*}
                     lower=50
                     [[ "$bound" == *l* ]] && lower=${bound#*l} && bound=${bound%%l*}
-                    [[ "${rule[*]}" == *--replay-gain* ]] || rule+=(--replay-lower-at "$(python3 -c "print($lower / 100)")")
+                    # The example's follow rule starts with 20 % for a tenth of the
+                    # steps unless told: a name without ...sA-F means no start.
+                    if [[ "${rule[*]}" == *--replay-gain* ]]; then
+                        rule+=(--replay-rule follow)
+                        [[ "${rule[*]}" == *--replay-start* ]] || rule+=(--replay-start 0:0)
+                    else
+                        rule+=(--replay-rule doubling --replay-lower-at "$(python3 -c "print($lower / 100)")")
+                    fi
                     every=25
                     [[ "$bound" == *e* ]] && every=${bound#*e} && bound=${bound%%e*}
                     train "$policy-lr$rate-$seed" "${new_first[@]}" --new-domain python \
