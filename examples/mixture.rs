@@ -1027,19 +1027,20 @@ mod tests {
         assert!(split("en=3,kjv=0").unwrap_err().contains("kjv=0"));
     }
 
+    /// A bound of 5 % on en and kjv, python new.
+    const BOUND: &[&str] = &[
+        "--new-domain",
+        "python",
+        "--replay-bound",
+        "0.05",
+        "--replay-reference",
+        "en=4.0,kjv=3.0",
+    ];
+
     /// The replay shares of `--replay-bound`'s mixer over `[python, en, kjv]`
     /// after `step`, with en 6 % above its reference at an evaluation after step 0.
     fn bounded_shares(flags: &[&str], step: usize) -> adabatch::Result<Vec<f64>> {
-        let bound = [
-            "--new-domain",
-            "python",
-            "--replay-bound",
-            "0.05",
-            "--replay-reference",
-            "en=4.0,kjv=3.0",
-        ];
-        let cli =
-            cli(&[&bound[..], flags].concat()).map_err(|e| adabatch::Error::msg(e.to_string()))?;
+        let cli = cli(&[BOUND, flags].concat()).map_err(|e| adabatch::Error::msg(e.to_string()))?;
         let mut args = cli.train.clone();
         args.length.max_steps = Some(50);
         let mut mixer = bounded_replay(&cli, &args, &[])?.unwrap();
@@ -1107,15 +1108,7 @@ mod tests {
 
     #[test]
     fn the_bounds_flags_need_the_bound() {
-        let bound = [
-            "--new-domain",
-            "python",
-            "--replay-bound",
-            "0.05",
-            "--replay-reference",
-            "en=4.7,kjv=3.6",
-        ];
-        let with = |extra: &[&str]| cli(&[&bound[..], extra].concat());
+        let with = |extra: &[&str]| cli(&[BOUND, extra].concat());
         assert!(with(&[
             "--replay-gain",
             "0.06",
