@@ -714,7 +714,9 @@ fn bounded_replay(
             )
         }
         ReplayRule::Doubling => {
-            bounded = bounded.with_lower_at(cli.replay_lower_at.unwrap_or(0.5))?;
+            if let Some(fraction) = cli.replay_lower_at {
+                bounded = bounded.with_lower_at(fraction)?;
+            }
             cli.replay_start
         }
     };
