@@ -49,8 +49,8 @@
 //! run, `--new-domain new --replay-ramp 0.2,0` or `--replay-steps
 //! 0:0.06,0.4:0.14,0.8:0.04`, split among the old domains by `--replay-split`; or
 //! a replay that keeps each old domain within 5 % of its loss before,
-//! `--new-domain new --replay-bound 0.05 --replay-reference en=5.18,kjv=3.96
-//! --eval-steps 5 --eval-on-start`: 20 % replayed for the first tenth of the
+//! `--new-domain new --replay-bound 0.05 --replay-reference en=5.18,kjv=3.96`,
+//! read at an evaluation every 10 steps: 20 % replayed for the first tenth of the
 //! steps, then each old domain's share following its drift, 6 % of the step at
 //! the bound (`--replay-start`, `--replay-gain`), which held that bound on six
 //! seeds of six with the new domain level with a fixed 10 % replay; BENCHMARKS.md,
@@ -131,8 +131,8 @@ struct Cli {
     replay_split: Option<PerDomain>,
     /// With --new-domain and --replay-reference: a replay that keeps every old
     /// domain's validation loss within this relative rise (0.05: 5 %) of its
-    /// reference, read at each evaluation (`adabatch::BoundedReplay`; evaluate
-    /// often, e.g. --eval-steps 5 --eval-on-start), by --replay-rule.
+    /// reference, read at each evaluation (`adabatch::BoundedReplay`; every 10
+    /// steps unless --eval-steps says otherwise), by --replay-rule.
     #[arg(long, requires_all = ["new_domain", "replay_reference"])]
     replay_bound: Option<f64>,
     /// --replay-bound's rule: `follow` (each old domain's share follows its drift,
@@ -404,8 +404,9 @@ fn main() -> std::process::ExitCode {
 }
 
 /// The training arguments with this example's defaults: the three domains of
-/// `data/` when none is given; a batch in tokens alone when one is given; the
-/// per-device batch from the global one.
+/// `data/` when none is given; a batch in tokens alone when one is given; an
+/// evaluation every 10 steps for `--replay-bound`; the per-device batch from the
+/// global one.
 fn training_args(cli: &mut Cli, matches: &clap::ArgMatches) -> TrainingArgs {
     if cli.domain.is_empty() {
         cli.domain = vec![
@@ -420,6 +421,10 @@ fn training_args(cli: &mut Cli, matches: &clap::ArgMatches) -> TrainingArgs {
         // A batch in tokens (--max-tokens-per-batch N --packed-token-budget): no
         // count of documents besides it.
         args.batch.global_batch_size = None;
+    }
+    if cli.replay_bound.is_some() && !given("eval_steps") {
+        // The bound reads evaluations: every 100 steps is too rare for it.
+        args.eval.eval_steps = Some(REPLAY_EVAL_STEPS);
     }
     if !given("per_device_train_batch_size") {
         // The global batch decides; a per-device size nobody set is not warned about.
@@ -779,6 +784,12 @@ fn check_replay(cli: &Cli, names: &[String]) -> adabatch::Result<()> {
     .map(|_| ())
 }
 
+/// `--replay-bound`'s evaluations when `--eval-steps` is not given: every 10
+/// steps held the bound on six seeds of six as every 5 did, in half the
+/// evaluations; every 25 came after the drift (BENCHMARKS.md, "Continual
+/// pretraining: a replay that follows the drift").
+const REPLAY_EVAL_STEPS: usize = 10;
+
 /// `--mixer online`'s warm-up when no flag sets it: the fraction of the run.
 const ONLINE_WARMUP: f64 = 0.4;
 /// `--mixer online`'s temperature when no flag sets it, in nats: at 1 (the
@@ -1106,6 +1117,26 @@ mod tests {
             let err = bounded_shares(flags, 0).unwrap_err().to_string();
             assert!(err.contains(says), "{flags:?}: {err}");
         }
+    }
+
+    /// The bound reads evaluations: every 10 steps unless --eval-steps is given;
+    /// without the bound the example's 100 stays.
+    #[test]
+    fn the_bound_evaluates_every_10_steps_unless_told() {
+        let eval_steps = |flags: &[&str]| {
+            let args = ["mixture", "--domain", "en=e.txt"];
+            let matches = command()
+                .try_get_matches_from(args.iter().chain(flags))
+                .unwrap();
+            let mut cli = Cli::from_arg_matches(&matches).unwrap();
+            training_args(&mut cli, &matches).eval.eval_steps
+        };
+        assert_eq!(eval_steps(BOUND), Some(REPLAY_EVAL_STEPS));
+        assert_eq!(
+            eval_steps(&[BOUND, &["--eval-steps", "5"]].concat()),
+            Some(5)
+        );
+        assert_eq!(eval_steps(&[]), Some(100));
     }
 
     #[test]
