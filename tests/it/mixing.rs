@@ -1118,6 +1118,8 @@ fn bounded_shares_resumed_exactly(
         let mut a = a.clone();
         a.logging.log_jsonl = Some(log.clone());
         a.eval.eval_steps = Some(2);
+        // For a rule that reads a held-out set (the others never ask).
+        a.eval.mixer_eval_examples = Some(3);
         a.save.output_dir = out.clone();
         Bounded::launch_with_eval(&data, &eval, &collate, &a, |ctx: &RankContext| {
             let (model, opt) = adam(ctx)?;
@@ -1199,6 +1201,27 @@ fn a_drift_following_replay_with_a_start_and_a_finish_resumes_exactly() {
     for &(step, share) in &steps {
         assert!(
             (share - expected(step)).abs() < 1e-12,
+            "step {step}: {steps:?}"
+        );
+    }
+}
+
+/// The drift-following rule on a held-out set read after every 3 steps: no
+/// replay until the first reading (after step 3, read with that step's
+/// statistics: step 4's weights follow it), then the cap; evaluations, every 2
+/// steps, are not read; resumed exactly.
+#[test]
+fn a_bounded_replay_on_a_held_out_set_reads_it_every_few_steps_and_resumes_exactly() {
+    let steps = bounded_shares_resumed_exactly("mixing-held-out", || {
+        adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
+            .with_gain(0.04)?
+            .with_held_out(3)
+    });
+    assert!(steps.len() >= 9, "{} steps", steps.len());
+    for &(step, share) in &steps {
+        let expected = if step <= 3 { 0.0 } else { 0.5 };
+        assert!(
+            (share - expected).abs() < 1e-12,
             "step {step}: {steps:?}"
         );
     }

@@ -1,6 +1,7 @@
 //! Continual pretraining with the least replay that keeps the old domains within a
-//! bound: the old domains' held-out losses, read at each evaluation, against their
-//! values before the new data (phase 1's), and the replay share moved by that.
+//! bound: the old domains' held-out losses, read at each evaluation (or on a small
+//! held-out set the mixer asks for), against their values before the new data
+//! (phase 1's), and the replay share moved by that.
 
 use super::mixer::{field, numbers, Diagnostic, Mixer, SourceStats};
 use crate::error::{Error, Result, SettingsError};
@@ -34,7 +35,8 @@ use crate::error::{Error, Result, SettingsError};
 /// recipe (BENCHMARKS.md, "Continual pretraining: a replay that follows the
 /// drift") adds [`Self::with_start`]; [`Self::with_start`] and
 /// [`Self::with_finish`] fix the share over the first and the last steps,
-/// whatever the rule.
+/// whatever the rule. [`Self::with_held_out`] reads a small held-out set instead
+/// of the evaluations.
 #[derive(Debug, Clone)]
 pub struct BoundedReplay {
     new_sources: Vec<String>,
@@ -59,6 +61,9 @@ pub struct BoundedReplay {
     finish: Option<(f64, usize)>,
     /// The fixed share of the last weights, where a start or a finish set them.
     fixed_now: Option<f64>,
+    /// [`Self::with_held_out`]: read the held-out set every so many steps, not
+    /// the evaluations.
+    held_out_every: Option<usize>,
 }
 
 impl BoundedReplay {
@@ -105,6 +110,7 @@ impl BoundedReplay {
             start: None,
             finish: None,
             fixed_now: None,
+            held_out_every: None,
         })
     }
 
@@ -163,6 +169,23 @@ impl BoundedReplay {
         Ok(self)
     }
 
+    /// Read the old domains' losses on the run's held-out set after every
+    /// `every` steps (it asks for them: [`Mixer::wants_held_out`], the first
+    /// `--mixer-eval-examples` examples of each source of the eval set) instead
+    /// of the evaluations, which it then ignores. A held-out set of a few dozen
+    /// documents a domain costs a fraction of an evaluation of the whole
+    /// validation set; `reference` must then be each old domain's loss on that
+    /// same held-out set before the new data (a subset's loss differs from the
+    /// whole set's by more than a bound of a few percent). A typed error for
+    /// `every` = 0.
+    pub fn with_held_out(mut self, every: usize) -> Result<Self> {
+        if every == 0 {
+            return Err(Error::Settings(SettingsError::invalid("held_out_every", every, "a number of steps from 1")));
+        }
+        self.held_out_every = Some(every);
+        Ok(self)
+    }
+
     /// Halve the share once every old domain is within `fraction` of the bound
     /// (in `(0, 1]`; default 0.5). At 1 the share falls as soon as they are back
     /// within the bound and may rise again at the next evaluation: less replay,
@@ -180,17 +203,32 @@ impl BoundedReplay {
         self.fixed_now.unwrap_or(self.replay)
     }
 
-    /// Reads an evaluation not read yet: each old source's drift, then the share.
+    /// The losses of a reading not read yet, by source (NaN where it lacks
+    /// one), and its step: the held-out set's after this step under
+    /// [`Self::with_held_out`], else the last evaluation's.
+    fn unread_losses(&self, stats: &SourceStats<'_>) -> Option<(usize, Vec<f64>)> {
+        if self.held_out_every.is_some() {
+            let held_out = stats.held_out.filter(|h| h.len() == stats.names.len());
+            return held_out.map(|losses| (stats.step, losses.to_vec()));
+        }
+        let eval = stats.last_eval.as_ref().filter(|e| Some(e.step) != self.read)?;
+        let losses = (stats.names.iter())
+            .map(|name| eval.get(&format!("eval_{name}_loss")).unwrap_or(f64::NAN))
+            .collect();
+        Some((eval.step, losses))
+    }
+
+    /// Reads losses not read yet: each old source's drift, then the share.
     fn read_evaluation(&mut self, stats: &SourceStats<'_>) {
-        let Some(eval) = stats.last_eval.as_ref().filter(|e| Some(e.step) != self.read) else {
+        let Some((step, losses)) = self.unread_losses(stats) else {
             return;
         };
-        self.read = Some(eval.step);
-        self.drift = (stats.names.iter())
-            .map(|name| {
+        self.read = Some(step);
+        self.drift = (stats.names.iter().zip(losses))
+            .map(|(name, now)| {
                 let reference = self.reference.iter().find(|(n, _)| n == name);
-                match (reference, eval.get(&format!("eval_{name}_loss"))) {
-                    (Some(&(_, before)), Some(now)) if !self.new_sources.contains(name) => now / before - 1.0,
+                match reference {
+                    Some(&(_, before)) if !self.new_sources.contains(name) => now / before - 1.0,
                     _ => f64::NAN,
                 }
             })
@@ -291,6 +329,10 @@ impl Mixer for BoundedReplay {
             ));
         }
         Ok(())
+    }
+
+    fn wants_held_out(&self, step: usize) -> bool {
+        self.held_out_every.is_some_and(|every| step % every == 0)
     }
 
     fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
@@ -514,6 +556,41 @@ mod tests {
         assert_eq!(m.replay(), 0.0);
         assert_eq!(after(&mut m, 40, Some((40, [4.4, 3.3]))), [0.0, 0.0, 1.0]);
         assert!((m.state().unwrap()["replay"].as_f64().unwrap() - 0.04 * (0.1 + 0.1) / 0.05).abs() < 1e-12, "the rule still reads the drift");
+    }
+
+    /// Under `with_held_out(5)` it asks for the held-out set after steps 5, 10,
+    /// ..., reads the losses given with that step's statistics (here en 6 %
+    /// past its reference: 6 % × 0.06 / 0.05) and ignores evaluations.
+    #[test]
+    fn on_a_held_out_set_it_asks_every_few_steps_and_reads_only_that() {
+        let mut m = mixer().with_gain(0.05).unwrap().with_held_out(5).unwrap();
+        assert!(mixer().with_held_out(0).is_err());
+        let asked: Vec<usize> = (1..=12).filter(|&s| m.wants_held_out(s)).collect();
+        assert_eq!(asked, [5, 10]);
+        // An evaluation far past the bound is not read.
+        after(&mut m, 4, Some((4, [8.0, 6.0])));
+        assert_eq!(m.replay(), 0.0);
+        let names = names();
+        let nan = [f64::NAN; 3];
+        let held_out = [4.24, 3.0, 9.0];
+        let stats = SourceStats {
+            step: 5,
+            names: &names,
+            loss: &nan,
+            tokens: &[],
+            source_tokens: &[1, 1, 1],
+            unit: MixUnit::Tokens,
+            seen: &[0, 0, 0],
+            positions: &[0, 0, 0],
+            sizes: &[1, 1, 1],
+            weights: &[1.0, 1.0, 1.0],
+            last_eval: None,
+            held_out: Some(&held_out),
+        };
+        let w = m.weights(&stats);
+        assert!((w[0] - 0.06 * 0.05 / 0.05).abs() < 1e-12, "{w:?}");
+        assert_eq!(w[1], 0.0);
+        assert!((m.replay() - 0.06).abs() < 1e-12);
     }
 
     #[test]
