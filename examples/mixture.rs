@@ -55,7 +55,10 @@
 //! the bound (`--replay-start`, `--replay-gain`), which held that bound on six
 //! seeds of six with the new domain level with a fixed 10 % replay; BENCHMARKS.md,
 //! "Continual pretraining: a replay that follows the drift"; `--replay-rule
-//! doubling`: the library's default rule).
+//! doubling`: the library's default rule). Cheaper: `--mixer-eval-examples 100
+//! --replay-reference-model PHASE1_DIR` reads the first 100 validation documents
+//! of each domain every 10 steps (`--replay-every`) against phase 1's model's
+//! losses on them.
 
 use std::path::{Path, PathBuf};
 
@@ -133,7 +136,7 @@ struct Cli {
     /// domain's validation loss within this relative rise (0.05: 5 %) of its
     /// reference, read at each evaluation (`adabatch::BoundedReplay`; every 10
     /// steps unless --eval-steps says otherwise), by --replay-rule.
-    #[arg(long, requires_all = ["new_domain", "replay_reference"])]
+    #[arg(long, requires = "new_domain")]
     replay_bound: Option<f64>,
     /// --replay-bound's rule: `follow` (each old domain's share follows its drift,
     /// --replay-gain, after --replay-start; the best measured) or `doubling` (the
@@ -144,6 +147,17 @@ struct Cli {
     /// (phase 1's), for --replay-bound.
     #[arg(long, value_parser = parse_per_domain, requires = "replay_bound")]
     replay_reference: Option<PerDomain>,
+    /// Instead of --replay-reference: the old domains' losses of the model saved
+    /// in DIR (phase 1's), computed before the first step on what --replay-bound
+    /// reads (the validation documents, or the held-out set of
+    /// --mixer-eval-examples).
+    #[arg(long, requires = "replay_bound", conflicts_with = "replay_reference")]
+    replay_reference_model: Option<PathBuf>,
+    /// With --mixer-eval-examples N, --replay-bound reads the first N validation
+    /// documents of each domain after every this many steps
+    /// (`BoundedReplay::with_held_out`) instead of the evaluations (default 10).
+    #[arg(long, requires_all = ["replay_bound", "mixer_eval_examples"])]
+    replay_every: Option<usize>,
     /// --replay-bound's largest replay share.
     #[arg(long, default_value_t = 0.5)]
     replay_max: f64,
@@ -422,7 +436,8 @@ fn training_args(cli: &mut Cli, matches: &clap::ArgMatches) -> TrainingArgs {
         // count of documents besides it.
         args.batch.global_batch_size = None;
     }
-    if cli.replay_bound.is_some() && !given("eval_steps") {
+    if cli.replay_bound.is_some() && args.eval.mixer_eval_examples.is_none() && !given("eval_steps")
+    {
         // The bound reads evaluations: every 100 steps is too rare for it.
         args.eval.eval_steps = Some(REPLAY_EVAL_STEPS);
     }
@@ -460,12 +475,23 @@ fn run() -> adabatch::Result<()> {
     // Its flags are checked whatever the mixer.
     let online = online_mixer(&cli, &args, &domains.infos)?;
     let curriculum = replay_curriculum(&cli, &names, &domains.infos, &args)?;
-    let bounded = bounded_replay(&cli, &args, &domains.infos)?;
-    let validation = domains.validation;
     let info = domains.info;
     let config = decoder::llama_config(&cli.model, &info);
     config.validate()?;
     let collate = PackedCollate::new(cli.model.seq_len, info.eos_id);
+    let validation = domains.validation;
+    if let Some(dir) = &cli.replay_reference_model {
+        let held_out = args.eval.mixer_eval_examples;
+        let reference = model_losses(
+            dir,
+            &config,
+            (&validation, held_out),
+            &cli.new_domain,
+            &collate,
+        )?;
+        cli.replay_reference = Some(PerDomain(reference));
+    }
+    let bounded = bounded_replay(&cli, &args, &domains.infos)?;
     let lr = args.lr.learning_rate;
     let summary = if curriculum.is_none()
         && cli.replay_bound.is_none()
@@ -687,11 +713,9 @@ fn bounded_replay(
     let Some(bound) = cli.replay_bound else {
         return Ok(None);
     };
-    let reference = cli
-        .replay_reference
-        .clone()
-        .map(|l| l.0)
-        .unwrap_or_default();
+    let reference = (cli.replay_reference.clone()).map(|l| l.0).ok_or_else(|| {
+        adabatch::Error::msg("--replay-bound needs the old domains' losses before the new data: --replay-reference or --replay-reference-model")
+    })?;
     let mut bounded = BoundedReplay::new(
         cli.new_domain.iter().cloned(),
         reference,
@@ -725,6 +749,9 @@ fn bounded_replay(
             cli.replay_start
         }
     };
+    if args.eval.mixer_eval_examples.is_some() {
+        bounded = bounded.with_held_out(cli.replay_every.unwrap_or(REPLAY_EVAL_STEPS))?;
+    }
     if start.is_some() || cli.replay_finish.is_some() {
         let steps = expected_steps(args, infos).ok_or_else(|| {
             adabatch::Error::msg(
@@ -741,6 +768,61 @@ fn bounded_replay(
         }
     }
     Ok(Some(bounded))
+}
+
+/// Each old domain's validation loss (nats per token, as the engine's
+/// `eval_<domain>_loss`) under the model saved in `dir`: over its first
+/// `held_out` validation documents when given (the engine's held-out set), else
+/// over all of them. On the CPU, before the run's first step.
+fn model_losses(
+    dir: &Path,
+    config: &adabatch::models::llama::LlamaConfig,
+    (validation, held_out): (&adabatch::Sources<adabatch::TokenDocuments>, Option<usize>),
+    new_domains: &[String],
+    collate: &PackedCollate,
+) -> adabatch::Result<Vec<(String, f64)>> {
+    let device = candle_core::Device::Cpu;
+    let params = adabatch::Parameters::new(0);
+    let llama = adabatch::models::llama::Llama::new(
+        config,
+        params.var_builder(candle_core::DType::F32, &device),
+    )?;
+    params.load_pretrained(dir, true)?;
+    let spec = adabatch::Dataset::sources(validation).expect("the domains are sources");
+    let mut losses = Vec::new();
+    let mut first = 0;
+    for (name, &size) in spec.names.iter().zip(&spec.sizes) {
+        let count = held_out.map_or(size, |n| n.min(size));
+        if !new_domains.contains(name) && count > 0 {
+            let documents: Vec<Vec<u32>> = (first..first + count)
+                .map(|i| adabatch::Dataset::get(validation, i))
+                .collect();
+            let (mut sum, mut tokens) = (0.0, 0);
+            for chunk in documents.chunks(64) {
+                let batch = adabatch::Collate::collate(collate, chunk, &device)?;
+                let logits = llama.forward_packed(
+                    &batch.input_ids,
+                    Some(&batch.position_ids),
+                    Some(&batch.document_ids),
+                )?;
+                let per_document = batch.per_document_cross_entropy(&logits)?;
+                sum += per_document
+                    .to_dtype(candle_core::DType::F64)?
+                    .sum_all()?
+                    .to_scalar::<f64>()?;
+                tokens += adabatch::Batch::num_tokens(&batch);
+            }
+            losses.push((name.clone(), sum / tokens.max(1) as f64));
+        }
+        first += size;
+    }
+    let shown: Vec<String> = losses.iter().map(|(n, l)| format!("{n}={l:.4}")).collect();
+    println!(
+        "--replay-reference-model {}: {}",
+        dir.display(),
+        shown.join(",")
+    );
+    Ok(losses)
 }
 
 /// `--replay-bound` alone decides the replay share; `--replay-budget` steers a mixer
@@ -1120,7 +1202,8 @@ mod tests {
     }
 
     /// The bound reads evaluations: every 10 steps unless --eval-steps is given;
-    /// without the bound the example's 100 stays.
+    /// without the bound, or with a held-out set it reads instead, the
+    /// example's 100 stays.
     #[test]
     fn the_bound_evaluates_every_10_steps_unless_told() {
         let eval_steps = |flags: &[&str]| {
@@ -1137,6 +1220,9 @@ mod tests {
             Some(5)
         );
         assert_eq!(eval_steps(&[]), Some(100));
+        // On a held-out set it reads no evaluation.
+        let held_out = [BOUND, &["--mixer-eval-examples", "100"]].concat();
+        assert_eq!(eval_steps(&held_out), Some(100));
     }
 
     #[test]
@@ -1157,8 +1243,27 @@ mod tests {
             &["--replay-finish", "0:0.8"],
             &["--replay-rule", "doubling"],
             &["--replay-lower-at", "1"],
+            &["--replay-reference-model", "phase1"],
         ] {
             assert!(cli(flags).is_err(), "{flags:?} needs the bound");
         }
+        // Read on a held-out set every 5 steps: it needs that set.
+        assert!(with(&["--replay-every", "5"]).is_err());
+        let held_out = ["--mixer-eval-examples", "100", "--replay-every", "5"];
+        let c = with(&held_out).unwrap();
+        let mut args = c.train.clone();
+        args.length.max_steps = Some(50);
+        assert!(bounded_replay(&c, &args, &[])
+            .unwrap()
+            .unwrap()
+            .wants_held_out(5));
+        // One reference or the other, and one is needed.
+        let model = ["--replay-reference-model", "phase1"];
+        assert!(with(&model).is_err(), "both references");
+        let bound_alone = ["--new-domain", "python", "--replay-bound", "0.05"];
+        let c = cli(&bound_alone).unwrap();
+        let err = bounded_replay(&c, &c.train, &[]).unwrap_err().to_string();
+        assert!(err.contains("--replay-reference-model"), "{err}");
+        assert!(cli(&[&bound_alone[..], &model].concat()).is_ok());
     }
 }

@@ -1220,10 +1220,7 @@ fn a_bounded_replay_on_a_held_out_set_reads_it_every_few_steps_and_resumes_exact
     assert!(steps.len() >= 9, "{} steps", steps.len());
     for &(step, share) in &steps {
         let expected = if step <= 3 { 0.0 } else { 0.5 };
-        assert!(
-            (share - expected).abs() < 1e-12,
-            "step {step}: {steps:?}"
-        );
+        assert!((share - expected).abs() < 1e-12, "step {step}: {steps:?}");
     }
 }
 

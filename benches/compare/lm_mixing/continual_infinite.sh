@@ -20,6 +20,8 @@
 # bound, following its drift (--replay-gain), e.g. bound5e5g6; ...sA-F: A % for
 # the first F % of the steps (--replay-start), e.g. bound5e5g6s20-10; ...fA-F: A %
 # from F % of the steps on (--replay-finish), e.g. bound5e5g6s20-10f0-80;
+# ...hN: the bound read on the first N validation documents of each domain every
+# M steps (--mixer-eval-examples, --replay-every), e.g. bound5e10g6s20-10h100;
 # steps@FRACTION:SHARE,..., e.g. steps@0:0,0.5:0.25,0.8:0.05, the replay share
 # from each fraction of phase 2's tokens on, and steps@SPEC/SPLIT, e.g.
 # steps@0:0.09/en=2,kjv=1, split so among the old domains): the replays of phase 2.
@@ -64,7 +66,7 @@ for seed in "${seeds[@]}"; do
         --lr-cooldown-ratio 0.4 --lr-decay-ratio 0 --eval-steps 100 --save-steps 1000000
     stable="$out/run-phase1stable-$seed"
     train "phase1-$seed" "${old[@]}" --init-from "$stable" --seed "$seed" \
-        --max-train-tokens "$anneal" --learning-rate 1e-3 --eval-steps 25 --save-steps 0
+        --max-train-tokens "$anneal" --learning-rate 1e-3 --eval-steps 25 --save-steps 1000000
     for rate in "${rates[@]}"; do
         phase2=(--init-from "$stable" --seed "$seed" --max-train-tokens "$p2"
             --eval-on-start --save-steps 0 --learning-rate "$rate"
@@ -108,6 +110,15 @@ for seed in "${seeds[@]}"; do
                     # (--replay-finish), ...sA-F (--replay-start), ...gG
                     # (--replay-gain: the follow rule); without a gain, the doubling.
                     rule=()
+                    # ...hN: read the first N validation documents of each domain
+                    # (--mixer-eval-examples) every M steps of boundNeM, not the
+                    # evaluations (which then come every 25 steps, as the fixed
+                    # replays'), against the annealed phase-1 model's losses on them.
+                    held=()
+                    if [[ "$bound" == *h* ]]; then
+                        held=(--mixer-eval-examples "${bound#*h}" --replay-reference-model "$out/run-phase1-$seed")
+                        bound=${bound%%h*}
+                    fi
                     [[ "$bound" == *f* ]] && rule+=(--replay-finish "$(python3 -c "a, f = '${bound#*f}'.split('-'); print(f'{int(a) / 100}:{int(f) / 100}')")") && bound=${bound%%f*}
                     [[ "$bound" == *s* ]] && rule+=(--replay-start "$(python3 -c "a, f = '${bound#*s}'.split('-'); print(f'{int(a) / 100}:{int(f) / 100}')")") && bound=${bound%%s*}
                     [[ "$bound" == *g* ]] && rule+=(--replay-gain "$(python3 -c "print(${bound#*g} / 100)")") && bound=${bound%%g*}
@@ -123,15 +134,17 @@ for seed in "${seeds[@]}"; do
                     fi
                     every=25
                     [[ "$bound" == *e* ]] && every=${bound#*e} && bound=${bound%%e*}
+                    reads=(--replay-reference "$reference" --eval-steps "$every")
+                    [[ ${#held[@]} -gt 0 ]] && reads=("${held[@]}" --replay-every "$every" --eval-steps 25)
                     train "$policy-lr$rate-$seed" "${new_first[@]}" --new-domain python \
                         --replay-bound "$(python3 -c "print($bound / 100)")" \
-                        "${rule[@]}" \
-                        --replay-reference "$reference" "${phase2[@]}" --eval-steps "$every"
+                        "${rule[@]}" "${reads[@]}" "${phase2[@]}"
                     ;;
                 *) echo "unknown policy $policy" >&2; exit 2 ;;
             esac
         done
     done
-    find "$out"/run-{replay,ramp,phase1-}*"$seed" -name '*.safetensors' -delete 2>/dev/null || true
+    # The annealed phase-1 model stays: the ...hN policies read their reference from it.
+    find "$out"/run-{replay,ramp}*"$seed" -name '*.safetensors' -delete 2>/dev/null || true
 done
 python3 benches/compare/lm_mixing/continual.py "$out"
