@@ -174,7 +174,7 @@ impl BoundedReplay {
     /// `--mixer-eval-examples` examples of each source of the eval set) instead
     /// of the evaluations, which it then ignores. A held-out set of a few dozen
     /// documents a domain costs a fraction of an evaluation of the whole
-    /// validation set; `reference` must then be each old domain's loss on that
+    /// validation set (and holds no new source's: it reads none); `reference` must then be each old domain's loss on that
     /// same held-out set before the new data (a subset's loss differs from the
     /// whole set's by more than a bound of a few percent). A typed error for
     /// `every` = 0.
@@ -333,6 +333,11 @@ impl Mixer for BoundedReplay {
 
     fn wants_held_out(&self, step: usize) -> bool {
         self.held_out_every.is_some_and(|every| step % every == 0)
+    }
+
+    /// The old sources' alone: the new ones' losses are never read.
+    fn reads_held_out_of(&self, source: &str) -> bool {
+        !self.new_sources.iter().any(|n| n == source)
     }
 
     fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
@@ -565,6 +570,8 @@ mod tests {
     fn on_a_held_out_set_it_asks_every_few_steps_and_reads_only_that() {
         let mut m = mixer().with_gain(0.05).unwrap().with_held_out(5).unwrap();
         assert!(mixer().with_held_out(0).is_err());
+        // It needs the old sources' held-out losses alone.
+        assert!(m.reads_held_out_of("en") && !m.reads_held_out_of("code"));
         let asked: Vec<usize> = (1..=12).filter(|&s| m.wants_held_out(s)).collect();
         assert_eq!(asked, [5, 10]);
         // An evaluation far past the bound is not read.

@@ -118,6 +118,14 @@ pub trait Mixer: Send {
         let _ = step;
         false
     }
+    /// Whether its held-out requests need `source`'s loss (asked once per source
+    /// before the first step). The engine leaves a source it does not need out
+    /// of the held-out set, and hands NaN for its loss. The default: every
+    /// source's.
+    fn reads_held_out_of(&self, source: &str) -> bool {
+        let _ = source;
+        true
+    }
     /// What the mixer based its last weights on, for the logs (a step's `mixer`
     /// record, TensorBoard's `mixer/...` scalars): named numbers per source, per
     /// pair of sources, or one number. The default: nothing.
@@ -190,6 +198,9 @@ impl Mixer for Box<dyn Mixer> {
     }
     fn wants_held_out(&self, step: usize) -> bool {
         (**self).wants_held_out(step)
+    }
+    fn reads_held_out_of(&self, source: &str) -> bool {
+        (**self).reads_held_out_of(source)
     }
     fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
         (**self).diagnostics()

@@ -80,6 +80,9 @@ impl<M: Mixer> Mixer for ReplayBudget<M> {
     fn wants_held_out(&self, step: usize) -> bool {
         self.inner.wants_held_out(step)
     }
+    fn reads_held_out_of(&self, source: &str) -> bool {
+        self.inner.reads_held_out_of(source)
+    }
 
     fn state(&self) -> Option<serde_json::Value> {
         self.inner.state()

@@ -195,13 +195,14 @@ where
 }
 
 /// The held-out set a mixer asks losses of (`--mixer-eval-examples`): the first
-/// `per_source` examples of each source of the eval set (all of a smaller one),
-/// as eval-set indices. The eval set must hold the training sources, by name
-/// and in order.
+/// `per_source` examples of each source of the eval set that the mixer `reads`
+/// (all of a smaller one), as eval-set indices. The eval set must hold the
+/// training sources, by name and in order.
 pub(crate) fn held_out_set(
     eval_sources: Option<&SourceSpec>,
     train_sources: Option<&SourceSpec>,
     per_source: usize,
+    reads: impl Fn(&str) -> bool,
 ) -> Result<Vec<usize>> {
     let refuse = |reason: String| Err(Error::Settings(SettingsError::HeldOutSet { reason }));
     let (Some(eval), Some(train)) = (eval_sources, train_sources) else {
@@ -218,8 +219,10 @@ pub(crate) fn held_out_set(
     }
     let mut indices = Vec::new();
     let mut start = 0;
-    for &size in &eval.sizes {
-        indices.extend(start..start + size.min(per_source));
+    for (name, &size) in eval.names.iter().zip(&eval.sizes) {
+        if reads(name) {
+            indices.extend(start..start + size.min(per_source));
+        }
         start += size;
     }
     Ok(indices)
@@ -315,5 +318,19 @@ mod tests {
                 assert_eq!(seen, (0..len).collect::<Vec<_>>());
             }
         }
+    }
+
+    /// The first `per_source` examples of each source the mixer reads (all of a
+    /// smaller one), none of the others; another eval set is refused.
+    #[test]
+    fn the_held_out_set_holds_the_first_examples_of_the_sources_read() {
+        use crate::user::data::Dataset;
+        let sources = crate::Sources::new([("a", vec![0u8; 4]), ("b", vec![0u8; 2]), ("c", vec![0u8; 5])]);
+        let spec = sources.unwrap().sources();
+        let set = |reads: &dyn Fn(&str) -> bool| held_out_set(spec.as_ref(), spec.as_ref(), 3, reads);
+        assert_eq!(set(&|_| true).unwrap(), [0, 1, 2, 4, 5, 6, 7, 8]);
+        assert_eq!(set(&|name| name != "b").unwrap(), [0, 1, 2, 6, 7, 8]);
+        let other = crate::Sources::new([("a", vec![0u8; 4])]).unwrap().sources();
+        assert!(held_out_set(other.as_ref(), spec.as_ref(), 3, |_| true).is_err());
     }
 }

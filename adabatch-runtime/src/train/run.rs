@@ -143,7 +143,9 @@ where
         let held_out = match settings.eval.held_out {
             Some(per_source) => {
                 let eval_sources = data.eval.and_then(|e| e.sources());
-                let set = held_out_set(eval_sources.as_ref(), settings.sources.as_ref(), per_source)?;
+                let mixer = trainer.mixer();
+                let reads = |source: &str| mixer.as_ref().is_none_or(|m| m.reads_held_out_of(source));
+                let set = held_out_set(eval_sources.as_ref(), settings.sources.as_ref(), per_source, reads)?;
                 eval_sources.map(|spec| (set, spec))
             }
             None => None,
