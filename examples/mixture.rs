@@ -481,6 +481,10 @@ fn run() -> adabatch::Result<()> {
     let collate = PackedCollate::new(cli.model.seq_len, info.eos_id);
     let validation = domains.validation;
     if let Some(dir) = &cli.replay_reference_model {
+        if args.launch.device == "cpu" {
+            // Its CPU kernels must not size candle's pools for one rank alone.
+            adabatch::share_cpu_cores(args.launch.nproc_per_node);
+        }
         let held_out = args.eval.mixer_eval_examples;
         let reference = model_losses(
             dir,

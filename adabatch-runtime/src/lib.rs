@@ -89,6 +89,7 @@ pub use data::token_files::{TokenDocuments, TokenFile, TokenWidth, TokenWindows}
 #[cfg(feature = "tokenizers")]
 pub use data::tokenize;
 pub use dist::communicator::{Communicator, Local, Single};
+pub use dist::cpu_threads::share_cpu_cores;
 #[cfg(feature = "nccl")]
 pub use dist::nccl::Nccl;
 #[cfg(feature = "nccl")]

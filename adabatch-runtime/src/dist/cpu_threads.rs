@@ -10,14 +10,17 @@
 
 use std::sync::OnceLock;
 
-/// What [`share_cores`] decided: the threads given to candle, or `None` when the
+/// What [`share_cpu_cores`] decided: the threads given to candle, or `None` when the
 /// environment already chose.
 static DECIDED: OnceLock<Option<usize>> = OnceLock::new();
 
 /// Sets candle's CPU thread count for `ranks` CPU ranks in this process, once per
 /// process (the first multi-rank launch decides); returns the count it set, or
-/// `None` when the environment chose.
-pub(crate) fn share_cores(ranks: usize) -> Option<usize> {
+/// `None` when the environment chose. A launch of several CPU ranks calls it; a
+/// program that runs candle CPU kernels before such a launch (a reference
+/// model's losses, say) calls it first with the launch's ranks, or the run's
+/// ranks share pools sized to every core.
+pub fn share_cpu_cores(ranks: usize) -> Option<usize> {
     *DECIDED.get_or_init(|| {
         let chosen = ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"]
             .iter()

@@ -2,7 +2,7 @@
 //! rendezvous of multi-node runs, and the `--device` parser.
 
 pub mod communicator;
-pub(crate) mod cpu_threads;
+pub mod cpu_threads;
 pub mod device_spec;
 #[cfg(feature = "nccl")]
 pub mod nccl;

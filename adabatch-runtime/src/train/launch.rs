@@ -142,7 +142,7 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
             return Ok(Trained { trainer, summary });
         }
         if !settings.device.is_cuda() {
-            if let Some(threads) = crate::dist::cpu_threads::share_cores(settings.world_size) {
+            if let Some(threads) = crate::dist::cpu_threads::share_cpu_cores(settings.world_size) {
                 if !self.args.logging.quiet {
                     eprintln!(
                         "note: {} CPU ranks in one process: candle computes on {threads} thread(s) (set CANDLE_NUM_THREADS to choose)",
