@@ -396,18 +396,18 @@ mod tests {
         BoundedReplay::new(["code"], reference, 0.05, 0.5).unwrap()
     }
 
-    /// The weights after step `step`, the last evaluation after `eval.0` with
-    /// the losses `eval.1` of en and kjv.
-    fn after(m: &mut BoundedReplay, step: usize, eval: Option<(usize, [f64; 2])>) -> Vec<f64> {
-        let names = names();
-        let metrics: BTreeMap<String, f64> = eval
-            .map(|(_, [en, kjv])| [("eval_en_loss".to_string(), en), ("eval_kjv_loss".to_string(), kjv)].into())
-            .unwrap_or_default();
-        let nan = [f64::NAN; 3];
-        let stats = SourceStats {
+    /// The statistics of step `step` over `names` (no training loss), with the
+    /// last evaluation and the held-out losses given.
+    fn stats<'a>(
+        step: usize,
+        names: &'a [String],
+        last_eval: Option<LastEval<'a>>,
+        held_out: Option<&'a [f64]>,
+    ) -> SourceStats<'a> {
+        SourceStats {
             step,
-            names: &names,
-            loss: &nan,
+            names,
+            loss: &[f64::NAN; 3],
             tokens: &[],
             source_tokens: &[1, 1, 1],
             unit: MixUnit::Tokens,
@@ -415,14 +415,24 @@ mod tests {
             positions: &[0, 0, 0],
             sizes: &[1, 1, 1],
             weights: &[1.0, 1.0, 1.0],
-            last_eval: eval.map(|(step, _)| LastEval {
-                step,
-                eval_loss: 0.0,
-                metrics: &metrics,
-            }),
-            held_out: None,
-        };
-        m.weights(&stats)
+            last_eval,
+            held_out,
+        }
+    }
+
+    /// The weights after step `step`, the last evaluation after `eval.0` with
+    /// the losses `eval.1` of en and kjv.
+    fn after(m: &mut BoundedReplay, step: usize, eval: Option<(usize, [f64; 2])>) -> Vec<f64> {
+        let names = names();
+        let metrics: BTreeMap<String, f64> = eval
+            .map(|(_, [en, kjv])| [("eval_en_loss".to_string(), en), ("eval_kjv_loss".to_string(), kjv)].into())
+            .unwrap_or_default();
+        let last_eval = eval.map(|(step, _)| LastEval {
+            step,
+            eval_loss: 0.0,
+            metrics: &metrics,
+        });
+        m.weights(&stats(step, &names, last_eval, None))
     }
 
     #[test]
@@ -578,23 +588,8 @@ mod tests {
         after(&mut m, 4, Some((4, [8.0, 6.0])));
         assert_eq!(m.replay(), 0.0);
         let names = names();
-        let nan = [f64::NAN; 3];
         let held_out = [4.24, 3.0, 9.0];
-        let stats = SourceStats {
-            step: 5,
-            names: &names,
-            loss: &nan,
-            tokens: &[],
-            source_tokens: &[1, 1, 1],
-            unit: MixUnit::Tokens,
-            seen: &[0, 0, 0],
-            positions: &[0, 0, 0],
-            sizes: &[1, 1, 1],
-            weights: &[1.0, 1.0, 1.0],
-            last_eval: None,
-            held_out: Some(&held_out),
-        };
-        let w = m.weights(&stats);
+        let w = m.weights(&stats(5, &names, None, Some(&held_out)));
         assert!((w[0] - 0.06 * 0.05 / 0.05).abs() < 1e-12, "{w:?}");
         assert_eq!(w[1], 0.0);
         assert!((m.replay() - 0.06).abs() < 1e-12);
