@@ -792,7 +792,9 @@ fn model_losses(
         params.var_builder(candle_core::DType::F32, &device),
     )?;
     params.load_pretrained(dir, true)?;
-    let spec = adabatch::Dataset::sources(validation).expect("the domains are sources");
+    let spec = adabatch::Dataset::sources(validation).ok_or_else(|| {
+        adabatch::Error::msg("--replay-reference-model needs the domains' validation documents")
+    })?;
     let mut losses = Vec::new();
     let mut first = 0;
     for (name, &size) in spec.names.iter().zip(&spec.sizes) {

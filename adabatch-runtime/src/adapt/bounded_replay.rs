@@ -171,13 +171,13 @@ impl BoundedReplay {
 
     /// Read the old domains' losses on the run's held-out set after every
     /// `every` steps (it asks for them: [`Mixer::wants_held_out`], the first
-    /// `--mixer-eval-examples` examples of each source of the eval set) instead
-    /// of the evaluations, which it then ignores. A held-out set of a few dozen
-    /// documents a domain costs a fraction of an evaluation of the whole
-    /// validation set (and holds no new source's: it reads none); `reference` must then be each old domain's loss on that
-    /// same held-out set before the new data (a subset's loss differs from the
-    /// whole set's by more than a bound of a few percent). A typed error for
-    /// `every` = 0.
+    /// `--mixer-eval-examples` examples of each old source of the eval set)
+    /// instead of the evaluations, which it then ignores. A held-out set of a
+    /// hundred documents a domain costs a fraction of an evaluation of the whole
+    /// validation set (and holds none of the new sources'). `reference` must
+    /// then be each old domain's loss on that same held-out set before the new
+    /// data: a subset's loss differs from the whole set's by more than a bound
+    /// of a few percent. A typed error for `every` = 0.
     pub fn with_held_out(mut self, every: usize) -> Result<Self> {
         if every == 0 {
             return Err(Error::Settings(SettingsError::invalid("held_out_every", every, "a number of steps from 1")));

@@ -85,7 +85,8 @@ pub struct SourceStats<'a> {
     pub last_eval: Option<LastEval<'a>>,
     /// Each source's loss on the run's held-out set, evaluated after this step
     /// because the mixer asked ([`Mixer::wants_held_out`]); in the unit of
-    /// [`SourceStats::loss`]. `None` on the other steps.
+    /// [`SourceStats::loss`], NaN for a source it does not read
+    /// ([`Mixer::reads_held_out_of`]). `None` on the other steps.
     pub held_out: Option<&'a [f64]>,
 }
 

@@ -348,8 +348,9 @@ pub struct EvalArgs {
     pub eval_on_start: bool,
     /// The held-out set a mixer may ask losses of (`Mixer::wants_held_out`, e.g.
     /// `--aioli-held-out`): this many examples of each source of the eval set
-    /// (its first ones, the same at every request), evaluated whenever the mixer
-    /// asks. Their tokens and seconds are counted in the logs and the summary.
+    /// that the mixer reads (its first ones, the same at every request),
+    /// evaluated whenever the mixer asks. Their tokens and seconds are counted
+    /// in the logs and the summary.
     #[arg(long)]
     pub mixer_eval_examples: Option<usize>,
 }
