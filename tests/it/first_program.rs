@@ -169,6 +169,27 @@ fn training_nothing_is_refused() {
     }
 }
 
+/// An optimizer that says what it holds is checked by that before the first
+/// step, not by its first update: a first rate too small to change any weight
+/// in f32 (a long warm-up's first step) is not taken for an optimizer that
+/// trains nothing.
+#[test]
+fn a_first_update_below_the_weights_precision_is_not_refused() {
+    let data = dataset(12, 1);
+    let mut tiny = args(1, 2, 1);
+    tiny.lr.learning_rate = 1e-30;
+    let trained = adabatch::Run::new(&data, &collate, &tiny).launch(|ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = Sgd::new(model.params.all_vars(), 1e-30);
+        Ok(SgdTrainer { model, opt })
+    });
+    assert!(
+        trained.is_ok(),
+        "{}",
+        trained.err().map(|e| e.to_string()).unwrap_or_default()
+    );
+}
+
 /// A checkpoint written without `max_batch` does not silently run a trainer with
 /// `max_batch = 3` (or the other way): the resume names the key.
 #[test]

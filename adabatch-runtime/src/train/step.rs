@@ -543,7 +543,10 @@ fn unscale(summed: LocalGrads, loss_scale: f64) -> Result<Option<Update>> {
 
 /// The optimizer's step on the gradients at learning rate `lr`. The first update
 /// is checked (`verify`): an optimizer built from other variables (or before the
-/// model made its own) would otherwise train nothing, silently.
+/// model made its own) would otherwise train nothing, silently. One that says
+/// what it holds was checked by that before the first step, so its update is
+/// not: a first rate too small to change a weight in its precision (a long
+/// warm-up's) would read as no update.
 fn apply_update(
     optimizer: &mut impl TrainOptimizer,
     params: &[(String, Var)],
@@ -557,7 +560,7 @@ fn apply_update(
             store.insert(var.as_tensor(), grad);
         }
     }
-    let before = if *verify && lr > 0.0 {
+    let before = if *verify && lr > 0.0 && optimizer.held_parameters().is_none() {
         Some(gradient_carrying_values(params, &store)?)
     } else {
         None
