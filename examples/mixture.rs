@@ -144,7 +144,8 @@ struct Cli {
     #[arg(long, value_enum, default_value_t = ReplayRule::Follow, requires = "replay_bound")]
     replay_rule: ReplayRule,
     /// The old domains' validation losses before the new data, `en=5.18,kjv=3.96`
-    /// (phase 1's), for --replay-bound.
+    /// (phase 1's), for --replay-bound; with --mixer-eval-examples, their losses
+    /// on that held-out set (--replay-reference-model computes them).
     #[arg(long, value_parser = parse_per_domain, requires = "replay_bound")]
     replay_reference: Option<PerDomain>,
     /// Instead of --replay-reference: the old domains' losses of the model saved

@@ -560,15 +560,18 @@ fn apply_update(
             store.insert(var.as_tensor(), grad);
         }
     }
-    let before = if *verify && lr > 0.0 && optimizer.held_parameters().is_none() {
-        Some(gradient_carrying_values(params, &store)?)
+    let before = if *verify && lr > 0.0 {
+        *verify = false;
+        match optimizer.held_parameters() {
+            Some(_) => None,
+            None => Some(gradient_carrying_values(params, &store)?),
+        }
     } else {
         None
     };
     optimizer.set_learning_rate(lr);
     optimizer.step(&store)?;
     if let Some(before) = before {
-        *verify = false;
         check_updated(&before)?;
     }
     Ok(())
