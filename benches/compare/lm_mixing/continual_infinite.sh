@@ -30,6 +30,9 @@
 #
 #   bash benches/compare/lm_mixing/continual_infinite.sh [SEEDS...]   # default: 1 2 3
 #
+# KEEP_MODELS=1: phase 2's runs save their last model and keep it (by default
+# only the phase-1 models stay).
+#
 # Writes OUT/phase1stable-<seed>.json, OUT/phase1-<seed>.json (the annealed
 # model), OUT/{replay0,replay10,ramp20-0}-lr<rate>-<seed>.json, then continual.py's
 # table (whose phase-1 losses are the annealed model's).
@@ -67,9 +70,11 @@ for seed in "${seeds[@]}"; do
     stable="$out/run-phase1stable-$seed"
     train "phase1-$seed" "${old[@]}" --init-from "$stable" --seed "$seed" \
         --max-train-tokens "$anneal" --learning-rate 1e-3 --eval-steps 25 --save-steps 1000000
+    save2=0
+    [[ -n "${KEEP_MODELS:-}" ]] && save2=1000000
     for rate in "${rates[@]}"; do
         phase2=(--init-from "$stable" --seed "$seed" --max-train-tokens "$p2"
-            --eval-on-start --save-steps 0 --learning-rate "$rate"
+            --eval-on-start --save-steps "$save2" --learning-rate "$rate"
             --lr-scheduler-type warmup_stable_decay --lr-decay-ratio 0.2 "${batch[@]}")
         for policy in "${policies[@]}"; do
             case "$policy" in
@@ -145,6 +150,8 @@ for seed in "${seeds[@]}"; do
         done
     done
     # The annealed phase-1 model stays: the ...hN policies read their reference from it.
-    find "$out"/run-{replay,ramp}*"$seed" -name '*.safetensors' -delete 2>/dev/null || true
+    # Phase 2's models go unless KEEP_MODELS=1 (then each run saves its last model).
+    [[ -n "${KEEP_MODELS:-}" ]] ||
+        find "$out"/run-{replay,ramp}*"$seed" -name '*.safetensors' -delete 2>/dev/null || true
 done
 python3 benches/compare/lm_mixing/continual.py "$out"
