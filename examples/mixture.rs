@@ -779,10 +779,10 @@ fn bounded_replay(
 /// `eval_<domain>_loss`) under the model saved in `dir`: over its first
 /// `held_out` validation documents when given (the engine's held-out set), else
 /// over all of them. On the CPU, before the run's first step.
-fn model_losses(
+fn model_losses<D: adabatch::Dataset<Item = Vec<u32>>>(
     dir: &Path,
     config: &adabatch::models::llama::LlamaConfig,
-    (validation, held_out): (&adabatch::Sources<adabatch::TokenDocuments>, Option<usize>),
+    (validation, held_out): (&adabatch::Sources<D>, Option<usize>),
     new_domains: &[String],
     collate: &PackedCollate,
 ) -> adabatch::Result<Vec<(String, f64)>> {
@@ -1230,6 +1230,75 @@ mod tests {
         // On a held-out set it reads no evaluation.
         let held_out = [BOUND, &["--mixer-eval-examples", "100"]].concat();
         assert_eq!(eval_steps(&held_out), Some(100));
+    }
+
+    /// The reference losses of a saved model: each old domain's mean loss per
+    /// target over its first documents, computed as if each document ran
+    /// alone (unpacked, its own log-softmax), the new domain left out.
+    #[test]
+    fn a_saved_models_reference_losses_are_each_old_domains_loss_per_token() {
+        use adabatch::models::llama::{Llama, LlamaConfig, ModelType};
+        use candle_core::{DType, Device, Tensor};
+        let device = Device::Cpu;
+        let mut config = LlamaConfig::new(ModelType::Llama, 16, 8, 16, 1, 2, 1);
+        config.tie_word_embeddings = true;
+        config.max_position_embeddings = 8;
+        let params = adabatch::Parameters::new(7);
+        let llama = Llama::new(&config, params.var_builder(DType::F32, &device)).unwrap();
+        let dir = std::env::temp_dir().join(format!("mixture-model-losses-{}", std::process::id()));
+        let saved = params.named_parameters();
+        adabatch::save_pretrained(&saved, None, &dir).unwrap();
+        // Documents end with the EOS id (0), as the token files' do.
+        let domain = |docs: &[&[u32]]| docs.iter().map(|d| d.to_vec()).collect::<Vec<_>>();
+        let en = domain(&[&[3, 4, 5, 0], &[6, 7, 0], &[8, 9, 10, 11, 0]]);
+        let python = domain(&[&[12, 13, 0]]);
+        let kjv = domain(&[&[1, 2, 0], &[14, 15, 3, 0]]);
+        let validation =
+            adabatch::Sources::new([("en", en.clone()), ("python", python), ("kjv", kjv.clone())])
+                .unwrap();
+        // Alone: the summed loss of each next token, over the targets.
+        let alone = |docs: &[Vec<u32>]| {
+            let (mut sum, mut targets) = (0.0, 0);
+            for doc in docs {
+                let ids = Tensor::new(&doc[..doc.len() - 1], &device)
+                    .unwrap()
+                    .unsqueeze(0)
+                    .unwrap();
+                let logits = llama.forward(&ids).unwrap().squeeze(0).unwrap();
+                let log_p = candle_nn::ops::log_softmax(&logits, 1)
+                    .unwrap()
+                    .to_vec2::<f32>()
+                    .unwrap();
+                for (row, &next) in log_p.iter().zip(&doc[1..]) {
+                    sum -= f64::from(row[next as usize]);
+                    targets += 1;
+                }
+            }
+            sum / targets as f64
+        };
+        let collate = PackedCollate::new(8, 0);
+        let new = ["python".to_string()];
+        let losses = |held_out| {
+            model_losses(&dir, &config, (&validation, held_out), &new, &collate).unwrap()
+        };
+        let check = |got: Vec<(String, f64)>, want: [(&str, f64); 2]| {
+            assert_eq!(got.len(), 2, "{got:?}");
+            for ((name, loss), (want_name, want_loss)) in got.iter().zip(want) {
+                assert_eq!(name, want_name);
+                assert!(
+                    (loss - want_loss).abs() < 1e-6 * want_loss,
+                    "{name}: {loss} against {want_loss}"
+                );
+            }
+        };
+        check(losses(None), [("en", alone(&en)), ("kjv", alone(&kjv))]);
+        // The held-out set: the first two documents of each domain.
+        check(
+            losses(Some(2)),
+            [("en", alone(&en[..2])), ("kjv", alone(&kjv[..2]))],
+        );
+        assert_ne!(alone(&en[..2]), alone(&en));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
