@@ -139,6 +139,41 @@ fn final_eval_matches_an_independent_computation_on_the_trained_model() {
     assert!(summary.to_string().contains("'eval_loss'"), "{summary}");
 }
 
+/// `Run::evaluate` (HF's `trainer.evaluate()`) evaluates a trained model without
+/// training: the run's own last evaluation to the bit, at step 0; a run without
+/// an eval set is a typed error.
+#[test]
+fn run_evaluate_gives_the_runs_last_evaluation_without_training() {
+    let (train, eval) = (dataset(40, 1), dataset(23, 2));
+    let a = args(1, None);
+    let Trained {
+        mut trainer,
+        summary,
+    } = Evaluated::launch_with_eval(&train, &eval, &collate, &a, factory(false)).unwrap();
+    let last = summary.final_eval().unwrap();
+    let run = adabatch::Run::new(&train, &collate, &a);
+    let again = run.with_eval(&eval).evaluate(&mut trainer).unwrap();
+    assert_eq!((again.step, again.eval_examples), (0, 23));
+    assert_eq!(again.eval_loss.to_bits(), last.eval_loss.to_bits());
+    assert_eq!(again.metrics, last.metrics);
+    let (loss, abs_error, _) = reference(&trainer.model, &eval);
+    assert!(close(again.eval_loss, loss) && close(again.get("eval_abs_error").unwrap(), abs_error));
+    // Evaluating trains nothing: a second evaluation is the same.
+    let third = adabatch::Run::new(&train, &collate, &a)
+        .with_eval(&eval)
+        .evaluate(&mut trainer)
+        .unwrap();
+    assert_eq!(third, again);
+    let err = adabatch::Run::new(&train, &collate, &a)
+        .evaluate(&mut trainer)
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Settings(SettingsError::NoEvalSet { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("needs an eval set"), "{err}");
+}
+
 #[test]
 fn every_eval_example_counts_once_and_ranks_agree() {
     // 23 eval examples over 3 ranks (8, 8, 7) in chunks of 5; 48 training examples

@@ -97,6 +97,12 @@ pub enum SettingsError {
         /// What the mixer found wrong.
         reason: String,
     },
+    /// An evaluation was asked of a run that has no eval set.
+    #[error("{what} needs an eval set: give one with Run::with_eval (HF's eval_dataset)")]
+    NoEvalSet {
+        /// What asked for it.
+        what: &'static str,
+    },
     /// The held-out set a mixer asks losses of (`--mixer-eval-examples`) cannot
     /// be built from the eval set, or the mixer asked and the run has none.
     #[error("the mixer's held-out set: {reason}")]

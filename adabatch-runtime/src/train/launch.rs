@@ -14,10 +14,12 @@ use crate::config::args::TrainingArgs;
 use crate::dist::communicator::{Communicator, Local, Single};
 use crate::error::{DistributedError, Error, Result, SettingsError};
 use crate::report::logging::Logger;
+use crate::report::record::EvalLog;
 use crate::report::summary::{TrainSummary, Trained};
 use crate::train::checkpoint::resume_point;
 use crate::train::collate::panic_message;
 use crate::train::dry_run::{dry_run_launch, dry_run_trainer};
+use crate::train::eval::{evaluate, EvalInput};
 use crate::train::out_of_memory::FaultInjector;
 use crate::train::run::{RankRun, RunData};
 use crate::train::settings::RunSettings;
@@ -108,6 +110,36 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
         let mut logger = settings.logger(self.args)?;
         let logger = Some(&mut logger);
         rank_run(trainer, &Single, self.data, &settings, &device, logger)
+    }
+
+    /// Evaluates `trainer`'s model on the eval set without training (HF's
+    /// `trainer.evaluate()`), as a run's evaluations do: on one rank, in chunks of
+    /// `--per-device-eval-batch-size`, every eval example once, the losses
+    /// weighted as `T`'s policy and the flags say, under the run's precision. The
+    /// log's `step` and `epoch` are 0. The run's settings are checked as for
+    /// training; a run without an eval set (no [`Run::with_eval`]) is a typed
+    /// error.
+    pub fn evaluate<T>(&self, trainer: &mut T) -> Result<EvalLog>
+    where
+        T: AdaptiveTrainer,
+        C: CollateFor<T, D>,
+    {
+        let Some(eval) = self.data.eval else {
+            return Err(Error::Settings(SettingsError::NoEvalSet {
+                what: "Run::evaluate",
+            }));
+        };
+        let settings = self.settings::<T>(1)?;
+        let device = settings.device.open(0)?;
+        let input = EvalInput {
+            eval,
+            collate: self.data.collate,
+            device: &device,
+            batch_size: settings.eval.batch_size,
+            reweight: settings.step.reweight,
+            precision: settings.step.precision,
+        };
+        evaluate(trainer, &Single, &input, 0, 0.0)
     }
 
     /// Trains on `--nproc-per-node` ranks (threads on CPU; with the `nccl` feature,
