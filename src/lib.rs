@@ -107,8 +107,9 @@
 //!   [`TokenFile`], [`TokenDocuments`], [`PackedCollate`].
 //! - **The trainer**: [`adaptive_trainer`] generates an [`AdaptiveTrainer`] with
 //!   `T::train(&mut trainer, &data, &collate, &args)`, `T::launch(&data, &collate,
-//!   &args, factory)` and `T::launch_with_eval(&train, &eval, &collate, &args,
-//!   factory)`; [`Run`] is the builder for everything else
+//!   &args, factory)`, `T::launch_with_eval(&train, &eval, &collate, &args,
+//!   factory)` and `T::evaluate(&mut trainer, &eval, &collate, &args)` (no
+//!   training); [`Run`] is the builder for everything else
 //!   (`Run::new(&data, &collate, &args).with_eval(&eval).launch(factory)`). A
 //!   factory gets a [`RankContext`] and builds one rank's trainer; [`Trained`]
 //!   holds rank 0's trainer and the [`TrainSummary`].
@@ -177,10 +178,10 @@ pub mod prelude {
 #[doc(hidden)]
 pub mod __private {
     pub use adabatch_runtime::{
-        AdaptiveTrainer, Callback, Collate, CollateFor, Dataset, GoodputSpec, GradAccum, Growth,
-        LrScaling, MeasureEvery, MemoryModel, MixFn, MixSpec, Mixer, NoiseScalePolicy, OomPolicy,
-        Ramp, RankContext, Result, Reweight, Run, ScheduleFn, ScheduleSpec, StepTimeFn, TrainModel,
-        TrainSummary, Trained, TrainerPolicy, TrainingArgs,
+        AdaptiveTrainer, Callback, Collate, CollateFor, Dataset, EvalLog, GoodputSpec, GradAccum,
+        Growth, LrScaling, MeasureEvery, MemoryModel, MixFn, MixSpec, Mixer, NoiseScalePolicy,
+        OomPolicy, Ramp, RankContext, Result, Reweight, Run, ScheduleFn, ScheduleSpec, StepTimeFn,
+        TrainModel, TrainSummary, Trained, TrainerPolicy, TrainingArgs,
     };
     pub use candle_nn::Optimizer;
 }

@@ -27,7 +27,8 @@ pub enum Mode<'a> {
     Stub,
 }
 
-/// `impl Struct { POLICY, new, train, launch }`; `policy` is the value of `POLICY`.
+/// `impl Struct { POLICY, new, train, launch, launch_with_eval, evaluate }`;
+/// `policy` is the value of `POLICY`.
 pub fn inherent(
     p: &TokenStream,
     item: &ItemStruct,
@@ -50,6 +51,7 @@ pub fn inherent(
     let train = methods.train();
     let launch = methods.launch();
     let launch_with_eval = methods.launch_with_eval();
+    let evaluate = methods.evaluate();
     let lints = lints(mode);
     quote! {
         #[automatically_derived]
@@ -66,6 +68,8 @@ pub fn inherent(
             #launch
 
             #launch_with_eval
+
+            #evaluate
         }
     }
 }
@@ -84,7 +88,7 @@ fn lints(mode: Mode) -> TokenStream {
     }
 }
 
-/// What `train`, `launch` and `launch_with_eval` are written from.
+/// What `train`, `launch`, `launch_with_eval` and `evaluate` are written from.
 struct Methods<'a> {
     /// The path of the runtime's private module.
     p: &'a TokenStream,
@@ -177,11 +181,36 @@ impl Methods<'_> {
                 args: &#p::TrainingArgs,
             ) -> #p::Result<#p::TrainSummary>
         });
-        let model_bounds = self.model_bounds();
-        let stub_bounds = self.stub_bounds();
-        let where_ = self.with_where(self.glue(quote!(#model_bounds #stub_bounds)));
+        let where_ = self.one_rank_where();
         let body = self.glue(self.body(quote!(#p::Run::new(dataset, collate, args).train(self))));
         quote!(#sig #where_ #body)
+    }
+
+    fn evaluate(&self) -> TokenStream {
+        let Methods { p, d, c, .. } = self;
+        let model_generic = self.model_generic();
+        let sig = self.glue(quote! {
+            /// Evaluates this trainer's model on `eval_dataset` without training (HF's
+            /// `trainer.evaluate()`): one evaluation on one rank, as a run's are.
+            pub fn evaluate<#d, #c #model_generic>(
+                &mut self,
+                eval_dataset: &#d,
+                collate: &#c,
+                args: &#p::TrainingArgs,
+            ) -> #p::Result<#p::EvalLog>
+        });
+        let where_ = self.one_rank_where();
+        let body = self.glue(self.body(quote!(#p::Run::new(eval_dataset, collate, args)
+            .with_eval(eval_dataset)
+            .evaluate(self))));
+        quote!(#sig #where_ #body)
+    }
+
+    /// The where-clause of `train` and `evaluate`.
+    fn one_rank_where(&self) -> TokenStream {
+        let model_bounds = self.model_bounds();
+        let stub_bounds = self.stub_bounds();
+        self.with_where(self.glue(quote!(#model_bounds #stub_bounds)))
     }
 
     /// The where-clause of `launch` and `launch_with_eval`.

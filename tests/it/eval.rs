@@ -139,9 +139,9 @@ fn final_eval_matches_an_independent_computation_on_the_trained_model() {
     assert!(summary.to_string().contains("'eval_loss'"), "{summary}");
 }
 
-/// `Run::evaluate` (HF's `trainer.evaluate()`) evaluates a trained model without
-/// training: the run's own last evaluation to the bit, at step 0; a run without
-/// an eval set is a typed error.
+/// `Run::evaluate` and the attribute's `T::evaluate` (HF's `trainer.evaluate()`)
+/// evaluate a trained model without training: the run's own last evaluation to
+/// the bit, at step 0; a run without an eval set is a typed error.
 #[test]
 fn run_evaluate_gives_the_runs_last_evaluation_without_training() {
     let (train, eval) = (dataset(40, 1), dataset(23, 2));
@@ -164,6 +164,8 @@ fn run_evaluate_gives_the_runs_last_evaluation_without_training() {
         .evaluate(&mut trainer)
         .unwrap();
     assert_eq!(third, again);
+    // The attribute's glue: the eval set alone.
+    assert_eq!(trainer.evaluate(&eval, &collate, &a).unwrap(), again);
     let err = adabatch::Run::new(&train, &collate, &a)
         .evaluate(&mut trainer)
         .unwrap_err();

@@ -50,10 +50,11 @@ fn the_glue_names_the_model_through_a_parameter() {
         out.contains("pub fn launch_with_eval < D , C , F , M >"),
         "{out}"
     );
+    assert!(out.contains("pub fn evaluate < D , C , M >"), "{out}");
     assert_eq!(
         out.matches("Self : :: adabatch :: __private :: AdaptiveTrainer < Model = M >")
             .count(),
-        3,
+        4,
         "{out}"
     );
     assert!(!out.contains("< Self as :: adabatch :: __private :: AdaptiveTrainer >"));
@@ -102,9 +103,13 @@ fn fallback_has_the_item_the_errors_and_stand_ins() {
         out.contains("pub fn launch_with_eval < D , C , F > ("),
         "{out}"
     );
+    assert!(
+        out.contains("pub fn evaluate < D , C > (& mut self"),
+        "{out}"
+    );
     assert_eq!(
         out.matches(":: core :: unimplemented ! ()").count(),
-        3,
+        4,
         "{out}"
     );
     // No policy checks, no bounds on the model.
