@@ -2,9 +2,10 @@
 //! trains one trainer on one rank ([`Run::train`]), ranks as threads or NCCL GPUs
 //! ([`Run::launch`]), or the ranks of a group that may span processes
 //! ([`Run::group`]). Each builds the run's settings once, then runs a
-//! `RankRun` on every rank. It is the one way in besides the methods the
-//! attribute generates (`T::train`, `T::launch`, `T::launch_with_eval`), which
-//! call it.
+//! `RankRun` on every rank; [`Run::evaluate`] evaluates a trainer without
+//! training. It is the one way in besides the methods the attribute generates
+//! (`T::train`, `T::launch`, `T::launch_with_eval`, `T::evaluate`), which call
+//! it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
