@@ -141,7 +141,8 @@ fn final_eval_matches_an_independent_computation_on_the_trained_model() {
 
 /// `Run::evaluate` and the attribute's `T::evaluate` (HF's `trainer.evaluate()`)
 /// evaluate a trained model without training: the run's own last evaluation to
-/// the bit, at step 0; a run without an eval set is a typed error.
+/// the bit, at step 0; a run without an eval set, or with an empty one, is a
+/// typed error.
 #[test]
 fn run_evaluate_gives_the_runs_last_evaluation_without_training() {
     let (train, eval) = (dataset(40, 1), dataset(23, 2));
@@ -174,6 +175,22 @@ fn run_evaluate_gives_the_runs_last_evaluation_without_training() {
         "{err}"
     );
     assert!(err.to_string().contains("needs an eval set"), "{err}");
+    // An empty eval set: the typed error a run's start gives, not a loss of 0 / 0.
+    let empty: Vec<Example> = Vec::new();
+    let refused = |err: Error| {
+        assert!(
+            matches!(
+                err,
+                Error::Data(DataError::EvalSetTooSmall { examples: 0, .. })
+            ),
+            "{err}"
+        );
+    };
+    refused(trainer.evaluate(&empty, &collate, &a).unwrap_err());
+    let run = adabatch::Run::new(&train, &collate, &a);
+    refused(run.with_eval(&empty).evaluate(&mut trainer).unwrap_err());
+    let launched = Evaluated::launch_with_eval(&train, &empty, &collate, &a, factory(false));
+    refused(launched.err().unwrap());
 }
 
 #[test]

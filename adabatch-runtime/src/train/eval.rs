@@ -9,6 +9,7 @@ use crate::dist::communicator::Communicator;
 use crate::error::{Error, ModelError, Result, SettingsError};
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::report::record::EvalLog;
+use crate::train::settings::RunSettings;
 use crate::train::source_sums;
 use crate::user::data::Dataset;
 use crate::user::train_model::{Batch, TrainModel};
@@ -70,6 +71,24 @@ pub(crate) struct EvalInput<'a, D: ?Sized, C> {
     pub(crate) batch_size: usize,
     pub(crate) reweight: Reweight,
     pub(crate) precision: Precision,
+}
+
+impl<'a, D: ?Sized, C> EvalInput<'a, D, C> {
+    /// How a run of `settings` evaluates `eval` on `device`.
+    pub(crate) fn of(
+        (eval, collate): (&'a D, &'a C),
+        device: &'a Device,
+        settings: &RunSettings,
+    ) -> Self {
+        Self {
+            eval,
+            collate,
+            device,
+            batch_size: settings.eval.batch_size,
+            reweight: settings.step.reweight,
+            precision: settings.step.precision,
+        }
+    }
 }
 
 /// This rank's sums over its share of the eval set.

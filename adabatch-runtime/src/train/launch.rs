@@ -13,7 +13,7 @@ use candle_core::Device;
 
 use crate::config::args::TrainingArgs;
 use crate::dist::communicator::{Communicator, Local, Single};
-use crate::error::{DistributedError, Error, Result, SettingsError};
+use crate::error::{DataError, DistributedError, Error, Result, SettingsError};
 use crate::report::logging::Logger;
 use crate::report::record::EvalLog;
 use crate::report::summary::{TrainSummary, Trained};
@@ -118,8 +118,8 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
     /// `--per-device-eval-batch-size`, every eval example once, the losses
     /// weighted as `T`'s policy and the flags say, under the run's precision. The
     /// log's `step` and `epoch` are 0. The run's settings are checked as for
-    /// training; a run without an eval set (no [`Run::with_eval`]) is a typed
-    /// error.
+    /// training; a run without an eval set (no [`Run::with_eval`]) or with an
+    /// empty one is a typed error.
     pub fn evaluate<T>(&self, trainer: &mut T) -> Result<EvalLog>
     where
         T: AdaptiveTrainer,
@@ -130,16 +130,17 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
                 what: "Run::evaluate",
             }));
         };
+        // As a run's start refuses it (`check_run`), and before the settings:
+        // `T::evaluate` builds them on the eval set.
+        if eval.is_empty() {
+            return Err(Error::Data(DataError::EvalSetTooSmall {
+                world_size: 1,
+                examples: 0,
+            }));
+        }
         let settings = self.settings::<T>(1)?;
         let device = settings.device.open(0)?;
-        let input = EvalInput {
-            eval,
-            collate: self.data.collate,
-            device: &device,
-            batch_size: settings.eval.batch_size,
-            reweight: settings.step.reweight,
-            precision: settings.step.precision,
-        };
+        let input = EvalInput::of((eval, self.data.collate), &device, &settings);
         evaluate(trainer, &Single, &input, 0, 0.0)
     }
 

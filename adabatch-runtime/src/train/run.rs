@@ -516,14 +516,7 @@ where
 
     /// How this run evaluates `eval`.
     fn eval_input(&self, eval: &'a D) -> EvalInput<'a, D, C> {
-        EvalInput {
-            eval,
-            collate: self.data.collate,
-            device: self.device,
-            batch_size: self.settings.eval.batch_size,
-            reweight: self.settings.step.reweight,
-            precision: self.settings.step.precision,
-        }
+        EvalInput::of((eval, self.data.collate), self.device, self.settings)
     }
 
     /// The held-out losses after `step`, when a controller asks for them (a
