@@ -46,6 +46,8 @@
 mod attention;
 mod cuda;
 mod gradcheck;
+#[cfg(all(test, feature = "kernels-on-cpu"))]
+mod kernels_on_cpu;
 pub mod models;
 mod ops;
 mod optim;
@@ -55,6 +57,11 @@ mod precision;
 mod testing;
 
 pub use attention::{attention_bias, packed_attention, positions_in_documents};
+/// The CUDA bodies on the CPU (feature `kernels-on-cpu`, test code: see
+/// `scripts/kernels-on-cpu.sh`).
+#[cfg(feature = "kernels-on-cpu")]
+#[doc(hidden)]
+pub use cuda::harness::{kernel_names, with_kernels_on_cpu};
 pub use gradcheck::{GradCheck, GradCheckOptions, ParamCheck, check_gradients};
 pub use ops::{
     LayerNorm, RmsNorm, RotaryEmbedding, cross_entropy_rows, cuda_bodies_enabled, layer_norm,

@@ -11,29 +11,11 @@ use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaStorage, CudaStorageS
 use candle_core::op::BackpropOp;
 use candle_core::{Layout, Result, Storage, Tensor, bail};
 
-use super::layout::{Geometry, KERNELS, MAX_HEAD_DIM};
+use super::layout::{AttnArgs, Geometry, MAX_HEAD_DIM};
+use crate::cuda::kernel::Pass;
 use crate::cuda::{self, Module};
 
 const NAME: &str = "adabatch-packed-attention";
-
-/// Threads of a block: 4 warps (`WARPS` of the kernels).
-const THREADS: u32 = 128;
-
-/// The kernels' scalar arguments: `AttnArgs` of `kernels/attention.cu`, the same
-/// layout.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct AttnArgs {
-    scale: f64,
-    t: i32,
-    d: i32,
-    g: i32,
-    b: i32,
-    pairs: i32,
-    window: i32,
-    has_docs: i32,
-    chunks: i32,
-}
 
 // SAFETY: a plain `repr(C)` struct of a double and integers, laid out as the
 // kernels' `AttnArgs`, passed by value.
@@ -137,19 +119,7 @@ where
             }
             Some(_) => bail!("{NAME}: the document ids are not on the queries' CUDA device"),
         };
-        let args = AttnArgs {
-            scale: geo.scale,
-            t: cuda::to_i32(geo.t)?,
-            d: cuda::to_i32(geo.d)?,
-            g: cuda::to_i32(geo.g)?,
-            b: cuda::to_i32(geo.b)?,
-            pairs: cuda::to_i32(geo.pairs())?,
-            window: cuda::to_i32(geo.window)?,
-            has_docs: i32::from(matches!(ids, IdsView::Given(_))),
-            chunks: cuda::to_i32(geo.chunks())?,
-        };
-        // Query heads are a grid dimension of i32 range.
-        cuda::to_i32(geo.pairs() * geo.g)?;
+        let args = geo.kernel_args(matches!(ids, IdsView::Given(_)))?;
         Ok(Self {
             geo,
             suffix,
@@ -171,14 +141,14 @@ where
         if !self.empty() {
             let mut unused = self.device.alloc_zeros::<A>(1)?;
             let (q, k, v) = (&self.q, &self.k, &self.v);
-            let grid = self.grid(geo.pairs() * geo.g, self.rows_per_block().0);
             let slots = Slots {
                 o: q,
                 dout: q,
                 lse: Lse::Written(&mut lse),
                 dsum: &mut unused,
             };
-            self.launch(KERNELS[0], grid, [q, k, v], slots, &mut out)?;
+            let pass = geo.forward_pass(self.suffix, std::mem::size_of::<A>());
+            self.launch(&pass, [q, k, v], slots, &mut out)?;
         }
         let lse = A::wrap_cuda_slice(lse, self.device.clone());
         let dims = (geo.kv, geo.b, geo.g * geo.t);
@@ -205,19 +175,14 @@ where
             let lse = cuda::values::<A>(NAME, 6, lse, ll)?;
             let mut dsum = self.device.alloc_zeros::<A>(geo.q_rows())?;
             let (q, k, v) = (&self.q, &self.k, &self.v);
-            let (query_rows, key_rows) = self.rows_per_block();
-            for (kernel, heads, rows) in [
-                (KERNELS[1], geo.pairs() * geo.g, query_rows),
-                (KERNELS[2], geo.pairs(), key_rows),
-            ] {
+            for pass in geo.backward_passes(self.suffix, std::mem::size_of::<A>()) {
                 let slots = Slots {
                     o: &o,
                     dout: &grad,
                     lse: Lse::Read(&lse),
                     dsum: &mut dsum,
                 };
-                let grid = self.grid(heads, rows);
-                self.launch(kernel, grid, [q, k, v], slots, &mut out)?;
+                self.launch(&pass, [q, k, v], slots, &mut out)?;
             }
         }
         Ok(T::wrap_cuda_slice(out, self.device.clone()))
@@ -228,32 +193,15 @@ where
         self.geo.q_len() == 0 || self.geo.kv_len() == 0
     }
 
-    /// Rows a block owns, as `Tile` of `kernels/attention.cu` sets them: queries of
-    /// the forward and dq, keys of dk and dv.
-    fn rows_per_block(&self) -> (usize, usize) {
-        let per_thread = if std::mem::size_of::<A>() == 8 { 8 } else { 16 };
-        let per_warp = (per_thread / self.geo.chunks()).min(8);
-        (4 * per_warp, 4 * (per_warp / 2).max(1))
-    }
-
-    /// `blocks` along x, and tiles of `rows` along y (each block loops over
-    /// tiles past the grid's 65,535).
-    fn grid(&self, blocks: usize, rows: usize) -> (u32, u32) {
-        let tiles = self.geo.t.div_ceil(rows).clamp(1, 65_535);
-        (blocks as u32, tiles as u32)
-    }
-
-    /// Launches `adabatch_<kernel>_c<C>_<dtype>` over `grid`.
+    /// Launches `pass`.
     fn launch(
         &self,
-        kernel: &str,
-        (x, y): (u32, u32),
+        pass: &Pass,
         [q, k, v]: [&CudaView<'_, T>; 3],
         slots: Slots<'_, '_, T, A>,
         out: &mut CudaSlice<T>,
     ) -> Result<()> {
-        let name = format!("adabatch_{kernel}_c{}_{}", self.geo.chunks(), self.suffix);
-        let function = cuda::function(&self.device, Module::Attention, &name)?;
+        let function = cuda::function(&self.device, Module::Attention, &pass.entry)?;
         let stream = self.device.cuda_stream();
         let mut builder = stream.launch_builder(&function);
         builder.arg(q).arg(k).arg(v).arg(slots.o).arg(slots.dout);
@@ -267,8 +215,8 @@ where
         };
         builder.arg(slots.dsum).arg(out).arg(&self.args);
         let config = LaunchConfig {
-            grid_dim: (x, y, 1),
-            block_dim: (THREADS, 1, 1),
+            grid_dim: pass.grid,
+            block_dim: pass.block,
             shared_mem_bytes: 0,
         };
         // SAFETY: the arguments match the kernels' signature (kernels/attention.cu):

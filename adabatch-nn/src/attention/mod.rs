@@ -21,6 +21,8 @@ use crate::ops::softmax_last_dim;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "kernels-on-cpu")]
+mod harness;
 pub(crate) mod layout;
 mod packing;
 
@@ -304,6 +306,13 @@ impl CpuBody for Forward<'_> {
 
     fn run<T: WithDType, A: Acc + WithDType>(&self) -> Result<Self::Output> {
         let floats = CpuInputs::<T>::new(NAME, self.inputs).floats::<3>()?;
+        #[cfg(feature = "kernels-on-cpu")]
+        let (y, lse) = if crate::cuda::harness::kernels_on_cpu() {
+            harness::forward::<T, A>(self.geo, floats, self.docs.ids)?
+        } else {
+            attention_cpu::forward::<T, A>(self.geo, floats, self.docs)
+        };
+        #[cfg(not(feature = "kernels-on-cpu"))]
         let (y, lse) = attention_cpu::forward::<T, A>(self.geo, floats, self.docs);
         let geo = self.geo;
         let lse = Tensor::from_vec(lse, (geo.kv, geo.b, geo.g * geo.t), &Device::Cpu)?;
@@ -396,6 +405,13 @@ impl CpuBody for Backward<'_> {
             bail!("{NAME}: the kept log-sum-exp is not contiguous")
         };
         let lse = &A::cpu_storage_as_slice(lse)?[start..end];
+        #[cfg(feature = "kernels-on-cpu")]
+        let grads = if crate::cuda::harness::kernels_on_cpu() {
+            harness::backward::<T, A>(self.geo, floats, lse, self.docs.ids)?
+        } else {
+            attention_cpu::backward::<T, A>(self.geo, floats, lse, self.docs)
+        };
+        #[cfg(not(feature = "kernels-on-cpu"))]
         let grads = attention_cpu::backward::<T, A>(self.geo, floats, lse, self.docs);
         Ok(T::to_cpu_storage_owned(grads))
     }

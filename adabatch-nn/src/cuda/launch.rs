@@ -19,10 +19,8 @@ use candle_core::cuda_backend::{
 };
 use candle_core::{Layout, Result, Shape, bail};
 
-use super::kernel::CudaKernel;
-
-/// Threads of a column pass's block (one thread per column).
-const COLUMN_THREADS: u32 = 256;
+pub(crate) use super::kernel::to_i32;
+use super::kernel::{CudaKernel, RowArgs};
 
 /// `kernel` of the op `name` on CUDA, in the first input's dtype, over `rows`
 /// rows of `n`, its output of `shape`.
@@ -51,22 +49,6 @@ pub(crate) fn launch(
     }
 }
 
-/// The scalar arguments of every kernel: `RowArgs` of `kernels/rows.cu`, the
-/// same layout.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-struct RowArgs {
-    rows: i32,
-    n: i32,
-    eps: f32,
-    has_ignore: i32,
-    ignore: i64,
-    h: i32,
-    t: i32,
-    flags: i32,
-    x_rows: i32,
-}
-
 // SAFETY: a plain `repr(C)` struct of integers and a float, laid out as the
 // kernels' `RowArgs`, passed by value.
 unsafe impl DeviceRepr for RowArgs {}
@@ -93,70 +75,38 @@ impl Launch {
             .map(|(i, (storage, layout))| self.view::<T>(i, storage, layout))
             .collect::<Result<Vec<_>>>()?;
 
-        let x_rows = self.rows.0;
-        let (rows, n) = self.kernel.grid.unwrap_or(self.rows);
-        if rows == 0 || n == 0 {
+        let Some(plan) = self.kernel.launch(self.rows, suffix)? else {
             // No rows: the parameters' summed gradients (if any) are zeros.
             let zeros = device.alloc_zeros::<T>(self.out_len.max(1))?;
             return Ok(T::wrap_cuda_slice(zeros, device));
-        }
+        };
         // SAFETY: every element is written by the kernels below (the row kernel
         // writes each row's outputs, the column pass the summed rows).
         let mut out = unsafe { device.alloc::<T>(self.out_len.max(1))? };
-        let mut stats = device.alloc_zeros::<A>((rows * self.kernel.stats_per_row).max(1))?;
+        let mut stats = device.alloc_zeros::<A>(plan.stats_len)?;
         let (in1, in2) = (
             views.get(1).unwrap_or(&views[0]),
             views.get(2).unwrap_or(&views[0]),
         );
-        let args = self.args(rows, n, x_rows)?;
-        let row_pass = LaunchConfig {
-            grid_dim: (args.rows as u32, 1, 1),
-            block_dim: (threads_for(n), 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let column_pass = LaunchConfig {
-            grid_dim: ((n as u32).div_ceil(COLUMN_THREADS), 1, 1),
-            block_dim: (COLUMN_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut passes = vec![(self.kernel.name.to_string(), row_pass)];
-        if self.kernel.column_pass {
-            passes.push((format!("{}_cols", self.kernel.name), column_pass));
-        }
-        for (kernel, config) in passes {
-            let function = function(
-                &device,
-                Module::Rows,
-                &format!("adabatch_{kernel}_{suffix}"),
-            )?;
+        for pass in &plan.passes {
+            let function = function(&device, Module::Rows, &pass.entry)?;
             let stream = device.cuda_stream();
             let mut builder = stream.launch_builder(&function);
             for input in [&views[0], in1, in2] {
                 input.push(&mut builder);
             }
-            builder.arg(&mut out).arg(&mut stats).arg(&args);
+            builder.arg(&mut out).arg(&mut stats).arg(&plan.args);
+            let config = LaunchConfig {
+                grid_dim: pass.grid,
+                block_dim: pass.block,
+                shared_mem_bytes: 0,
+            };
             // SAFETY: the arguments match the kernel's signature (kernels/rows.cu):
             // three inputs of `rows × n` (or `n`) elements of T, an output of
             // `out_len`, and `stats_per_row` A's per row.
             unsafe { builder.launch(config) }.w()?;
         }
         Ok(T::wrap_cuda_slice(out, device))
-    }
-
-    /// The kernels' scalar arguments for `rows` blocks over rows of `n`.
-    fn args(&self, rows: usize, n: usize, x_rows: usize) -> Result<RowArgs> {
-        let kernel = &self.kernel;
-        Ok(RowArgs {
-            rows: to_i32(rows)?,
-            n: to_i32(n)?,
-            eps: kernel.eps,
-            has_ignore: i32::from(kernel.ignore.is_some()),
-            ignore: kernel.ignore.unwrap_or(0),
-            h: to_i32(kernel.rope.heads)?,
-            t: to_i32(kernel.rope.positions)?,
-            flags: kernel.rope.flags,
-            x_rows: to_i32(x_rows)?,
-        })
     }
 
     /// Input `i`'s elements, contiguous, as the kernel reads them: of the first
@@ -223,20 +173,6 @@ impl<'a, T> Input<'a, T> {
             Input::Indices(view) => builder.arg(view),
         }
     }
-}
-
-/// A block of whole warps, one thread per element up to 1024.
-fn threads_for(n: usize) -> u32 {
-    (n.div_ceil(32) * 32).clamp(32, 1024) as u32
-}
-
-/// `value` as a kernel's `int`, or an error.
-pub(crate) fn to_i32(value: usize) -> Result<i32> {
-    i32::try_from(value).map_err(|_| {
-        candle_core::Error::Msg(format!(
-            "{value} rows or columns exceed a CUDA kernel's i32"
-        ))
-    })
 }
 
 /// A compiled kernel file of `kernels/`.

@@ -275,8 +275,72 @@ fn cpu_forward<K: RowOp<N>, const N: usize>(
     let Some(&(first, layout)) = inputs.first() else {
         bail!("{}: no inputs", op.name())
     };
+    #[cfg(feature = "kernels-on-cpu")]
+    if let Some(kernel) = op.cuda().filter(|_| crate::cuda::harness::kernels_on_cpu()) {
+        let dims: Vec<&[usize]> = inputs.iter().map(|(_, l)| l.dims()).collect();
+        let shape = op.shape(layout.dims());
+        let body = HarnessBody {
+            name: op.name(),
+            kernel: op.cuda_for(kernel, &dims)?,
+            inputs,
+            out_len: shape.elem_count(),
+        };
+        return Ok((on_cpu(op.name(), first, &body)?, shape));
+    }
     let out = on_cpu(op.name(), first, &RowBody { op, inputs })?;
     Ok((out, op.shape(layout.dims())))
+}
+
+/// A row op's CUDA body on CPU tensors, through the kernels' harness: the launch
+/// `crate::cuda`'s launcher makes on a GPU, the output allocated as NaNs (a
+/// device allocation is not cleared: what no kernel writes shows).
+#[cfg(feature = "kernels-on-cpu")]
+struct HarnessBody<'a> {
+    name: &'static str,
+    kernel: CudaKernel,
+    inputs: &'a [(&'a CpuStorage, &'a Layout)],
+    out_len: usize,
+}
+
+#[cfg(feature = "kernels-on-cpu")]
+impl CpuBody for HarnessBody<'_> {
+    type Output = CpuStorage;
+
+    fn run<T: WithDType, A: Acc + WithDType>(&self) -> Result<CpuStorage> {
+        use crate::cuda::harness::{Args, launch};
+        let inputs = CpuInputs::<T>::new(self.name, self.inputs);
+        let ptrs = (0..self.inputs.len())
+            .map(|i| inputs.address(i))
+            .collect::<Result<Vec<_>>>()?;
+        let Some(plan) = self.kernel.launch(inputs.rows(), T::DTYPE.as_str())? else {
+            return Ok(T::to_cpu_storage_owned(vec![
+                T::from_f64(0.0);
+                self.out_len
+            ]));
+        };
+        let mut out = vec![T::from_f64(f64::NAN); self.out_len.max(1)];
+        let mut stats = vec![A::from_f64(0.0); plan.stats_len];
+        let (out_ptr, stats_ptr) = (out.as_mut_ptr(), stats.as_mut_ptr());
+        let (in1, in2) = (
+            ptrs.get(1).unwrap_or(&ptrs[0]),
+            ptrs.get(2).unwrap_or(&ptrs[0]),
+        );
+        for pass in &plan.passes {
+            let args = Args::new()
+                .arg(&ptrs[0])
+                .arg(in1)
+                .arg(in2)
+                .arg(&out_ptr)
+                .arg(&stats_ptr)
+                .arg(&plan.args);
+            // SAFETY: the arguments of kernels/rows.cu's entry points, as the cudarc
+            // launcher passes them: inputs of the rows (or of `n`), an output of
+            // `out_len`, statistics of `stats_len`.
+            unsafe { launch(pass, args)? };
+        }
+        out.truncate(self.out_len);
+        Ok(T::to_cpu_storage_owned(out))
+    }
 }
 
 /// A row op's CPU body on its inputs, as a [`CpuBody`].
@@ -375,6 +439,26 @@ impl<'a, T: WithDType> CpuInputs<'a, T> {
             bail!("{}: input {i} has to be i64", self.name)
         };
         Ok(&all[self.offsets(i)?])
+    }
+
+    /// Where input `i`'s elements start, of `T` or of i64 indices, for a kernel.
+    #[cfg(feature = "kernels-on-cpu")]
+    pub(crate) fn address(&self, i: usize) -> Result<*const std::ffi::c_void> {
+        let storage = self.input(i)?;
+        if let CpuStorage::I64(_) = storage {
+            return Ok(self.indices(i)?.as_ptr().cast());
+        }
+        if storage.dtype() != T::DTYPE {
+            bail!(
+                "{}: input {i} is {:?}, input 0 is {:?}",
+                self.name,
+                storage.dtype(),
+                T::DTYPE
+            )
+        }
+        Ok(T::cpu_storage_as_slice(storage)?[self.offsets(i)?]
+            .as_ptr()
+            .cast())
     }
 
     fn input(&self, i: usize) -> Result<&'a CpuStorage> {

@@ -29,6 +29,9 @@
 //! # Ok(()) }
 //! ```
 
+use crate::cuda::kernel::Pass;
+use crate::cuda::limits::ADAMW_THREADS;
+
 /// The constants of one AdamW update: `1 - beta`s and `keep` (`1 - lr·decay`)
 /// computed in f64 and rounded once, as the CPU twin takes them.
 #[repr(C)]
@@ -64,6 +67,20 @@ impl AdamWStep {
         Self { keep: 1.0, ..self }
     }
 
+    /// The CUDA kernel's launch over `n` elements (`kernels/adamw.cu`): blocks of
+    /// [`ADAMW_THREADS`], a grid-stride loop past 65,535 blocks.
+    #[cfg_attr(
+        not(any(feature = "cuda", feature = "kernels-on-cpu")),
+        allow(dead_code)
+    )]
+    pub(crate) fn pass(n: usize) -> Pass {
+        Pass {
+            entry: "adabatch_adamw_f32".into(),
+            grid: ((n as u32).div_ceil(ADAMW_THREADS).min(65_535), 1, 1),
+            block: (ADAMW_THREADS, 1, 1),
+        }
+    }
+
     /// The update on CPU: `theta`, `m` and `v` in place from `grad`; an error
     /// unless all four have one length.
     pub fn apply(
@@ -82,6 +99,10 @@ impl AdamWStep {
                 v.len()
             )
         }
+        #[cfg(feature = "kernels-on-cpu")]
+        if crate::cuda::harness::kernels_on_cpu() {
+            return self.apply_through_harness(theta, grad, m, v);
+        }
         let u = self;
         for (((t, &g), m), v) in theta
             .iter_mut()
@@ -96,6 +117,38 @@ impl AdamWStep {
             *t = *t * u.keep - m_hat / (v_hat.sqrt() + u.eps) * u.lr;
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "kernels-on-cpu")]
+impl AdamWStep {
+    /// The update by the CUDA body (`kernels/adamw.cu`) through the kernels'
+    /// harness, launched as `optim/cuda.rs` launches it.
+    fn apply_through_harness(
+        &self,
+        theta: &mut [f32],
+        grad: &[f32],
+        m: &mut [f32],
+        v: &mut [f32],
+    ) -> candle_core::Result<()> {
+        use crate::cuda::harness::{Args, launch};
+        let n = theta.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let pass = Self::pass(n);
+        let (theta, m, v) = (theta.as_mut_ptr(), m.as_mut_ptr(), v.as_mut_ptr());
+        let (grad, len) = (grad.as_ptr(), n as i64);
+        let args = Args::new()
+            .arg(&theta)
+            .arg(&grad)
+            .arg(&m)
+            .arg(&v)
+            .arg(self)
+            .arg(&len);
+        // SAFETY: `adabatch_adamw_f32`'s arguments; `apply` checked that the four
+        // slices hold `n` elements each.
+        unsafe { launch(&pass, args) }
     }
 }
 

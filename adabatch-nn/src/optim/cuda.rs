@@ -89,13 +89,13 @@ impl CudaMoments {
         if n == 0 {
             return Ok(());
         }
-        let function = function(&device, Module::AdamW, "adabatch_adamw_f32")?;
+        let pass = AdamWStep::pass(n);
+        let function = function(&device, Module::AdamW, &pass.entry)?;
         let (mut theta, grad) = (theta.slice_mut(t0..t1), grad.slice(g0..g1));
         let len = n as i64;
-        let threads = 256u32;
         let config = LaunchConfig {
-            grid_dim: ((n as u32).div_ceil(threads).min(65_535), 1, 1),
-            block_dim: (threads, 1, 1),
+            grid_dim: pass.grid,
+            block_dim: pass.block,
             shared_mem_bytes: 0,
         };
         let stream = device.cuda_stream();

@@ -1,0 +1,3 @@
+// The harness's stand-in for CUDA's header: __half lives in cuda_cpu.h.
+#pragma once
+#include "../cuda_cpu.h"
