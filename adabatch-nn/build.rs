@@ -180,8 +180,12 @@ mod harness {
             .file(&shared)
             .objects(&kernels);
         runtime.compile("adabatch_kernels_harness");
-        if !sanitizer.is_empty() {
-            println!("cargo::rustc-link-arg=-fsanitize={sanitizer}");
+        // rustc links with -nodefaultlibs, which leaves the sanitizer's runtime out:
+        // name it (the runs set verify_asan_link_order=0, as it is not first).
+        match sanitizer.as_str() {
+            "address" => println!("cargo::rustc-link-lib=dylib=asan"),
+            "thread" => println!("cargo::rustc-link-lib=dylib=tsan"),
+            _ => {}
         }
     }
 

@@ -17,6 +17,7 @@
 use candle_core::{DType, Device, Result, Tensor};
 
 use crate::cuda::harness::{kernel_names, with_kernels_on_cpu};
+use crate::ops::cross_entropy_rows_unwidened;
 use crate::testing::{grads, randn, values};
 use crate::{
     AdamWStep, cross_entropy_rows, layer_norm, packed_attention, rms_norm, rope, rope_i, rope_thd,
@@ -216,8 +217,12 @@ fn cross_entropy_matches_its_twin() -> Result<()> {
                 .collect();
             let targets = Tensor::new(targets, &Device::Cpu)?;
             let op = |x: &[Tensor]| cross_entropy_rows(&x[0], &targets, Some(-100));
+            let what = format!("cross_entropy_rows ({rows}, {classes})");
+            check(&what, &op, std::slice::from_ref(&logits))?;
+            // The public op widens halves to f32: its f16 and bf16 kernels run here.
+            let op = |x: &[Tensor]| cross_entropy_rows_unwidened(&x[0], &targets, Some(-100));
             check(
-                &format!("cross_entropy_rows ({rows}, {classes})"),
+                &format!("cross-entropy kernel ({rows}, {classes})"),
                 &op,
                 &[logits],
             )?;

@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -28,12 +29,15 @@ namespace {
 // Unwinds a thread's kernel once its launch has failed.
 struct Abort {};
 
+// Each barrier has its own lock, so that ThreadSanitizer sees the ordering a GPU
+// gives (a warp's barrier orders that warp, the block's the block) and no more.
 struct Barrier {
+    std::mutex mu;
     std::condition_variable cv;
     int expected = 0;
-    int arrived = 0;
+    std::atomic<int> arrived{0};
     unsigned long generation = 0;
-    const char *site = nullptr;
+    std::atomic<const char *> site{nullptr};
     int pending_or = 0;
     int result_or = 0;
 };
@@ -52,14 +56,15 @@ struct Launch {
     const char *name = nullptr;
     dim3 grid{1, 1, 1}, block{1, 1, 1};
     int threads = 0;
-    std::chrono::seconds watchdog{60};
-    std::mutex mu;
+    std::chrono::seconds watchdog{120};
     Barrier block_barrier;
     std::vector<Warp> warps;
     // Threads waiting at a barrier, of the block or of a warp: when every thread
-    // waits and none of the barriers is complete, nothing can move again.
-    int blocked = 0;
-    bool failed = false;
+    // waits and none of the barriers is complete, nothing can move again. Relaxed:
+    // counting must not order the threads' memory.
+    std::atomic<int> blocked{0};
+    std::atomic<bool> failed{false};
+    std::mutex error_mu;
     std::string error;
 };
 
@@ -77,30 +82,31 @@ std::string where() {
     return text;
 }
 
-void notify_all(Launch &launch) {
+// Fails the launch (the first error is kept); every waiting thread sees it within
+// its next wake-up (waits wake at least every 100 ms).
+[[noreturn]] void fail(Launch &launch, const std::string &message) {
+    {
+        std::lock_guard<std::mutex> lock(launch.error_mu);
+        if (!launch.failed.load()) {
+            launch.error = std::string(launch.name) + ": " + message;
+            launch.failed.store(true);
+        }
+    }
     launch.block_barrier.cv.notify_all();
     for (Warp &warp : launch.warps) {
         warp.barrier.cv.notify_all();
     }
-}
-
-// Fails the launch (the first error is kept) and wakes every waiting thread.
-[[noreturn]] void fail(Launch &launch, const std::string &message) {
-    if (!launch.failed) {
-        launch.failed = true;
-        launch.error = std::string(launch.name) + ": " + message;
-    }
-    notify_all(launch);
     throw Abort{};
 }
 
 std::string waiting(const Launch &launch) {
     std::string text;
     auto add = [&](const Barrier &barrier, const std::string &scope) {
-        if (barrier.arrived > 0) {
-            text += "; " + std::to_string(barrier.arrived) + " of " +
-                    std::to_string(barrier.expected) + " threads of " + scope + " wait at " +
-                    barrier.site;
+        const int arrived = barrier.arrived.load(std::memory_order_relaxed);
+        const char *site = barrier.site.load(std::memory_order_relaxed);
+        if (arrived > 0 && site != nullptr) {
+            text += "; " + std::to_string(arrived) + " of " + std::to_string(barrier.expected) +
+                    " threads of " + scope + " wait at " + site;
         }
     };
     add(launch.block_barrier, "the block");
@@ -110,37 +116,45 @@ std::string waiting(const Launch &launch) {
     return text;
 }
 
-// Arrives at `barrier` and waits for the others; the OR of their predicates.
+// Arrives at `barrier` (its lock held by `lock`) and waits for the others; the OR
+// of their predicates.
 int arrive(Launch &launch, std::unique_lock<std::mutex> &lock, Barrier &barrier, const char *site,
            int predicate) {
-    if (launch.failed) {
+    if (launch.failed.load()) {
         throw Abort{};
     }
-    if (barrier.arrived == 0) {
-        barrier.site = site;
-    } else if (std::strcmp(barrier.site, site) != 0) {
+    const int arrived = barrier.arrived.load(std::memory_order_relaxed);
+    if (arrived == 0) {
+        barrier.site.store(site, std::memory_order_relaxed);
+    } else if (std::strcmp(barrier.site.load(std::memory_order_relaxed), site) != 0) {
+        const std::string other = barrier.site.load(std::memory_order_relaxed);
+        lock.unlock();
         fail(launch, "divergent barriers: " + where() + " reached " + site + " while " +
-                         std::to_string(barrier.arrived) + " threads wait at " + barrier.site);
+                         std::to_string(arrived) + " threads wait at " + other);
     }
     barrier.pending_or |= predicate;
-    if (++barrier.arrived == barrier.expected) {
+    if (arrived + 1 == barrier.expected) {
         barrier.result_or = barrier.pending_or;
         barrier.pending_or = 0;
-        barrier.arrived = 0;
+        barrier.arrived.store(0, std::memory_order_relaxed);
         ++barrier.generation;
-        launch.blocked -= barrier.expected - 1;
+        launch.blocked.fetch_sub(barrier.expected - 1, std::memory_order_relaxed);
         barrier.cv.notify_all();
         return barrier.result_or;
     }
-    if (++launch.blocked == launch.threads) {
+    barrier.arrived.store(arrived + 1, std::memory_order_relaxed);
+    if (launch.blocked.fetch_add(1, std::memory_order_relaxed) + 1 == launch.threads) {
+        lock.unlock();
         fail(launch, "deadlock: every thread waits and no barrier can complete (" + where() +
                          " arrived last at " + site + ")" + waiting(launch));
     }
     const unsigned long generation = barrier.generation;
     const auto deadline = std::chrono::steady_clock::now() + launch.watchdog;
-    while (barrier.generation == generation && !launch.failed) {
-        if (barrier.cv.wait_until(lock, deadline) == std::cv_status::timeout &&
-            barrier.generation == generation && !launch.failed) {
+    while (barrier.generation == generation && !launch.failed.load()) {
+        barrier.cv.wait_for(lock, std::chrono::milliseconds(100));
+        if (barrier.generation == generation && std::chrono::steady_clock::now() > deadline &&
+            !launch.failed.load()) {
+            lock.unlock();
             fail(launch, "watchdog: no progress for " + std::to_string(launch.watchdog.count()) +
                              " s; " + where() + " waits at " + site + waiting(launch));
         }
@@ -226,7 +240,7 @@ std::chrono::seconds watchdog_from_env() {
 
 int sync_block(const char *site, int predicate) {
     Launch &launch = running();
-    std::unique_lock<std::mutex> lock(launch.mu);
+    std::unique_lock<std::mutex> lock(launch.block_barrier.mu);
     return arrive(launch, lock, launch.block_barrier, site, predicate);
 }
 
@@ -234,11 +248,11 @@ void sync_warp(unsigned mask, const char *site) {
     Launch &launch = running();
     Warp &warp = launch.warps[linear_thread / 32];
     const unsigned all = warp.lanes == 32 ? 0xffffffffu : (1u << warp.lanes) - 1;
-    std::unique_lock<std::mutex> lock(launch.mu);
     if (mask != all) {
         fail(launch, std::string("a warp barrier over some lanes only (mask ") +
                          std::to_string(mask) + ") at " + site + ": the harness models whole warps");
     }
+    std::unique_lock<std::mutex> lock(warp.barrier.mu);
     arrive(launch, lock, warp.barrier, site, 0);
 }
 
@@ -247,13 +261,13 @@ uint64_t shuffle_xor(unsigned mask, uint64_t bits, int lane_mask, int width, con
     Warp &warp = launch.warps[linear_thread / 32];
     const int lane = linear_thread % 32;
     const int from = lane ^ lane_mask;
-    std::unique_lock<std::mutex> lock(launch.mu);
     if (width != 32 || mask != 0xffffffffu || warp.lanes != 32 || lane_mask < 0 || from >= 32) {
         fail(launch, std::string("a shuffle the harness does not model at ") + site +
                          " (a mask or width other than the whole warp of 32, or a partial warp)");
     }
     const unsigned half = shuffle_parity;
     shuffle_parity ^= 1u;
+    std::unique_lock<std::mutex> lock(warp.barrier.mu);
     warp.slots[half][lane] = bits;
     arrive(launch, lock, warp.barrier, site, 0);
     return warp.slots[half][from];

@@ -19,7 +19,6 @@ use candle_core::cuda_backend::{
 };
 use candle_core::{Layout, Result, Shape, bail};
 
-pub(crate) use super::kernel::to_i32;
 use super::kernel::{CudaKernel, RowArgs};
 
 /// `kernel` of the op `name` on CUDA, in the first input's dtype, over `rows`

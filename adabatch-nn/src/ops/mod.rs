@@ -11,6 +11,8 @@ pub(crate) mod rows;
 mod softmax;
 
 pub use cross_entropy::cross_entropy_rows;
+#[cfg(all(test, feature = "kernels-on-cpu"))]
+pub(crate) use cross_entropy::cross_entropy_rows_unwidened;
 pub use norm::{LayerNorm, RmsNorm, layer_norm, rms_norm};
 pub use rope::{rope, rope_i, rope_thd};
 pub use rotary_embedding::RotaryEmbedding;
