@@ -419,18 +419,23 @@ impl<'a, T: WithDType> CpuInputs<'a, T> {
     pub(crate) fn floats<const K: usize>(&self) -> Result<[&'a [T]; K]> {
         let mut floats = [&[] as &[T]; K];
         for (i, slot) in floats.iter_mut().enumerate() {
-            let storage = self.input(i)?;
-            if storage.dtype() != T::DTYPE {
-                bail!(
-                    "{}: input {i} is {:?}, input 0 is {:?}",
-                    self.name,
-                    storage.dtype(),
-                    T::DTYPE
-                )
-            }
-            *slot = &T::cpu_storage_as_slice(storage)?[self.offsets(i)?];
+            *slot = self.float(i)?;
         }
         Ok(floats)
+    }
+
+    /// Input `i`, of `T`.
+    fn float(&self, i: usize) -> Result<&'a [T]> {
+        let storage = self.input(i)?;
+        if storage.dtype() != T::DTYPE {
+            bail!(
+                "{}: input {i} is {:?}, input 0 is {:?}",
+                self.name,
+                storage.dtype(),
+                T::DTYPE
+            )
+        }
+        Ok(&T::cpu_storage_as_slice(storage)?[self.offsets(i)?])
     }
 
     /// Input `i`, of i64 indices.
@@ -444,21 +449,10 @@ impl<'a, T: WithDType> CpuInputs<'a, T> {
     /// Where input `i`'s elements start, of `T` or of i64 indices, for a kernel.
     #[cfg(feature = "kernels-on-cpu")]
     pub(crate) fn address(&self, i: usize) -> Result<*const std::ffi::c_void> {
-        let storage = self.input(i)?;
-        if let CpuStorage::I64(_) = storage {
-            return Ok(self.indices(i)?.as_ptr().cast());
+        match self.input(i)? {
+            CpuStorage::I64(_) => Ok(self.indices(i)?.as_ptr().cast()),
+            _ => Ok(self.float(i)?.as_ptr().cast()),
         }
-        if storage.dtype() != T::DTYPE {
-            bail!(
-                "{}: input {i} is {:?}, input 0 is {:?}",
-                self.name,
-                storage.dtype(),
-                T::DTYPE
-            )
-        }
-        Ok(T::cpu_storage_as_slice(storage)?[self.offsets(i)?]
-            .as_ptr()
-            .cast())
     }
 
     fn input(&self, i: usize) -> Result<&'a CpuStorage> {
