@@ -19,6 +19,8 @@
 //! (`kernels/rows.cu`, shipped as SASS for the build's GPU beside PTX); they run
 //! only when switched on ([`set_cuda_bodies`], or `ADABATCH_CUDA_KERNELS=1`)
 //! until a GPU has checked them against these CPU twins (`gpu_check kernels`).
+//! Before any GPU, each of them runs on the CPU against its twin through the
+//! project's harness of the CUDA programming model (`scripts/kernels-on-cpu.sh`).
 //! Elsewhere (CUDA without them, Metal) each op falls back to a composite of
 //! candle ops, which candle differentiates: correct, but not fused. Gradients
 //! are first-order: the backward ops have no backward of their own.
