@@ -174,7 +174,20 @@ fn check(op: &Op, dims: &[usize], dtype: DType, seed: u64, device: &Device) -> A
         inputs.push((Tensor::randn(0f64, 1.0, n, &cpu)? + 1.0)?);
     }
     let w = Tensor::randn(0f64, 1.0, dims, &cpu)?;
-    let want = outputs(op, &inputs, &w, dtype, &cpu)?;
+    // candle-nn's CPU softmax, which the twin follows, sums in f16 and bf16
+    // themselves; the kernel sums in f32 (as candle's CUDA softmax): its reference
+    // there is the twin in f32 on the same rounded inputs (the CPU harness measured
+    // 9e-3 of the largest value between them on rows of 1,500 in f16).
+    let half = matches!(dtype, DType::F16 | DType::BF16);
+    let want = if op.name == "softmax_last_dim" && half {
+        let rounded = inputs
+            .iter()
+            .map(|x| x.to_dtype(dtype)?.to_dtype(DType::F64))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        outputs(op, &rounded, &w, DType::F32, &cpu)?
+    } else {
+        outputs(op, &inputs, &w, dtype, &cpu)?
+    };
     let got = outputs(op, &inputs, &w, dtype, device)?;
     let names = ["y", "dx", "dparam0", "dparam1"];
     let mut ok = true;
