@@ -17,6 +17,7 @@
 use candle_core::{DType, Device, Result, Tensor};
 
 use crate::cuda::harness::{kernel_names, with_kernels_on_cpu};
+use crate::cuda::kernel::Pass;
 use crate::ops::cross_entropy_rows_unwidened;
 use crate::testing::{grads, randn, values};
 use crate::{
@@ -336,6 +337,33 @@ fn packed_attention_matches_its_twin() -> Result<()> {
     Ok(())
 }
 
+/// A NaN in one query row stays in that row of the output, as in the twin.
+/// (Its gradients do not stay: the kernels multiply a masked pair's zero
+/// coefficient by the row's NaN inside a tile of 32, as the composite's matmuls
+/// do, where the twin skips masked pairs; a NaN loss stops the step either way.)
+#[test]
+fn packed_attention_keeps_a_nan_query_row_to_itself() -> Result<()> {
+    let (kv, b, g, t, d) = (1, 2, 2, 40, 33);
+    for dtype in dtypes() {
+        let mut q = values(&randn(&[kv, b, g * t, d], DType::F64, 3));
+        q[(g * t + 7) * d + 4] = f64::NAN;
+        let q = Tensor::from_vec(q, (kv, b, g * t, d), &Device::Cpu)?.to_dtype(dtype)?;
+        let k = randn(&[kv, b, t, d], dtype, 4);
+        let v = randn(&[kv, b, t, d], dtype, 5);
+        let ids = documents(b, t)?;
+        let f = || packed_attention(&q, &k, &v, Some(&ids), Some(9), 0.2);
+        let (want, got) = (f()?, with_kernels_on_cpu(f)?);
+        let what = format!("packed_attention with a NaN query row {dtype:?}");
+        assert_matches(&got, &want, tolerance(dtype, false), 1.0, &what);
+        let nan_rows = values(&want)
+            .chunks(d)
+            .filter(|row| row.iter().any(|x| x.is_nan()))
+            .count();
+        assert_eq!(nan_rows, 1, "{what}");
+    }
+    Ok(())
+}
+
 /// A head wider than the kernels take is an error through the harness, as on a
 /// GPU (the CPU twin takes any width).
 #[test]
@@ -372,6 +400,40 @@ fn adamw_matches_its_twin_bit_for_bit() -> Result<()> {
                 assert_eq!(differ, None, "adamw n={n} step {t}: {which} differs");
             }
         }
+    }
+    Ok(())
+}
+
+/// The kernel's grid-stride loop: fewer blocks than elements (a launch caps its
+/// grid at 65,535 blocks) still updates every element once.
+#[test]
+fn adamw_strides_past_its_grid() -> Result<()> {
+    let n = 3 * 256 + 17;
+    let start: Vec<f32> = values(&randn(&[n], DType::F32, 5))
+        .into_iter()
+        .map(|x| x as f32)
+        .collect();
+    let grad: Vec<f32> = values(&randn(&[n], DType::F32, 6))
+        .into_iter()
+        .map(|x| x as f32)
+        .collect();
+    let step = step_at(1, 0.01, 0.1);
+    let mut twin = [start.clone(), vec![0.0; n], vec![0.0; n]];
+    let [theta, m, v] = &mut twin;
+    step.apply(theta, &grad, m, v)?;
+    let mut kernel = [start, vec![0.0; n], vec![0.0; n]];
+    let pass = Pass {
+        grid: (2, 1, 1),
+        ..AdamWStep::pass(n)
+    };
+    let [theta, m, v] = &mut kernel;
+    step.apply_through_harness(&pass, theta, &grad, m, v)?;
+    for (which, (got, want)) in ["theta", "m", "v"].iter().zip(kernel.iter().zip(&twin)) {
+        let differ = got
+            .iter()
+            .zip(want)
+            .position(|(g, w)| g.to_bits() != w.to_bits());
+        assert_eq!(differ, None, "adamw over 2 blocks: {which} differs");
     }
     Ok(())
 }

@@ -101,7 +101,7 @@ impl AdamWStep {
         }
         #[cfg(feature = "kernels-on-cpu")]
         if crate::cuda::harness::kernels_on_cpu() {
-            return self.apply_through_harness(theta, grad, m, v);
+            return self.apply_through_harness(&Self::pass(n), theta, grad, m, v);
         }
         let u = self;
         for (((t, &g), m), v) in theta
@@ -123,9 +123,12 @@ impl AdamWStep {
 #[cfg(feature = "kernels-on-cpu")]
 impl AdamWStep {
     /// The update by the CUDA body (`kernels/adamw.cu`) through the kernels'
-    /// harness, launched as `optim/cuda.rs` launches it.
-    fn apply_through_harness(
+    /// harness, launched as `pass` (`optim/cuda.rs` launches [`Self::pass`]; the
+    /// checks also give it fewer blocks than elements, for its grid-stride loop).
+    /// The four slices hold one length (`apply` checks it).
+    pub(crate) fn apply_through_harness(
         &self,
+        pass: &Pass,
         theta: &mut [f32],
         grad: &[f32],
         m: &mut [f32],
@@ -136,7 +139,6 @@ impl AdamWStep {
         if n == 0 {
             return Ok(());
         }
-        let pass = Self::pass(n);
         let (theta, m, v) = (theta.as_mut_ptr(), m.as_mut_ptr(), v.as_mut_ptr());
         let (grad, len) = (grad.as_ptr(), n as i64);
         let args = Args::new()
@@ -148,7 +150,7 @@ impl AdamWStep {
             .arg(&len);
         // SAFETY: `adabatch_adamw_f32`'s arguments; `apply` checked that the four
         // slices hold `n` elements each.
-        unsafe { launch(&pass, args) }
+        unsafe { launch(pass, args) }
     }
 }
 
