@@ -9,7 +9,7 @@
 //! overlaid with a legend.
 //!
 //! ```text
-//! adabatch tokenize CORPUS.txt|CORPUS.jsonl [...] -o DIR [--vocab-size N | --tokenizer tokenizer.json]
+//! adabatch tokenize CORPUS... -o DIR [--vocab-size N | --tokenizer tokenizer.json] [--text-column NAME]
 //! ```
 //!
 //! writes token files for the language-model datasets (`adabatch::tokenize`):
@@ -43,17 +43,20 @@ enum Command {
         #[arg(short, long)]
         label: Vec<String>,
     },
-    /// Tokenize a corpus (one document per line, or JSON lines with a "text" field)
-    /// into token files: DIR/train.bin, DIR/validation.bin (each document followed by
-    /// the EOS id), DIR/tokenizer.json and DIR/tokens.json. With `--domain
-    /// NAME=FILE` (repeated): one tokenizer trained on every domain's training
-    /// documents, and a prepared folder per domain, DIR/NAME/.
+    /// Tokenize a corpus into token files: DIR/train.bin, DIR/validation.bin (each
+    /// document followed by the EOS id), DIR/tokenizer.json and DIR/tokens.json,
+    /// streaming (memory does not grow with the corpus). With `--domain NAME=PATH`
+    /// (repeated): one tokenizer trained on every domain's training documents, and
+    /// a prepared folder per domain, DIR/NAME/.
     #[cfg(feature = "tokenizers")]
     Tokenize {
-        /// Corpus files: `.txt` (a document per line) or `.jsonl`, gzipped or not.
+        /// Corpus files or folders: `.txt` (a document per line) and `.jsonl`, plain,
+        /// `.gz` or `.zst`; with the `parquet` feature `.parquet` shards and `.arrow`
+        /// files (a `datasets` save_to_disk folder). A folder is its corpus files in
+        /// name order.
         #[arg(required_unless_present = "domain", conflicts_with = "domain")]
         corpus: Vec<PathBuf>,
-        /// A named domain, `NAME=FILE` (repeat it): its own train and validation
+        /// A named domain, `NAME=PATH` (repeat it): its own train and validation
         /// files under the shared tokenizer.
         #[arg(long, value_parser = parse_domain)]
         domain: Vec<(String, PathBuf)>,
@@ -72,6 +75,15 @@ enum Command {
         /// Share of the documents held out for validation (evenly spread).
         #[arg(long, default_value_t = 0.05)]
         validation_fraction: f64,
+        /// The column holding the text in JSON lines, Parquet and Arrow files.
+        #[arg(long, default_value = "text")]
+        text_column: String,
+        /// Bytes of text a trained BPE learns from: the first training documents.
+        #[arg(long, default_value_t = 256 << 20, conflicts_with = "tokenizer")]
+        bpe_sample_bytes: u64,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
     },
 }
 
@@ -95,16 +107,31 @@ fn tokenize_domains(
 ) -> adabatch::Result<()> {
     let (_, infos) = adabatch::prepare_domains(domains, output, options)?;
     for ((name, _), info) in domains.iter().zip(&infos) {
-        println!(
-            "wrote {}: {} training documents ({} tokens), {} validation documents ({} tokens)",
-            output.join(name).display(),
-            info.train_documents,
-            info.train_tokens,
-            info.validation_documents,
-            info.validation_tokens
-        );
+        println!("wrote {}: {}", output.join(name).display(), summary(info));
     }
     Ok(())
+}
+
+/// What a preparation wrote, in one line.
+#[cfg(feature = "tokenizers")]
+fn summary(info: &adabatch::tokenize::CorpusInfo) -> String {
+    let mut line = format!(
+        "{} training documents ({} tokens), {} validation documents ({} tokens), vocabulary {}, EOS id {}",
+        info.train_documents,
+        info.train_tokens,
+        info.validation_documents,
+        info.validation_tokens,
+        info.vocab_size,
+        info.eos_id
+    );
+    let skipped = info.skipped;
+    if skipped.null + skipped.empty > 0 {
+        line += &format!(
+            "; skipped {} null and {} empty texts",
+            skipped.null, skipped.empty
+        );
+    }
+    line
 }
 
 fn main() -> ExitCode {
@@ -122,6 +149,9 @@ fn run(cli: Cli) -> adabatch::Result<()> {
             tokenizer,
             eos_token,
             validation_fraction,
+            text_column,
+            bpe_sample_bytes,
+            quiet,
         } => {
             use adabatch::tokenize::{prepare_corpus, PrepareOptions, TokenizerSource};
             let options = PrepareOptions {
@@ -131,6 +161,9 @@ fn run(cli: Cli) -> adabatch::Result<()> {
                 },
                 eos_token,
                 validation_fraction,
+                text_column,
+                bpe_sample_bytes,
+                progress: !quiet,
             };
             if !domain.is_empty() {
                 return tokenize_domains(&domain, &output, &options);
@@ -142,16 +175,7 @@ fn run(cli: Cli) -> adabatch::Result<()> {
                     info.train_documents, options.validation_fraction
                 );
             }
-            println!(
-                "wrote {}: {} training documents ({} tokens), {} validation documents ({} tokens), vocabulary {}, EOS id {}",
-                output.display(),
-                info.train_documents,
-                info.train_tokens,
-                info.validation_documents,
-                info.validation_tokens,
-                info.vocab_size,
-                info.eos_id
-            );
+            println!("wrote {}: {}", output.display(), summary(&info));
             Ok(())
         }
         Command::Plot {

@@ -10,12 +10,18 @@
 //! DIR/tokens.json       width, vocabulary size, EOS id and counts (CorpusInfo)
 //! ```
 //!
-//! A corpus is text with one document per line, or JSON lines with a `"text"` field
-//! (a `.jsonl` file), either gzipped (`.gz`) or not; blank lines are skipped. The held-out documents are spread
-//! evenly through the corpus (document `i` is held out when `⌊(i+1)·f⌋ > ⌊i·f⌋` for
-//! the fraction `f`), and a trained tokenizer sees only the training documents.
+//! A corpus is what [`Corpus`] reads: text (a document per line), JSON lines, and
+//! with the `parquet` feature Parquet shards and Arrow files, in files or folders;
+//! nulls and empty texts are skipped and counted. It is streamed: documents flow a
+//! batch at a time from the reader through the tokenizer (on every core) into the
+//! token files, so memory does not grow with the corpus, and the bytes written do
+//! not depend on the number of threads. The held-out documents are spread evenly
+//! through the corpus (document `i` is held out when `⌊(i+1)·f⌋ > ⌊i·f⌋` for the
+//! fraction `f`), and a trained tokenizer sees only training documents: the first
+//! ones, up to [`PrepareOptions::bpe_sample_bytes`] of text.
 
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufWriter, Write};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -26,6 +32,7 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 pub use tokenizers::Tokenizer;
 use tokenizers::{AddedToken, TokenizerBuilder};
 
+pub use super::corpus::{Corpus, Skipped};
 use super::token_files::{TokenDocuments, TokenFile, TokenWidth};
 use crate::error::{Cause, DataError, Error, FileOp, Result};
 
@@ -52,6 +59,13 @@ pub struct PrepareOptions {
     pub eos_token: String,
     /// Share of documents held out for validation, in `[0, 1)`.
     pub validation_fraction: f64,
+    /// The column that holds the text in JSON lines, Parquet and Arrow files.
+    pub text_column: String,
+    /// Text a trained tokenizer learns from: the first training documents, up to
+    /// this many bytes (said in `tokens.json`).
+    pub bpe_sample_bytes: u64,
+    /// Show a progress bar on standard error (documents, bytes, tokens per second).
+    pub progress: bool,
 }
 
 impl Default for PrepareOptions {
@@ -60,6 +74,9 @@ impl Default for PrepareOptions {
             tokenizer: TokenizerSource::TrainBpe { vocab_size: 4096 },
             eos_token: "<|endoftext|>".into(),
             validation_fraction: 0.05,
+            text_column: "text".into(),
+            bpe_sample_bytes: 256 << 20,
+            progress: false,
         }
     }
 }
@@ -92,6 +109,23 @@ pub struct CorpusInfo {
     /// directories).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer_crc32c: Option<u32>,
+    /// Null and empty texts the corpus held, skipped (absent in older directories).
+    #[serde(default)]
+    pub skipped: Skipped,
+    /// What a trained tokenizer learnt from (none for a loaded one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bpe_sample: Option<BpeSample>,
+}
+
+/// The documents a trained tokenizer learnt from: the first training documents.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BpeSample {
+    /// Training documents in the sample.
+    pub documents: usize,
+    /// Their bytes of text.
+    pub bytes: u64,
+    /// The limit asked for ([`PrepareOptions::bpe_sample_bytes`]).
+    pub limit_bytes: u64,
 }
 
 /// The inputs of a preparation, to tell whether prepared files are still current.
@@ -105,12 +139,20 @@ pub struct CorpusSource {
     pub eos_token: String,
     /// Share of documents held out.
     pub validation_fraction: f64,
+    /// The text column read.
+    #[serde(default = "default_text_column")]
+    pub text_column: String,
+}
+
+fn default_text_column() -> String {
+    "text".into()
 }
 
 impl CorpusSource {
-    /// The source `options` would prepare `corpus` from (the files' current sizes).
+    /// The source `options` would prepare `corpus` from (the files' current sizes;
+    /// a folder's corpus files).
     pub fn of(corpus: &[PathBuf], options: &PrepareOptions) -> Result<Self> {
-        let files = corpus
+        let files = super::corpus::shard_files(corpus)?
             .iter()
             .map(|path| {
                 let meta = std::fs::metadata(path).map_err(Error::io(FileOp::Read, path.clone()))?;
@@ -125,6 +167,7 @@ impl CorpusSource {
             },
             eos_token: options.eos_token.clone(),
             validation_fraction: options.validation_fraction,
+            text_column: options.text_column.clone(),
         })
     }
 }
@@ -304,59 +347,15 @@ pub fn may_prepare(dir: &Path, retokenize: bool, detail: impl FnOnce() -> String
     }
 }
 
-/// The documents of a corpus file: one per line, or the `"text"` of each JSON line
-/// of a `.jsonl` file; blank lines and empty texts skipped.
+/// The documents of a corpus file (or folder), in memory: one per line, or the
+/// `"text"` of each JSON line of a `.jsonl` file, and so on ([`Corpus`]); null and
+/// empty texts skipped. For small corpora: [`prepare_corpus`] streams.
 pub fn read_documents(path: &Path) -> Result<Vec<String>> {
-    let io = |e| Error::Io {
-        op: FileOp::Read,
-        path: path.to_path_buf(),
-        source: e,
-    };
-    let file = std::fs::File::open(path).map_err(io)?;
-    let gzipped = path.extension().is_some_and(|e| e == "gz");
-    let reader: Box<dyn std::io::Read> = if gzipped {
-        Box::new(flate2::read::GzDecoder::new(file))
-    } else {
-        Box::new(file)
-    };
-    let stem = if gzipped {
-        path.with_extension("")
-    } else {
-        path.to_path_buf()
-    };
-    let jsonl = stem.extension().is_some_and(|e| e == "jsonl");
-    let mut documents = Vec::new();
-    for (number, line) in std::io::BufReader::new(reader).lines().enumerate() {
-        let line = line.map_err(io)?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let text = if jsonl {
-            json_text(&line, path, number + 1)?
-        } else {
-            line
-        };
-        if !text.trim().is_empty() {
-            documents.push(text);
-        }
-    }
+    let documents = Corpus::open(&[path.to_path_buf()], "text")?.documents()?;
     if documents.is_empty() {
         return Err(tokenizer_error(path, "the corpus holds no document"));
     }
     Ok(documents)
-}
-
-/// The `"text"` of line `number` of the JSON-lines file `path`.
-fn json_text(line: &str, path: &Path, number: usize) -> Result<String> {
-    let value: serde_json::Value = serde_json::from_str(line)
-        .map_err(|e| tokenizer_failed(path, format!("line {number} is not JSON"), e))?;
-    match value.get("text") {
-        Some(serde_json::Value::String(s)) => Ok(s.clone()),
-        _ => Err(tokenizer_error(
-            path,
-            format!("line {number}: no string field \"text\""),
-        )),
-    }
 }
 
 /// Whether document `index` is held out, for a fraction `f`: evenly spread, exactly
@@ -428,59 +427,102 @@ pub fn write_token_file(
     width: TokenWidth,
     path: &Path,
 ) -> Result<u64> {
-    // Written beside, then renamed: a reader never maps a half-written file, and a
-    // file another process has mapped is replaced, not truncated under it.
-    let partial = partial_path(path);
-    let written =
-        encode_into(tokenizer, documents, eos_id, width, (&partial, path)).inspect_err(|_| {
-            std::fs::remove_file(&partial).ok();
-        })?;
-    std::fs::rename(&partial, path).map_err(Error::io(FileOp::Rename, path.to_path_buf()))?;
-    Ok(written)
-}
-
-/// [`write_token_file`]'s encoding into `files.0`; errors name `files.1`.
-fn encode_into(
-    tokenizer: &Tokenizer,
-    documents: &[&str],
-    eos_id: u32,
-    width: TokenWidth,
-    (file, path): (&Path, &Path),
-) -> Result<u64> {
-    let io = |e| Error::Io {
-        op: FileOp::Write,
-        path: path.to_path_buf(),
-        source: e,
-    };
-    let mut out = BufWriter::new(std::fs::File::create(file).map_err(io)?);
-    let mut written = 0u64;
-    // In chunks: the encodings of a large corpus need not all be in memory at once.
-    for chunk in documents.chunks(4096) {
-        let encodings = tokenizer
-            .encode_batch(chunk.to_vec(), false)
-            .map_err(|e| tokenizer_failed(path, "cannot encode the documents", e))?;
-        for encoding in encodings {
-            for &id in encoding.get_ids().iter().chain([&eos_id]) {
-                match width {
-                    TokenWidth::U16 => {
-                        // An id that does not fit is an error, not a wrapped id.
-                        let narrow = u16::try_from(id).map_err(|_| {
-                            tokenizer_error(path, format!("id {id} does not fit in u16 tokens"))
-                        })?;
-                        out.write_all(&narrow.to_le_bytes())
-                    }
-                    TokenWidth::U32 => out.write_all(&id.to_le_bytes()),
-                }
-                .map_err(io)?;
-            }
-            written += encoding.len() as u64 + 1;
+    let mut writer = TokenWriter::create(path, width, eos_id)?;
+    let written = documents.chunks(4096).try_for_each(|chunk| {
+        let encodings = encode(tokenizer, chunk, path)?;
+        encodings.iter().try_for_each(|e| writer.write(e.get_ids()))
+    });
+    match written {
+        Ok(()) => writer.finish().map(|(tokens, _)| tokens),
+        Err(e) => {
+            writer.abandon();
+            Err(e)
         }
     }
-    out.into_inner()
-        .map_err(|e| io(e.into_error()))?
-        .sync_all()
-        .map_err(io)?;
-    Ok(written)
+}
+
+/// `documents` encoded, in order (on every core; the ids do not depend on how many).
+fn encode<S: AsRef<str> + Sync>(
+    tokenizer: &Tokenizer,
+    documents: &[S],
+    path: &Path,
+) -> Result<Vec<tokenizers::Encoding>> {
+    let texts: Vec<&str> = documents.iter().map(AsRef::as_ref).collect();
+    tokenizer
+        .encode_batch_fast(texts, false)
+        .map_err(|e| tokenizer_failed(path, "cannot encode the documents", e))
+}
+
+/// A token file being written: documents' ids, each followed by the EOS id, as
+/// little-endian integers of `width`, into `<path>.partial`, renamed into place by
+/// [`TokenWriter::finish`]: a reader never maps a half-written file, and a file
+/// another process has mapped is replaced, not truncated under it.
+struct TokenWriter {
+    out: BufWriter<std::fs::File>,
+    partial: PathBuf,
+    path: PathBuf,
+    width: TokenWidth,
+    eos_id: u32,
+    tokens: u64,
+    documents: usize,
+    bytes: Vec<u8>,
+}
+
+impl TokenWriter {
+    fn create(path: &Path, width: TokenWidth, eos_id: u32) -> Result<Self> {
+        let partial = partial_path(path);
+        let file = std::fs::File::create(&partial).map_err(Error::io(FileOp::Write, path))?;
+        Ok(Self {
+            out: BufWriter::with_capacity(1 << 20, file),
+            partial,
+            path: path.to_path_buf(),
+            width,
+            eos_id,
+            tokens: 0,
+            documents: 0,
+            bytes: Vec::new(),
+        })
+    }
+
+    /// One document's ids, and the EOS id after them. An id that does not fit the
+    /// width is an error, not a wrapped id.
+    fn write(&mut self, ids: &[u32]) -> Result<()> {
+        self.bytes.clear();
+        for &id in ids.iter().chain([&self.eos_id]) {
+            match self.width {
+                TokenWidth::U16 => {
+                    let narrow = u16::try_from(id).map_err(|_| {
+                        tokenizer_error(&self.path, format!("id {id} does not fit in u16 tokens"))
+                    })?;
+                    self.bytes.extend_from_slice(&narrow.to_le_bytes());
+                }
+                TokenWidth::U32 => self.bytes.extend_from_slice(&id.to_le_bytes()),
+            }
+        }
+        self.out
+            .write_all(&self.bytes)
+            .map_err(Error::io(FileOp::Write, self.path.clone()))?;
+        self.tokens += ids.len() as u64 + 1;
+        self.documents += 1;
+        Ok(())
+    }
+
+    /// Flushed, synced and renamed into place: the tokens and documents written.
+    fn finish(self) -> Result<(u64, usize)> {
+        let io = Error::io(FileOp::Write, self.path.clone());
+        let file = self.out.into_inner().map_err(|e| io(e.into_error()))?;
+        file.sync_all().map_err(Error::io(FileOp::Write, self.path.clone()))?;
+        drop(file);
+        std::fs::rename(&self.partial, &self.path)
+            .map_err(Error::io(FileOp::Rename, self.path.clone()))?;
+        Ok((self.tokens, self.documents))
+    }
+
+    /// Removes what was written: nothing is left at the path.
+    fn abandon(self) {
+        drop(self.out);
+        std::fs::remove_file(&self.partial).ok();
+    }
 }
 
 /// `<path>.partial`, where a file is written before it is renamed into place.
@@ -515,37 +557,82 @@ pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&partial, path).map_err(io)
 }
 
-/// Tokenizes `corpus` files into `dir` (see the module's layout) and returns what it
-/// wrote. Each file is written whole or not at all, and `tokens.json` is removed
-/// first and written last: a directory with a `tokens.json` holds one complete
-/// preparation.
+/// Tokenizes a corpus (files and folders, as [`Corpus`] reads them) into `dir`
+/// (see the module's layout), streaming, and returns what it wrote. Every shard is
+/// checked before anything is written; each file is written whole or not at all,
+/// and `tokens.json` is removed first and written last: a directory with a
+/// `tokens.json` holds one complete preparation.
 pub fn prepare_corpus(
     corpus: &[PathBuf],
     dir: &Path,
     options: &PrepareOptions,
 ) -> Result<CorpusInfo> {
-    if !(0.0..1.0).contains(&options.validation_fraction) {
-        return Err(Error::Data(DataError::InvalidTokenSetting {
-            name: "validation fraction",
-            value: options.validation_fraction.to_string(),
-            expected: "in [0, 1)".into(),
-        }));
-    }
-    if corpus.is_empty() {
-        return Err(Error::Data(DataError::InvalidTokenSetting {
-            name: "corpus",
-            value: "none".into(),
-            expected: "at least one corpus file".into(),
-        }));
-    }
+    check_fraction(options)?;
+    let opened = Corpus::open(corpus, &options.text_column)?;
     let source = CorpusSource::of(corpus, options)?;
-    let mut documents = Vec::new();
-    for path in corpus {
-        documents.extend(read_documents(path)?);
+    let (tokenizer, sample) = tokenizer_for(options, std::slice::from_ref(&opened))?;
+    write_corpus(dir, &tokenizer, &opened, source, options, sample)
+}
+
+/// The held-out share must lie in `[0, 1)`.
+pub(crate) fn check_fraction(options: &PrepareOptions) -> Result<()> {
+    if (0.0..1.0).contains(&options.validation_fraction) {
+        return Ok(());
     }
-    let (train, validation) = split_held_out(&documents, options.validation_fraction);
-    let tokenizer = build_tokenizer(options, &train)?;
-    write_prepared(dir, &tokenizer, (&train, &validation), source, options)
+    Err(Error::Data(DataError::InvalidTokenSetting {
+        name: "validation fraction",
+        value: options.validation_fraction.to_string(),
+        expected: "in [0, 1)".into(),
+    }))
+}
+
+/// The tokenizer of `options` for `corpora`: loaded, or a byte-level BPE trained on
+/// the first training documents of each corpus, up to an equal share of
+/// [`PrepareOptions::bpe_sample_bytes`] each (what it learnt from returned).
+pub(crate) fn tokenizer_for(
+    options: &PrepareOptions,
+    corpora: &[Corpus],
+) -> Result<(Tokenizer, Option<BpeSample>)> {
+    let vocab_size = match &options.tokenizer {
+        TokenizerSource::File(path) => return Ok((load_tokenizer(path)?, None)),
+        TokenizerSource::TrainBpe { vocab_size } => *vocab_size,
+    };
+    let limit = options.bpe_sample_bytes;
+    let share = limit / corpora.len().max(1) as u64;
+    let mut sample: Vec<String> = Vec::new();
+    let mut bytes = 0u64;
+    for corpus in corpora {
+        let mut taken = 0u64;
+        corpus.read(|first, batch| {
+            for (i, text) in batch.into_iter().enumerate() {
+                if taken >= share {
+                    return Ok(ControlFlow::Break(()));
+                }
+                if !is_held_out(first + i, options.validation_fraction) {
+                    taken += text.len() as u64;
+                    sample.push(text);
+                }
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
+        bytes += taken;
+    }
+    if sample.is_empty() {
+        let first = corpora.iter().flat_map(Corpus::files).next().unwrap_or_default();
+        return Err(tokenizer_error(
+            &first,
+            "the corpus holds no document to learn a tokenizer from (every text is null, \
+             empty or held out)",
+        ));
+    }
+    let texts: Vec<&str> = sample.iter().map(String::as_str).collect();
+    let tokenizer = train_byte_level_bpe(&texts, vocab_size, &options.eos_token)?;
+    let sample = BpeSample {
+        documents: sample.len(),
+        bytes,
+        limit_bytes: limit,
+    };
+    Ok((tokenizer, Some(sample)))
 }
 
 /// The training and held-out documents (see [`is_held_out`]).
@@ -561,15 +648,13 @@ pub fn split_held_out(documents: &[String], fraction: f64) -> (Vec<&str>, Vec<&s
     (train, validation)
 }
 
-/// Writes a prepared directory (the module's layout) of `train` and `validation`
-/// documents under `tokenizer`.
-pub fn write_prepared(
+/// The start of a prepared directory: `tokens.json` removed, `tokenizer.json`
+/// written; the EOS id, the token width and the tokenizer's CRC-32C.
+fn start_prepared(
     dir: &Path,
     tokenizer: &Tokenizer,
-    (train, validation): (&[&str], &[&str]),
-    source: CorpusSource,
     options: &PrepareOptions,
-) -> Result<CorpusInfo> {
+) -> Result<(u32, TokenWidth, u32)> {
     let eos_id = tokenizer.token_to_id(&options.eos_token).ok_or_else(|| {
         Error::Data(DataError::InvalidTokenSetting {
             name: "--eos-token",
@@ -584,37 +669,169 @@ pub fn write_prepared(
         TokenWidth::U32
     };
     std::fs::create_dir_all(dir).map_err(Error::io(FileOp::CreateDir, dir.to_path_buf()))?;
-    let info_path = dir.join("tokens.json");
-    remove_if_present(&info_path)?;
+    remove_if_present(&dir.join("tokens.json"))?;
     let tokenizer_path = dir.join("tokenizer.json");
     let tokenizer_text = tokenizer
         .to_string(false)
         .map_err(|e| tokenizer_failed(&tokenizer_path, "cannot write the tokenizer as JSON", e))?;
     write_whole(&tokenizer_path, tokenizer_text.as_bytes())?;
-    let (train, validation) = (train.to_vec(), validation.to_vec());
+    Ok((eos_id, width, crc32c::crc32c(tokenizer_text.as_bytes())))
+}
+
+/// `tokens.json`, written last.
+fn finish_prepared(dir: &Path, info: &CorpusInfo) -> Result<()> {
+    let text = serde_json::to_string_pretty(info).expect("plain data serialises");
+    write_whole(&dir.join("tokens.json"), text.as_bytes())
+}
+
+/// Streams `corpus` through `tokenizer` into a prepared directory (the module's
+/// layout). A corpus with no document is an error, and leaves no token file.
+pub(crate) fn write_corpus(
+    dir: &Path,
+    tokenizer: &Tokenizer,
+    corpus: &Corpus,
+    source: CorpusSource,
+    options: &PrepareOptions,
+    bpe_sample: Option<BpeSample>,
+) -> Result<CorpusInfo> {
+    let (eos_id, width, crc) = start_prepared(dir, tokenizer, options)?;
+    let train_path = dir.join("train.bin");
+    let mut train = TokenWriter::create(&train_path, width, eos_id)?;
+    let mut validation = match TokenWriter::create(&dir.join("validation.bin"), width, eos_id) {
+        Ok(writer) => writer,
+        Err(e) => {
+            train.abandon();
+            return Err(e);
+        }
+    };
+    let progress = Progress::new(options.progress, dir);
+    let streamed = corpus.read(|first, batch| {
+        let encodings = encode(tokenizer, &batch, &train_path)?;
+        let mut tokens = 0;
+        for (i, encoding) in encodings.iter().enumerate() {
+            let held_out = is_held_out(first + i, options.validation_fraction);
+            let writer = if held_out { &mut validation } else { &mut train };
+            writer.write(encoding.get_ids())?;
+            tokens += encoding.len() as u64 + 1;
+        }
+        progress.add(&batch, tokens);
+        Ok(ControlFlow::Continue(()))
+    });
+    progress.finish();
+    let skipped = match streamed {
+        Ok(skipped) if train.documents + validation.documents > 0 => skipped,
+        outcome => {
+            train.abandon();
+            validation.abandon();
+            outcome?;
+            return Err(tokenizer_error(
+                &corpus.files()[0],
+                "the corpus holds no document (every text is null, empty or whitespace)",
+            ));
+        }
+    };
+    let (train_tokens, train_documents) = train.finish()?;
+    let (validation_tokens, validation_documents) = validation.finish()?;
     let info = CorpusInfo {
         width_bytes: width.bytes(),
-        vocab_size,
+        vocab_size: tokenizer.get_vocab_size(true) as u32,
+        eos_id,
+        eos_token: options.eos_token.clone(),
+        train_documents,
+        train_tokens,
+        validation_documents,
+        validation_tokens,
+        source,
+        tokenizer_crc32c: Some(crc),
+        skipped,
+        bpe_sample,
+    };
+    finish_prepared(dir, &info)?;
+    Ok(info)
+}
+
+/// Writes a prepared directory (the module's layout) of `train` and `validation`
+/// documents held in memory under `tokenizer`.
+pub fn write_prepared(
+    dir: &Path,
+    tokenizer: &Tokenizer,
+    (train, validation): (&[&str], &[&str]),
+    source: CorpusSource,
+    options: &PrepareOptions,
+) -> Result<CorpusInfo> {
+    let (eos_id, width, crc) = start_prepared(dir, tokenizer, options)?;
+    let info = CorpusInfo {
+        width_bytes: width.bytes(),
+        vocab_size: tokenizer.get_vocab_size(true) as u32,
         eos_id,
         eos_token: options.eos_token.clone(),
         train_documents: train.len(),
-        train_tokens: write_token_file(tokenizer, &train, eos_id, width, &dir.join("train.bin"))?,
+        train_tokens: write_token_file(tokenizer, train, eos_id, width, &dir.join("train.bin"))?,
         validation_documents: validation.len(),
         validation_tokens: write_token_file(
             tokenizer,
-            &validation,
+            validation,
             eos_id,
             width,
             &dir.join("validation.bin"),
         )?,
         source,
-        tokenizer_crc32c: Some(crc32c::crc32c(tokenizer_text.as_bytes())),
+        tokenizer_crc32c: Some(crc),
+        skipped: Skipped::default(),
+        bpe_sample: None,
     };
-    let text = serde_json::to_string_pretty(&info).expect("plain data serialises");
-    write_whole(&info_path, text.as_bytes())?;
+    finish_prepared(dir, &info)?;
     Ok(info)
 }
 
+/// A progress bar on standard error while a corpus streams (hidden unless asked
+/// for): documents, bytes of text, tokens and tokens per second.
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    started: std::time::Instant,
+    counts: std::cell::Cell<(u64, u64, u64)>,
+}
+
+impl Progress {
+    fn new(show: bool, dir: &Path) -> Self {
+        let bar = show.then(|| {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_prefix(dir.display().to_string());
+            bar
+        });
+        Self {
+            bar,
+            started: std::time::Instant::now(),
+            counts: std::cell::Cell::new((0, 0, 0)),
+        }
+    }
+
+    fn add(&self, batch: &[String], tokens: u64) {
+        let (documents, bytes, all) = self.counts.get();
+        let bytes = bytes + batch.iter().map(|t| t.len() as u64).sum::<u64>();
+        let counts = (documents + batch.len() as u64, bytes, all + tokens);
+        self.counts.set(counts);
+        if let Some(bar) = &self.bar {
+            // The rate is shown, never acted on.
+            let seconds = self.started.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!(
+                "{}: {} documents, {:.1} MB, {} tokens, {:.0} tokens/s",
+                bar.prefix(),
+                counts.0,
+                counts.1 as f64 / 1e6,
+                counts.2,
+                counts.2 as f64 / seconds
+            ));
+            bar.tick();
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -655,6 +872,60 @@ mod tests {
             !path.exists() && !partial_path(&path).exists(),
             "nothing left"
         );
+    }
+
+    /// The ids a file of `width` holds.
+    fn ids_in(path: &Path) -> Vec<u32> {
+        let bytes = std::fs::read(path).unwrap();
+        bytes.chunks(2).map(|b| u16::from_le_bytes([b[0], b[1]]) as u32).collect()
+    }
+
+    /// Streamed token files hold each kept text encoded as it is, then the EOS id,
+    /// split by `is_held_out`, the same bytes in pools of 1 and 3 threads; nulls and
+    /// empty texts are counted in `tokens.json`.
+    #[test]
+    fn streamed_files_are_each_text_encoded_then_eos_whatever_the_threads() {
+        let dir = std::env::temp_dir().join(format!("adabatch-stream-{}", std::process::id()));
+        std::fs::remove_dir_all(&dir).ok();
+        std::fs::create_dir_all(&dir).unwrap();
+        let texts: Vec<Option<String>> = (0..3000)
+            .map(|i| match i % 97 {
+                5 => None,
+                6 => Some("  ".into()),
+                _ => Some(format!(" the {i}th cat sat on the {} mat. ", i % 13)),
+            })
+            .collect();
+        let lines: Vec<String> = texts.iter().map(|t| serde_json::json!({ "body": t }).to_string()).collect();
+        let corpus = dir.join("c.jsonl");
+        std::fs::write(&corpus, lines.join("\n")).unwrap();
+        let kept: Vec<&str> = texts.iter().flatten().map(String::as_str).filter(|t| !t.trim().is_empty()).collect();
+        let tokenizer = train_byte_level_bpe(&kept[..200], 400, "<|endoftext|>").unwrap();
+        std::fs::write(dir.join("tok.json"), tokenizer.to_string(false).unwrap()).unwrap();
+        let options = PrepareOptions {
+            tokenizer: TokenizerSource::File(dir.join("tok.json")),
+            text_column: "body".into(),
+            validation_fraction: 0.1,
+            ..PrepareOptions::default()
+        };
+        let mut outputs = Vec::new();
+        for threads in [1, 3] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let out = dir.join(format!("out{threads}"));
+            let info = pool.install(|| prepare_corpus(std::slice::from_ref(&corpus), &out, &options)).unwrap();
+            assert_eq!(info.skipped, Skipped { null: 31, empty: 31 });
+            assert_eq!(CorpusInfo::read(&out).unwrap(), info);
+            outputs.push((ids_in(&out.join("train.bin")), ids_in(&out.join("validation.bin"))));
+        }
+        assert_eq!(outputs[0], outputs[1], "the same bytes in 1 and 3 threads");
+        let (mut train, mut validation) = (Vec::new(), Vec::new());
+        for (i, text) in kept.iter().enumerate() {
+            let ids = tokenizer.encode(*text, false).unwrap().get_ids().to_vec();
+            let into = if is_held_out(i, 0.1) { &mut validation } else { &mut train };
+            into.extend(ids);
+            into.push(0);
+        }
+        assert_eq!(outputs[0], (train, validation));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

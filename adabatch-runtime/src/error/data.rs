@@ -183,6 +183,36 @@ pub enum DataError {
         /// How they differ.
         detail: String,
     },
+    /// A corpus file has no column of the text's name.
+    #[error("{}: no column {column:?}; its columns: {columns} (choose one with --text-column)", path.display())]
+    CorpusColumnMissing {
+        /// The corpus file.
+        path: PathBuf,
+        /// The text column asked for.
+        column: String,
+        /// The columns the file has, comma-separated.
+        columns: String,
+    },
+    /// A corpus file's text column does not hold text.
+    #[error("{}: the column {column:?} is {data_type}, not text (a string column, or a dictionary of strings)", path.display())]
+    CorpusColumnNotText {
+        /// The corpus file.
+        path: PathBuf,
+        /// The text column asked for.
+        column: String,
+        /// Its type, as Arrow names it.
+        data_type: String,
+    },
+    /// A corpus file's format needs a cargo feature this build does not have.
+    #[error("{}: reading {format} files needs adabatch's `{feature}` feature (cargo build --release --bin adabatch --features {feature})", path.display())]
+    CorpusFormatNeedsFeature {
+        /// The corpus file.
+        path: PathBuf,
+        /// Its format.
+        format: &'static str,
+        /// The feature that reads it.
+        feature: &'static str,
+    },
     /// A tokenizer or corpus file could not be read, or text could not be
     /// encoded; the error that stopped it (tokenizers, JSON), if any, is the
     /// source.

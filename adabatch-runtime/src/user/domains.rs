@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 use crate::data::source_spec::MixUnit;
 use crate::data::token_files::TokenDocuments;
 use crate::data::tokenize::{
-    build_tokenizer, read_documents, read_json, remove_if_present, split_held_out, write_prepared,
-    write_whole, CorpusInfo, CorpusSource, PrepareOptions,
+    check_fraction, read_json, remove_if_present, tokenizer_for, write_corpus, write_whole, Corpus,
+    CorpusInfo, CorpusSource, PrepareOptions,
 };
 use crate::error::{DataError, Error, Result};
 use crate::user::sources::Sources;
@@ -96,47 +96,38 @@ fn check_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<()> {
     Ok(())
 }
 
-/// Tokenizes named corpora (`(name, file)`) into `dir` (the module's layout): one
-/// tokenizer trained on the training documents of every domain, each domain's
-/// held-out share spread evenly through it. A domain whose corpus is empty, or
-/// that would have no validation document (with a held-out share above 0), is a
-/// typed error before anything is written.
+/// Tokenizes named corpora (`(name, file or folder)`) into `dir` (the module's
+/// layout), streaming: one tokenizer trained on the first training documents of
+/// every domain (an equal share of the sample each), each domain's held-out share
+/// spread evenly through it. A domain whose corpus is empty, or that has no
+/// validation document (with a held-out share above 0), is a typed error, and
+/// the directory is then not marked complete.
 pub fn prepare_domains(
     domains: &[(String, PathBuf)],
     dir: &Path,
     options: &PrepareOptions,
 ) -> Result<(DomainsInfo, Vec<CorpusInfo>)> {
     check_names(domains.iter().map(|(n, _)| n.as_str()))?;
-    let texts: Vec<Vec<String>> = domains
+    check_fraction(options)?;
+    let corpora = domains
         .iter()
-        .map(|(_, path)| read_documents(path))
-        .collect::<Result<_>>()?;
-    let splits: Vec<(Vec<&str>, Vec<&str>)> = texts
-        .iter()
-        .map(|docs| split_held_out(docs, options.validation_fraction))
-        .collect();
-    for ((name, _), (_, validation)) in domains.iter().zip(&splits) {
-        if options.validation_fraction > 0.0 && validation.is_empty() {
-            return Err(Error::Data(DataError::NoValidationDocuments {
-                domain: name.clone(),
-            }));
-        }
-    }
-    let all_train: Vec<&str> = splits.iter().flat_map(|(t, _)| t.iter().copied()).collect();
-    let tokenizer = build_tokenizer(options, &all_train)?;
+        .map(|(_, path)| Corpus::open(std::slice::from_ref(path), &options.text_column))
+        .collect::<Result<Vec<_>>>()?;
+    let (tokenizer, sample) = tokenizer_for(options, &corpora)?;
     // `domains.json` marks a complete preparation: it goes first, comes back last.
     remove_if_present(&dir.join("domains.json"))?;
     let mut infos = Vec::with_capacity(domains.len());
     let mut sources = Vec::with_capacity(domains.len());
-    for ((name, path), (train, validation)) in domains.iter().zip(&splits) {
+    for ((name, path), corpus) in domains.iter().zip(&corpora) {
         let source = CorpusSource::of(std::slice::from_ref(path), options)?;
-        let info = write_prepared(
-            &dir.join(name),
-            &tokenizer,
-            (train, validation),
-            source.clone(),
-            options,
-        )?;
+        let info = write_corpus(&dir.join(name), &tokenizer, corpus, source.clone(), options, sample)?;
+        // Streamed, the held-out count is known at the end: the directory is not
+        // marked complete (no domains.json) when a domain has none.
+        if options.validation_fraction > 0.0 && info.validation_documents == 0 {
+            return Err(Error::Data(DataError::NoValidationDocuments {
+                domain: name.clone(),
+            }));
+        }
         infos.push(info);
         sources.push(source);
     }
