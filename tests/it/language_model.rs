@@ -290,8 +290,7 @@ fn a_huge_document_trains_within_the_stated_bound() {
         train_tokens: tokens.len() as u64,
         validation_documents: 0,
         validation_tokens: 0,
-        source: Default::default(),
-        tokenizer_crc32c: None,
+        ..Default::default()
     };
     let mut model = small_model();
     model.seq_len = 128;

@@ -82,7 +82,7 @@ impl Default for PrepareOptions {
 }
 
 /// What [`prepare_corpus`] wrote: `tokens.json`, read back by [`CorpusInfo::read`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CorpusInfo {
     /// Bytes per token id in the `.bin` files: 2 (`u16`) or 4 (`u32`).
     pub width_bytes: usize,
