@@ -705,18 +705,14 @@ pub(crate) fn write_corpus(
         }
     };
     let progress = Progress::new(options.progress, dir);
-    let streamed = corpus.read(|first, batch| {
-        let encodings = encode(tokenizer, &batch, &train_path)?;
-        let mut tokens = 0;
-        for (i, encoding) in encodings.iter().enumerate() {
-            let held_out = is_held_out(first + i, options.validation_fraction);
-            let writer = if held_out { &mut validation } else { &mut train };
-            writer.write(encoding.get_ids())?;
-            tokens += encoding.len() as u64 + 1;
-        }
-        progress.add(&batch, tokens);
-        Ok(ControlFlow::Continue(()))
-    });
+    let fraction = options.validation_fraction;
+    let into = Encoder {
+        tokenizer,
+        path: &train_path,
+        fraction,
+        progress: &progress,
+    };
+    let streamed = into.stream(corpus, [&mut train, &mut validation]);
     progress.finish();
     let skipped = match streamed {
         Ok(skipped) if train.documents + validation.documents > 0 => skipped,
@@ -748,6 +744,90 @@ pub(crate) fn write_corpus(
     };
     finish_prepared(dir, &info)?;
     Ok(info)
+}
+
+/// Text encoded in one call: enough for every core to stay busy between calls.
+const ENCODE_BYTES: usize = 4 << 20;
+
+/// A corpus's documents into token files: each to the training file or, when held
+/// out, the validation one.
+struct Encoder<'a> {
+    tokenizer: &'a Tokenizer,
+    /// Named by encoding errors.
+    path: &'a Path,
+    fraction: f64,
+    progress: &'a Progress,
+}
+
+impl Encoder<'_> {
+    /// Reads `corpus` on a thread of its own, a few batches ahead, while this one
+    /// encodes chunks of about [`ENCODE_BYTES`] and writes them in order to
+    /// `writers` (training, held out). What the read skipped.
+    fn stream(&self, corpus: &Corpus, mut writers: [&mut TokenWriter; 2]) -> Result<Skipped> {
+        let (sender, receiver) = std::sync::mpsc::sync_channel::<(usize, Vec<String>)>(4);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(move || {
+                corpus.read(|first, batch| match sender.send((first, batch)) {
+                    Ok(()) => Ok(ControlFlow::Continue(())),
+                    // The encoder stopped (on an error of its own, returned below).
+                    Err(_) => Ok(ControlFlow::Break(())),
+                })
+            });
+            let written = self.chunks(receiver.iter(), &mut writers);
+            // A reader waiting to send sees the channel closed and stops.
+            drop(receiver);
+            let read = reader
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            written.and(read)
+        })
+    }
+
+    /// The batches gathered into chunks of about [`ENCODE_BYTES`], each encoded and
+    /// written.
+    fn chunks(
+        &self,
+        batches: impl Iterator<Item = (usize, Vec<String>)>,
+        writers: &mut [&mut TokenWriter; 2],
+    ) -> Result<()> {
+        let (mut pending, mut first, mut bytes) = (Vec::new(), 0, 0);
+        for (start, batch) in batches {
+            if pending.is_empty() {
+                first = start;
+            }
+            bytes += batch.iter().map(String::len).sum::<usize>();
+            pending.extend(batch);
+            if bytes >= ENCODE_BYTES {
+                self.write(first, &pending, writers)?;
+                (pending, bytes) = (Vec::new(), 0);
+            }
+        }
+        if pending.is_empty() {
+            return Ok(());
+        }
+        self.write(first, &pending, writers)
+    }
+
+    /// Documents `first..` encoded and written.
+    fn write(
+        &self,
+        first: usize,
+        documents: &[String],
+        [train, validation]: &mut [&mut TokenWriter; 2],
+    ) -> Result<()> {
+        let encodings = encode(self.tokenizer, documents, self.path)?;
+        let mut tokens = 0;
+        for (i, encoding) in encodings.iter().enumerate() {
+            let writer = match is_held_out(first + i, self.fraction) {
+                true => &mut **validation,
+                false => &mut **train,
+            };
+            writer.write(encoding.get_ids())?;
+            tokens += encoding.len() as u64 + 1;
+        }
+        self.progress.add(documents, tokens);
+        Ok(())
+    }
 }
 
 /// Writes a prepared directory (the module's layout) of `train` and `validation`
