@@ -746,8 +746,9 @@ pub(crate) fn write_corpus(
     Ok(info)
 }
 
-/// Text encoded in one call: enough for every core to stay busy between calls.
-const ENCODE_BYTES: usize = 4 << 20;
+/// Text encoded in one call: enough for every core to stay busy between calls, and
+/// no more (an encoding holds about 100 bytes a token).
+const ENCODE_BYTES: usize = 1 << 20;
 
 /// A corpus's documents into token files: each to the training file or, when held
 /// out, the validation one.
