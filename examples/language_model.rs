@@ -43,7 +43,8 @@ struct Cli {
     train: TrainingArgs,
     #[command(flatten)]
     model: ModelArgs,
-    /// Corpus: one document per line (`.txt`, `.jsonl` with "text", gzipped or not).
+    /// Corpus file or folder, as `adabatch tokenize` reads them (`.txt`, `.jsonl`
+    /// with "text", plain, `.gz` or `.zst`; `.parquet` and `.arrow` with `parquet`).
     /// Repeat it for several corpora: one tokenizer is trained over all of their
     /// training documents, and the run sees them in their natural proportions.
     #[arg(long, default_value = "data/en_sentences_15k.txt.gz")]

@@ -10,8 +10,9 @@
 //!     --domain code=my_functions.jsonl --mixer stratified --max-train-tokens 1000000
 //! ```
 //!
-//! `--domain NAME=PATH` (repeat it): a corpus (a document per line, or JSON lines
-//! with "text", gzipped or not), tokenized into `--tokens-dir` on first run; or a
+//! `--domain NAME=PATH` (repeat it): a corpus file or folder as `adabatch tokenize`
+//! reads them (a document per line, JSON lines with "text", gzipped or not; Parquet
+//! and Arrow with the `parquet` feature), tokenized into `--tokens-dir` on first run; or a
 //! folder `adabatch tokenize --domain ...` prepared (folders of different
 //! tokenizers are refused). `--mixer`:
 //!
@@ -83,8 +84,9 @@ struct Cli {
     train: TrainingArgs,
     #[command(flatten)]
     model: ModelArgs,
-    /// A domain, `NAME=PATH`: a corpus file, or a folder `adabatch tokenize
-    /// --domain` prepared. Repeat it; the default is the three domains of `data/`.
+    /// A domain, `NAME=PATH`: a corpus file or folder (as `adabatch tokenize` reads
+    /// them), or a folder `adabatch tokenize --domain` prepared. Repeat it; the
+    /// default is the three domains of `data/`.
     #[arg(long, value_parser = parse_domain)]
     domain: Vec<(String, PathBuf)>,
     /// How the domains are mixed. The default, `online` with a warm-up, lowered
@@ -938,7 +940,8 @@ fn expected_steps(args: &TrainingArgs, infos: &[adabatch::tokenize::CorpusInfo])
     Some((tokens / per_step.max(1.0)).ceil() as usize)
 }
 
-/// The domains: opened where every path is a prepared folder, else tokenized into
+/// The domains: opened where every path is a prepared folder (it has
+/// `tokens.json`), else tokenized into
 /// `--tokens-dir` first (reused when prepared from the same files and settings).
 fn open_domains(cli: &Cli) -> adabatch::Result<Domains> {
     let domains: Vec<(String, PathBuf)> = cli
@@ -950,13 +953,8 @@ fn open_domains(cli: &Cli) -> adabatch::Result<Domains> {
     if domains.iter().all(|(_, p)| prepared(p)) {
         return Domains::open_split(&domains, cli.tokens.max_document_tokens);
     }
-    if let Some((name, path)) = domains.iter().find(|(_, p)| p.is_dir() && !prepared(p)) {
-        return Err(adabatch::Error::Data(adabatch::DataError::InvalidTokenSetting {
-            name: "--domain",
-            value: format!("{name}={}", path.display()),
-            expected: "a corpus file, or a folder prepared by adabatch tokenize --domain (it has tokens.json)".into(),
-        }));
-    }
+    // Otherwise every path is a corpus: a file, or a folder of corpus files
+    // (shards), as `adabatch tokenize` reads them.
     use adabatch::tokenize::{PrepareOptions, TokenizerSource};
     let options = PrepareOptions {
         tokenizer: TokenizerSource::TrainBpe {
