@@ -91,7 +91,7 @@ pub use data::tokenize;
 pub use dist::communicator::{Communicator, Local, Single};
 pub use dist::cpu_threads::share_cpu_cores;
 #[cfg(feature = "nccl")]
-pub use dist::nccl::Nccl;
+pub use dist::nccl::{Nccl, NcclFailure};
 #[cfg(feature = "nccl")]
 pub use dist::rendezvous::{Rendezvous, TorchrunEnv};
 pub use error::INTERRUPTED_EXIT_CODE;

@@ -111,34 +111,50 @@ impl std::fmt::Debug for Nccl {
     }
 }
 
-/// An NCCL failure with its `ncclResult_t` and NCCL's own last message (cudarc's
-/// error alone prints as a bare type name).
+/// What NCCL answered: its `ncclResult_t` and its own last message. cudarc's
+/// error is no `std::error::Error` (and prints as a bare type name), so this is
+/// the typed cause a failed call keeps as its `source`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NcclFailure {
+    /// The `ncclResult_t`, as NCCL names it (`ncclUnhandledCudaError`, ...).
+    pub result: String,
+    /// `ncclGetLastError`'s message, where NCCL left one.
+    pub last_error: Option<String>,
+}
+
+impl std::fmt::Display for NcclFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.last_error {
+            Some(last) => write!(f, "{} ({last})", self.result),
+            None => f.write_str(&self.result),
+        }
+    }
+}
+
+impl std::error::Error for NcclFailure {}
+
+/// A failed NCCL call `what`, its [`NcclFailure`] as the source.
 fn nccl_err(what: &str) -> impl FnOnce(nccl::NcclError) -> Error + '_ {
     move |e| {
         // SAFETY: a null communicator asks for the last error of any; NCCL returns a
         // static, NUL-terminated string (or null).
         let last = unsafe { nccl_sys::ncclGetLastError(std::ptr::null_mut()) };
-        let last = if last.is_null() {
-            String::new()
-        } else {
-            // SAFETY: non-null, NUL-terminated, owned by NCCL.
-            unsafe { std::ffi::CStr::from_ptr(last) }
-                .to_string_lossy()
-                .into_owned()
-        };
+        let last_error = (!last.is_null())
+            .then(|| {
+                // SAFETY: non-null, NUL-terminated, owned by NCCL.
+                unsafe { std::ffi::CStr::from_ptr(last) }
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .filter(|text| !text.is_empty());
         Error::Distributed(DistributedError::Library {
             library: "NCCL",
             call: what.to_string(),
-            detail: format!(
-                "{:?}{}",
-                e.0,
-                if last.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({last})")
-                }
-            ),
-            source: None,
+            detail: "failed".into(),
+            source: Some(Box::new(NcclFailure {
+                result: format!("{:?}", e.0),
+                last_error,
+            })),
         })
     }
 }
@@ -746,6 +762,25 @@ mod tests {
     //! fails as on a machine without one). The collectives are checked on a GPU by
     //! `gpu_check nccl` and `tests/gpu.rs`.
     use super::*;
+
+    /// A failed call keeps NCCL's answer as a typed source, shown once in a report.
+    #[test]
+    fn a_failed_call_keeps_ncclresult_as_its_source() {
+        let err = nccl_err("ncclAllReduce")(nccl::NcclError(
+            nccl_sys::ncclResult_t::ncclInvalidArgument,
+        ));
+        let mut cause = std::error::Error::source(&err);
+        let mut failure = None;
+        while let Some(source) = cause {
+            failure = failure.or(source.downcast_ref::<NcclFailure>());
+            cause = source.source();
+        }
+        let failure = failure.expect("the NCCL failure, typed, among the causes");
+        assert_eq!(failure.result, "ncclInvalidArgument");
+        let report = err.report();
+        assert_eq!(report.matches("ncclInvalidArgument").count(), 1, "{report}");
+        assert!(report.contains("NCCL ncclAllReduce: failed"), "{report}");
+    }
 
     #[test]
     fn one_gpu_per_rank() {
