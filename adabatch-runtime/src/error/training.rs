@@ -11,6 +11,17 @@ pub const INTERRUPTED_EXIT_CODE: u8 = 75;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TrainingError {
+    /// A part of a step's all-reduced scalars had another length than the step's
+    /// layout: every rank stops the step rather than sum misaligned values.
+    #[error("a step's {part} held {len} values where the step's layout has {expected}: the values would be summed out of place, so the step stops on every rank (an inconsistency of adabatch's probes; please report it)")]
+    StepPayloadMismatch {
+        /// `probes` or `coverage flags`.
+        part: &'static str,
+        /// Values this rank had.
+        len: usize,
+        /// Values the layout carries.
+        expected: usize,
+    },
     /// The schedule answered 0 after a step.
     #[error("the batch-size schedule returned 0 after step {step}: a batch size must be at least 1 (set `min_batch`, or fix the schedule)")]
     ScheduleReturnedZero {

@@ -2,6 +2,8 @@
 //! what it reads back: the step's scalars, laid out by one [`PayloadLayout`] on the
 //! writing and on the reading side, so that the two cannot disagree.
 
+use crate::error::{Error, Result, TrainingError};
+
 /// How long each variable part of the step's scalars is: the same on every rank
 /// of a step (a failed rank included), so that the sums line up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,18 +56,34 @@ impl PayloadLayout {
             scalars.out_of_memory,
             scalars.interrupt,
         ]);
+        // `check` refused a part of another length before; an empty one is zeros.
         for (part, len) in [
             (&scalars.probed, self.probes),
             (&scalars.covered, self.coverage),
         ] {
-            debug_assert!(
-                part.is_empty() || part.len() == len,
-                "a step's payload part of {} for {len} slots",
-                part.len()
-            );
             flat.extend(part.iter().copied().chain(std::iter::repeat(0.0)).take(len));
         }
         flat
+    }
+
+    /// A rank's variable parts against the layout: each empty (sent as zeros) or
+    /// of its length; otherwise a typed error, which the rank sends as a failed
+    /// step so that no value is summed out of place.
+    pub(crate) fn check(&self, probed: &[f64], covered: Option<&[bool]>) -> Result<()> {
+        let covered = covered.map_or(0, <[bool]>::len);
+        for (part, len, expected) in [
+            ("probes", probed.len(), self.probes),
+            ("coverage flags", covered, self.coverage),
+        ] {
+            if len != 0 && len != expected {
+                return Err(Error::Training(TrainingError::StepPayloadMismatch {
+                    part,
+                    len,
+                    expected,
+                }));
+            }
+        }
+        Ok(())
     }
 
     /// The scalars [`write`](Self::write) laid out (summed over the ranks).
@@ -114,6 +132,12 @@ mod tests {
         };
         let flat = layout.write(&failed);
         assert_eq!(flat.len(), 16);
+        // A part of another length is refused, not padded or cut.
+        assert!(layout.check(&[1.0; 8], Some(&[true; 3])).is_ok());
+        assert!(layout.check(&[], None).is_ok());
+        let err = layout.check(&[1.0; 7], None).unwrap_err();
+        assert!(err.to_string().contains("probes held 7 values where the step's layout has 8"), "{err}");
+        assert!(layout.check(&[], Some(&[true; 4])).is_err());
         let read = layout.read(&flat);
         assert_eq!(
             (read.failed, read.probed, read.covered),

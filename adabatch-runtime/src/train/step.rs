@@ -630,6 +630,12 @@ fn reduce(
     mut local: Result<LocalGrads>,
     layout: PayloadLayout,
 ) -> Result<std::result::Result<LocalGrads, StepOom>> {
+    // A part of another length than the layout's goes as a failed step: every rank
+    // still reaches the all-reduce, and every rank stops.
+    let mismatch = local.as_ref().ok().map(|l| layout.check(&l.probed, l.covered.as_deref()));
+    if let Some(Err(e)) = mismatch {
+        local = Err(e);
+    }
     let (mut tensors, scalars) = outgoing(&mut local, params)?;
     let mut flat = layout.write(&scalars);
     comm.all_reduce_sum(&mut tensors, &mut flat)?;
