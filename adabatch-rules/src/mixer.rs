@@ -27,6 +27,28 @@ pub fn smoothing(s: f64) -> Check {
     within("smoothing", s, (0.0, 1.0, true))
 }
 
+/// A mixing weight (`fixed(..)`'s, a curriculum point's, a mixer's proposal): a
+/// finite number >= 0.
+pub fn weight(w: f64) -> Check {
+    if w.is_finite() && w >= 0.0 {
+        return Ok(());
+    }
+    crate::broken("fixed", format!("weight {w} is not a finite number >= 0"))
+}
+
+/// Mixing weights together: each a [`weight`], and not all 0 (weights are
+/// normalised when used, so some source must have a share).
+pub fn weights(ws: &[f64]) -> Check {
+    ws.iter().try_for_each(|w| weight(*w))?;
+    if ws.iter().sum::<f64>() > 0.0 {
+        return Ok(());
+    }
+    crate::broken(
+        "fixed",
+        "all weights are 0: some source must have a positive weight".into(),
+    )
+}
+
 /// The whole setting.
 pub fn check(t: f64, f: f64, s: f64) -> Check {
     temperature(t)?;
@@ -45,5 +67,22 @@ mod tests {
         assert_eq!(check(1.0, 1.5, 0.9).unwrap_err().arg, "floor");
         assert_eq!(check(1.0, 0.05, 1.0).unwrap_err().arg, "smoothing");
         assert_eq!(check(1.0, f64::NAN, 0.9).unwrap_err().arg, "floor");
+    }
+
+    #[test]
+    fn weights_are_finite_non_negative_and_not_all_zero() {
+        assert!(weights(&[0.75, 0.25]).is_ok());
+        assert!(weights(&[0.0, 1.0]).is_ok());
+        assert!(weights(&[0.0, 0.0])
+            .unwrap_err()
+            .message
+            .contains("all weights are 0"));
+        assert!(weights(&[]).is_err());
+        for bad in [-0.1, f64::NAN, f64::INFINITY] {
+            assert!(
+                weight(bad).is_err() && weights(&[1.0, bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 }

@@ -117,7 +117,7 @@ fn fixed(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
             continue;
         }
         match float(&source, value, cx) {
-            Some(w) if w.is_finite() && w >= 0.0 => weights.push((source, w)),
+            Some(w) if adabatch_rules::mixer::weight(w).is_ok() => weights.push((source, w)),
             Some(w) => {
                 cx.on(
                     value,
@@ -140,7 +140,8 @@ fn fixed(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
         );
         return None;
     }
-    if weights.iter().all(|(_, w)| *w == 0.0) {
+    let values: Vec<f64> = weights.iter().map(|(_, w)| *w).collect();
+    if adabatch_rules::mixer::weights(&values).is_err() {
         cx.at(
             call.paren.span.join(),
             "`fixed`: all weights are 0; at least one source must have a positive weight",

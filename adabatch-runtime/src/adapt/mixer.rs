@@ -530,12 +530,8 @@ impl CurriculumMixer {
                     weights.len()
                 )));
             }
-            if weights.iter().any(|w| !w.is_finite() || *w < 0.0)
-                || weights.iter().sum::<f64>() <= 0.0
-            {
-                return Err(bad(format!(
-                    "point {i}: weights {weights:?} must be finite, >= 0 and not all 0"
-                )));
+            if let Err(broken) = adabatch_rules::mixer::weights(weights) {
+                return Err(bad(format!("point {i}: weights {weights:?}: {broken}")));
             }
             if i > 0 && *at <= points[i - 1].0 {
                 return Err(bad(format!(

@@ -103,16 +103,14 @@ fn normalised(step: usize, weights: &[f64], sources: usize) -> Result<Vec<f64>> 
     if let Some((i, w)) = weights
         .iter()
         .enumerate()
-        .find(|(_, w)| !w.is_finite() || **w < 0.0)
+        .find(|(_, w)| adabatch_rules::mixer::weight(**w).is_err())
     {
         return Err(bad(format!(
             "weight {w} of source {i} is not a finite number >= 0"
         )));
     }
+    adabatch_rules::mixer::weights(weights).map_err(|broken| bad(broken.message))?;
     let sum: f64 = weights.iter().sum();
-    if sum <= 0.0 {
-        return Err(bad("all weights are 0".into()));
-    }
     Ok(weights.iter().map(|w| w / sum).collect())
 }
 

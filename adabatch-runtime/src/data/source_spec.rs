@@ -98,12 +98,10 @@ pub(crate) fn check_weights(step: usize, weights: &[f64]) -> Result<()> {
     }
 }
 
-/// What makes `weights` unusable as a mixture, if anything.
+/// What makes `weights` unusable as a mixture, if anything (the rule of
+/// `adabatch_rules::mixer::weights`).
 fn weights_problem(weights: &[f64]) -> Option<String> {
-    if let Some(w) = weights.iter().find(|w| !w.is_finite() || **w < 0.0) {
-        return Some(format!("weight {w} is not a finite number >= 0"));
-    }
-    (weights.iter().sum::<f64>() <= 0.0).then(|| "all weights are 0".into())
+    adabatch_rules::mixer::weights(weights).err().map(|broken| broken.message)
 }
 
 /// The sources' draws merged so that each is spread evenly over the batch: the
