@@ -392,13 +392,7 @@ fn adamw_matches_its_twin_bit_for_bit() -> Result<()> {
             step.apply(theta, &grad, m, v)?;
             let [theta, m, v] = &mut kernel;
             with_kernels_on_cpu(|| step.apply(theta, &grad, m, v))?;
-            for (which, (got, want)) in ["theta", "m", "v"].iter().zip(kernel.iter().zip(&twin)) {
-                let differ = got
-                    .iter()
-                    .zip(want)
-                    .position(|(g, w)| g.to_bits() != w.to_bits());
-                assert_eq!(differ, None, "adamw n={n} step {t}: {which} differs");
-            }
+            assert_same_bits(&kernel, &twin, &format!("adamw n={n} step {t}"));
         }
     }
     Ok(())
@@ -428,14 +422,19 @@ fn adamw_strides_past_its_grid() -> Result<()> {
     };
     let [theta, m, v] = &mut kernel;
     step.apply_through_harness(&pass, theta, &grad, m, v)?;
-    for (which, (got, want)) in ["theta", "m", "v"].iter().zip(kernel.iter().zip(&twin)) {
+    assert_same_bits(&kernel, &twin, "adamw over 2 blocks");
+    Ok(())
+}
+
+/// The parameter and both moments, bit for bit.
+fn assert_same_bits(got: &[Vec<f32>; 3], want: &[Vec<f32>; 3], what: &str) {
+    for (which, (got, want)) in ["theta", "m", "v"].iter().zip(got.iter().zip(want)) {
         let differ = got
             .iter()
             .zip(want)
             .position(|(g, w)| g.to_bits() != w.to_bits());
-        assert_eq!(differ, None, "adamw over 2 blocks: {which} differs");
+        assert_eq!(differ, None, "{what}: {which} differs");
     }
-    Ok(())
 }
 
 /// AdamW's constants at step `t`, as the engine computes them.
