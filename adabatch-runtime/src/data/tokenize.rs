@@ -721,7 +721,7 @@ pub(crate) fn write_corpus(
             validation.abandon();
             outcome?;
             return Err(tokenizer_error(
-                &corpus.files()[0],
+                &corpus.files().into_iter().next().unwrap_or_default(),
                 "the corpus holds no document (every text is null, empty or whitespace)",
             ));
         }
