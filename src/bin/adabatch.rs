@@ -131,6 +131,9 @@ fn summary(info: &adabatch::tokenize::CorpusInfo) -> String {
             skipped.null, skipped.empty
         );
     }
+    if let Some(encoder) = &info.encoder {
+        line += &format!("; encoded by {encoder}");
+    }
     line
 }
 

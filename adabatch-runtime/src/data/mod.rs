@@ -14,4 +14,6 @@ pub mod sampler;
 pub mod source_spec;
 pub mod token_files;
 #[cfg(feature = "tokenizers")]
+mod cached_bpe;
+#[cfg(feature = "tokenizers")]
 pub mod tokenize;

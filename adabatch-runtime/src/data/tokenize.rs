@@ -33,6 +33,7 @@ pub use tokenizers::Tokenizer;
 use tokenizers::{AddedToken, TokenizerBuilder};
 
 pub use super::corpus::{Corpus, Skipped};
+use super::cached_bpe::DocumentEncoder;
 use super::token_files::{TokenDocuments, TokenFile, TokenWidth};
 use crate::error::{Cause, DataError, Error, FileOp, Result};
 
@@ -115,6 +116,11 @@ pub struct CorpusInfo {
     /// What a trained tokenizer learnt from (none for a loaded one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bpe_sample: Option<BpeSample>,
+    /// How the documents were encoded: a byte-level BPE (GPT-2's layout) with a word
+    /// cache, or `tokenizers`' own pipeline and what kept the cache out; the ids are
+    /// the same either way (absent in older directories).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoder: Option<String>,
 }
 
 /// The documents a trained tokenizer learnt from: the first training documents.
@@ -428,9 +434,12 @@ pub fn write_token_file(
     path: &Path,
 ) -> Result<u64> {
     let mut writer = TokenWriter::create(path, width, eos_id)?;
+    let encoder = DocumentEncoder::new(tokenizer);
     let written = documents.chunks(4096).try_for_each(|chunk| {
-        let encodings = encode(tokenizer, chunk, path)?;
-        encodings.iter().try_for_each(|e| writer.write(e.get_ids()))
+        let encoded = encoder
+            .encode(chunk)
+            .map_err(|e| tokenizer_failed(path, "cannot encode the documents", e))?;
+        encoded.iter().try_for_each(|ids| writer.write(ids))
     });
     match written {
         Ok(()) => writer.finish().map(|(tokens, _)| tokens),
@@ -439,18 +448,6 @@ pub fn write_token_file(
             Err(e)
         }
     }
-}
-
-/// `documents` encoded, in order (on every core; the ids do not depend on how many).
-fn encode<S: AsRef<str> + Sync>(
-    tokenizer: &Tokenizer,
-    documents: &[S],
-    path: &Path,
-) -> Result<Vec<tokenizers::Encoding>> {
-    let texts: Vec<&str> = documents.iter().map(AsRef::as_ref).collect();
-    tokenizer
-        .encode_batch_fast(texts, false)
-        .map_err(|e| tokenizer_failed(path, "cannot encode the documents", e))
 }
 
 /// A token file being written: documents' ids, each followed by the EOS id, as
@@ -706,8 +703,9 @@ pub(crate) fn write_corpus(
     };
     let progress = Progress::new(options.progress, dir);
     let fraction = options.validation_fraction;
+    let encoder = DocumentEncoder::new(tokenizer);
     let into = Encoder {
-        tokenizer,
+        encoder: &encoder,
         path: &train_path,
         fraction,
         progress: &progress,
@@ -741,6 +739,7 @@ pub(crate) fn write_corpus(
         tokenizer_crc32c: Some(crc),
         skipped,
         bpe_sample,
+        encoder: Some(encoder.describe()),
     };
     finish_prepared(dir, &info)?;
     Ok(info)
@@ -753,7 +752,7 @@ const ENCODE_BYTES: usize = 1 << 20;
 /// A corpus's documents into token files: each to the training file or, when held
 /// out, the validation one.
 struct Encoder<'a> {
-    tokenizer: &'a Tokenizer,
+    encoder: &'a DocumentEncoder<'a>,
     /// Named by encoding errors.
     path: &'a Path,
     fraction: f64,
@@ -816,15 +815,18 @@ impl Encoder<'_> {
         documents: &[String],
         [train, validation]: &mut [&mut TokenWriter; 2],
     ) -> Result<()> {
-        let encodings = encode(self.tokenizer, documents, self.path)?;
+        let encoded = self
+            .encoder
+            .encode(documents)
+            .map_err(|e| tokenizer_failed(self.path, "cannot encode the documents", e))?;
         let mut tokens = 0;
-        for (i, encoding) in encodings.iter().enumerate() {
+        for (i, ids) in encoded.iter().enumerate() {
             let writer = match is_held_out(first + i, self.fraction) {
                 true => &mut **validation,
                 false => &mut **train,
             };
-            writer.write(encoding.get_ids())?;
-            tokens += encoding.len() as u64 + 1;
+            writer.write(ids)?;
+            tokens += ids.len() as u64 + 1;
         }
         self.progress.add(documents, tokens);
         Ok(())
@@ -860,6 +862,7 @@ pub fn write_prepared(
         tokenizer_crc32c: Some(crc),
         skipped: Skipped::default(),
         bpe_sample: None,
+        encoder: Some(DocumentEncoder::new(tokenizer).describe()),
     };
     finish_prepared(dir, &info)?;
     Ok(info)
