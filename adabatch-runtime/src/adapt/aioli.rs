@@ -20,8 +20,13 @@
 //! one_hot − d`, invertible for `one_hot > 1/2`; under a
 //! [`ReplayBudget`](crate::ReplayBudget) the probes train on the capped
 //! mixtures, and `W` is those ([`SourceStats::weights`]), so the law is that of
-//! the data actually trained. A round whose `W` is singular (two probes trained on
-//! the same mixture) leaves `p` as it was. The probes run in turn without rolling
+//! the data actually trained. When the proposed probes would give the old domains
+//! more than the budget, they are replaced by probes inside it (the old domains
+//! probed among themselves at the budget's share, each new one at half of it; see
+//! `probe_within`), so that the cap does not make them alike and `W` stays
+//! invertible. A round whose `W` is singular (two probes trained on the same
+//! mixture) or whose losses are not finite leaves `p` as it was, and is counted
+//! in the diagnostics' `skipped_rounds`. The probes run in turn without rolling
 //! the model back (as the authors' online variant in their mixtera
 //! implementation), their order rotated each round so that no domain is always
 //! probed at the round's start.
@@ -96,6 +101,12 @@ pub struct AioliMixer {
     held_out: bool,
     /// With held-out losses: the last ones read (before the next probe).
     before: Vec<f64>,
+    /// A replay budget's cap: the new sources, and the old ones' greatest share.
+    cap: Option<(Vec<String>, f64)>,
+    /// Under a cap, which domains are new (set from the first step's names).
+    is_new: Vec<bool>,
+    /// Rounds whose `W` was singular or whose losses were not finite: `p` kept.
+    skipped_rounds: usize,
 }
 
 impl AioliMixer {
@@ -137,6 +148,9 @@ impl AioliMixer {
             probes: Vec::new(),
             held_out: false,
             before: Vec::new(),
+            cap: None,
+            is_new: Vec::new(),
+            skipped_rounds: 0,
         })
     }
 
@@ -203,10 +217,50 @@ impl AioliMixer {
         (probe < m).then_some((probe, (probe + r) % m))
     }
 
-    /// The probe mixture of domain `k`.
+    /// The probe mixture of domain `k`: within a replay budget's cap when the
+    /// proposed probes exceed it.
     fn probe_mixture(&self, k: usize, m: usize) -> Vec<f64> {
+        if let Some(budget) = self.binding_cap(m) {
+            return self.probe_within(k, budget);
+        }
         let other = (1.0 - self.one_hot) / (m - 1).max(1) as f64;
         (0..m).map(|j| if j == k { self.one_hot } else { other }).collect()
+    }
+
+    /// The cap on the old domains' share, when some proposed probe exceeds it
+    /// and there are old and new domains to probe apart.
+    fn binding_cap(&self, m: usize) -> Option<f64> {
+        let (_, budget) = self.cap.as_ref()?;
+        let new = self.is_new.iter().filter(|&&n| n).count();
+        let old = m - new;
+        if self.is_new.len() != m || new == 0 || old == 0 {
+            return None;
+        }
+        // The most old share a proposed probe asks: probing an old domain.
+        let other = (1.0 - self.one_hot) / (m - 1) as f64;
+        (self.one_hot + (old - 1) as f64 * other > *budget).then_some(*budget)
+    }
+
+    /// A probe inside the cap: probing an old domain, the old side takes all of
+    /// `budget`; probing a new one, half of it. Within the probed side the
+    /// probed domain takes `one_hot` of the side's share and the others split
+    /// the rest; the other side splits its share evenly. These `m` mixtures are
+    /// linearly independent for any `budget` in `(0, 1)`, so `W` is invertible.
+    fn probe_within(&self, k: usize, budget: f64) -> Vec<f64> {
+        let old_share = if self.is_new[k] { budget / 2.0 } else { budget };
+        let side_share = |new: bool| if new { 1.0 - old_share } else { old_share };
+        let side_count = |new: bool| self.is_new.iter().filter(|&&n| n == new).count() as f64;
+        (0..self.is_new.len())
+            .map(|j| {
+                let (side, count) = (self.is_new[j], side_count(self.is_new[j]));
+                match (j == k, side == self.is_new[k]) {
+                    (true, _) if count == 1.0 => side_share(side),
+                    (true, _) => side_share(side) * self.one_hot,
+                    (false, true) => side_share(side) * (1.0 - self.one_hot) / (count - 1.0),
+                    (false, false) => side_share(side) / count,
+                }
+            })
+            .collect()
     }
 
     /// `W` as proposed: column `k` the probe mixture of domain `k`.
@@ -303,6 +357,7 @@ impl AioliMixer {
         };
         let measured = self.measured.iter().all(|g| g.is_finite());
         let Some(law) = solve_law(&self.measured, &probes, m).filter(|_| measured) else {
+            self.skipped_rounds += 1;
             self.measured.iter_mut().for_each(|g| *g = 0.0);
             self.round_loss.iter_mut().for_each(|l| *l = 0.0);
             return;
@@ -439,6 +494,10 @@ impl Default for AioliMixer {
 impl Mixer for AioliMixer {
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
         let m = stats.names.len();
+        // Also after a restore, which brings the mixture but not the names.
+        if let Some((new_sources, _)) = self.cap.as_ref().filter(|_| self.is_new.len() != m) {
+            self.is_new = stats.names.iter().map(|n| new_sources.contains(n)).collect();
+        }
         if self.mixture.len() != m {
             self.mixture = vec![1.0 / m as f64; m];
             self.measured = vec![0.0; m * m];
@@ -464,6 +523,22 @@ impl Mixer for AioliMixer {
         self.reads_held_out_after(step, self.mixture.len())
     }
 
+    /// Under a budget of 0 the old domains never train: no probe can measure them.
+    fn check_sources(&self, _names: &[String]) -> std::result::Result<(), String> {
+        match &self.cap {
+            Some((_, budget)) if *budget <= 0.0 => Err(
+                "aioli cannot measure the old sources under a replay budget of 0 (they never \
+                 train): give a budget above 0, or use another mixer"
+                    .into(),
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    fn keep_old_share_within(&mut self, new_sources: &[String], budget: f64) {
+        self.cap = Some((new_sources.to_vec(), budget));
+    }
+
     /// The mixture `p` between probes, the last law `A` (empty before the first
     /// round ends), this round's mean losses over the probes so far, and on
     /// held-out losses the last ones read.
@@ -476,6 +551,9 @@ impl Mixer for AioliMixer {
             out.push(("held_out", Diagnostic::PerSource(self.before.clone())));
         }
         out.push(("round_loss", Diagnostic::PerSource(self.round_loss.clone())));
+        if self.skipped_rounds > 0 {
+            out.push(("skipped_rounds", Diagnostic::Scalar(self.skipped_rounds as f64)));
+        }
         out
     }
 
@@ -492,6 +570,7 @@ impl Mixer for AioliMixer {
             "round_loss": nan_free(&self.round_loss),
             "probes": self.probes,
             "before": nan_free(&self.before),
+            "skipped_rounds": self.skipped_rounds,
         }))
     }
 
@@ -531,6 +610,10 @@ impl Mixer for AioliMixer {
         (self.mixture, self.measured, self.window) = (mixture, measured, window);
         (self.law, self.smoothed, self.round_loss) = (law, smoothed, round_loss);
         (self.probes, self.before) = (probes, before);
+        self.skipped_rounds = match state.get("skipped_rounds") {
+            None => 0,
+            Some(count) => count.as_u64().ok_or("`skipped_rounds` is not a count")? as usize,
+        };
         Ok(())
     }
 }

@@ -145,6 +145,14 @@ pub trait Mixer: Send {
         let _ = state;
         Ok(())
     }
+    /// Told once, before the first step, that a [`ReplayBudget`](crate::ReplayBudget)
+    /// caps the share of every source not in `new_sources` at `budget` of each
+    /// step: a mixer that trains on mixtures of its own choosing to measure them
+    /// (Aioli's probes) keeps them within it, so that what it measures is not
+    /// flattened by the cap. The default: nothing.
+    fn keep_old_share_within(&mut self, new_sources: &[String], budget: f64) {
+        let _ = (new_sources, budget);
+    }
 }
 
 /// The shares the step trained on: `weights` (the step's, as given) normalised,
@@ -211,6 +219,9 @@ impl Mixer for Box<dyn Mixer> {
     }
     fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
         (**self).restore(state)
+    }
+    fn keep_old_share_within(&mut self, new_sources: &[String], budget: f64) {
+        (**self).keep_old_share_within(new_sources, budget)
     }
 }
 

@@ -42,6 +42,8 @@ impl<M: Mixer> ReplayBudget<M> {
         if new_sources.is_empty() {
             return Err(invalid("no new sources".into(), "at least one new source, which it does not cap"));
         }
+        let mut inner = inner;
+        inner.keep_old_share_within(&new_sources, budget);
         Ok(Self {
             inner,
             new_sources,
@@ -95,6 +97,14 @@ impl<M: Mixer> Mixer for ReplayBudget<M> {
 
     fn restore(&mut self, state: &serde_json::Value) -> std::result::Result<(), String> {
         self.inner.restore(state)
+    }
+
+    /// The tighter of the two caps reaches the inner mixer when both name the
+    /// same new sources; otherwise this one's stands.
+    fn keep_old_share_within(&mut self, new_sources: &[String], budget: f64) {
+        if new_sources == self.new_sources.as_slice() && budget < self.budget {
+            self.inner.keep_old_share_within(new_sources, budget);
+        }
     }
 }
 
@@ -226,11 +236,13 @@ mod tests {
         }
     }
 
-    /// Aioli under a budget: the probes train on capped mixtures, and the law it
-    /// solves for is the one of those, recovered exactly from losses that fall as
-    /// a known `A` says on the mixtures actually trained. Under a budget so tight
-    /// that every probe trains the new domain at the same share, the law cannot be
-    /// told apart (`W` is singular) and the mixture stays as it was.
+    /// Aioli under a budget: its probes stay inside the cap (the old domains
+    /// probed among themselves at the budget, the new one apart), so the law it
+    /// solves for is recovered exactly from losses that fall as a known `A` says
+    /// on the mixtures trained, however tight the budget, and the mixture moves.
+    /// (With the proposed probes capped, a budget of 0.3 or less trained every
+    /// probe on the same new share: `W` was singular and the mixture stayed
+    /// uniform for the whole run.)
     #[test]
     fn aioli_under_a_budget_recovers_the_law_of_the_mixtures_trained() {
         use crate::adapt::aioli::AioliMixer;
@@ -257,18 +269,31 @@ mod tests {
             }
             (mixer.inner.mixing_law().to_vec(), mixer.inner.mixture().to_vec(), given)
         };
-        let (law, _, given) = run(0.5);
-        // Probing `en` at 0.6 (with 0.2 each beside it) is capped: the old
-        // domains keep 0.5, in their proportions.
-        assert!((given[2][0] - 0.5).abs() < 1e-12 && (given[2][1] - 0.375).abs() < 1e-12, "{given:?}");
-        assert_eq!(law.len(), 9, "the round closed");
-        for (got, want) in law.iter().zip(truth.iter().flatten()) {
-            assert!((got - 2.0 * want).abs() < 1e-9, "{law:?}");
+        for budget in [0.5, 0.3, 0.1] {
+            let (law, mixture, given) = run(budget);
+            let probes = &given[..6];
+            assert!(probes.iter().all(|w| w[1] + w[2] <= budget + 1e-12), "{given:?}");
+            // Probing `en` at 0.6 of the old side's budget, `kjv` the rest of it.
+            assert!((given[2][1] - 0.6 * budget).abs() < 1e-12, "{given:?}");
+            assert_eq!(law.len(), 9, "the round closed at {budget}");
+            for (got, want) in law.iter().zip(truth.iter().flatten()) {
+                assert!((got - 2.0 * want).abs() < 1e-9, "{budget}: {law:?}");
+            }
+            assert!(mixture.iter().any(|p| (p - 1.0 / 3.0).abs() > 1e-3), "{mixture:?}");
         }
-        let (law, mixture, given) = run(0.3);
-        assert!(given[1..7].iter().all(|w| (w[0] - 0.7).abs() < 1e-12), "{given:?}");
-        assert!(law.is_empty(), "no law from a singular W: {law:?}");
-        assert_eq!(mixture, [1.0 / 3.0; 3]);
+    }
+
+    /// Under a budget of 0 the old domains never train, so Aioli cannot measure
+    /// them: the run is refused before its first step.
+    #[test]
+    fn aioli_under_a_budget_of_zero_is_refused() {
+        use crate::adapt::aioli::AioliMixer;
+        let names: Vec<String> = ["new", "en"].map(String::from).to_vec();
+        let mixer = ReplayBudget::new(AioliMixer::default(), ["new"], 0.0).unwrap();
+        let refused = mixer.check_sources(&names).unwrap_err();
+        assert!(refused.contains("replay budget of 0"), "{refused}");
+        let within = ReplayBudget::new(AioliMixer::default(), ["new"], 0.05).unwrap();
+        assert_eq!(within.check_sources(&names), Ok(()));
     }
 
     proptest! {
