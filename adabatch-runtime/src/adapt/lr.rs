@@ -186,7 +186,9 @@ impl LrSchedule {
     }
 
     /// The factor a global batch of `global_batch` multiplies the rate by at the
-    /// noise scale `phi` (used by `adamscale` only).
+    /// noise scale `phi` (used by `adamscale` only; `None` only before the first
+    /// warm estimate, which then takes the √ rule: once there is one, the run
+    /// holds the last positive estimate rather than go back to `None`).
     pub fn batch_scale_at(&self, global_batch: usize, phi: Option<f64>) -> f64 {
         let ratio = global_batch as f64 / self.reference_global_batch.max(1) as f64;
         match (self.scaling, phi.filter(|p| p.is_finite())) {

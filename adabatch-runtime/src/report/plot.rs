@@ -720,6 +720,7 @@ mod tests {
             gradient_noise_scale: None,
             noise_scale_interval: None,
             noise_scale_refused: 0,
+            noise_scale_held: 0,
             noise_measurement: None,
             goodput: None,
             loss_scale: None,

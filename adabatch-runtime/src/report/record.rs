@@ -72,6 +72,11 @@ pub struct StepLog {
     /// measures again).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub noise_scale_refused: usize,
+    /// Steps since the previous logged step (this one included) whose noise
+    /// scale was not positive once warm, so that the rate (`lr_scaling =
+    /// adamscale`) and goodput ran on the last positive estimate, held.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub noise_scale_held: usize,
     /// `schedule = goodput(..)`: the decision after this step and what it rests on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goodput: Option<GoodputLog>,
@@ -274,6 +279,7 @@ impl StepLog {
             noise_measurement: None,
             noise_scale_interval: None,
             noise_scale_refused: 0,
+            noise_scale_held: 0,
             goodput: None,
             loss_scale: None,
             held_out: None,

@@ -37,6 +37,11 @@ pub struct TrainSummary {
     /// `--fp16`: steps whose gradients overflowed and were skipped (in the whole
     /// run, a resumed one included).
     pub skipped_steps: usize,
+    /// Steps whose gradient noise scale was not positive once warm, so that the
+    /// rate (`lr_scaling = adamscale`) and goodput ran on the last positive
+    /// estimate, held (the whole run, a resumed one included; each such step's
+    /// log says `noise_scale_held`).
+    pub noise_scale_held_steps: usize,
     /// `--load-best-model-at-end`: the checkpoint whose weights the model holds
     /// at the end, and its metric (HF `best_model_checkpoint`, `best_metric`).
     pub best_model_checkpoint: Option<std::path::PathBuf>,
@@ -113,6 +118,13 @@ impl std::fmt::Display for TrainSummary {
                 f,
                 "\nheld-out losses for the mixer: {} evaluations, {} tokens, {:.1} s",
                 cost.evaluations, cost.tokens, cost.seconds
+            )?;
+        }
+        if self.noise_scale_held_steps > 0 {
+            write!(
+                f,
+                "\nthe gradient noise scale was not positive at {} step(s): the rate and the batch held its last positive estimate there (`noise_scale_held` in those steps' logs)",
+                self.noise_scale_held_steps
             )?;
         }
         if !self.timed_decisions.is_empty() {

@@ -110,6 +110,7 @@ impl DryRun {
             prefetched_steps: 0,
             prefetch_discarded: 0,
             skipped_steps: 0,
+            noise_scale_held_steps: 0,
             held_out: None,
             best_model_checkpoint: None,
             best_metric: None,

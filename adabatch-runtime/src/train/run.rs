@@ -700,6 +700,7 @@ where
             evaluations: self.evaluations,
             prefetch,
             skipped_steps: self.controllers.skipped_steps(),
+            noise_scale_held_steps: self.controllers.noise_scale_held_steps(),
             oom_events: self.controllers.oom.events(),
             best: best.map(|b| (best_checkpoint_dir(&self.settings.saves, b.step), b.metric)),
             held_out: self.controllers.held_out_cost(),

@@ -212,4 +212,9 @@ impl Controllers {
     pub(crate) fn skipped_steps(&self) -> usize {
         self.loss_scale.as_ref().map_or(0, |c| c.skipped_steps())
     }
+
+    /// Steps that ran on a held noise-scale estimate (see `HeldEstimate`).
+    pub(crate) fn noise_scale_held_steps(&self) -> usize {
+        self.noise_scale.as_ref().map_or(0, |c| c.held_steps())
+    }
 }

@@ -50,6 +50,24 @@ pub(crate) struct NoiseScaleControl {
     /// This rank's seconds of the last step (0: none yet, or it ran out of
     /// memory), which ride in the next step so that every rank gets their mean.
     last_seconds: f64,
+    /// The last positive warm estimate, held while the current one is not.
+    held: HeldEstimate,
+    /// Steps since the last logged one that ran on the held estimate.
+    held_since_log: usize,
+}
+
+/// The estimate the rate and the batch follow once warm: the current one, or
+/// while its |G|² average is not positive (noise, on a small batch; the ratio
+/// then means nothing) the last positive one, held for both, so that
+/// `lr_scaling = adamscale` does not switch to the √ rule while goodput keeps
+/// its batch. Saved in checkpoints: a resumed run holds what the uninterrupted
+/// one held.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct HeldEstimate {
+    /// The last positive warm estimate (`None` before the first).
+    last: Option<f64>,
+    /// Steps of the run that ran on it, the current estimate not being positive.
+    steps: usize,
 }
 
 /// What the estimate drives.
@@ -92,15 +110,40 @@ impl NoiseScaleControl {
             last_measurement: None,
             precondition: rules.precondition_noise,
             last_seconds: 0.0,
+            held: HeldEstimate::default(),
+            held_since_log: 0,
         }))
     }
 
-    /// The estimate once the averages span their horizon (`None` before): what
-    /// `lr_scaling = adamscale` scales the rate by.
+    /// The estimate once the averages span their horizon (`None` before), or
+    /// the last positive one while it is not ([`HeldEstimate`]): what
+    /// `lr_scaling = adamscale` scales the rate by and goodput decides on.
     pub(crate) fn warm_estimate(&self) -> Option<f64> {
+        self.current_warm().or(self.held.last)
+    }
+
+    /// The estimate once warm, `None` while its |G|² average is not positive.
+    fn current_warm(&self) -> Option<f64> {
         self.estimator
             .estimate()
             .filter(|_| self.estimator.warmed_up())
+    }
+
+    /// Steps of the run that ran on a held estimate.
+    pub(crate) fn held_steps(&self) -> usize {
+        self.held.steps
+    }
+
+    /// After a step's measurement: the estimate to hold, or one more step on it.
+    fn note_estimate(&mut self) {
+        match (self.current_warm(), self.held.last) {
+            (Some(estimate), _) => self.held.last = Some(estimate),
+            (None, Some(_)) => {
+                self.held.steps += 1;
+                self.held_since_log += 1;
+            }
+            (None, None) => {}
+        }
     }
 
     /// Folds a measurement spanning `spans` steps in (when the step measured)
@@ -118,6 +161,8 @@ impl NoiseScaleControl {
             None => self.estimator.estimate(),
         };
         let warmed_up = self.estimator.warmed_up();
+        self.note_estimate();
+        let warm = self.warm_estimate();
         match &mut self.resize {
             Resize::LogOnly => {}
             Resize::NoiseScale(policy) => {
@@ -129,8 +174,7 @@ impl NoiseScaleControl {
                 }
             }
             Resize::Goodput(goodput) => {
-                let phi = estimate.filter(|_| warmed_up);
-                goodput.adapt(report, (phi, previous_step_seconds), steer)?;
+                goodput.adapt(report, (warm, previous_step_seconds), steer)?;
             }
         }
         Ok(())
@@ -205,6 +249,7 @@ impl Controller for NoiseScaleControl {
         entry.noise_measurement = self.last_measurement;
         entry.noise_scale_interval = Some(self.cadence.interval());
         entry.noise_scale_refused = std::mem::take(&mut self.refused);
+        entry.noise_scale_held = std::mem::take(&mut self.held_since_log);
         if let Resize::Goodput(goodput) = &self.resize {
             goodput.record(entry);
         }
@@ -213,6 +258,7 @@ impl Controller for NoiseScaleControl {
     fn save(&mut self, at: &mut Save<'_>) -> Result<()> {
         at.into.put(states::NOISE_SCALE, 1, &self.estimator)?;
         at.into.put(states::NOISE_CADENCE, 1, self.cadence.state())?;
+        at.into.put(states::NOISE_HELD, 1, &self.held)?;
         if let Resize::Goodput(goodput) = &self.resize {
             at.into.put(states::GOODPUT, 1, &goodput.state())?;
         }
@@ -226,11 +272,87 @@ impl Controller for NoiseScaleControl {
         if let Some(saved) = at.from.get::<CadenceState>(states::NOISE_CADENCE, 1)? {
             self.cadence.restore(saved);
         }
+        if let Some(saved) = at.from.get::<HeldEstimate>(states::NOISE_HELD, 1)? {
+            if saved.last.is_some_and(|held| !(held.is_finite() && held > 0.0)) {
+                let detail = format!("holds {:?}: a held noise scale is positive", saved.last);
+                return Err(states::entry_error(states::NOISE_HELD, detail));
+            }
+            self.held = saved;
+        }
         if let Resize::Goodput(goodput) = &mut self.resize {
             if let Some(saved) = at.from.get(states::GOODPUT, 1)? {
                 goodput.restore(&saved);
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapt::noise_scale::MeasureEvery;
+
+    fn control() -> NoiseScaleControl {
+        NoiseScaleControl {
+            estimator: NoiseScaleEstimator::new(0.5).unwrap(),
+            cadence: NoiseCadence::new(MeasureEvery::Steps(1), SplitCostModel::for_device(false)),
+            resize: Resize::LogOnly,
+            world: 1,
+            refused: 0,
+            last_measurement: None,
+            precondition: true,
+            last_seconds: 0.0,
+            held: HeldEstimate::default(),
+            held_since_log: 0,
+        }
+    }
+
+    fn measure(control: &mut NoiseScaleControl, squared_norm: f64, trace: f64) {
+        control.estimator.observe_after(squared_norm, trace, 1);
+        control.note_estimate();
+    }
+
+    /// Once warm, an |G|² average that turns non-positive leaves the rate and
+    /// goodput on the last positive estimate, counted; they did not agree before
+    /// (the rate took the √ rule while goodput kept its batch, as in warm-up).
+    #[test]
+    fn a_non_positive_estimate_holds_the_last_positive_one_and_counts_the_steps() {
+        let mut c = control();
+        assert_eq!(c.warm_estimate(), None, "not warm before any measurement");
+        for _ in 0..20 {
+            measure(&mut c, 1.0, 4.0);
+        }
+        let warm = c.warm_estimate().unwrap();
+        assert!((warm - 4.0).abs() < 1e-9, "{warm}");
+        assert_eq!(c.held_steps(), 0);
+        for _ in 0..3 {
+            measure(&mut c, -10.0, 4.0);
+        }
+        assert_eq!(c.current_warm(), None, "the average is not positive");
+        assert_eq!(c.warm_estimate(), Some(warm), "held, for the rate and the batch alike");
+        assert_eq!((c.held_steps(), c.held_since_log), (3, 3));
+        for _ in 0..20 {
+            measure(&mut c, 1.0, 2.0);
+        }
+        let recovered = c.warm_estimate().unwrap();
+        assert!(recovered < warm && recovered > 0.0, "{recovered}");
+        // The average took a few measurements to turn positive again: each of
+        // those steps ran on the held estimate, and none after.
+        let held = c.held_steps();
+        assert!(held > 3 && held == c.held_since_log, "{held}");
+        measure(&mut c, 1.0, 2.0);
+        assert_eq!(c.held_steps(), held, "the count is the run's total");
+    }
+
+    /// Before the first positive warm estimate nothing is held: the rate takes
+    /// the √ rule and goodput its warm-up batch, as documented.
+    #[test]
+    fn nothing_is_held_before_a_first_positive_estimate() {
+        let mut c = control();
+        for _ in 0..20 {
+            measure(&mut c, -1.0, 4.0);
+        }
+        assert_eq!((c.warm_estimate(), c.held_steps()), (None, 0));
     }
 }

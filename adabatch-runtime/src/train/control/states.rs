@@ -34,6 +34,8 @@ pub(crate) const LOSS_SCALE: &str = "loss_scale";
 pub(crate) const NOISE_SCALE: &str = "noise_scale";
 /// Which steps measure the gradient noise scale: [`crate::adapt::noise_cadence::CadenceState`].
 pub(crate) const NOISE_CADENCE: &str = "noise_cadence";
+/// The last positive noise-scale estimate, held while the current one is not.
+pub(crate) const NOISE_HELD: &str = "noise_held";
 /// `schedule = goodput(..)`: the measured step times and the last decision.
 pub(crate) const GOODPUT: &str = "goodput";
 /// The memory models (memory-aware runs): [`MemoryEntry`].
