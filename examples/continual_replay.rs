@@ -36,8 +36,8 @@ use continual::Protocol;
 enum Mix {
     /// `--replay-fraction` of every global batch from the replay memory.
     Fixed,
-    /// Weights from the per-source losses (`adabatch::OnlineMixer::default()`:
-    /// a softmax of the smoothed losses with a 5 % floor).
+    /// Weights from the per-source losses (`mix = online(temperature = 1.0,
+    /// warmup = 0)`: a softmax of the smoothed losses with a 5 % floor).
     Online,
 }
 

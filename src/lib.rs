@@ -179,9 +179,9 @@ pub mod prelude {
 pub mod __private {
     pub use adabatch_runtime::{
         AdaptiveTrainer, Callback, Collate, CollateFor, Dataset, EvalLog, GoodputSpec, GradAccum,
-        Growth, LrScaling, MeasureEvery, MemoryModel, MixFn, MixSpec, Mixer, NoiseScalePolicy,
-        OomPolicy, Ramp, RankContext, Result, Reweight, Run, ScheduleFn, ScheduleSpec, StepTimeFn,
-        TrainModel, TrainSummary, Trained, TrainerPolicy, TrainingArgs,
+        Growth, LrScaling, MeasureEvery, MemoryModel, MixFn, MixSpec, MixWarmup, Mixer,
+        NoiseScalePolicy, OomPolicy, Ramp, RankContext, Result, Reweight, Run, ScheduleFn,
+        ScheduleSpec, StepTimeFn, TrainModel, TrainSummary, Trained, TrainerPolicy, TrainingArgs,
     };
     pub use candle_nn::Optimizer;
 }

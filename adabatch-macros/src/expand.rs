@@ -10,7 +10,7 @@ use crate::glue::{self, Mode};
 use crate::respan::{at, first_span};
 use crate::spec::{
     Every, GradAccum, Growth, LrScaling, Mix, Oom, Parts, PolicyValue, Reweight, Schedule,
-    TrainerSpec,
+    TrainerSpec, Warmup,
 };
 
 /// The whole expansion.
@@ -278,12 +278,21 @@ fn policy_field(p: &TokenStream, value: &PolicyValue) -> (Ident, TokenStream) {
             smoothing,
             warmup,
         }) => {
-            let (t, f, s, w) = (
+            let (t, f, s) = (
                 Literal::f64_unsuffixed(*temperature),
                 Literal::f64_unsuffixed(*floor),
                 Literal::f64_unsuffixed(*smoothing),
-                Literal::usize_unsuffixed(*warmup),
             );
+            let w = match *warmup {
+                Warmup::Steps(n) => {
+                    let n = Literal::usize_unsuffixed(n);
+                    quote!(#p::MixWarmup::Steps(#n))
+                }
+                Warmup::Fraction(x) => {
+                    let x = Literal::f64_unsuffixed(x);
+                    quote!(#p::MixWarmup::Fraction(#x))
+                }
+            };
             (
                 name("mix"),
                 quote!(#p::MixSpec::Online { temperature: #t, floor: #f, smoothing: #s, warmup: #w }),

@@ -18,6 +18,7 @@ use crate::parse::AttrArgs;
 
 pub use crate::attr::{
     Every, GradAccum, Growth, LrScaling, Mix, Oom, PolicyKey, PolicyValue, Reweight, Schedule,
+    Warmup,
 };
 pub use crate::item::Parts;
 

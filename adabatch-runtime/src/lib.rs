@@ -70,8 +70,8 @@ pub use adapt::goodput::{
 };
 pub use adapt::lr::{adam_scale_gain, LrScaling, LrSchedulerType, StableDecay};
 pub use adapt::mixer::{
-    CurriculumMixer, Diagnostic, Exp3Mixer, FnMixer, LastEval, MixFn, Mixer, OnlineMixer,
-    SourceStats,
+    CurriculumMixer, Diagnostic, Exp3Mixer, FnMixer, LastEval, MixFn, MixWarmup, Mixer,
+    OnlineMixer, SourceStats,
 };
 pub use adapt::noise_cadence::SplitCostModel;
 pub use adapt::noise_scale::{MeasureEvery, NoiseMeasurement, NoiseScalePolicy};

@@ -829,6 +829,7 @@ fn a_user_regressor_observes_every_ranks_batches() {
         assert_eq!(observed, expected, "rank {rank}");
     }
     // Rank 0's measurement is what the log reports.
+    assert_eq!(logs.len(), seen.iter().filter(|(r, _, _)| *r == 0).count());
     for (s, (_, f, bytes)) in logs.iter().zip(seen.iter().filter(|(r, _, _)| *r == 0)) {
         assert_eq!(s.measured_memory, Some(*bytes), "step {}: {f:?}", s.step);
     }

@@ -80,6 +80,7 @@ fn straight_equals_interrupted<T>(
     let (resumed, resumed_logs, resumed_w) = run(&second, build).unwrap();
     assert_eq!(resumed.global_step, straight.global_step);
     assert_eq!(resumed.resumed_from_step, Some(save_at));
+    assert_eq!(resumed_logs.len(), straight_logs.len() - save_at);
     for (r, s) in resumed_logs.iter().zip(&straight_logs[save_at..]) {
         assert_eq!(r.step, s.step);
         assert_eq!(r.indices, s.indices, "step {}", r.step);

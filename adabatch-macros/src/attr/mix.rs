@@ -1,11 +1,11 @@
 //! `mix = ...`: how a dataset of several sources is mixed — `fixed(name = w, ..)`
-//! or `online(temperature = t, floor = f, smoothing = s, warmup = n)`.
+//! or `online(temperature = t, floor = f, smoothing = s, warmup = n | fraction)`.
 
 use syn::Path;
 
 use super::call::{exact_args, named_args};
 use super::suggest::unknown;
-use super::values::{float, float_arg, int};
+use super::values::{float, float_arg, int, kept};
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Call, CallArg, Value};
 use adabatch_rules::mixer as rules;
@@ -23,16 +23,25 @@ pub enum Mix {
         floor: f64,
         /// Moving-average factor.
         smoothing: f64,
-        /// Steps at equal shares first.
-        warmup: usize,
+        /// Equal shares first.
+        warmup: Warmup,
     },
     /// `custom(path)`: a `fn(&SourceStats) -> Vec<f64>`.
     Custom(Path),
 }
 
+/// `online(warmup = ..)`: an integer is steps, a decimal a share of the run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Warmup {
+    /// `warmup = 100`
+    Steps(usize),
+    /// `warmup = 0.4` (the default, [`rules::WARMUP_FRACTION`])
+    Fraction(f64),
+}
+
 /// The forms, for messages.
 const MIX_FORMS: &str =
-    "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = 1.0, floor = 0.05, smoothing = 0.9, warmup = 0)`, `custom(path::to::fn)`";
+    "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = 1.5, floor = 0.05, smoothing = 0.9, warmup = 0.4)`, `custom(path::to::fn)`";
 pub const MIXES: &[&str] = &["fixed", "online", "custom"];
 /// The named arguments of `online(..)`.
 pub const ONLINE_ARGS: &[&str] = &["temperature", "floor", "smoothing", "warmup"];
@@ -54,7 +63,7 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
                 temperature: rules::TEMPERATURE,
                 floor: rules::FLOOR,
                 smoothing: rules::SMOOTHING,
-                warmup: rules::WARMUP,
+                warmup: Warmup::Fraction(rules::WARMUP_FRACTION),
             }),
             "fixed" => {
                 cx.on(
@@ -166,6 +175,24 @@ fn custom(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
     }
 }
 
+/// `warmup = n` (steps) or `warmup = f` (a decimal: that share of the run's
+/// expected steps, in `[0, 1]`).
+fn warmup(value: &Value, cx: &mut Ctxt) -> Option<Warmup> {
+    match value {
+        Value::Lit(syn::Lit::Float(_)) => {
+            let f = float("warmup", value, cx)?;
+            kept(
+                "online",
+                value,
+                Warmup::Fraction(f),
+                rules::warmup_fraction(f),
+                cx,
+            )
+        }
+        other => int("warmup", other, cx).map(Warmup::Steps),
+    }
+}
+
 /// `online(temperature = t, floor = f, smoothing = s, warmup = n)`, each optional.
 fn online(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
     let named = named_args(call, ONLINE_ARGS, cx)?;
@@ -175,8 +202,8 @@ fn online(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
     let floor = read("floor", rules::FLOOR, rules::floor);
     let smoothing = read("smoothing", rules::SMOOTHING, rules::smoothing);
     let warmup = match named.get("warmup") {
-        Some(v) => int("warmup", v, cx),
-        None => Some(rules::WARMUP),
+        Some(v) => warmup(v, cx),
+        None => Some(Warmup::Fraction(rules::WARMUP_FRACTION)),
     };
     Some(Mix::Online {
         temperature: temperature?,

@@ -36,7 +36,7 @@ pub mod accepted {
     pub use super::KEYS;
 }
 pub use grad_accum::GradAccum;
-pub use mix::Mix;
+pub use mix::{Mix, Warmup};
 pub use schedule::{Every, Growth, Schedule};
 
 /// Every key of the DSL, in the order of the documentation.

@@ -153,6 +153,16 @@ pub trait Mixer: Send {
     fn keep_old_share_within(&mut self, new_sources: &[String], budget: f64) {
         let _ = (new_sources, budget);
     }
+    /// Told once, before the first step of a fresh or a resumed run, how many
+    /// optimizer steps the run is expected to take (`--max-steps`, else its
+    /// examples or tokens over the first global batch; `None` when its length
+    /// is not known ahead). A setting given as a share of the run is resolved
+    /// here; when it cannot be, the mixer says what it did instead, and the
+    /// engine logs it as a warning. The default: nothing.
+    fn plan_run(&mut self, expected_steps: Option<usize>) -> Option<String> {
+        let _ = expected_steps;
+        None
+    }
 }
 
 /// The shares the step trained on: `weights` (the step's, as given) normalised,
@@ -223,6 +233,9 @@ impl Mixer for Box<dyn Mixer> {
     fn keep_old_share_within(&mut self, new_sources: &[String], budget: f64) {
         (**self).keep_old_share_within(new_sources, budget)
     }
+    fn plan_run(&mut self, expected_steps: Option<usize>) -> Option<String> {
+        (**self).plan_run(expected_steps)
+    }
 }
 
 /// A mixer that is a function (`mix = custom(path::to::fn)`): the weights of the
@@ -244,18 +257,42 @@ impl Mixer for FnMixer {
 /// exponential moving average (factor `smoothing`) of source `s`'s step losses.
 /// A source not yet seen keeps the floor plus an equal share.
 ///
-/// With a warm-up ([`OnlineMixer::with_warmup`]) it trains at equal shares for
-/// the warm-up's steps, averaging the losses all the while, and tilts after.
+/// With a warm-up it trains at equal shares for the warm-up's steps, averaging
+/// the losses all the while, and tilts after. By default the warm-up is 40 % of
+/// the run's expected steps, at temperature 1.5: the measured best
+/// ([`adabatch_rules::mixer`]); [`OnlineMixer::with_warmup`] gives it in steps.
 #[derive(Debug, Clone)]
 pub struct OnlineMixer {
     temperature: f64,
     floor: f64,
     smoothing: f64,
+    warmup: MixWarmup,
+    /// The warm-up in steps: given, or resolved by [`Mixer::plan_run`].
     warmup_steps: usize,
     smoothed: Vec<f64>,
 }
 
+/// How long a mixer trains at equal shares before it tilts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MixWarmup {
+    /// This many steps.
+    Steps(usize),
+    /// This share of the run's expected steps, in `[0, 1]` (resolved before the
+    /// first step; a run of unknown length warms up for 0 steps, with a warning).
+    Fraction(f64),
+}
+
+impl Default for MixWarmup {
+    /// [`adabatch_rules::mixer::WARMUP_FRACTION`] of the run.
+    fn default() -> Self {
+        Self::Fraction(adabatch_rules::mixer::WARMUP_FRACTION)
+    }
+}
+
 impl OnlineMixer {
+    /// The default warm-up's share of the run ([`adabatch_rules::mixer::WARMUP_FRACTION`]).
+    pub const DEFAULT_WARMUP_FRACTION: f64 = adabatch_rules::mixer::WARMUP_FRACTION;
+
     /// `temperature > 0`, `floor` in `[0, 1]`, `smoothing` in `[0, 1)` (the rules
     /// `mix = online(..)` is checked by at compile time); other values are a
     /// [`SettingsError::InvalidMixer`](crate::SettingsError::InvalidMixer).
@@ -271,6 +308,7 @@ impl OnlineMixer {
             temperature,
             floor,
             smoothing,
+            warmup: MixWarmup::default(),
             warmup_steps: 0,
             smoothed: Vec::new(),
         }
@@ -289,8 +327,41 @@ impl OnlineMixer {
     /// tilt that follows (a change of one document early moves a small model's
     /// end by a few hundredths of a nat). No state of its own: the step decides.
     pub fn with_warmup(mut self, steps: usize) -> Self {
-        self.warmup_steps = steps;
+        (self.warmup, self.warmup_steps) = (MixWarmup::Steps(steps), steps);
         self
+    }
+
+    /// Equal shares for `fraction` of the run's expected steps (the default is
+    /// [`adabatch_rules::mixer::WARMUP_FRACTION`]); a typed error outside `[0, 1]`.
+    pub fn with_warmup_fraction(mut self, fraction: f64) -> crate::error::Result<Self> {
+        adabatch_rules::mixer::warmup_fraction(fraction)
+            .map_err(|broken| crate::error::SettingsError::mixer_rule("online", broken))?;
+        (self.warmup, self.warmup_steps) = (MixWarmup::Fraction(fraction), 0);
+        Ok(self)
+    }
+
+    /// The warm-up as given, [`MixWarmup::Steps`] or [`MixWarmup::Fraction`].
+    pub fn with_mix_warmup(self, warmup: MixWarmup) -> crate::error::Result<Self> {
+        match warmup {
+            MixWarmup::Steps(steps) => Ok(self.with_warmup(steps)),
+            MixWarmup::Fraction(fraction) => self.with_warmup_fraction(fraction),
+        }
+    }
+
+    /// The warm-up from a value that passed the rules.
+    pub(crate) fn with_checked_warmup(mut self, warmup: MixWarmup) -> Self {
+        self.warmup = warmup;
+        self.warmup_steps = match warmup {
+            MixWarmup::Steps(steps) => steps,
+            MixWarmup::Fraction(_) => 0,
+        };
+        self
+    }
+
+    /// The warm-up in steps, as resolved (0 before [`Mixer::plan_run`] for one
+    /// given as a share of the run).
+    pub fn warmup_steps(&self) -> usize {
+        self.warmup_steps
     }
 
     /// The smoothed losses so far (NaN where a source has not been seen).
@@ -300,7 +371,8 @@ impl OnlineMixer {
 }
 
 impl Default for OnlineMixer {
-    /// Temperature 1, a 5 % floor, smoothing 0.9: `mix = online`'s defaults.
+    /// Temperature 1.5, a 5 % floor, smoothing 0.9, equal shares for the first
+    /// 40 % of the run: `mix = online`'s defaults ([`adabatch_rules::mixer`]).
     fn default() -> Self {
         use adabatch_rules::mixer::{FLOOR, SMOOTHING, TEMPERATURE};
         Self::checked(TEMPERATURE, FLOOR, SMOOTHING)
@@ -351,6 +423,28 @@ impl Mixer for OnlineMixer {
     /// The smoothed losses.
     fn state(&self) -> Option<serde_json::Value> {
         Some(serde_json::json!({ "smoothed": self.smoothed }))
+    }
+
+    /// A warm-up given as a share of the run becomes that share of the expected
+    /// steps (rounded); with no expected length, 0 steps, said.
+    fn plan_run(&mut self, expected_steps: Option<usize>) -> Option<String> {
+        let MixWarmup::Fraction(fraction) = self.warmup else {
+            return None;
+        };
+        match expected_steps {
+            Some(steps) => {
+                self.warmup_steps = (fraction * steps as f64).round() as usize;
+                None
+            }
+            None if fraction == 0.0 => None,
+            None => {
+                self.warmup_steps = 0;
+                Some(format!(
+                    "the online mixer's warm-up is {:.0} % of the run, but the run's length is not known ahead: it tilts from the first step (give the warm-up in steps: `OnlineMixer::with_warmup(n)`, `online(warmup = n)`)",
+                    fraction * 100.0
+                ))
+            }
+        }
     }
 
     /// The smoothed losses the softmax read.
@@ -578,6 +672,32 @@ impl Mixer for CurriculumMixer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The default warm-up is 40 % of the run's expected steps at 1.5 nats (the
+    /// measured best); a run of unknown length tilts from the first step and
+    /// says so; a warm-up in steps stands as given.
+    #[test]
+    fn the_default_warm_up_is_a_share_of_the_expected_steps() {
+        let mut planned = OnlineMixer::default();
+        assert_eq!(planned.plan_run(Some(250)), None);
+        assert_eq!((planned.warmup_steps(), planned.temperature), (100, 1.5));
+        let mut unknown = OnlineMixer::default();
+        let notice = unknown.plan_run(None).expect("a run of unknown length is told of");
+        assert!(notice.contains("40 %") && notice.contains("with_warmup"), "{notice}");
+        assert_eq!(unknown.warmup_steps(), 0);
+        let mut steps = OnlineMixer::default().with_warmup(7);
+        assert_eq!((steps.plan_run(Some(250)), steps.warmup_steps()), (None, 7));
+        let mut share = OnlineMixer::default().with_warmup_fraction(0.1).unwrap();
+        assert_eq!((share.plan_run(Some(25)), share.warmup_steps()), (None, 3));
+        assert!(OnlineMixer::default().with_warmup_fraction(1.5).is_err());
+        // Equal shares through the warm-up, whatever the losses.
+        let names: Vec<String> = ["a", "b"].map(String::from).to_vec();
+        let mut stats = stats(&names, &[9.0, 1.0]);
+        stats.step = 99;
+        assert_eq!(planned.weights(&stats), [1.0, 1.0]);
+        stats.step = 100;
+        assert!(planned.weights(&stats)[0] > 0.5);
+    }
 
     fn stats<'a>(names: &'a [String], loss: &'a [f64]) -> SourceStats<'a> {
         SourceStats {

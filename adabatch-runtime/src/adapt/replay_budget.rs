@@ -99,6 +99,10 @@ impl<M: Mixer> Mixer for ReplayBudget<M> {
         self.inner.restore(state)
     }
 
+    fn plan_run(&mut self, expected_steps: Option<usize>) -> Option<String> {
+        self.inner.plan_run(expected_steps)
+    }
+
     /// The tighter of the two caps reaches the inner mixer when both name the
     /// same new sources; otherwise this one's stands.
     fn keep_old_share_within(&mut self, new_sources: &[String], budget: f64) {

@@ -83,7 +83,7 @@ pub enum MixSpec {
     /// `mix = fixed(new = 0.75, replay = 0.25)`: weights by source name; sources
     /// left out get 0. Names are checked against the dataset before the first step.
     Fixed(&'static [(&'static str, f64)]),
-    /// `mix = online(temperature = 1.0, floor = 0.05, smoothing = 0.9, warmup = 0)`:
+    /// `mix = online(temperature = 1.5, floor = 0.05, smoothing = 0.9, warmup = 0.4)`:
     /// an [`crate::OnlineMixer`] decides the weights after every step.
     Online {
         /// Softmax temperature (> 0).
@@ -92,9 +92,9 @@ pub enum MixSpec {
         floor: f64,
         /// Moving-average factor of the per-source losses, in `[0, 1)`.
         smoothing: f64,
-        /// Steps at equal shares before the softmax decides
-        /// ([`crate::OnlineMixer::with_warmup`]).
-        warmup: usize,
+        /// Equal shares before the softmax decides: steps, or a share of the
+        /// run's expected steps ([`crate::MixWarmup`]).
+        warmup: crate::adapt::mixer::MixWarmup,
     },
     /// `mix = custom(path::to::fn)`: a function of the last step's
     /// [`crate::SourceStats`] decides the next step's weights.

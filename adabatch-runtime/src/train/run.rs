@@ -158,6 +158,12 @@ where
         let resumed = starting_weights(settings, &params, &mut *trainer, comm, device, &mut logger)?;
         let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
         let mut controllers = Controllers::new(settings)?;
+        // Fresh or resumed alike, so that a resumed run warms up as the whole one.
+        if let Some(notice) = controllers.plan_mixer(&mut *trainer, settings.expected_steps()) {
+            if let Some(logger) = logger.as_deref() {
+                logger.event(&format!("warning: {notice}"));
+            }
+        }
         match &resumed {
             Some(state) => {
                 planner.restore(&state.planner);

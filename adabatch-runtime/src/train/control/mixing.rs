@@ -47,6 +47,15 @@ impl MixingControl {
         })
     }
 
+    /// The mixer in force told the run's expected steps.
+    pub(crate) fn plan(
+        &mut self,
+        trainer: &mut dyn UserControllers,
+        expected_steps: Option<usize>,
+    ) -> Option<String> {
+        self.mixer(trainer)?.plan_run(expected_steps)
+    }
+
     /// What the held-out losses the mixer asked for have cost so far.
     pub(crate) fn held_out_cost(&self) -> Option<HeldOutCost> {
         self.held_out

@@ -213,6 +213,16 @@ impl Controllers {
         self.loss_scale.as_ref().map_or(0, |c| c.skipped_steps())
     }
 
+    /// The mixer in force told the run's expected steps ([`crate::Mixer::plan_run`]):
+    /// what it could not resolve, to be logged.
+    pub(crate) fn plan_mixer(
+        &mut self,
+        trainer: &mut dyn UserControllers,
+        expected_steps: Option<usize>,
+    ) -> Option<String> {
+        self.mixing.as_mut()?.plan(trainer, expected_steps)
+    }
+
     /// Steps that ran on a held noise-scale estimate (see `HeldEstimate`).
     pub(crate) fn noise_scale_held_steps(&self) -> usize {
         self.noise_scale.as_ref().map_or(0, |c| c.held_steps())

@@ -7,7 +7,7 @@ use crate::error::{Result, SettingsError};
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum BuiltinMixer {
     /// `mix = online(temperature, floor, smoothing, warmup)`.
-    Online(f64, f64, f64, usize),
+    Online(f64, f64, f64, crate::adapt::mixer::MixWarmup),
     /// `mix = custom(path)`.
     Custom(crate::adapt::mixer::MixFn),
 }
@@ -26,6 +26,10 @@ impl BuiltinMixer {
             } => {
                 adabatch_rules::mixer::check(temperature, floor, smoothing)
                     .map_err(|broken| SettingsError::mixer_rule("online", broken))?;
+                if let crate::adapt::mixer::MixWarmup::Fraction(f) = warmup {
+                    adabatch_rules::mixer::warmup_fraction(f)
+                        .map_err(|broken| SettingsError::mixer_rule("online", broken))?;
+                }
                 Some(BuiltinMixer::Online(temperature, floor, smoothing, warmup))
             }
             MixSpec::Custom(f) => Some(BuiltinMixer::Custom(f)),
@@ -35,8 +39,10 @@ impl BuiltinMixer {
 
     pub(crate) fn build(self) -> Box<dyn crate::adapt::mixer::Mixer> {
         match self {
-            BuiltinMixer::Online(t, f, s, w) => {
-                Box::new(crate::adapt::mixer::OnlineMixer::checked(t, f, s).with_warmup(w))
+            BuiltinMixer::Online(t, f, s, warmup) => {
+                // A fraction was checked in `of`.
+                let mixer = crate::adapt::mixer::OnlineMixer::checked(t, f, s);
+                Box::new(mixer.with_checked_warmup(warmup))
             }
             BuiltinMixer::Custom(f) => Box::new(crate::adapt::mixer::FnMixer(f)),
         }

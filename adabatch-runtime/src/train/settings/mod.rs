@@ -347,6 +347,24 @@ impl RunSettings {
         }
     }
 
+    /// The optimizer steps the run is expected to take: `--max-steps`, else its
+    /// learning-rate horizon (examples, or tokens) over the first global batch (in
+    /// tokens, at the mean example length). An estimate where the batch adapts;
+    /// `None` when there is no horizon to divide.
+    pub(crate) fn expected_steps(&self) -> Option<usize> {
+        if let RunLength::Steps(steps) = self.length {
+            return Some(steps);
+        }
+        let mut per_step = (self.initial_per_device * self.units_world) as f64;
+        if self.lr.in_tokens {
+            let lengths = self.token_lengths.as_deref()?;
+            per_step *= lengths.iter().sum::<usize>() as f64 / lengths.len().max(1) as f64;
+        }
+        let total = self.lr.total_examples;
+        (total.is_finite() && total > 0.0 && per_step > 0.0)
+            .then(|| (total / per_step).ceil() as usize)
+    }
+
     /// The decisions of this run that read the wall clock, each as a sentence:
     /// with any, two runs of the same seed and settings can differ. Empty: the
     /// run is a function of its data, seed and settings.
