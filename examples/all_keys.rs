@@ -198,7 +198,7 @@ fn run() -> adabatch::Result<()> {
         .mut_arg("num_train_epochs", |a| a.default_value("2"))
         .mut_arg("learning_rate", |a| a.default_value("0.003"))
         .mut_arg("logging_steps", |a| a.default_value("10"));
-    let cli = Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+    let cli = Cli::from_arg_matches(&adabatch::hf_matches(command)).unwrap_or_else(|e| e.exit());
     let seed = cli.train.data.seed.unwrap_or(LmTrainer::POLICY.seed);
     let mut sentences: Vec<String> = match &cli.data {
         Some(path) => std::fs::read_to_string(path)

@@ -26,6 +26,7 @@ mod continual;
 #[path = "support/digits.rs"]
 mod digits;
 
+use adabatch::ParseHf;
 use std::path::PathBuf;
 
 use adabatch::clap::{self, Parser, ValueEnum};
@@ -69,7 +70,7 @@ struct Cli {
 }
 
 fn main() -> std::process::ExitCode {
-    adabatch::exit_code(run(Cli::parse()))
+    adabatch::exit_code(run(Cli::parse_hf()))
 }
 
 fn run(cli: Cli) -> adabatch::Result<()> {

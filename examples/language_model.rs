@@ -110,7 +110,7 @@ fn parse_cli() -> (Cli, clap::ArgMatches) {
         .mut_arg("output_dir", |a| {
             a.default_value("adabatch_output/language_model")
         });
-    let matches = command.get_matches();
+    let matches = adabatch::hf_matches(command);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     (cli, matches)
 }

@@ -397,7 +397,7 @@ struct MixerTrainer {
 }
 
 fn parse_cli() -> (Cli, clap::ArgMatches) {
-    let matches = command().get_matches();
+    let matches = adabatch::hf_matches(command());
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     (cli, matches)
 }

@@ -26,6 +26,7 @@
 #[path = "support/digits.rs"]
 mod digits;
 
+use adabatch::ParseHf;
 use std::path::PathBuf;
 
 use adabatch::candle_core::{self, DType, Device, Tensor, Var};
@@ -84,7 +85,7 @@ struct Digits {
 }
 
 fn main() -> std::process::ExitCode {
-    adabatch::exit_code(run(Cli::parse()))
+    adabatch::exit_code(run(Cli::parse_hf()))
 }
 
 fn run(cli: Cli) -> adabatch::Result<()> {

@@ -130,7 +130,8 @@ fn run() -> adabatch::Result<()> {
         .mut_arg("num_train_epochs", |a| a.default_value("30"))
         .mut_arg("learning_rate", |a| a.default_value("0.01"))
         .mut_arg("logging_steps", |a| a.default_value("50"));
-    let args = TrainingArgs::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit());
+    let args =
+        TrainingArgs::from_arg_matches(&adabatch::hf_matches(command)).unwrap_or_else(|e| e.exit());
 
     let mut train_rows = table(600, 7);
     let test_rows = train_rows.split_off(480);

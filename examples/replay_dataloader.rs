@@ -33,7 +33,7 @@ fn parse_cli() -> Cli {
         .mut_arg("per_device_train_batch_size", |a| a.default_value("1"))
         .mut_arg("num_train_epochs", |a| a.default_value("5"))
         .mut_arg("learning_rate", |a| a.default_value("0.01"));
-    let matches = command.get_matches();
+    let matches = adabatch::hf_matches(command);
     Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 

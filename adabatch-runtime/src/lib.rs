@@ -81,6 +81,7 @@ pub use config::args::{
     BatchArgs, DataArgs, EvalArgs, IntervalStrategy, LaunchArgs, LengthAwareArgs, LogArgs, LrArgs,
     ReportTo, RunLengthArgs, SaveArgs, StepArgs, TrainingArgs,
 };
+pub use config::hf_argv::{hf_argv, hf_matches, ParseHf};
 pub use config::policy::{
     GradAccum, MixSpec, OomPolicy, Reweight, StoppingStrategy, TrainerPolicy,
 };

@@ -15,6 +15,7 @@
 //! writes token files for the language-model datasets (`adabatch::tokenize`):
 //! `DIR/train.bin`, `DIR/validation.bin`, `DIR/tokenizer.json`, `DIR/tokens.json`.
 
+use adabatch::ParseHf;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -138,7 +139,7 @@ fn summary(info: &adabatch::tokenize::CorpusInfo) -> String {
 }
 
 fn main() -> ExitCode {
-    adabatch::exit_code(run(Cli::parse()))
+    adabatch::exit_code(run(Cli::parse_hf()))
 }
 
 fn run(cli: Cli) -> adabatch::Result<()> {

@@ -58,7 +58,7 @@ use adabatch::{
 };
 use candle_core::Device;
 use candle_nn::AdamW;
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use common::*;
 
 // ---------------------------------------------------------------------------
@@ -410,6 +410,66 @@ fn console_flags_do_not_change_the_run() {
     a.logging.log_indices = true;
     let (loud, _) = logged_run(&a, 12);
     assert_eq!(quiet.step_losses, loud.step_losses);
+}
+
+/// A command pasted from a `transformers` run script: HF's spellings
+/// (`--max_steps`, `--learning_rate=..`) and booleans given a value (`--fp16
+/// False`, `--dataloader_drop_last True`) are the same run as the dashed flags,
+/// step for step; a boolean flag's `False` leaves it off.
+#[test]
+fn hf_spellings_are_the_same_run_as_the_dashed_flags() {
+    let parse = |argv: &[&str]| {
+        let argv = adabatch::hf_argv(&TrainingArgs::command(), argv.iter().copied());
+        TrainingArgs::try_parse_from(argv).unwrap()
+    };
+    let dashed = parse(&[
+        "run",
+        "--max-steps",
+        "6",
+        "--per-device-train-batch-size",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--learning-rate",
+        "0.05",
+        "--seed",
+        "3",
+        "--dataloader-drop-last",
+        "true",
+        "--logging-first-step",
+        "--quiet",
+    ]);
+    let hf = parse(&[
+        "run",
+        "--max_steps",
+        "6",
+        "--per_device_train_batch_size=2",
+        "--nproc_per_node",
+        "2",
+        "--learning_rate=0.05",
+        "--seed",
+        "3",
+        "--dataloader_drop_last",
+        "True",
+        "--logging_first_step",
+        "True",
+        "--quiet=1",
+        "--fp16",
+        "False",
+        "--log_indices=false",
+    ]);
+    assert!(!hf.step.fp16 && !hf.logging.log_indices && hf.logging.quiet);
+    let (a, a_logs) = logged_run(&dashed, 20);
+    let (b, b_logs) = logged_run(&hf, 20);
+    assert_eq!((a.global_step, b.global_step), (6, 6));
+    assert_eq!(a.step_losses, b.step_losses);
+    assert_eq!(a_logs.len(), b_logs.len());
+    for (x, y) in a_logs.iter().zip(&b_logs) {
+        assert_eq!(
+            (x.step, &x.indices, x.loss.to_bits()),
+            (y.step, &y.indices, y.loss.to_bits())
+        );
+    }
 }
 
 hand_trainer!(

@@ -2,4 +2,5 @@
 //! compile-time [`policy::TrainerPolicy`].
 
 pub mod args;
+pub mod hf_argv;
 pub mod policy;
