@@ -125,7 +125,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> adabatch::Result<()> {
-    // Every `TrainingArgs` flag (`--help`), with defaults for a quick run.
+    // Every `TrainingArgs` flag (`--help`; HF's spellings too), with defaults for a quick run.
     let command = TrainingArgs::command()
         .mut_arg("num_train_epochs", |a| a.default_value("30"))
         .mut_arg("learning_rate", |a| a.default_value("0.01"))
