@@ -107,6 +107,11 @@ pub use optim::precision::Precision;
 pub use optim::{
     AdamW, HeldParameters, OptimizerState, ParamGroups, ParamsAdamW, Sgd, TrainOptimizer,
 };
+/// The library's warnings and notes: `tracing` events of target `adabatch` under a
+/// subscriber, else printed on standard error ([`messages::warning`]).
+pub mod messages {
+    pub use crate::report::messages::{note, warning};
+}
 pub use report::plot::{plot_runs, RunLog};
 pub use report::record::{EvalLog, HeldOutCost, SourceLog, StepLog};
 pub use report::summary::{TrainSummary, Trained};

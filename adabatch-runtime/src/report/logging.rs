@@ -49,11 +49,11 @@ fn cut_torn_line(path: &Path) -> Result<()> {
     }
     if end < len {
         file.set_len(end).map_err(io)?;
-        eprintln!(
-            "warning: {}: removed a torn last line ({} bytes) left by an interrupted run",
+        super::messages::warning(&format!(
+            "{}: removed a torn last line ({} bytes) left by an interrupted run",
             path.display(),
             len - end
-        );
+        ));
     }
     Ok(())
 }
@@ -209,7 +209,7 @@ impl Logger {
     /// unless the run is quiet.
     pub fn event(&self, message: &str) {
         if self.print_steps {
-            self.progress.suspend(|| eprintln!("{message}"));
+            self.progress.suspend(|| super::messages::say(message));
         }
     }
 
@@ -263,7 +263,7 @@ impl Logger {
     pub fn finish(&self) {
         self.progress.finish_and_clear();
         if let Err(e) = self.write_plot() {
-            eprintln!("warning: {e}");
+            super::messages::warning(&e.to_string());
         }
     }
 
@@ -284,7 +284,7 @@ impl Logger {
         plot_runs(&[run], out)?;
         if self.print_steps {
             self.progress
-                .suspend(|| eprintln!("plot of the run written to {}", out.display()));
+                .suspend(|| super::messages::note(&format!("plot of the run written to {}", out.display())));
         }
         Ok(())
     }

@@ -2,6 +2,7 @@
 //! summary, and pictures of runs.
 
 pub mod logging;
+pub mod messages;
 pub mod plot;
 pub mod record;
 pub mod summary;

@@ -116,11 +116,11 @@ fn read_log(path: &Path) -> Result<(Vec<StepLog>, Vec<Evaluation>)> {
         let value: serde_json::Value = match serde_json::from_str(line) {
             Ok(value) => value,
             Err(e) => {
-                eprintln!(
-                    "warning: {}:{}: skipped, not a JSON record: {e}",
+                super::messages::warning(&format!(
+                    "{}:{}: skipped, not a JSON record: {e}",
                     path.display(),
                     number + 1
-                );
+                ));
                 continue;
             }
         };
@@ -135,11 +135,11 @@ fn read_log(path: &Path) -> Result<(Vec<StepLog>, Vec<Evaluation>)> {
             }
             (None, Some(_)) => match serde_json::from_value(value) {
                 Ok(step) => steps.push(step),
-                Err(e) => eprintln!(
-                    "warning: {}:{}: skipped, not a step record: {e}",
+                Err(e) => super::messages::warning(&format!(
+                    "{}:{}: skipped, not a step record: {e}",
                     path.display(),
                     number + 1
-                ),
+                )),
             },
             _ => {}
         }

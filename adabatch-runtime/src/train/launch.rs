@@ -178,10 +178,10 @@ impl<'a, D: Dataset + ?Sized, C> Run<'a, D, C> {
         if !settings.device.is_cuda() {
             if let Some(threads) = crate::dist::cpu_threads::share_cpu_cores(settings.world_size) {
                 if !self.args.logging.quiet {
-                    eprintln!(
+                    crate::report::messages::note(&format!(
                         "note: {} CPU ranks in one process: candle computes on {threads} thread(s) (set CANDLE_NUM_THREADS to choose)",
                         settings.world_size
-                    );
+                    ));
                 }
             }
         }
