@@ -419,7 +419,7 @@ fn console_flags_do_not_change_the_run() {
 #[test]
 fn hf_spellings_are_the_same_run_as_the_dashed_flags() {
     let parse = |argv: &[&str]| {
-        let argv = adabatch::hf_argv(&TrainingArgs::command(), argv.iter().copied());
+        let argv = adabatch::hf_argv(&TrainingArgs::command(), argv.iter().copied()).unwrap();
         TrainingArgs::try_parse_from(argv).unwrap()
     };
     let dashed = parse(&[
@@ -470,6 +470,130 @@ fn hf_spellings_are_the_same_run_as_the_dashed_flags() {
             (y.step, &y.indices, y.loss.to_bits())
         );
     }
+}
+
+/// HF's own dump of its defaults (`TrainingArguments(output_dir=..,
+/// logging_dir=..).to_json_string()`, transformers 4.46.3, 131 keys) loads as an
+/// arguments file: the keys adabatch has flags for set them (`num_train_epochs`
+/// 3.0 as 3, `max_steps` -1 as unset), the others are HF's defaults.
+#[test]
+fn hf_s_own_arguments_dump_loads() {
+    let dir = temp_log("args-file").with_extension("");
+    std::fs::create_dir_all(&dir).unwrap();
+    let dump = include_str!("../fixtures/hf_training_args_4.46.3.json")
+        .replace("OUTPUT_DIR", &dir.join("out").display().to_string());
+    let file = dir.join("args.json");
+    std::fs::write(&file, dump).unwrap();
+    let argv = adabatch::hf_argv(
+        &TrainingArgs::command(),
+        ["run".into(), file.into_os_string()],
+    )
+    .unwrap();
+    let args = TrainingArgs::try_parse_from(argv).unwrap();
+    assert_eq!(args.lr.learning_rate, 5e-5);
+    assert_eq!(args.batch.per_device_train_batch_size, 8);
+    assert_eq!(
+        (args.length.num_train_epochs, args.length.max_steps),
+        (3, None)
+    );
+    assert_eq!(
+        (
+            args.data.seed,
+            args.logging.logging_steps,
+            args.save.save_steps
+        ),
+        (Some(42), 500, 500)
+    );
+    assert_eq!(args.save.output_dir, dir.join("out"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An arguments file is the same run as its flags; a flag on the command line
+/// wins over the file's; a setting HF has and adabatch does not act on is refused
+/// away from HF's default, a key neither knows is refused, each naming the file
+/// and the key (exit 1 through `error: …` in a program).
+#[test]
+fn an_arguments_file_is_the_same_run_as_its_flags_and_flags_win() {
+    let dir = temp_log("args-file-run").with_extension("");
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let parse = |argv: Vec<std::ffi::OsString>| {
+        adabatch::hf_argv(&TrainingArgs::command(), argv)
+            .and_then(|argv| TrainingArgs::try_parse_from(argv).map_err(adabatch::Error::msg))
+    };
+    let file = write(
+        "run.json",
+        r#"{"max_steps": 6, "per_device_train_batch_size": 2, "nproc_per_node": 2,
+            "learning_rate": 0.5, "seed": 3, "dataloader_drop_last": true, "quiet": true,
+            "logging_first_step": true, "fp16": false, "gradient_checkpointing": false}"#,
+    );
+    let from_file = parse(vec![
+        "run".into(),
+        file.into(),
+        "--learning_rate".into(),
+        "0.05".into(),
+    ])
+    .unwrap();
+    let flags = [
+        "run",
+        "--max-steps",
+        "6",
+        "--per-device-train-batch-size",
+        "2",
+        "--nproc-per-node",
+        "2",
+        "--learning-rate",
+        "0.05",
+        "--seed",
+        "3",
+        "--dataloader-drop-last",
+        "true",
+        "--quiet",
+        "--logging-first-step",
+    ];
+    let from_flags = TrainingArgs::try_parse_from(flags).unwrap();
+    assert_eq!(from_file.lr.learning_rate, 0.05, "the command line wins");
+    let (a, a_logs) = logged_run(&from_file, 20);
+    let (b, b_logs) = logged_run(&from_flags, 20);
+    assert_eq!((a.step_losses.len(), a.step_losses), (6, b.step_losses));
+    assert_eq!(a_logs.len(), b_logs.len());
+    for (x, y) in a_logs.iter().zip(&b_logs) {
+        assert_eq!(
+            (&x.indices, x.loss.to_bits()),
+            (&y.indices, y.loss.to_bits())
+        );
+    }
+    for (name, text, says) in [
+        (
+            "inert.json",
+            r#"{"gradient_checkpointing": true}"#,
+            "`gradient_checkpointing` = true",
+        ),
+        (
+            "unknown.json",
+            r#"{"max_stepz": 3}"#,
+            "`max_stepz`: neither a flag",
+        ),
+        ("broken.json", r#"{"max_steps": "#, "not a JSON object"),
+        (
+            "typed.json",
+            r#"{"quiet": "yes"}"#,
+            "expected true or false",
+        ),
+    ] {
+        let path = write(name, text);
+        let err = parse(vec!["run".into(), path.clone().into()]).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains(&path.display().to_string()) && message.contains(says),
+            "{message}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 hand_trainer!(

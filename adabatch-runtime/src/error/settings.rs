@@ -110,6 +110,15 @@ pub enum SettingsError {
         /// What is wrong, and how to give one.
         reason: String,
     },
+    /// An arguments file (`prog args.json`, HF's `parse_json_file`) holds a key
+    /// or a value the run cannot take.
+    #[error("{}: {detail}", path.display())]
+    ArgumentsFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The key and what is wrong with it.
+        detail: String,
+    },
 }
 
 impl SettingsError {
