@@ -168,7 +168,8 @@ fn run() -> adabatch::Result<()> {
         train.with_max_len(cli.tokens.max_document_tokens)?,
         validation.with_max_len(cli.tokens.max_document_tokens)?,
     );
-    let config = decoder::llama_config(&cli.model, &info);
+    let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    let config = decoder::model_config(&cli.model, &info, args.save.init_from.as_deref(), &given)?;
     config.validate()?;
     let collate = PackedCollate::new(cli.model.seq_len, info.eos_id)
         .with_cross_document_attention(cli.cross_document_attention)

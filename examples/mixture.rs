@@ -483,7 +483,8 @@ fn run() -> adabatch::Result<()> {
     let online = online_mixer(&cli, &args, &domains.infos)?;
     let curriculum = replay_curriculum(&cli, &names, &domains.infos, &args)?;
     let info = domains.info;
-    let config = decoder::llama_config(&cli.model, &info);
+    let given = |id: &str| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    let config = decoder::model_config(&cli.model, &info, args.save.init_from.as_deref(), &given)?;
     config.validate()?;
     let collate = PackedCollate::new(cli.model.seq_len, info.eos_id);
     let validation = domains.validation;

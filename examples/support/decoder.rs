@@ -127,6 +127,84 @@ pub fn llama_config(args: &ModelArgs, info: &CorpusInfo) -> LlamaConfig {
     config
 }
 
+/// The model's configuration, as `from_pretrained` reads it: `DIR/config.json`
+/// when `--init-from DIR` names a folder that has one (the weights' own shape; a
+/// damaged file is an error naming it), each shape flag the user `given` checked
+/// against it (a disagreement names both values); else the flags' shape, said
+/// once when the folder has no `config.json`.
+pub fn model_config(
+    args: &ModelArgs,
+    info: &CorpusInfo,
+    init_from: Option<&Path>,
+    given: &dyn Fn(&str) -> bool,
+) -> adabatch::Result<LlamaConfig> {
+    let from_flags = llama_config(args, info);
+    let Some(dir) = init_from.filter(|p| p.is_dir()) else {
+        return Ok(from_flags);
+    };
+    let file = dir.join("config.json");
+    if !file.exists() {
+        adabatch::messages::note(&format!(
+            "--init-from {}: no config.json there, so the model's shape comes from the flags",
+            dir.display()
+        ));
+        return Ok(from_flags);
+    }
+    let saved = LlamaConfig::from_file(&file)?;
+    let disagrees = |flag: &str, ours: usize, theirs: usize, key: &str| {
+        adabatch::Error::msg(format!(
+            "--{flag} {ours} disagrees with {}: {key} = {theirs} (leave the flag out to take the file's)",
+            file.display()
+        ))
+    };
+    let shape = [
+        ("hidden_size", args.hidden_size, saved.hidden_size),
+        (
+            "intermediate_size",
+            args.intermediate_size,
+            saved.intermediate_size,
+        ),
+        (
+            "num_hidden_layers",
+            args.num_hidden_layers,
+            saved.num_hidden_layers,
+        ),
+        (
+            "num_attention_heads",
+            args.num_attention_heads,
+            saved.num_attention_heads,
+        ),
+        (
+            "num_key_value_heads",
+            args.num_key_value_heads,
+            saved.num_key_value_heads,
+        ),
+    ];
+    for (name, ours, theirs) in shape {
+        if given(name) && ours != theirs {
+            return Err(disagrees(&name.replace('_', "-"), ours, theirs, name));
+        }
+    }
+    if args.seq_len > saved.max_position_embeddings {
+        let key = "max_position_embeddings";
+        return Err(disagrees(
+            "seq-len",
+            args.seq_len,
+            saved.max_position_embeddings,
+            key,
+        ));
+    }
+    if saved.vocab_size != info.vocab_size as usize {
+        return Err(adabatch::Error::msg(format!(
+            "{}: vocab_size = {}, but the tokenizer has {} ids: the weights belong to another tokenizer",
+            file.display(),
+            saved.vocab_size,
+            info.vocab_size
+        )));
+    }
+    Ok(saved)
+}
+
 /// The Llama decoder on packed documents.
 pub struct Decoder {
     pub llama: Llama,

@@ -313,3 +313,48 @@ fn a_huge_document_trains_within_the_stated_bound() {
     assert_eq!(trained.summary.global_step, 3);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--init-from DIR` takes the model's shape from `DIR/config.json`, as
+/// `from_pretrained` does: a shape flag left out takes the file's, one given that
+/// disagrees is an error naming both values, a damaged file is an error naming
+/// `config.json` itself, and a folder without one leaves the flags' shape.
+#[test]
+fn init_from_reads_the_model_shape_from_config_json() {
+    let dir = temp_log("init-config").with_extension("");
+    std::fs::create_dir_all(&dir).unwrap();
+    let info = CorpusInfo {
+        vocab_size: 300,
+        eos_id: 0,
+        ..Default::default()
+    };
+    let flags = small_model();
+    let mut saved = decoder::llama_config(&flags, &info);
+    saved.hidden_size = 48;
+    saved.max_position_embeddings = 32;
+    saved.save(&dir).unwrap();
+    let nothing_given = |_: &str| false;
+    let config = decoder::model_config(&flags, &info, Some(&dir), &nothing_given).unwrap();
+    assert_eq!((config.hidden_size, config.num_hidden_layers), (48, 1));
+    let hidden_given = |id: &str| id == "hidden_size";
+    let err = decoder::model_config(&flags, &info, Some(&dir), &hidden_given).unwrap_err();
+    let file = dir.join("config.json").display().to_string();
+    assert!(
+        err.to_string().contains("--hidden-size 32") && err.to_string().contains(&file),
+        "{err}"
+    );
+    let other_tokenizer = CorpusInfo {
+        vocab_size: 301,
+        ..info.clone()
+    };
+    let err =
+        decoder::model_config(&flags, &other_tokenizer, Some(&dir), &nothing_given).unwrap_err();
+    assert!(err.to_string().contains("vocab_size = 300"), "{err}");
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    std::fs::write(dir.join("config.json"), &text[..text.len() / 2]).unwrap();
+    let err = decoder::model_config(&flags, &info, Some(&dir), &nothing_given).unwrap_err();
+    assert!(err.report().contains(&file), "{}", err.report());
+    std::fs::remove_file(dir.join("config.json")).unwrap();
+    let config = decoder::model_config(&flags, &info, Some(&dir), &nothing_given).unwrap();
+    assert_eq!(config.hidden_size, 32, "no config.json: the flags' shape");
+    let _ = std::fs::remove_dir_all(&dir);
+}
