@@ -1,23 +1,33 @@
 //! Readers of untrusted bytes never panic: a checkpoint's files (trainer state,
 //! manifest, weights, optimizer state), a token directory's files (`tokens.json`,
-//! the token files, `tokenizer.json`) and a weights file given to `--init-from`,
-//! each damaged at random (bytes flipped, cut short, bytes inserted, a chunk
-//! repeated) or replaced by arbitrary bytes, give a result or a typed error.
+//! the token files, `tokenizer.json`), a weights file given to `--init-from`, a
+//! corpus to tokenize (text and JSON lines, plain and gzipped), a run's JSONL log
+//! as `adabatch plot` reads and draws it, a sharded model's
+//! `model.safetensors.index.json` and a Llama `config.json`, each damaged at random
+//! (bytes flipped, cut short, bytes inserted, a chunk repeated) or replaced by
+//! arbitrary bytes, give a result or a typed error (for the last four, one that
+//! names the damaged file).
 //!
 //! A checkpoint's manifest would refuse any edit by its checksum, so the damaged
 //! checkpoints get their manifest rewritten (as a tool that edits one on purpose
 //! does): the readers behind it then see the damage. Each property runs a few
 //! dozen cases here; `scripts/fuzz-readers.sh` runs thousands
-//! (`ADABATCH_FUZZ_CASES`). What they found is kept as a test of its own below.
+//! (`ADABATCH_FUZZ_CASES`), with the unit properties of the rendezvous's hello
+//! (`adabatch-runtime`, `dist::rendezvous`) and of Parquet and Arrow corpora
+//! (`data::corpus`, feature `parquet`). What they found is kept as a test of its
+//! own below.
 
 use crate::common;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use adabatch::models::llama::{LlamaConfig, ModelType, TokenIds};
 use adabatch::prelude::*;
 use adabatch::tokenize::{prepare_corpus, CorpusInfo, PrepareOptions, TokenizerSource};
-use adabatch::{DistributedError, Error, TrainerPolicy};
+use adabatch::{DistributedError, Error, RunLog, TrainerPolicy};
+use candle_core::{DType, Device, Tensor, Var};
 use common::*;
 use proptest::prelude::*;
 
@@ -232,6 +242,265 @@ fn open_damaged_tokens(file: &str, contents: &Contents) -> Result<(), TestCaseEr
     Ok(())
 }
 
+/// The same documents as text, JSON lines (a null and a blank line among them),
+/// and both gzipped.
+fn corpus_seed() -> &'static Path {
+    static SEED: OnceLock<PathBuf> = OnceLock::new();
+    SEED.get_or_init(|| {
+        let dir = temp_log("fuzz-corpus").with_extension("");
+        std::fs::create_dir_all(&dir).unwrap();
+        let documents: Vec<String> = (0..40)
+            .map(|i| format!("document {i}: {} dogs ran past {} trees", i % 3, i % 4))
+            .collect();
+        let text = documents.join("\n") + "\n";
+        let mut jsonl: String = documents
+            .iter()
+            .enumerate()
+            .map(|(i, d)| serde_json::json!({ "id": i, "text": d }).to_string() + "\n")
+            .collect();
+        jsonl.push_str("{\"id\": 40, \"text\": null}\n\n");
+        std::fs::write(dir.join("corpus.txt"), &text).unwrap();
+        std::fs::write(dir.join("corpus.jsonl"), &jsonl).unwrap();
+        for (name, plain) in [("corpus.txt.gz", &text), ("corpus.jsonl.gz", &jsonl)] {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            gz.write_all(plain.as_bytes()).unwrap();
+            std::fs::write(dir.join(name), gz.finish().unwrap()).unwrap();
+        }
+        dir
+    })
+}
+
+/// Tokenizes the seed corpus's `file`, damaged, with the seed token directory's
+/// tokenizer (loaded: a case trains no BPE). An error names the damaged file and
+/// leaves no token file and no `tokens.json`; a success is a directory whose
+/// `tokens.json` says what was returned, and that opens when both its files hold a
+/// document (a corpus cut to a few documents may hold none out, which the command
+/// warns about).
+fn prepare_damaged(file: &str, contents: &Contents) -> Result<(), TestCaseError> {
+    let dir = damaged_copy(corpus_seed(), file, contents);
+    let corpus = dir.join(file);
+    let out = dir.join("tokens");
+    let options = PrepareOptions {
+        tokenizer: TokenizerSource::File(token_seed().join("tokenizer.json")),
+        validation_fraction: 0.2,
+        ..PrepareOptions::default()
+    };
+    let prepared = prepare_corpus(std::slice::from_ref(&corpus), &out, &options);
+    let left: Vec<String> = std::fs::read_dir(&out)
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect()
+        })
+        .unwrap_or_default();
+    let reread = CorpusInfo::read(&out);
+    let reopened = reread
+        .as_ref()
+        .ok()
+        .map(|info| info.open_documents(&out).err());
+    let bytes = std::fs::read(&corpus).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    match prepared {
+        Err(e) => {
+            let named = e.to_string().contains(&corpus.display().to_string());
+            prop_assert!(named, "{file}: the error does not name it: {}", e.report());
+            // Only the tokenizer is written before the corpus is read through: a
+            // token file, its `.partial` or `tokens.json` would be half a result.
+            let half_written = left.iter().any(|name| name != "tokenizer.json");
+            prop_assert!(!half_written, "{file}: {} left {left:?}", e.report());
+        }
+        Ok(info) => {
+            prop_assert_eq!(reread.ok(), Some(info.clone()), "{}", file);
+            if info.train_documents > 0 && info.validation_documents > 0 {
+                prop_assert!(matches!(reopened, Some(None)), "{file}: {reopened:?}");
+            }
+            let plain = !file.ends_with(".gz");
+            // Lines are text: a plain file that is not UTF-8 is refused.
+            let utf8 = std::str::from_utf8(&bytes).is_ok();
+            prop_assert!(utf8 || !plain, "{file}: invalid UTF-8 was accepted");
+            // Any UTF-8 is a text corpus, but arbitrary bytes are neither JSON
+            // lines nor gzip.
+            let certain = file != "corpus.txt";
+            prop_assert!(
+                !(certain && matches!(contents, Contents::Arbitrary(_))),
+                "{file}: arbitrary bytes were accepted"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The JSONL log of a short run that evaluates (step and eval lines).
+fn log_seed() -> &'static Path {
+    static SEED: OnceLock<PathBuf> = OnceLock::new();
+    SEED.get_or_init(|| {
+        let dir = temp_log("fuzz-log").with_extension("");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut a = args(1, 4, 2);
+        a.logging.log_jsonl = Some(dir.join("run.jsonl"));
+        a.eval.eval_steps = Some(4);
+        let eval = dataset(8, 4);
+        adabatch::Run::new(&dataset(24, 3), &collate, &a)
+            .with_eval(&eval)
+            .launch(|ctx: &RankContext| {
+                let model = Regression::new(ctx.parameters(), ctx.device())?;
+                let opt = resumable_adam(&model)?;
+                Ok(AdamTrainer { model, opt })
+            })
+            .unwrap();
+        dir
+    })
+}
+
+/// `adabatch plot` on the seed log, damaged: read (an error names the log), then
+/// drawn when it holds a step (an error names the image).
+fn plot_damaged_log(contents: &Contents) -> Result<(), TestCaseError> {
+    let dir = damaged_copy(log_seed(), "run.jsonl", contents);
+    let log = dir.join("run.jsonl");
+    let bytes = std::fs::read(&log).unwrap();
+    let read = RunLog::read(&log);
+    let drawn = match &read {
+        Ok(run) if !run.steps.is_empty() => {
+            let image = dir.join("plot.svg");
+            let drawn = adabatch::plot_runs(std::slice::from_ref(run), &image);
+            Some((image.exists(), drawn.map_err(|e| (e.to_string(), image))))
+        }
+        _ => None,
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    match read {
+        Err(e) => {
+            let named = e.to_string().contains(&log.display().to_string());
+            prop_assert!(named, "the error does not name the log: {}", e.report());
+        }
+        Ok(run) => {
+            prop_assert!(
+                std::str::from_utf8(&bytes).is_ok(),
+                "invalid UTF-8 was read"
+            );
+            // Arbitrary bytes hold no step record: the command has nothing to draw.
+            prop_assert!(
+                run.steps.is_empty() || !matches!(contents, Contents::Arbitrary(_)),
+                "steps read from arbitrary bytes"
+            );
+        }
+    }
+    match drawn {
+        Some((written, Ok(()))) => prop_assert!(written, "no image written"),
+        Some((_, Err((message, image)))) => {
+            let named = message.contains(&image.display().to_string());
+            prop_assert!(named, "the error does not name the image: {message}");
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+/// Two layers' parameters, every value `fill`.
+fn shard_params(fill: f32) -> Vec<(String, Var)> {
+    let var = |dims: &[usize]| {
+        let values = Tensor::ones(dims, DType::F32, &Device::Cpu).unwrap() * f64::from(fill);
+        Var::from_tensor(&values.unwrap()).unwrap()
+    };
+    vec![
+        ("a.weight".into(), var(&[2, 3])),
+        ("a.bias".into(), var(&[2])),
+        ("b.weight".into(), var(&[3, 2])),
+        ("b.bias".into(), var(&[3])),
+    ]
+}
+
+/// A model saved the way transformers shards one: two shards (layer `a`, layer `b`)
+/// and the `model.safetensors.index.json` that lists them.
+fn shards_seed() -> &'static Path {
+    static SEED: OnceLock<PathBuf> = OnceLock::new();
+    SEED.get_or_init(|| {
+        let dir = temp_log("fuzz-shards").with_extension("");
+        std::fs::create_dir_all(&dir).unwrap();
+        let params = shard_params(3.0);
+        let mut weight_map = serde_json::Map::new();
+        for (i, layer) in params.chunks(2).enumerate() {
+            let scratch = dir.with_extension(format!("shard{i}"));
+            adabatch::save_pretrained(layer, None, &scratch).unwrap();
+            let shard = format!("model-0000{}-of-00002.safetensors", i + 1);
+            std::fs::rename(scratch.join("model.safetensors"), dir.join(&shard)).unwrap();
+            std::fs::remove_dir_all(&scratch).unwrap();
+            for (name, _) in layer {
+                weight_map.insert(name.clone(), shard.clone().into());
+            }
+        }
+        let bytes: usize = params.iter().map(|(_, v)| v.elem_count() * 4).sum();
+        let metadata = serde_json::json!({ "total_size": bytes });
+        let index = serde_json::json!({ "metadata": metadata, "weight_map": weight_map });
+        let text = serde_json::to_string_pretty(&index).unwrap();
+        std::fs::write(dir.join("model.safetensors.index.json"), text).unwrap();
+        dir
+    })
+}
+
+/// Loads the seed shards, strictly, through their damaged index.
+fn load_damaged_index(contents: &Contents) -> Result<(), TestCaseError> {
+    let dir = damaged_copy(shards_seed(), "model.safetensors.index.json", contents);
+    let index = dir.join("model.safetensors.index.json");
+    let target = shard_params(0.0);
+    let loaded = adabatch::load_weights(&target, &dir, true);
+    let _ = std::fs::remove_dir_all(&dir);
+    match loaded {
+        Err(e) => {
+            let named = e.to_string().contains(&index.display().to_string());
+            prop_assert!(named, "the error does not name the index: {}", e.report());
+        }
+        Ok(report) => {
+            prop_assert!(
+                !matches!(contents, Contents::Arbitrary(_)),
+                "arbitrary bytes were accepted"
+            );
+            prop_assert!(report.is_exact(), "{report}");
+            let values = flat(target.into_iter().map(|(_, v)| v));
+            prop_assert!(values.iter().all(|&v| v == 3.0), "{values:?}");
+        }
+    }
+    Ok(())
+}
+
+/// A Qwen2 `config.json` (the family with the most keys: biases, windows, layer
+/// types), with both token-id forms.
+fn config_seed() -> &'static Path {
+    static SEED: OnceLock<PathBuf> = OnceLock::new();
+    SEED.get_or_init(|| {
+        let dir = temp_log("fuzz-config").with_extension("");
+        let mut config = LlamaConfig::new(ModelType::Qwen2, 64, 16, 24, 2, 4, 2);
+        config.layer_types = Some(vec!["full_attention".into(), "sliding_attention".into()]);
+        config.bos_token_id = Some(0);
+        config.eos_token_id = Some(TokenIds::Many(vec![1, 2]));
+        config.save(&dir).unwrap();
+        dir
+    })
+}
+
+/// Reads the seed `config.json`, damaged.
+fn read_damaged_config(contents: &Contents) -> Result<(), TestCaseError> {
+    let dir = damaged_copy(config_seed(), "config.json", contents);
+    let path = dir.join("config.json");
+    let read = LlamaConfig::from_file(&path);
+    let _ = std::fs::remove_dir_all(&dir);
+    match read {
+        Err(e) => {
+            let named = e.to_string().contains(&path.display().to_string());
+            prop_assert!(named, "the error does not name the file: {e}");
+        }
+        Ok(config) => {
+            prop_assert!(
+                !matches!(contents, Contents::Arbitrary(_)),
+                "arbitrary bytes were accepted"
+            );
+            // What is read was validated: it builds a model.
+            prop_assert!(config.validate().is_ok());
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: cases(),
@@ -279,6 +548,41 @@ proptest! {
     fn a_damaged_tokenizer_file_never_panics(contents in contents()) {
         open_damaged_tokens("tokenizer.json", &contents)?;
     }
+
+    #[test]
+    fn a_damaged_text_corpus_never_panics(contents in contents()) {
+        prepare_damaged("corpus.txt", &contents)?;
+    }
+
+    #[test]
+    fn a_damaged_json_lines_corpus_never_panics(contents in contents()) {
+        prepare_damaged("corpus.jsonl", &contents)?;
+    }
+
+    #[test]
+    fn a_damaged_gzipped_text_corpus_never_panics(contents in contents()) {
+        prepare_damaged("corpus.txt.gz", &contents)?;
+    }
+
+    #[test]
+    fn a_damaged_gzipped_json_lines_corpus_never_panics(contents in contents()) {
+        prepare_damaged("corpus.jsonl.gz", &contents)?;
+    }
+
+    #[test]
+    fn a_damaged_run_log_never_panics(contents in contents()) {
+        plot_damaged_log(&contents)?;
+    }
+
+    #[test]
+    fn a_damaged_weights_index_never_panics(contents in contents()) {
+        load_damaged_index(&contents)?;
+    }
+
+    #[test]
+    fn a_damaged_model_config_never_panics(contents in contents()) {
+        read_damaged_config(&contents)?;
+    }
 }
 
 /// Found by `a_damaged_tokenizer_file_never_panics`: a file cut inside its
@@ -299,5 +603,61 @@ fn a_tokenizer_cut_inside_its_decoder_is_refused() {
     assert!(err.to_string().contains("is not JSON"), "{err}");
     let opened = CorpusInfo::read(&dir).and_then(|info| info.open_documents(&dir));
     assert!(opened.is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Found by `a_damaged_weights_index_never_panics`: an index flipped out of JSON
+/// (`:` to `;`) was reported against its directory; it, a shard name it lists
+/// that is not there and a tensor no shard holds are errors naming the index.
+#[test]
+fn a_damaged_weights_index_is_named_in_its_error() {
+    let dir = damaged_copy(
+        shards_seed(),
+        "model.safetensors.index.json",
+        &Contents::Damaged(Vec::new()),
+    );
+    let index = dir.join("model.safetensors.index.json");
+    let text = std::fs::read_to_string(&index).unwrap();
+    let target = shard_params(0.0);
+    for (damaged, expected) in [
+        (text.replacen("\": ", "\"; ", 1), "is not a weights index"),
+        (
+            text.replace("model-00002-", "model-00003-"),
+            "which is not a file of its directory",
+        ),
+        (text.replace("\"b.bias\"", "\"b.biaz\""), "`b.biaz`"),
+    ] {
+        std::fs::write(&index, damaged).unwrap();
+        let err = adabatch::load_weights(&target, &dir, true).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains(&index.display().to_string()), "{message}");
+        assert!(message.contains(expected), "{message}");
+    }
+    assert!(flat(target.into_iter().map(|(_, v)| v))
+        .iter()
+        .all(|&v| v == 0.0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Found by `a_damaged_model_config_never_panics`: a field made invalid by one
+/// flipped bit (`full_attention` to `gull_attention`) was an error that did not
+/// name the file.
+#[test]
+fn an_invalid_config_field_names_the_file() {
+    let dir = damaged_copy(config_seed(), "config.json", &Contents::Damaged(Vec::new()));
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(
+        &path,
+        text.replacen("\"full_attention\"", "\"gull_attention\"", 1),
+    )
+    .unwrap();
+    let err = LlamaConfig::from_file(&path).unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(
+        message.contains("layer_types: `gull_attention`"),
+        "{message}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -513,6 +513,7 @@ mod tests {
     //! failure, except where the timeout is what is tested; there the other side's
     //! part is done first, by hand.
     use super::*;
+    use proptest::prelude::*;
     use std::collections::HashMap;
 
     /// Long enough never to fire on a loaded machine: it only bounds a failure.
@@ -719,6 +720,152 @@ mod tests {
         });
         r0.unwrap();
         assert_eq!(r1.unwrap(), vec![5, 6]);
+    }
+
+    /// Cases of the hello properties: a few here, thousands from
+    /// `scripts/fuzz-readers.sh` (`ADABATCH_FUZZ_CASES`).
+    fn fuzz_cases() -> u32 {
+        std::env::var("ADABATCH_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(16)
+    }
+
+    /// What a stray connection sends before it hangs up: arbitrary bytes, the
+    /// magic and arbitrary bytes, or a hello of a small rank and world (a late
+    /// peer of another run) with arbitrary bytes after it.
+    fn stray_bytes() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..40),
+            prop::collection::vec(any::<u8>(), 0..32).prop_map(|tail| [&MAGIC[..], &tail].concat()),
+            (0..4u32, 0..4u32, prop::collection::vec(any::<u8>(), 0..8))
+                .prop_map(|(rank, world, tail)| [hello(rank, world), tail].concat()),
+        ]
+    }
+
+    /// An answer's bytes: `status`, the length `len` (which `body` may not match).
+    fn answer(status: u8, len: u32, body: &[u8]) -> Vec<u8> {
+        [&[status][..], &len.to_be_bytes(), body].concat()
+    }
+
+    /// What a fake rank 0 answers before it hangs up: arbitrary bytes, or an
+    /// answer's shape (a status, a length that may not match, arbitrary bytes;
+    /// or any length, with nothing after it).
+    fn answer_bytes() -> impl Strategy<Value = Vec<u8>> {
+        let body = prop::collection::vec(any::<u8>(), 0..40);
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..40),
+            (any::<u8>(), 0..48u32, body).prop_map(|(s, len, body)| answer(s, len, &body)),
+            (any::<u8>(), any::<u32>()).prop_map(|(s, len)| answer(s, len, &[])),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: fuzz_cases(),
+            // Each case is fresh sockets; nothing to persist but the inputs.
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        /// Rank 0 of a world of 2 first meets a stray connection that sends
+        /// `stray` and hangs up, then the real rank 1. A stray that is not a
+        /// hello is ignored and the rendezvous completes; one that parses as a
+        /// hello is refused as the protocol says (or, claiming rank 1, taken for
+        /// it); nothing panics or hangs.
+        #[test]
+        fn rank_zero_survives_a_stray_hello(stray in stray_bytes()) {
+            let (listener, port) = bound();
+            // Queued before the real peer exists: rank 0 accepts it first.
+            let mut conn = TcpStream::connect(("127.0.0.1", port)).unwrap();
+            conn.write_all(&stray).unwrap();
+            drop(conn);
+            let (r0, r1) = std::thread::scope(|s| {
+                let r1 = s.spawn(|| rdzv(port, 1, 2, 2_000).join());
+                let r0 = rdzv(port, 0, 2, 10_000).serve(&listener, &[5, 6]);
+                // A peer rank 0 did not answer is hung up on, so that it reports
+                // it at once rather than at its deadline.
+                listener.set_nonblocking(true).unwrap();
+                while !r1.is_finished() {
+                    if let Ok((late, _)) = listener.accept() {
+                        drop(late);
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                (r0, r1.join().unwrap())
+            });
+            let parsed = (stray.len() >= 16 && stray[..8] == MAGIC[..]).then(|| {
+                let word = |i: usize| u32::from_be_bytes(stray[i..i + 4].try_into().unwrap());
+                (word(8), word(12))
+            });
+            match parsed {
+                None => {
+                    prop_assert!(r0.is_ok(), "{r0:?}");
+                    prop_assert!(matches!(&r1, Ok(id) if id == &[5, 6]), "{r1:?}");
+                }
+                // Taken for rank 1: its answer goes to the stray; the real rank 1
+                // is never answered.
+                Some((1, 2)) => {
+                    prop_assert!(
+                        matches!(&r0, Ok(()) | Err(RendezvousError::Protocol(_))),
+                        "{r0:?}"
+                    );
+                    prop_assert!(r1.is_err(), "{r1:?}");
+                }
+                Some((rank, world)) => {
+                    let expected = if world != 2 { "expects a world of" } else { "claims rank" };
+                    prop_assert!(
+                        matches!(&r0, Err(RendezvousError::Protocol(m)) if m.contains(expected)),
+                        "({rank}, {world}): {r0:?}"
+                    );
+                    prop_assert!(r1.is_err(), "{r1:?}");
+                }
+            }
+        }
+
+        /// A peer joins a fake rank 0 that reads its hello, answers `answer` and
+        /// hangs up: the payload or rank 0's message when the answer is whole,
+        /// a refused length when it is too long, else a typed error; no panic.
+        #[test]
+        fn a_peer_survives_any_answer(answer in answer_bytes()) {
+            let (listener, port) = bound();
+            let joined = std::thread::scope(|s| {
+                let peer = s.spawn(|| rdzv(port, 1, 2, 2_000).join());
+                let (mut stream, _) = listener.accept().unwrap();
+                let deadline = Instant::now() + Duration::from_millis(GENEROUS_MS);
+                assert_eq!(read_hello(&mut stream, deadline).unwrap(), (1, 2));
+                stream.write_all(&answer).unwrap();
+                drop(stream);
+                peer.join().unwrap()
+            });
+            let len = (answer.len() >= 5)
+                .then(|| u32::from_be_bytes(answer[1..5].try_into().unwrap()));
+            match len {
+                Some(len) if len > MAX_PAYLOAD => prop_assert!(
+                    matches!(&joined, Err(RendezvousError::Protocol(m)) if m.contains("announced")),
+                    "{joined:?}"
+                ),
+                Some(len) if answer.len() - 5 >= len as usize => {
+                    let body = &answer[5..5 + len as usize];
+                    match answer[0] {
+                        STATUS_OK => prop_assert!(
+                            matches!(&joined, Ok(got) if got == body),
+                            "{joined:?}"
+                        ),
+                        _ => prop_assert!(
+                            matches!(&joined, Err(RendezvousError::Aborted { rank: 1, message })
+                                if *message == String::from_utf8_lossy(body)),
+                            "{joined:?}"
+                        ),
+                    }
+                }
+                // Cut short: rank 0 hung up mid-answer.
+                _ => prop_assert!(
+                    matches!(&joined, Err(RendezvousError::MasterUnreachable { rank: 1, .. })),
+                    "{joined:?}"
+                ),
+            }
+        }
     }
 
     #[test]

@@ -63,43 +63,62 @@ impl std::fmt::Display for LoadReport {
     }
 }
 
+/// A sharded directory's index: its path, and each tensor it lists with its shard.
+type ShardIndex = (PathBuf, BTreeMap<String, String>);
+
 /// The safetensors files of `source`: the file itself, or a directory's
-/// `model.safetensors`, or the shards its `model.safetensors.index.json` lists.
-pub fn weight_files(source: &Path) -> Result<Vec<PathBuf>> {
-    let file_error = |detail: String, cause: Option<Cause>| {
+/// `model.safetensors`, or the shards its `model.safetensors.index.json` lists
+/// (with that index). What is wrong with the index (not JSON, no shard, a shard
+/// that is not there) is an error naming the index itself, not its directory.
+pub(crate) fn weight_files(source: &Path) -> Result<(Vec<PathBuf>, Option<ShardIndex>)> {
+    let file_error = |path: &Path, detail: String, cause: Option<Cause>| {
         Error::Model(ModelError::WeightsFile {
-            path: source.to_path_buf(),
+            path: path.to_path_buf(),
             detail,
             source: cause,
         })
     };
-    let not_found = |detail: String| file_error(detail, None);
     if source.is_file() {
-        return Ok(vec![source.to_path_buf()]);
+        return Ok((vec![source.to_path_buf()], None));
     }
     if !source.is_dir() {
-        return Err(not_found("no such file or directory".into()));
+        return Err(file_error(source, "no such file or directory".into(), None));
     }
     let single = source.join(WEIGHTS_FILE);
     if single.is_file() {
-        return Ok(vec![single]);
+        return Ok((vec![single], None));
     }
     let index = source.join(WEIGHTS_INDEX);
     if !index.is_file() {
-        return Err(not_found(format!(
-            "the directory has neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX}"
-        )));
+        return Err(file_error(
+            source,
+            format!("the directory has neither {WEIGHTS_FILE} nor {WEIGHTS_INDEX}"),
+            None,
+        ));
     }
     let text = std::fs::read_to_string(&index)
-        .map_err(|e| file_error(format!("cannot read {WEIGHTS_INDEX}"), Some(e.into())))?;
+        .map_err(|e| file_error(&index, "cannot read".into(), Some(e.into())))?;
     #[derive(serde::Deserialize)]
     struct Index {
         weight_map: BTreeMap<String, String>,
     }
     let parsed: Index = serde_json::from_str(&text)
-        .map_err(|e| file_error(format!("{WEIGHTS_INDEX} is not a weights index"), Some(e.into())))?;
-    let shards: BTreeSet<String> = parsed.weight_map.into_values().collect();
-    Ok(shards.into_iter().map(|s| source.join(s)).collect())
+        .map_err(|e| file_error(&index, "is not a weights index".into(), Some(e.into())))?;
+    let shards: BTreeSet<&String> = parsed.weight_map.values().collect();
+    if shards.is_empty() {
+        return Err(file_error(&index, "lists no tensor".into(), None));
+    }
+    // A shard name is a file of the directory (transformers joins it to the
+    // directory): anything else is a damaged or foreign index.
+    if let Some(missing) = shards.iter().find(|s| !source.join(s).is_file()) {
+        return Err(file_error(
+            &index,
+            format!("lists the shard {missing:?}, which is not a file of its directory"),
+            None,
+        ));
+    }
+    let files = shards.into_iter().map(|s| source.join(s)).collect();
+    Ok((files, Some((index, parsed.weight_map))))
 }
 
 /// Pretrained weights into a [`Parameters`] store (crate `adabatch-nn` holds the
@@ -124,7 +143,7 @@ impl LoadPretrained for Parameters {
 /// does not have, or a shape that differs is an error and nothing is set;
 /// otherwise those are skipped and listed in the report.
 pub fn load_weights(params: &[(String, Var)], source: &Path, strict: bool) -> Result<LoadReport> {
-    let files = weight_files(source)?;
+    let (files, index) = weight_files(source)?;
     // SAFETY: the files are mapped read-only for the duration of this call; a
     // concurrent writer truncating them is outside what any loader can guard.
     let mapped = unsafe { MmapedSafetensors::multi(&files) }.map_err(|e| {
@@ -139,6 +158,17 @@ pub fn load_weights(params: &[(String, Var)], source: &Path, strict: bool) -> Re
         .into_iter()
         .map(|(name, view)| (name, view.shape().to_vec()))
         .collect();
+    // A tensor the index lists that no shard holds: the index is damaged, or
+    // belongs to other shards (the strict check below would blame the model).
+    if let Some((index, map)) = &index {
+        if let Some((name, shard)) = map.iter().find(|(name, _)| !shapes.contains_key(*name)) {
+            return Err(Error::Model(ModelError::WeightsFile {
+                path: index.clone(),
+                detail: format!("lists the tensor `{name}` (in {shard:?}), which no shard holds"),
+                source: None,
+            }));
+        }
+    }
     let report = plan_load(params, &shapes);
     if strict && !report.is_exact() {
         return Err(Error::Model(ModelError::WeightsMismatch {

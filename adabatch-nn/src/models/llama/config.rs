@@ -57,8 +57,10 @@ pub enum TokenIds {
 #[non_exhaustive]
 pub enum ConfigError {
     /// A field's value is out of range or contradicts another.
-    #[error("invalid model config: {field}: {reason}")]
+    #[error("invalid model config{}: {field}: {reason}", path_note(path))]
     Invalid {
+        /// The file, when read from one.
+        path: Option<PathBuf>,
         /// The `config.json` key.
         field: &'static str,
         /// What is wrong, with the values involved.
@@ -114,6 +116,7 @@ impl std::fmt::Display for WithCauses {
 
 fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
+        path: None,
         field,
         reason: reason.into(),
     }
@@ -261,17 +264,23 @@ impl LlamaConfig {
         Self::try_from(raw)
     }
 
-    /// Reads and validates a `config.json` file.
+    /// Reads and validates a `config.json` file; an error names the file.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             path: path.to_path_buf(),
             source,
         })?;
+        let named = Some(path.to_path_buf());
         Self::from_json_str(&text).map_err(|e| match e {
             ConfigError::Json { source, .. } => ConfigError::Json {
-                path: Some(path.to_path_buf()),
+                path: named,
                 source,
+            },
+            ConfigError::Invalid { field, reason, .. } => ConfigError::Invalid {
+                path: named,
+                field,
+                reason,
             },
             other => other,
         })

@@ -20,6 +20,10 @@ use crate::error::{DataError, Error, FileOp, Result};
 /// Rows per record batch read from a Parquet file.
 const BATCH_ROWS: usize = 1024;
 
+/// The formats, as an error about a damaged file calls them.
+const PARQUET: &str = "Parquet file";
+const ARROW: &str = "Arrow IPC file or stream";
+
 /// The index of the text column `column` in `schema`, checked to hold text; an
 /// error naming the file and the column (and the columns it has) otherwise.
 fn text_column(path: &Path, schema: &Schema, column: &str) -> Result<usize> {
@@ -89,6 +93,10 @@ impl ParquetReader {
     /// Opens `path` (its footer and schema: a damaged footer, a missing or
     /// non-text column are errors here, before any row is read).
     pub(crate) fn open(path: &Path, column: &str) -> Result<Self> {
+        unless_panicked(path, PARQUET, || Self::open_unguarded(path, column))
+    }
+
+    fn open_unguarded(path: &Path, column: &str) -> Result<Self> {
         let file = File::open(path).map_err(Error::io(FileOp::Read, path))?;
         let builder = ParquetRecordBatchReaderBuilder::try_new(file)
             .map_err(|e| failed(path, "is not a readable Parquet file", e))?;
@@ -128,7 +136,8 @@ impl ParquetReader {
 
 impl BatchReader for ParquetReader {
     fn next_batch(&mut self) -> Result<Option<Vec<Option<String>>>> {
-        match self.batches.next() {
+        let path = self.path.clone();
+        unless_panicked(&path, PARQUET, || match self.batches.next() {
             None => Ok(None),
             Some(Err(e)) => {
                 let group = self.row_group_of(self.rows_read);
@@ -138,7 +147,7 @@ impl BatchReader for ParquetReader {
                 self.rows_read += batch.num_rows() as i64;
                 texts(&self.path, batch.column(0)).map(Some)
             }
-        }
+        })
     }
 }
 
@@ -152,10 +161,33 @@ pub(crate) struct ArrowReader {
 /// The Arrow IPC file format's leading magic; without it, the stream format.
 const FILE_MAGIC: &[u8; 6] = b"ARROW1";
 
+/// `read` (the parquet or arrow-ipc crate decoding the file `path`, a `kind`), a
+/// panic refused as an error naming the file: both crates (60) panic on some
+/// damaged files instead of returning an error (a buffer sliced past the end of
+/// its body, an overflowing sum of definition levels: found by the corpus tests'
+/// `a_damaged_*` properties).
+fn unless_panicked<T>(path: &Path, kind: &str, read: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(data_error(
+            path,
+            format!("is a damaged {kind} (its reader panicked: {why})"),
+        ))
+    })
+}
+
 impl ArrowReader {
     /// Opens `path` (its schema: damaged, a missing or non-text column are
     /// errors here), projected to the text column.
     pub(crate) fn open(path: &Path, column: &str) -> Result<Self> {
+        unless_panicked(path, ARROW, || Self::open_unguarded(path, column))
+    }
+
+    fn open_unguarded(path: &Path, column: &str) -> Result<Self> {
         use arrow_ipc::reader::{FileReader, StreamReader};
         use std::io::Read;
         let open = || File::open(path).map_err(Error::io(FileOp::Read, path));
@@ -182,7 +214,8 @@ impl ArrowReader {
 
 impl BatchReader for ArrowReader {
     fn next_batch(&mut self) -> Result<Option<Vec<Option<String>>>> {
-        match self.batches.next() {
+        let path = self.path.clone();
+        unless_panicked(&path, ARROW, || match self.batches.next() {
             None => Ok(None),
             Some(Err(e)) => Err(failed(
                 &self.path,
@@ -193,6 +226,6 @@ impl BatchReader for ArrowReader {
                 self.batch += 1;
                 texts(&self.path, batch.column(0)).map(Some)
             }
-        }
+        })
     }
 }

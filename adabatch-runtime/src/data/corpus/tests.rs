@@ -103,6 +103,7 @@ mod hub {
     use arrow_schema::{DataType, Field, Schema};
     use parquet::arrow::ArrowWriter;
     use parquet::file::properties::WriterProperties;
+    use proptest::prelude::*;
 
     use super::*;
 
@@ -239,5 +240,169 @@ mod hub {
         let err = Corpus::open(&[arrow], "text").unwrap_err();
         assert!(err.to_string().contains("x.arrow"), "{err}");
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    /// Cases of the damaged-file properties: a few here (the CI runs this module),
+    /// thousands from `scripts/fuzz-readers.sh` (`ADABATCH_FUZZ_CASES`).
+    fn fuzz_cases() -> u32 {
+        std::env::var("ADABATCH_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(12)
+    }
+
+    /// One damage to a file's bytes, positions taken modulo its length (as
+    /// tests/it/fuzz.rs damages the other readers' files).
+    #[derive(Debug, Clone)]
+    enum Damage {
+        Flip(usize, u8),
+        Cut(usize),
+        Insert(usize, Vec<u8>),
+        Repeat(usize, usize),
+    }
+
+    /// A file's new contents: the seed damaged a few times, or arbitrary bytes.
+    #[derive(Debug, Clone)]
+    enum Contents {
+        Damaged(Vec<Damage>),
+        Arbitrary(Vec<u8>),
+    }
+
+    fn contents() -> impl Strategy<Value = Contents> {
+        let damage = prop_oneof![
+            4 => (any::<usize>(), 1..=255u8).prop_map(|(at, mask)| Damage::Flip(at, mask)),
+            1 => any::<usize>().prop_map(Damage::Cut),
+            1 => (any::<usize>(), prop::collection::vec(any::<u8>(), 1..16))
+                .prop_map(|(at, bytes)| Damage::Insert(at, bytes)),
+            1 => (any::<usize>(), 1..64usize).prop_map(|(at, len)| Damage::Repeat(at, len)),
+        ];
+        prop_oneof![
+            4 => prop::collection::vec(damage, 1..6).prop_map(Contents::Damaged),
+            1 => prop::collection::vec(any::<u8>(), 0..512).prop_map(Contents::Arbitrary),
+        ]
+    }
+
+    fn apply(original: &[u8], contents: &Contents) -> Vec<u8> {
+        let damages = match contents {
+            Contents::Arbitrary(bytes) => return bytes.clone(),
+            Contents::Damaged(damages) => damages,
+        };
+        let mut bytes = original.to_vec();
+        for damage in damages {
+            let len = bytes.len();
+            if len == 0 {
+                break;
+            }
+            match damage {
+                Damage::Flip(at, mask) => bytes[at % len] ^= mask,
+                Damage::Cut(at) => bytes.truncate(at % len + 1),
+                Damage::Insert(at, new) => {
+                    let at = at % len + 1;
+                    bytes.splice(at..at, new.iter().copied());
+                }
+                Damage::Repeat(at, n) => {
+                    let at = at % len;
+                    let chunk = bytes[at..(at + n).min(len)].to_vec();
+                    bytes.splice(at..at, chunk);
+                }
+            }
+        }
+        bytes
+    }
+
+    /// A Parquet file (snappy, dictionary-encoded, row groups of 7 rows), an Arrow
+    /// IPC stream and an Arrow IPC file of the test texts, in column `content`.
+    fn columnar_seeds() -> &'static Path {
+        static SEEDS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+        SEEDS.get_or_init(|| {
+            let dir = temp_dir("fuzz-seeds");
+            let batch = batch(&texts(), "content", &DataType::Utf8);
+            let props = WriterProperties::builder()
+                .set_compression(parquet::basic::Compression::SNAPPY)
+                .set_max_row_group_row_count(Some(7))
+                .build();
+            let file = std::fs::File::create(dir.join("seed.parquet")).unwrap();
+            let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+            write_arrow(&dir.join("stream.arrow"), &texts(), "content", true);
+            write_arrow(&dir.join("file.arrow"), &texts(), "content", false);
+            dir
+        })
+    }
+
+    /// Opens and reads the seed `name`, damaged: its texts, or an error naming it.
+    fn read_damaged(name: &str, contents: &Contents) -> Result<(), TestCaseError> {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let case = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let original = std::fs::read(columnar_seeds().join(name)).unwrap();
+        let dir = temp_dir(&format!("fuzz-{case}"));
+        let path = dir.join(name);
+        std::fs::write(&path, apply(&original, contents)).unwrap();
+        let read = Corpus::open(std::slice::from_ref(&path), "content").and_then(|c| c.documents());
+        std::fs::remove_dir_all(&dir).ok();
+        match read {
+            Err(e) => {
+                let named = e.to_string().contains(&path.display().to_string());
+                prop_assert!(named, "{name}: the error does not name it: {}", e.report());
+            }
+            // Neither format's magic and structure come from arbitrary bytes.
+            Ok(_) => prop_assert!(
+                !matches!(contents, Contents::Arbitrary(_)),
+                "{name}: arbitrary bytes were accepted"
+            ),
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: fuzz_cases(),
+            // The files are fresh each case; nothing to persist but the inputs.
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        })]
+
+        #[test]
+        fn a_damaged_parquet_file_never_panics(contents in contents()) {
+            read_damaged("seed.parquet", &contents)?;
+        }
+
+        #[test]
+        fn a_damaged_arrow_stream_never_panics(contents in contents()) {
+            read_damaged("stream.arrow", &contents)?;
+        }
+
+        #[test]
+        fn a_damaged_arrow_file_never_panics(contents in contents()) {
+            read_damaged("file.arrow", &contents)?;
+        }
+    }
+
+    /// Found by `a_damaged_arrow_file_never_panics` and
+    /// `a_damaged_arrow_stream_never_panics`: a zero byte inserted into an Arrow IPC
+    /// file, or a chunk of a stream repeated, made arrow-ipc slice a buffer past
+    /// the end of its body and panic; found by `a_damaged_parquet_file_never_panics`:
+    /// one flipped byte made the parquet crate overflow a sum of definition
+    /// levels (a panic where overflow is checked). Each is an error naming the
+    /// file.
+    #[test]
+    fn files_their_readers_panicked_on_are_refused_naming_them() {
+        for (name, damage) in [
+            ("file.arrow", Damage::Insert(383, vec![0])),
+            ("stream.arrow", Damage::Repeat(271, 46)),
+            ("seed.parquet", Damage::Flip(4573, 9)),
+        ] {
+            let original = std::fs::read(columnar_seeds().join(name)).unwrap();
+            let dir = temp_dir(&format!("regression-{name}"));
+            let path = dir.join(name);
+            std::fs::write(&path, apply(&original, &Contents::Damaged(vec![damage]))).unwrap();
+            let err = Corpus::open(std::slice::from_ref(&path), "content")
+                .and_then(|c| c.documents())
+                .unwrap_err();
+            let named = err.to_string().contains(&path.display().to_string());
+            assert!(named, "{err}");
+            std::fs::remove_dir_all(&dir).ok();
+        }
     }
 }
