@@ -63,7 +63,7 @@ fn mean(v: &[f64]) -> f64 {
 
 /// CPU seconds per training step and target tokens per step, over `batches`.
 fn time_steps(model: &decoder::Decoder, batches: &[PackedBatch]) -> (f64, f64) {
-    let mut opt = decoder::optimizer(model, 1e-3).expect("AdamW");
+    let mut opt = decoder::optimizer(model, decoder::llama_adamw(1e-3)).expect("AdamW");
     let (mut seconds, mut tokens) = (Vec::new(), Vec::new());
     for (i, batch) in batches.iter().enumerate() {
         let start = cpu_time::cpu_time(cpu_time::THREAD).unwrap_or(f64::NAN);

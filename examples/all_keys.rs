@@ -197,7 +197,8 @@ fn run() -> adabatch::Result<()> {
         .mut_arg("per_device_train_batch_size", |a| a.default_value("8"))
         .mut_arg("num_train_epochs", |a| a.default_value("2"))
         .mut_arg("learning_rate", |a| a.default_value("0.003"))
-        .mut_arg("logging_steps", |a| a.default_value("10"));
+        .mut_arg("logging_steps", |a| a.default_value("10"))
+        .mut_arg("weight_decay", |a| a.default_value("0.01"));
     let cli = Cli::from_arg_matches(&adabatch::hf_matches(command)).unwrap_or_else(|e| e.exit());
     let seed = cli.train.data.seed.unwrap_or(LmTrainer::POLICY.seed);
     let mut sentences: Vec<String> = match &cli.data {
@@ -212,16 +213,10 @@ fn run() -> adabatch::Result<()> {
     sentences.truncate(cli.max_sentences);
     let lengths = sentences.iter().map(String::len).collect();
     let dataset = WithLengths::new(sentences, lengths)?;
-    let lr = cli.train.lr.learning_rate;
+    let hyper = ParamsAdamW::from_args(&cli.train)?;
     let summary = LmTrainer::launch(&dataset, &collate, &cli.train, |ctx: &RankContext| {
         let model = ByteLm::new(ctx.parameters(), ctx.device())?;
-        let opt = AdamW::new(
-            model.params.all_vars(),
-            ParamsAdamW {
-                lr,
-                ..Default::default()
-            },
-        )?;
+        let opt = AdamW::new(model.params.all_vars(), hyper)?;
         Ok(LmTrainer::new(model, opt, OnlineMemoryModel::new(0.1)))
     })?
     .summary;

@@ -26,10 +26,9 @@ mod continual;
 #[path = "support/digits.rs"]
 mod digits;
 
-use adabatch::ParseHf;
 use std::path::PathBuf;
 
-use adabatch::clap::{self, Parser, ValueEnum};
+use adabatch::clap::{self, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use adabatch::prelude::*;
 use continual::Protocol;
 
@@ -70,7 +69,16 @@ struct Cli {
 }
 
 fn main() -> std::process::ExitCode {
-    adabatch::exit_code(run(Cli::parse_hf()))
+    let matches = adabatch::hf_matches(Cli::command());
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let refused = adabatch::OptimArgs::given(&matches);
+    if !refused.is_empty() {
+        return adabatch::exit_code(Err(adabatch::Error::msg(format!(
+            "this example trains with SGD at --learning-rate: {} do not apply",
+            refused.join(", ")
+        ))));
+    }
+    adabatch::exit_code(run(cli))
 }
 
 fn run(cli: Cli) -> adabatch::Result<()> {

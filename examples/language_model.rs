@@ -96,7 +96,7 @@ enum Schedule {
 }
 
 fn parse_cli() -> (Cli, clap::ArgMatches) {
-    let command = Cli::command()
+    let command = decoder::llama_optimizer_defaults(Cli::command())
         .mut_arg("learning_rate", |a| a.default_value("3e-3"))
         .mut_arg("lr_reference_batch", |a| a.default_value("32"))
         .mut_arg("num_train_epochs", |a| a.default_value("1"))

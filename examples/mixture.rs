@@ -404,7 +404,7 @@ fn parse_cli() -> (Cli, clap::ArgMatches) {
 
 /// The example's command: the trainer's flags with this example's defaults.
 fn command() -> clap::Command {
-    Cli::command()
+    decoder::llama_optimizer_defaults(Cli::command())
         .mut_arg("learning_rate", |a| a.default_value("3e-3"))
         .mut_arg("lr_reference_batch", |a| a.default_value("32"))
         .mut_arg("global_batch_size", |a| a.default_value("32"))
@@ -504,14 +504,14 @@ fn run() -> adabatch::Result<()> {
         cli.replay_reference = Some(PerDomain(reference));
     }
     let bounded = bounded_replay(&cli, &args, &domains.infos)?;
-    let lr = args.lr.learning_rate;
+    let hyper = adabatch::optim::ParamsAdamW::from_args(&args)?;
     let summary = if curriculum.is_none()
         && cli.replay_bound.is_none()
         && matches!(cli.mixer, MixerChoice::Stratified | MixerChoice::Uniform)
     {
         let factory = |ctx: &RankContext| -> adabatch::Result<FixedMixTrainer> {
             let model = Decoder::new(&config, ctx)?;
-            let opt = decoder::optimizer(&model, lr)?;
+            let opt = decoder::optimizer(&model, hyper)?;
             Ok(FixedMixTrainer::new(model, opt))
         };
         adabatch::Run::new(&train, &collate, &args)
@@ -521,7 +521,7 @@ fn run() -> adabatch::Result<()> {
     } else {
         let factory = |ctx: &RankContext| -> adabatch::Result<MixerTrainer> {
             let model = Decoder::new(&config, ctx)?;
-            let opt = decoder::optimizer(&model, lr)?;
+            let opt = decoder::optimizer(&model, hyper)?;
             Ok(MixerTrainer::new(
                 model,
                 opt,

@@ -26,11 +26,10 @@
 #[path = "support/digits.rs"]
 mod digits;
 
-use adabatch::ParseHf;
 use std::path::PathBuf;
 
 use adabatch::candle_core::{self, DType, Device, Tensor, Var};
-use adabatch::clap::{self, Parser, ValueEnum};
+use adabatch::clap::{self, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use adabatch::prelude::*;
 use adabatch::{AdamW, ParamsAdamW, Sgd};
 use digits::{collate, read_digits, split, Digit, Mlp};
@@ -85,7 +84,21 @@ struct Digits {
 }
 
 fn main() -> std::process::ExitCode {
-    adabatch::exit_code(run(Cli::parse_hf()))
+    // The digits' AdamW keeps candle's weight decay of 0.01 unless a flag says.
+    let command = Cli::command().mut_arg("weight_decay", |a| a.default_value("0.01"));
+    let matches = adabatch::hf_matches(command);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let sgd_refuses = match cli.task {
+        Task::Linreg => adabatch::OptimArgs::given(&matches),
+        Task::Digits => Vec::new(),
+    };
+    if !sgd_refuses.is_empty() {
+        return adabatch::exit_code(Err(adabatch::Error::msg(format!(
+            "--task linreg trains with SGD at --learning-rate: {} apply to the digits' AdamW only",
+            sgd_refuses.join(", ")
+        ))));
+    }
+    adabatch::exit_code(run(cli))
 }
 
 fn run(cli: Cli) -> adabatch::Result<()> {
@@ -109,13 +122,7 @@ fn run_digits(cli: &Cli) -> adabatch::Result<serde_json::Value> {
     let (train, test): (Vec<Digit>, Vec<Digit>) = split(read_digits(&path)?, 0.7, seed);
     let factory = |ctx: &RankContext| -> adabatch::Result<Digits> {
         let model = Mlp::new(ctx.parameters(), 64, ctx.device())?;
-        let opt = AdamW::new(
-            model.params.all_vars(),
-            ParamsAdamW {
-                lr: args.lr.learning_rate,
-                ..Default::default()
-            },
-        )?;
+        let opt = AdamW::new(model.params.all_vars(), ParamsAdamW::from_args(&args)?)?;
         Ok(Digits::new(model, opt))
     };
     let Trained { summary, .. } =

@@ -129,7 +129,8 @@ fn run() -> adabatch::Result<()> {
     let command = TrainingArgs::command()
         .mut_arg("num_train_epochs", |a| a.default_value("30"))
         .mut_arg("learning_rate", |a| a.default_value("0.01"))
-        .mut_arg("logging_steps", |a| a.default_value("50"));
+        .mut_arg("logging_steps", |a| a.default_value("50"))
+        .mut_arg("weight_decay", |a| a.default_value("0.01"));
     let args =
         TrainingArgs::from_arg_matches(&adabatch::hf_matches(command)).unwrap_or_else(|e| e.exit());
 
@@ -150,13 +151,7 @@ fn run() -> adabatch::Result<()> {
     };
     let factory = |ctx: &RankContext| -> adabatch::Result<Quickstart> {
         let model = Mlp::new(ctx.parameters(), ctx.device())?; // same weights on every rank
-        let opt = AdamW::new(
-            model.params.all_vars(),
-            ParamsAdamW {
-                lr: args.lr.learning_rate,
-                ..Default::default()
-            },
-        )?;
+        let opt = AdamW::new(model.params.all_vars(), ParamsAdamW::from_args(&args)?)?;
         Ok(Quickstart::new(model, opt))
     };
 

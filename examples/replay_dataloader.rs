@@ -32,7 +32,8 @@ fn parse_cli() -> Cli {
     let command = Cli::command()
         .mut_arg("per_device_train_batch_size", |a| a.default_value("1"))
         .mut_arg("num_train_epochs", |a| a.default_value("5"))
-        .mut_arg("learning_rate", |a| a.default_value("0.01"));
+        .mut_arg("learning_rate", |a| a.default_value("0.01"))
+        .mut_arg("weight_decay", |a| a.default_value("0.01"));
     let matches = adabatch::hf_matches(command);
     Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
@@ -47,8 +48,13 @@ fn run() -> adabatch::Result<()> {
     args.logging.log_indices = true;
     let seed = args.data.seed.unwrap_or(ReplayTrainer::POLICY.seed);
     let data = dataset(cli.num_train_examples, seed);
-    let summary =
-        ReplayTrainer::launch(&data, &collate, &args, factory(args.lr.learning_rate))?.summary;
+    let summary = ReplayTrainer::launch(
+        &data,
+        &collate,
+        &args,
+        factory(adabatch::ParamsAdamW::from_args(&args)?),
+    )?
+    .summary;
     println!("{summary}");
     Ok(())
 }

@@ -79,7 +79,7 @@ pub use adapt::replay_budget::ReplayBudget;
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{
     BatchArgs, DataArgs, EvalArgs, IntervalStrategy, LaunchArgs, LengthAwareArgs, LogArgs, LrArgs,
-    ReportTo, RunLengthArgs, SaveArgs, StepArgs, TrainingArgs,
+    OptimArgs, OptimName, ReportTo, RunLengthArgs, SaveArgs, StepArgs, TrainingArgs,
 };
 pub use config::hf_argv::{hf_argv, hf_matches, ParseHf};
 pub use config::policy::{

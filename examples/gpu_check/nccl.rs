@@ -179,10 +179,19 @@ mod with_nccl {
             args
         };
         let plain = adabatch::Run::new(&data, &collate, &args)
-            .launch(factory(0.01))?
+            .launch(factory(adabatch::ParamsAdamW {
+                lr: 0.01,
+                ..Default::default()
+            }))?
             .summary;
         let via_nccl = adabatch::Run::new(&data, &collate, &args)
-            .group(vec![(comm, device.clone())], factory(0.01))?
+            .group(
+                vec![(comm, device.clone())],
+                factory(adabatch::ParamsAdamW {
+                    lr: 0.01,
+                    ..Default::default()
+                }),
+            )?
             .summary;
         let same =
             plain.step_losses == via_nccl.step_losses && plain.global_step == via_nccl.global_step;

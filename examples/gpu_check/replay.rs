@@ -53,7 +53,10 @@ pub fn trace(opts: &ReplayOpts, device: &str) -> AnyResult<(TrainSummary, Vec<Va
     };
     let data = dataset(opts.num_train_examples, opts.seed);
     let summary = adabatch::Run::new(&data, &collate, &args)
-        .launch(factory(opts.learning_rate))?
+        .launch(factory(adabatch::ParamsAdamW {
+            lr: opts.learning_rate,
+            ..Default::default()
+        }))?
         .summary;
     let text = std::fs::read_to_string(&path)?;
     let _ = std::fs::remove_file(&path);

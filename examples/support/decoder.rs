@@ -316,10 +316,10 @@ pub fn train<T>(
 where
     T: AdaptiveTrainer<Model = Decoder, Optimizer = AdamW> + Send,
 {
-    let lr = args.lr.learning_rate;
+    let hyper = ParamsAdamW::from_args(args)?;
     let factory = |ctx: &RankContext| -> adabatch::Result<T> {
         let model = Decoder::new(config, ctx)?;
-        let opt = optimizer(&model, lr)?;
+        let opt = optimizer(&model, hyper)?;
         Ok(wrap(model, opt))
     };
     let mut trained = adabatch::Run::new(data.0, collate, args)
@@ -329,17 +329,32 @@ where
     Ok((trained.summary, llama))
 }
 
-/// AdamW at `lr` as Llama was pretrained: betas (0.9, 0.95), weight decay 0.1 on
-/// matrices and embeddings, none on norms. (β2 = 0.95 forgets the gradients'
-/// scale within about 20 steps; with 0.999 the second moment would still carry
-/// the small batches' noise long after the batch has grown.)
-pub fn optimizer(model: &Decoder, lr: f64) -> adabatch::Result<AdamW> {
-    let hyper = ParamsAdamW {
+/// The optimizer flags' defaults as Llama was pretrained: betas (0.9, 0.95),
+/// weight decay 0.1 (on matrices and embeddings; [`optimizer`] exempts norms).
+/// (β2 = 0.95 forgets the gradients' scale within about 20 steps; with 0.999 the
+/// second moment would still carry the small batches' noise long after the batch
+/// has grown.)
+pub fn llama_optimizer_defaults(command: clap::Command) -> clap::Command {
+    command
+        .mut_arg("adam_beta2", |a| a.default_value("0.95"))
+        .mut_arg("weight_decay", |a| a.default_value("0.1"))
+}
+
+/// The Llama recipe of [`llama_optimizer_defaults`] at rate `lr`, for callers
+/// without flags (tests, benchmarks).
+#[allow(dead_code)] // Not every program that includes this file calls it.
+pub fn llama_adamw(lr: f64) -> ParamsAdamW {
+    ParamsAdamW {
         lr,
         beta2: 0.95,
         weight_decay: 0.1,
         ..Default::default()
-    };
+    }
+}
+
+/// AdamW as the flags say (`--weight-decay`, `--adam-beta1`, `--adam-beta2`,
+/// `--adam-epsilon`; [`llama_optimizer_defaults`]), no weight decay on norms.
+pub fn optimizer(model: &Decoder, hyper: ParamsAdamW) -> adabatch::Result<AdamW> {
     let named = model.params.named_parameters();
     let groups = adabatch::ParamGroups::new(&named);
     AdamW::with_groups(&named, &groups, hyper)

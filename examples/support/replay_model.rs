@@ -119,17 +119,13 @@ pub fn dataset(n: usize, seed: u64) -> Vec<(String, u32)> {
         .collect()
 }
 
-/// Builds each rank's trainer: seeded parameters, AdamW at `lr`.
-pub fn factory(lr: f64) -> impl Fn(&RankContext) -> adabatch::Result<ReplayTrainer> + Sync {
+/// Builds each rank's trainer: seeded parameters, AdamW of `hyper`.
+pub fn factory(
+    hyper: ParamsAdamW,
+) -> impl Fn(&RankContext) -> adabatch::Result<ReplayTrainer> + Sync {
     move |ctx: &RankContext| {
         let model = Classifier::new(ctx.parameters(), ctx.device())?;
-        let opt = AdamW::new(
-            model.params.all_vars(),
-            ParamsAdamW {
-                lr,
-                ..Default::default()
-            },
-        )?;
+        let opt = AdamW::new(model.params.all_vars(), hyper)?;
         Ok(ReplayTrainer::new(model, opt))
     }
 }

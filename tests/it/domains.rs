@@ -157,7 +157,7 @@ fn try_train(p: &Prepared, args: &TrainingArgs) -> adabatch::Result<adabatch::Tr
         args,
         |ctx: &RankContext| {
             let model = decoder::Decoder::new(config, ctx)?;
-            let opt = decoder::optimizer(&model, 1e-2)?;
+            let opt = decoder::optimizer(&model, decoder::llama_adamw(1e-2))?;
             Ok(MixedDecoder::new(model, opt, Exp3Mixer::default()))
         },
     )
@@ -312,7 +312,7 @@ fn train_in_tokens(p: &Prepared, args: &TrainingArgs) -> adabatch::TrainSummary 
         args,
         |ctx: &RankContext| {
             let model = decoder::Decoder::new(config, ctx)?;
-            let opt = decoder::optimizer(&model, 1e-2)?;
+            let opt = decoder::optimizer(&model, decoder::llama_adamw(1e-2))?;
             // The worst focus and the smoothing: all of Aioli's state travels.
             let aioli = adabatch::AioliMixer::new(7, 2, 0.6, 2.0)?
                 .with_smoothing(0.5)

@@ -334,6 +334,10 @@ fn the_plan_and_the_summary_name_the_decisions_that_read_the_clock() {
     assert!(default
         .to_string()
         .contains("reproducible: no decision reads the clock"));
+    // The optimizer the flags name is in the plan (HF's defaults here).
+    assert!(default.to_string().contains(
+        "optimizer (as the flags name it): adamw_torch (beta1 0.9, beta2 0.999, epsilon 1e-8, weight decay 0)"
+    ));
     let timed = adabatch::dry_run::<NoiseTimed, _>(&data, &args).unwrap();
     assert_eq!(timed.timed_decisions.len(), 1);
     assert!(

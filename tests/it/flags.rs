@@ -1070,3 +1070,100 @@ fn launch_group_with_local_members_matches_launch() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// The optimizer's flags
+
+hand_trainer!(FlaggedAdam, adabatch::AdamW, TrainerPolicy::DEFAULT);
+
+/// A run whose AdamW is built from the flags (`ParamsAdamW::from_args`): its
+/// step losses, or the run's error.
+fn flagged_run(a: &TrainingArgs) -> adabatch::Result<Vec<f64>> {
+    let hyper = adabatch::ParamsAdamW::from_args(a)?;
+    let trained =
+        adabatch::Run::new(&dataset(16, 3), &collate, a).launch(move |ctx: &RankContext| {
+            let model = Regression::new(ctx.parameters(), ctx.device())?;
+            let opt = adabatch::AdamW::new(model.params.all_vars(), hyper)?;
+            Ok(FlaggedAdam { model, opt })
+        })?;
+    Ok(trained.summary.step_losses)
+}
+
+/// `--weight-decay`, `--adam-beta1`, `--adam-beta2` and `--adam-epsilon` (HF's
+/// names and defaults) each reach the optimizer and change the run; a value out
+/// of range is refused before the first step, whether or not the factory reads
+/// the flags; `--optim` takes HF's AdamW names and lists them for another.
+#[test]
+fn each_optimizer_flag_changes_the_run_and_bad_values_are_refused() {
+    let parse = |extra: &[&str]| {
+        let argv = [
+            "run",
+            "--nproc-per-node",
+            "1",
+            "--per-device-train-batch-size",
+            "4",
+            "--learning-rate",
+            "0.05",
+            "--quiet",
+            "--seed",
+            "3",
+        ];
+        let argv: Vec<&str> = argv.iter().chain(extra).copied().collect();
+        TrainingArgs::try_parse_from(adabatch::hf_argv(&TrainingArgs::command(), argv).unwrap())
+            .unwrap()
+    };
+    let base = flagged_run(&parse(&[])).unwrap();
+    assert_eq!(base.len(), 12);
+    for flag in [
+        ["--weight_decay", "0.5"],
+        ["--adam_beta1", "0.5"],
+        ["--adam_beta2", "0.9"],
+        ["--adam_epsilon", "0.01"],
+    ] {
+        let changed = flagged_run(&parse(&flag)).unwrap();
+        assert_ne!(changed, base, "{flag:?} changed nothing");
+    }
+    assert_eq!(
+        flagged_run(&parse(&["--optim", "adamw_torch_fused"])).unwrap(),
+        base
+    );
+    for (flag, name) in [
+        ("--adam-beta2=1", "adam_beta2"),
+        ("--adam-epsilon=0", "adam_epsilon"),
+        ("--weight-decay=-0.1", "weight_decay"),
+    ] {
+        // Refused by the run itself, before a step, not only by `from_args`.
+        let a = parse(&[flag]);
+        let err = adabatch::Run::new(&dataset(16, 3), &collate, &a)
+            .launch(adamw_factory(|model, opt| IntervalTrainer { model, opt }))
+            .map(|_| ())
+            .unwrap_err();
+        assert!(err.to_string().contains(name), "{err}");
+    }
+    let err = TrainingArgs::try_parse_from(["run", "--optim", "sgd"]).unwrap_err();
+    assert!(
+        err.to_string().contains("adamw_torch, adamw_torch_fused"),
+        "{err}"
+    );
+}
+
+/// A resume whose optimizer flags differ from the checkpoint's AdamW is refused
+/// naming the setting (the moments were accumulated under the saved ones); the
+/// same flags resume.
+#[test]
+fn a_resume_that_changes_the_optimizer_settings_is_refused() {
+    let out = temp_log("optim-resume").with_extension("");
+    let mut a = args(1, 4, 1);
+    a.save.output_dir = out.clone();
+    a.save.save_steps = 2;
+    flagged_run(&a).unwrap();
+    let mut resume = a.clone();
+    resume.save.resume_from_checkpoint = Some(out.join("checkpoint-2"));
+    resume.save.save_steps = 0;
+    let mut changed = resume.clone();
+    changed.optim.adam_beta2 = 0.95;
+    let err = flagged_run(&changed).unwrap_err();
+    assert!(err.report().contains("beta2 = 0.999"), "{}", err.report());
+    assert_eq!(flagged_run(&resume).unwrap().len(), 2);
+    let _ = std::fs::remove_dir_all(&out);
+}

@@ -118,7 +118,7 @@ fn a_tokenized_corpus_trains_the_decoder_and_saves_a_loadable_model() {
         &args,
         |ctx: &RankContext| {
             let model = decoder::Decoder::new(&config, ctx)?;
-            let opt = decoder::optimizer(&model, 1e-2)?;
+            let opt = decoder::optimizer(&model, decoder::llama_adamw(1e-2))?;
             Ok(decoder::RampTrainer::new(model, opt))
         },
     )
@@ -306,7 +306,7 @@ fn a_huge_document_trains_within_the_stated_bound() {
     };
     let trained = decoder::RampTrainer::launch(&docs, &collate, &args, |ctx: &RankContext| {
         let model = decoder::Decoder::new(&config, ctx)?;
-        let opt = decoder::optimizer(&model, 1e-2)?;
+        let opt = decoder::optimizer(&model, decoder::llama_adamw(1e-2))?;
         Ok(decoder::RampTrainer::new(model, opt))
     })
     .unwrap();

@@ -44,6 +44,11 @@ pub struct TrainingArgs {
     #[command(flatten)]
     #[serde(flatten)]
     pub step: StepArgs,
+    /// The optimizer and its settings, as HF names them (`--optim`, `--weight-decay`,
+    /// `--adam-beta1`, `--adam-beta2`, `--adam-epsilon`).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub optim: OptimArgs,
     /// The data: the seed, drop_last, collate workers, the mixture of sources.
     #[command(flatten)]
     #[serde(flatten)]
@@ -409,6 +414,72 @@ pub struct SaveArgs {
     pub greater_is_better: Option<bool>,
 }
 
+/// The optimizer and its settings, with HF's names and defaults. The run does not
+/// build the optimizer (the trainer's factory does): `adabatch::ParamsAdamW::from_args`
+/// builds the one they name in one call, and an example sets its own defaults
+/// (`--help` shows them).
+#[derive(Debug, Clone, PartialEq, clap::Args, serde::Serialize)]
+#[command(next_help_heading = "Optimizer")]
+pub struct OptimArgs {
+    /// The optimizer (HF `optim`): `adamw_torch` or `adamw_torch_fused`, both
+    /// adabatch's AdamW, whose update is one fused kernel on every device.
+    #[arg(long, value_enum, default_value_t = OptimName::AdamwTorch)]
+    pub optim: OptimName,
+    /// Decoupled weight decay (HF `weight_decay`), on the parameters a parameter
+    /// group does not exempt.
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+    /// AdamW's first-moment decay (HF `adam_beta1`).
+    #[arg(long, default_value_t = 0.9)]
+    pub adam_beta1: f64,
+    /// AdamW's second-moment decay (HF `adam_beta2`).
+    #[arg(long, default_value_t = 0.999)]
+    pub adam_beta2: f64,
+    /// Added to the root of AdamW's second moment (HF `adam_epsilon`).
+    #[arg(long, default_value_t = 1e-8)]
+    pub adam_epsilon: f64,
+}
+
+impl OptimArgs {
+    /// The optimizer and its settings in words, as a dry run's plan shows them.
+    pub fn describe(&self) -> String {
+        let name = match self.optim {
+            OptimName::AdamwTorch => "adamw_torch",
+            OptimName::AdamwTorchFused => "adamw_torch_fused",
+        };
+        format!(
+            "{name} (beta1 {}, beta2 {}, epsilon {:e}, weight decay {})",
+            self.adam_beta1, self.adam_beta2, self.adam_epsilon, self.weight_decay
+        )
+    }
+
+    /// The optimizer flags given on the command line `matches` parsed, as typed:
+    /// a program that trains with another optimizer (SGD) refuses them rather
+    /// than leave them inert.
+    pub fn given(matches: &clap::ArgMatches) -> Vec<String> {
+        ["optim", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon"]
+            .into_iter()
+            .filter(|id| {
+                matches!(matches.try_get_raw(id), Ok(Some(_)))
+                    && matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+            })
+            .map(|id| format!("--{}", id.replace('_', "-")))
+            .collect()
+    }
+}
+
+/// The optimizers `--optim` names, as HF spells them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimName {
+    /// PyTorch's AdamW in HF: adabatch's AdamW.
+    #[value(name = "adamw_torch")]
+    AdamwTorch,
+    /// PyTorch's fused AdamW in HF: adabatch's AdamW (fused already).
+    #[value(name = "adamw_torch_fused")]
+    AdamwTorchFused,
+}
+
 /// When something happens during a run (HF `IntervalStrategy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -473,6 +544,7 @@ group_defaults!(
     LengthAwareArgs => length_aware,
     LrArgs => lr,
     StepArgs => step,
+    OptimArgs => optim,
     DataArgs => data,
     LaunchArgs => launch,
     LogArgs => logging,

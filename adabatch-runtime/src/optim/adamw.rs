@@ -45,6 +45,34 @@ impl Default for ParamsAdamW {
     }
 }
 
+impl ParamsAdamW {
+    /// The settings the run's flags name (`--learning-rate`, `--weight-decay`,
+    /// `--adam-beta1`, `--adam-beta2`, `--adam-epsilon`: HF's), checked: betas in
+    /// `[0, 1)`, epsilon finite and > 0, weight decay finite and >= 0. The rate is
+    /// the peak the engine schedules from.
+    pub fn from_args(args: &crate::config::args::TrainingArgs) -> Result<Self> {
+        let o = &args.optim;
+        let require = |ok: bool, name, value: f64, expected| match ok {
+            true => Ok(()),
+            false => Err(crate::error::SettingsError::invalid(name, value, expected)),
+        };
+        let beta = |b: f64| (0.0..1.0).contains(&b);
+        require(beta(o.adam_beta1), "adam_beta1", o.adam_beta1, "in [0, 1)")?;
+        require(beta(o.adam_beta2), "adam_beta2", o.adam_beta2, "in [0, 1)")?;
+        let eps_ok = o.adam_epsilon.is_finite() && o.adam_epsilon > 0.0;
+        require(eps_ok, "adam_epsilon", o.adam_epsilon, "finite and > 0")?;
+        let decay_ok = o.weight_decay.is_finite() && o.weight_decay >= 0.0;
+        require(decay_ok, "weight_decay", o.weight_decay, "finite and >= 0")?;
+        Ok(Self {
+            lr: args.lr.learning_rate,
+            beta1: o.adam_beta1,
+            beta2: o.adam_beta2,
+            eps: o.adam_epsilon,
+            weight_decay: o.weight_decay,
+        })
+    }
+}
+
 /// One parameter and its moments.
 #[derive(Debug)]
 struct Slot {
@@ -428,12 +456,30 @@ impl TrainOptimizer for AdamW {
     fn import_state(&mut self, params: &[(String, Var)], state: &OptimizerState) -> Result<()> {
         state.expect_kind(KIND)?;
         self.restore_groups(params, state.groups.as_ref())?;
+        // The moments were accumulated under these: a run that asks for others
+        // would silently continue under the checkpoint's (the rate is the
+        // engine's to set every step, and may differ).
+        let ours = self.params;
+        for (key, asked) in [
+            ("beta1", ours.beta1),
+            ("beta2", ours.beta2),
+            ("eps", ours.eps),
+            ("weight_decay", ours.weight_decay),
+        ] {
+            let saved = state.hyper(key)?;
+            if saved.to_bits() != asked.to_bits() {
+                return Err(crate::error::Error::Checkpoint(
+                    crate::error::CheckpointError::OptimizerStateMismatch {
+                        detail: format!(
+                            "the checkpoint's AdamW has {key} = {saved}, this run's {asked}: resume with the optimizer's settings unchanged, or start its state afresh with --ignore-optimizer-state"
+                        ),
+                    },
+                ));
+            }
+        }
         self.params = ParamsAdamW {
             lr: state.hyper("lr")?,
-            beta1: state.hyper("beta1")?,
-            beta2: state.hyper("beta2")?,
-            eps: state.hyper("eps")?,
-            weight_decay: state.hyper("weight_decay")?,
+            ..ours
         };
         for slot in &self.slots {
             let Some(name) = name_of(params, &slot.var) else {

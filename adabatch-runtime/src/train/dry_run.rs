@@ -65,6 +65,8 @@ pub struct DryRun {
     pub notes: Vec<String>,
     /// The run's decisions that read the wall clock (empty: reproducible).
     pub timed_decisions: Vec<String>,
+    /// The optimizer the flags name (`--optim`, `--weight-decay`, `--adam-*`).
+    pub optimizer: String,
 }
 
 impl DryRun {
@@ -189,6 +191,7 @@ impl fmt::Display for DryRun {
         if let Some(batching) = &self.batching {
             writeln!(f, "  {batching}")?;
         }
+        writeln!(f, "  optimizer (as the flags name it): {}", self.optimizer)?;
         for note in &self.notes {
             writeln!(f, "  note: {note}")?;
         }
@@ -285,6 +288,7 @@ pub(crate) fn plan<D: Dataset + ?Sized>(
         batching,
         notes: plan_notes(settings),
         timed_decisions: settings.timed_decisions(),
+        optimizer: settings.optimizer.clone(),
     })
 }
 

@@ -29,6 +29,8 @@ impl TrainingArgs {
         self.step.check()?;
         self.data.check()?;
         self.lr.check()?;
+        // The optimizer's flags, whether or not the factory builds from them.
+        crate::optim::ParamsAdamW::from_args(self)?;
         self.length_aware.check()?;
         if let Some(max) = self.length.max_steps {
             for &step in &self.step.inject_oom_at_steps {

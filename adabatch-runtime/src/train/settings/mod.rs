@@ -70,6 +70,8 @@ pub(crate) struct RunSettings {
     pub(crate) device: DeviceSpec,
     /// Said once at the start of the run (settings that another one overrides).
     pub(crate) warnings: Vec<String>,
+    /// The optimizer the flags name, in words (the trainer's factory builds it).
+    pub(crate) optimizer: String,
     /// Every example's length, for a ramp over tokens, a run in tokens or a
     /// mixed batch in tokens.
     pub(crate) token_lengths: Option<std::sync::Arc<[usize]>>,
@@ -201,6 +203,7 @@ impl RunSettings {
             memory_margin: args.length_aware.memory_margin,
             device: args.launch.device()?,
             warnings: (args.batch).start_warnings(&policy.schedule, &schedule, initial_per_device),
+            optimizer: args.optim.describe(),
             sources,
             builtin_mixer: BuiltinMixer::of(&policy.mix)?,
             mix_weights_given: !args.data.mix_weights.is_empty(),
