@@ -12,6 +12,15 @@ pub const HYSTERESIS: f64 = 0.1;
 /// Whether the batch may shrink.
 pub const SHRINK: bool = false;
 
+/// `every = model`: the cadence from a fixed model of a split's cost (reads no clock).
+pub const EVERY_MODEL: &str = "model";
+/// `every = auto`: the cadence from measured step times (reads the clock).
+pub const EVERY_AUTO: &str = "auto";
+/// `every`'s value when absent, in the attribute, the library and the flag alike.
+pub const EVERY_DEFAULT: &str = EVERY_MODEL;
+/// What `every` takes, for messages.
+pub const EVERY_FORMS: &str = "`model` (the default), `auto` or a number of steps >= 1";
+
 /// `fraction` positive.
 pub fn fraction(f: f64) -> Check {
     positive("fraction", f)

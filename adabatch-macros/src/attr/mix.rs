@@ -39,9 +39,16 @@ pub enum Warmup {
     Fraction(f64),
 }
 
-/// The forms, for messages.
-const MIX_FORMS: &str =
-    "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = 1.5, floor = 0.05, smoothing = 0.9, warmup = 0.4)`, `custom(path::to::fn)`";
+/// The forms, for messages: `online`'s arguments at their defaults (the rules').
+fn mix_forms() -> String {
+    format!(
+        "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = {}, floor = {}, smoothing = {}, warmup = {})`, `custom(path::to::fn)`",
+        rules::TEMPERATURE,
+        rules::FLOOR,
+        rules::SMOOTHING,
+        rules::WARMUP_FRACTION
+    )
+}
 pub const MIXES: &[&str] = &["fixed", "online", "custom"];
 /// The named arguments of `online(..)`.
 pub const ONLINE_ARGS: &[&str] = &["temperature", "floor", "smoothing", "warmup"];
@@ -54,7 +61,10 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
             "online" => online(call, cx),
             "custom" => custom(call, cx),
             name => {
-                cx.on(&call.name, format!("{}; {MIX_FORMS}", unknown_mix(name)));
+                cx.on(
+                    &call.name,
+                    format!("{}; {}", unknown_mix(name), mix_forms()),
+                );
                 None
             }
         },
@@ -80,14 +90,14 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
                 None
             }
             name => {
-                cx.on(p, format!("{}; {MIX_FORMS}", unknown_mix(name)));
+                cx.on(p, format!("{}; {}", unknown_mix(name), mix_forms()));
                 None
             }
         },
         Value::Lit(lit) => {
             cx.on(
                 lit,
-                format!("invalid `mix`: {MIX_FORMS}; found {}", value.describe()),
+                format!("invalid `mix`: {}; found {}", mix_forms(), value.describe()),
             );
             None
         }

@@ -646,20 +646,25 @@ fn noise_scale(call: &Call, cx: &mut Ctxt) -> Option<Schedule> {
     })
 }
 
-/// `every = model` (or absent), `every = auto` or `every = n` with n >= 1.
+/// `every = model` (or absent: the rules' default), `every = auto` or `every = n`
+/// with n >= 1.
 fn measure_every(value: Option<&Value>, cx: &mut Ctxt) -> Option<Every> {
+    use adabatch_rules::noise_scale::{EVERY_AUTO, EVERY_DEFAULT, EVERY_FORMS, EVERY_MODEL};
+    let word = |w: &str| match w {
+        EVERY_MODEL => Some(Every::Modeled),
+        EVERY_AUTO => Some(Every::Auto),
+        _ => None,
+    };
+    let named = |p: &Path| p.get_ident().and_then(|i| word(&i.to_string()));
     match value {
-        None => Some(Every::Modeled),
-        Some(Value::Path(p)) if p.is_ident("model") => Some(Every::Modeled),
-        Some(Value::Path(p)) if p.is_ident("auto") => Some(Every::Auto),
+        None => word(EVERY_DEFAULT),
+        Some(Value::Path(p)) if named(p).is_some() => named(p),
         Some(v @ Value::Lit(_)) => count("noise_scale", "every", v, cx).map(Every::Steps),
         Some(other) => {
+            let found = other.describe();
             cx.on(
                 other,
-                format!(
-                    "`noise_scale`: `every` takes `model`, `auto` or a number of steps, found {}",
-                    other.describe()
-                ),
+                format!("`noise_scale`: `every` takes {EVERY_FORMS}, found {found}"),
             );
             None
         }

@@ -297,7 +297,7 @@ fn noise_scale_defaults_to_doubling_and_takes_its_tracking_keys() {
     );
     assert_error(
         parse_quote!(schedule = noise_scale(min = 8, max = 256, every = often)),
-        "`noise_scale`: `every` takes `model`, `auto` or a number of steps, found `often`",
+        "`noise_scale`: `every` takes `model` (the default), `auto` or a number of steps >= 1, found `often`",
     );
     assert_error(
         parse_quote!(schedule = noise_scale(min = 8, max = 256, factor = 0)),

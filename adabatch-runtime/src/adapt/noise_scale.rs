@@ -62,13 +62,12 @@ pub struct NoiseScalePolicy {
 /// one. Where a step has its small batches anyway (four ranks, accumulation),
 /// measuring costs a norm per small batch and `model` and `auto` measure every
 /// step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MeasureEvery {
     /// The default: every `k`-th step, `k` from a fixed model of what a split
     /// costs on the run's device ([`SplitCostModel`](crate::SplitCostModel)), at
     /// most 5 % of the run's time and never more often than every 4th step.
     /// Reads no clock: the same seed and settings give the same steps.
-    #[default]
     Modeled,
     /// From the *measured* cost of a split against a plain step, at most 5 % of
     /// the run's time. It reads the wall clock, so which steps measure (hence
@@ -86,7 +85,17 @@ pub const MEASURE_BUDGET: f64 = 0.05;
 /// be split: a quarter of the steps at most, whatever the model says.
 pub const MIN_MODELED_INTERVAL: usize = 4;
 
+impl Default for MeasureEvery {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
 impl MeasureEvery {
+    /// The default, [`adabatch_rules::noise_scale::EVERY_DEFAULT`] (a test holds
+    /// them equal): a `const` for the policies built at compile time.
+    pub const DEFAULT: Self = Self::Modeled;
+
     /// Whether the steps that measure depend on measured step times.
     pub fn reads_the_clock(&self) -> bool {
         matches!(self, Self::Auto)
@@ -96,8 +105,8 @@ impl MeasureEvery {
 impl std::fmt::Display for MeasureEvery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Modeled => f.write_str("model"),
-            Self::Auto => f.write_str("auto"),
+            Self::Modeled => f.write_str(adabatch_rules::noise_scale::EVERY_MODEL),
+            Self::Auto => f.write_str(adabatch_rules::noise_scale::EVERY_AUTO),
             Self::Steps(k) => write!(f, "{k}"),
         }
     }
@@ -114,15 +123,17 @@ impl serde::Serialize for MeasureEvery {
 impl std::str::FromStr for MeasureEvery {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
+        use adabatch_rules::noise_scale::{EVERY_AUTO, EVERY_MODEL};
         match s {
-            "model" => return Ok(Self::Modeled),
-            "auto" => return Ok(Self::Auto),
+            EVERY_MODEL => return Ok(Self::Modeled),
+            EVERY_AUTO => return Ok(Self::Auto),
             _ => {}
         }
         match s.parse::<usize>() {
             Ok(k) if k >= 1 => Ok(Self::Steps(k)),
             _ => Err(format!(
-                "`{s}`: expected `model`, `auto` or a number of steps >= 1"
+                "`{s}`: expected {}",
+                adabatch_rules::noise_scale::EVERY_FORMS
             )),
         }
     }
@@ -139,7 +150,7 @@ impl NoiseScalePolicy {
             factor: adabatch_rules::noise_scale::FACTOR,
             hysteresis: adabatch_rules::noise_scale::HYSTERESIS,
             shrink: adabatch_rules::noise_scale::SHRINK,
-            every: MeasureEvery::Modeled,
+            every: MeasureEvery::DEFAULT,
         }
     }
 
@@ -392,6 +403,19 @@ impl NoiseScaleEstimator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `every`'s default has one home, the rules' `EVERY_DEFAULT`: the runtime's
+    /// `const` is the word it names, and its words parse back.
+    #[test]
+    fn the_cadence_default_is_the_rules() {
+        use adabatch_rules::noise_scale::{EVERY_AUTO, EVERY_DEFAULT, EVERY_FORMS};
+        assert_eq!(MeasureEvery::DEFAULT.to_string(), EVERY_DEFAULT);
+        assert_eq!(MeasureEvery::default(), MeasureEvery::DEFAULT);
+        assert_eq!(EVERY_DEFAULT.parse(), Ok(MeasureEvery::DEFAULT));
+        assert_eq!(EVERY_AUTO.parse(), Ok(MeasureEvery::Auto));
+        let err = "often".parse::<MeasureEvery>().unwrap_err();
+        assert!(err.contains(EVERY_FORMS), "{err}");
+    }
 
     #[test]
     fn warmed_up_after_the_horizon_of_the_averages() {

@@ -73,7 +73,7 @@ impl StepArgs {
             noise_scale_beta: noise_measured.then_some(NOISE_SCALE_BETA),
             noise_every: self.noise_scale_every.unwrap_or(match policy.schedule {
                 ScheduleSpec::NoiseScale(noise) => noise.every,
-                _ => MeasureEvery::Modeled,
+                _ => MeasureEvery::DEFAULT,
             }),
             precondition_noise: policy.lr_scaling == LrScaling::AdamScale,
             precision: match (self.bf16, self.fp16) {
