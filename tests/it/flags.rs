@@ -1165,5 +1165,8 @@ fn a_resume_that_changes_the_optimizer_settings_is_refused() {
     let err = flagged_run(&changed).unwrap_err();
     assert!(err.report().contains("beta2 = 0.999"), "{}", err.report());
     assert_eq!(flagged_run(&resume).unwrap().len(), 2);
+    // Asked to start the optimizer afresh, the changed settings resume.
+    changed.save.ignore_optimizer_state = true;
+    assert_eq!(flagged_run(&changed).unwrap().len(), 2);
     let _ = std::fs::remove_dir_all(&out);
 }

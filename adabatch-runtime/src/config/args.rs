@@ -383,7 +383,8 @@ pub struct SaveArgs {
     #[arg(long)]
     pub resume_from_checkpoint: Option<PathBuf>,
     /// Resume even when the checkpoint has no optimizer state this optimizer can
-    /// restore (its moments then start afresh).
+    /// restore, or one built under other settings (`--adam-beta2`, ...): its
+    /// moments then start afresh.
     #[arg(long)]
     pub ignore_optimizer_state: bool,
     /// Start from these weights: a safetensors file, or a directory with

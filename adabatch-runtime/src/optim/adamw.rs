@@ -455,7 +455,6 @@ impl TrainOptimizer for AdamW {
 
     fn import_state(&mut self, params: &[(String, Var)], state: &OptimizerState) -> Result<()> {
         state.expect_kind(KIND)?;
-        self.restore_groups(params, state.groups.as_ref())?;
         // The moments were accumulated under these: a run that asks for others
         // would silently continue under the checkpoint's (the rate is the
         // engine's to set every step, and may differ).
@@ -477,6 +476,7 @@ impl TrainOptimizer for AdamW {
                 ));
             }
         }
+        self.restore_groups(params, state.groups.as_ref())?;
         self.params = ParamsAdamW {
             lr: state.hyper("lr")?,
             ..ours

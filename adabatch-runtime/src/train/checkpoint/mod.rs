@@ -186,8 +186,12 @@ pub(crate) fn resume_checkpoint(
     if optimizer_file.is_file() {
         let saved = OptimizerState::load(&optimizer_file, device)?;
         match optimizer.import_state(params, &saved) {
-            Err(Error::Checkpoint(CheckpointError::OptimizerStateUnsupported { .. }))
-                if settings.saves.ignore_optimizer_state => {}
+            // Started afresh, as asked: an optimizer that cannot read the state,
+            // or one whose settings differ from those the state was built under.
+            Err(Error::Checkpoint(
+                CheckpointError::OptimizerStateUnsupported { .. }
+                | CheckpointError::OptimizerStateMismatch { .. },
+            )) if settings.saves.ignore_optimizer_state => {}
             other => other?,
         }
     } else if !settings.saves.ignore_optimizer_state {
