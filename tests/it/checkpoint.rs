@@ -74,7 +74,7 @@ fn resume_continues_with_the_same_batches_and_updates() {
             "checkpoint-{step}"
         );
         assert!(out
-            .join(format!("checkpoint-{step}/trainer_state.json"))
+            .join(format!("checkpoint-{step}/adabatch_state.json"))
             .exists());
     }
     let state = adabatch::train::checkpoint::load_state(&out.join("checkpoint-5"))
@@ -155,7 +155,7 @@ fn length_aware_runs_resume_mid_epoch() {
         first_epoch > 3,
         "checkpoint-3 must be mid-epoch ({first_epoch} steps)"
     );
-    let state = std::fs::read_to_string(out.join("checkpoint-3/trainer_state.json")).unwrap();
+    let state = std::fs::read_to_string(out.join("checkpoint-3/adabatch_state.json")).unwrap();
     assert!(state.contains("planned_epoch"), "{state}");
 
     let mut resumed = a.clone();
@@ -184,7 +184,7 @@ fn length_aware_runs_resume_mid_epoch() {
     );
 
     // A plan that does not cover the rest of the epoch is a corrupt checkpoint.
-    let path = out.join("checkpoint-3/trainer_state.json");
+    let path = out.join("checkpoint-3/adabatch_state.json");
     let mut json: serde_json::Value = serde_json::from_str(&state).unwrap();
     json["planned_epoch"]["batches"]
         .as_array_mut()
@@ -215,4 +215,97 @@ fn length_aware_runs_resume_mid_epoch() {
     );
     assert!(err.to_string().contains("remaining batches"), "{err}");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `transformers`' `TrainerState` fields (4.46; 4.57 adds `best_global_step`):
+/// `TrainerState.load_from_json` builds the dataclass from every top-level key,
+/// so `trainer_state.json` holds these and no other.
+const HF_TRAINER_STATE: [&str; 19] = [
+    "epoch",
+    "global_step",
+    "max_steps",
+    "logging_steps",
+    "eval_steps",
+    "save_steps",
+    "train_batch_size",
+    "num_train_epochs",
+    "num_input_tokens_seen",
+    "total_flos",
+    "log_history",
+    "best_metric",
+    "best_model_checkpoint",
+    "is_local_process_zero",
+    "is_world_process_zero",
+    "is_hyper_param_search",
+    "trial_name",
+    "trial_params",
+    "stateful_callbacks",
+];
+
+fn hf_state(dir: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("trainer_state.json")).unwrap()).unwrap()
+}
+
+/// A checkpoint's `trainer_state.json` is `transformers`' `TrainerState`: HF's keys
+/// only, `log_history` with each logged step's `loss`, `learning_rate`, `step` and
+/// `epoch`; adabatch's resume state is `adabatch_state.json` beside it. A resumed
+/// run's history continues the checkpoint's: its last checkpoint's
+/// `trainer_state.json` is the uninterrupted run's. A checkpoint of the layout
+/// before (adabatch's state in `trainer_state.json`) still resumes.
+#[test]
+fn trainer_state_json_is_hf_s_and_a_resume_continues_its_history() {
+    let out = temp_log("hf-state").with_extension("");
+    let mut a = args(2, 1, 10);
+    a.length.max_steps = Some(12);
+    a.save.save_steps = 4;
+    a.logging.logging_steps = 2;
+    a.save.output_dir = out.clone();
+    assert_eq!(run(&a).0.unwrap().global_step, 12);
+    let state = hf_state(&out.join("checkpoint-8"));
+    let keys: Vec<&str> = state
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut expected = HF_TRAINER_STATE.to_vec();
+    expected.sort_unstable();
+    assert_eq!(keys, expected);
+    assert_eq!(
+        (state["global_step"].as_u64(), state["max_steps"].as_u64()),
+        (Some(8), Some(12))
+    );
+    let history = state["log_history"].as_array().unwrap();
+    assert_eq!(history.len(), 4, "steps 2, 4, 6 and 8 logged: {history:?}");
+    for (entry, step) in history.iter().zip([2, 4, 6, 8]) {
+        assert_eq!(entry["step"].as_u64(), Some(step));
+        for key in ["loss", "learning_rate", "epoch", "grad_norm"] {
+            assert!(entry[key].is_number(), "{key} of step {step}: {entry}");
+        }
+    }
+    let full_end = hf_state(&out.join("checkpoint-12"));
+
+    // Resumed from step 4 into a folder of its own: the same history at step 12.
+    let resumed_out = temp_log("hf-state-resumed").with_extension("");
+    let mut resumed = a.clone();
+    resumed.save.output_dir = resumed_out.clone();
+    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-4"));
+    assert_eq!(run(&resumed).0.unwrap().global_step, 12);
+    assert_eq!(hf_state(&resumed_out.join("checkpoint-12")), full_end);
+
+    // The layout before: adabatch's state in trainer_state.json, no file of its own.
+    let legacy = out.join("checkpoint-8");
+    std::fs::rename(
+        legacy.join("adabatch_state.json"),
+        legacy.join("trainer_state.json"),
+    )
+    .unwrap();
+    adabatch::train::checkpoint::write_manifest(&legacy).unwrap();
+    let mut from_legacy = a.clone();
+    from_legacy.save.output_dir = temp_log("hf-state-legacy").with_extension("");
+    from_legacy.save.resume_from_checkpoint = Some(legacy);
+    assert_eq!(run(&from_legacy).0.unwrap().global_step, 12);
+    for dir in [out, resumed_out, from_legacy.save.output_dir] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -1012,7 +1012,7 @@ fn mid_epoch_length_aware_checkpoint() {
         .launch(factory)
         .unwrap();
     // A checkpoint written before checkpoints held the epoch's plan.
-    let state = dir.join("checkpoint-2/trainer_state.json");
+    let state = dir.join("checkpoint-2/adabatch_state.json");
     let mut json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
     assert!(json

@@ -511,7 +511,7 @@ proptest! {
 
     #[test]
     fn a_damaged_trainer_state_never_panics(contents in contents()) {
-        train_from_damaged("trainer_state.json", &contents, Start::Resume)?;
+        train_from_damaged("adabatch_state.json", &contents, Start::Resume)?;
     }
 
     #[test]

@@ -640,7 +640,7 @@ fn the_online_mixer_follows_the_per_source_loss() {
 
     // The checkpoint keeps each controller's entry by name, versioned.
     let dir = out.join("checkpoint-4");
-    let path = dir.join("trainer_state.json");
+    let path = dir.join("adabatch_state.json");
     let written = std::fs::read_to_string(&path).unwrap();
     let state: serde_json::Value = serde_json::from_str(&written).unwrap();
     let mixer = &state["controllers"]["mixer"];

@@ -115,7 +115,7 @@ fn resaves_replace_a_checkpoint_whole_and_a_finished_run_is_not_rewritten() {
     train(&a).unwrap();
     let last = out.join("checkpoint-10");
     let written = |p: &std::path::Path| {
-        std::fs::metadata(p.join("trainer_state.json"))
+        std::fs::metadata(p.join("adabatch_state.json"))
             .unwrap()
             .modified()
             .unwrap()
@@ -154,7 +154,7 @@ fn resume_edited(
     edit: impl Fn(&mut serde_json::Value),
 ) -> Error {
     let dir = out.join("checkpoint-4");
-    let path = dir.join("trainer_state.json");
+    let path = dir.join("adabatch_state.json");
     let original = std::fs::read_to_string(&path).unwrap();
     let mut json: serde_json::Value = serde_json::from_str(&original).unwrap();
     edit(&mut json);
@@ -228,14 +228,14 @@ fn a_checkpoint_is_verified_before_anything_trains() {
         );
         assert!(err.to_string().contains(want), "{field}: {err}");
         assert!(
-            err.to_string().contains("trainer_state.json"),
+            err.to_string().contains("adabatch_state.json"),
             "{field}: {err}"
         );
     }
     // A consistent state past this run's end (a run of more epochs, resumed with
     // fewer) is not corrupt: there is nothing left to train.
     let dir = out.join("checkpoint-4");
-    let path = dir.join("trainer_state.json");
+    let path = dir.join("adabatch_state.json");
     let original = std::fs::read_to_string(&path).unwrap();
     let mut json: serde_json::Value = serde_json::from_str(&original).unwrap();
     json["epoch_index"] = 3.into();

@@ -168,6 +168,18 @@ impl EvalLog {
         }
     }
 
+    /// The entry `transformers`' `TrainerState.log_history` holds for it.
+    pub fn hf_log_entry(&self) -> serde_json::Value {
+        let mut entry = serde_json::Map::new();
+        entry.insert("eval_loss".into(), serde_json::json!(self.eval_loss));
+        for (name, value) in &self.metrics {
+            entry.insert(name.clone(), serde_json::json!(value));
+        }
+        entry.insert("epoch".into(), serde_json::json!(self.epoch));
+        entry.insert("step".into(), serde_json::json!(self.step));
+        serde_json::Value::Object(entry)
+    }
+
     /// The HF `Trainer` console form: `{'eval_loss': 0.31, 'eval_accuracy': 0.93, 'epoch': 2.0}`.
     pub fn hf_dict(&self) -> String {
         let mut parts = vec![format!("'eval_loss': {:.4}", self.eval_loss)];
@@ -286,6 +298,17 @@ impl StepLog {
             skipped_steps: 0,
             sources: SourceLog::default(),
         }
+    }
+
+    /// The entry `transformers`' `TrainerState.log_history` holds for a logged step.
+    pub fn hf_log_entry(&self) -> serde_json::Value {
+        serde_json::json!({
+            "loss": self.loss,
+            "grad_norm": self.grad_norm,
+            "learning_rate": self.learning_rate,
+            "epoch": self.epoch,
+            "step": self.step,
+        })
     }
 
     /// The HF `Trainer` console form: `{'loss': 0.6931, 'grad_norm': …, …}`.

@@ -99,6 +99,8 @@ pub(crate) struct RankRun<'a, T, D: ?Sized, C, M> {
     length_index: Option<LengthIndex>,
     progress: Progress,
     evaluations: Vec<EvalLog>,
+    /// HF's `log_history` so far (checkpoints export it in `trainer_state.json`).
+    log_history: Vec<serde_json::Value>,
     /// `--load-best-model-at-end`: the checkpoint that scored best so far.
     best: Option<BestCheckpoint>,
     last: LastStep,
@@ -195,6 +197,14 @@ where
                 .as_ref()
                 .map(|s| s.evaluations.clone())
                 .unwrap_or_default(),
+            // An older checkpoint kept no history: its evaluations' entries start it.
+            log_history: match &resumed {
+                Some(s) if s.log_history.is_empty() => {
+                    s.evaluations.iter().map(EvalLog::hf_log_entry).collect()
+                }
+                Some(s) => s.log_history.clone(),
+                None => Vec::new(),
+            },
             best: resumed.as_ref().and_then(|s| s.best),
             last: LastStep::NONE,
             // A resumed run starts from its checkpoint: one that trains nothing
@@ -432,6 +442,9 @@ where
         if let (Some(logger), Some(entry)) = (self.logger.as_deref_mut(), &record) {
             logger.log(entry)?;
         }
+        if let Some(entry) = &record {
+            self.log_history.push(entry.hf_log_entry());
+        }
         let (step, epoch_ended) = (self.planner.step(), self.planner.epoch_complete());
         let mut control = TrainerControl {
             should_training_stop: false,
@@ -505,6 +518,7 @@ where
         if let Some(logger) = self.logger.as_deref_mut() {
             logger.log_eval(&entry)?;
         }
+        self.log_history.push(entry.hf_log_entry());
         self.evaluations.push(entry);
         self.last_evaluated = Some(step);
         let mut asked = TrainerControl::default();
@@ -573,12 +587,12 @@ where
             controllers,
             self.best,
             losses,
-            &self.evaluations,
+            (&self.evaluations, &self.log_history),
         );
         let (model, optimizer) = self.trainer.parts();
         let config = model.pretrained_config();
         save_checkpoint(
-            &self.settings.saves,
+            self.settings,
             &state,
             &self.params,
             config.as_deref(),

@@ -52,6 +52,11 @@ pub struct CheckpointState {
     /// checkpoints: such a run resumes with the evaluations after its resume.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evaluations: Vec<EvalLog>,
+    /// HF's `log_history` so far (each logged step's and evaluation's entry), which
+    /// `trainer_state.json` exports and a resumed run continues. Absent in older
+    /// checkpoints: such a run continues from their evaluations' entries.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_history: Vec<serde_json::Value>,
     /// The checkpoint layout (absent: 1, before manifests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format_version: Option<u32>,
@@ -116,7 +121,68 @@ impl PolicyRecord {
 }
 
 const WEIGHTS: &str = "model.safetensors";
-pub(crate) const STATE: &str = "trainer_state.json";
+/// adabatch's own resume state ([`CheckpointState`]).
+pub(crate) const STATE: &str = "adabatch_state.json";
+/// `transformers`' `TrainerState` ([`HfTrainerState`]); adabatch's resume state in
+/// checkpoints written before it had a file of its own.
+pub(crate) const HF_STATE: &str = "trainer_state.json";
+
+/// The file of a checkpoint's resume state: `adabatch_state.json`, or, in a
+/// checkpoint written before it existed, its `trainer_state.json`.
+pub(crate) fn state_file(dir: &Path) -> PathBuf {
+    let own = dir.join(STATE);
+    match own.is_file() || !dir.join(HF_STATE).is_file() {
+        true => own,
+        false => dir.join(HF_STATE),
+    }
+}
+
+/// `trainer_state.json` as `transformers` writes it and its
+/// `TrainerState.load_from_json` reads it back: the fields of its dataclass and
+/// no other (an extra key is an error there), so that HF's tools read a
+/// checkpoint's `log_history`. Written from adabatch's state; never read back.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct HfTrainerState {
+    /// Examples seen / N.
+    pub epoch: f64,
+    /// Optimisation steps taken.
+    pub global_step: usize,
+    /// The steps the run is expected to take (0 when not known ahead).
+    pub max_steps: usize,
+    /// `--logging-steps`.
+    pub logging_steps: usize,
+    /// `--eval-steps` (0 without evaluations by steps).
+    pub eval_steps: usize,
+    /// `--save-steps` (0 without saves by steps).
+    pub save_steps: usize,
+    /// The per-device batch size the run started with.
+    pub train_batch_size: usize,
+    /// `--num-train-epochs`, or the epochs the steps are expected to take.
+    pub num_train_epochs: usize,
+    /// Not counted (0).
+    pub num_input_tokens_seen: u64,
+    /// Not counted (0).
+    pub total_flos: f64,
+    /// Each logged step's entry (`loss`, `grad_norm`, `learning_rate`, `epoch`,
+    /// `step`) and each evaluation's (`eval_loss`, its metrics, `epoch`, `step`).
+    pub log_history: Vec<serde_json::Value>,
+    /// The best checkpoint's metric (`--load-best-model-at-end`).
+    pub best_metric: Option<f64>,
+    /// The best checkpoint's directory.
+    pub best_model_checkpoint: Option<String>,
+    /// Rank 0 writes it: true.
+    pub is_local_process_zero: bool,
+    /// Rank 0 writes it: true.
+    pub is_world_process_zero: bool,
+    /// No hyper-parameter search: false.
+    pub is_hyper_param_search: bool,
+    /// None.
+    pub trial_name: Option<String>,
+    /// None.
+    pub trial_params: Option<serde_json::Value>,
+    /// No HF callback state: empty.
+    pub stateful_callbacks: std::collections::BTreeMap<String, serde_json::Value>,
+}
 
 pub(crate) const OPTIMIZER: &str = "optimizer.safetensors";
 
@@ -142,7 +208,7 @@ pub fn save(
     params: &[(String, Var)],
     config: Option<&str>,
     optimizer: Option<&OptimizerState>,
-    state: &CheckpointState,
+    (state, hf_state): (&CheckpointState, &HfTrainerState),
 ) -> Result<PathBuf> {
     let step = state.planner.global_step;
     let dir = checkpoint_dir(output_dir, step);
@@ -159,14 +225,9 @@ pub fn save(
         optimizer.save(&path)?;
         sync(&path)?;
     }
-    // The trainer state is written last: a directory without it is incomplete.
-    let state_path = partial.join(STATE);
-    let json = serde_json::to_vec_pretty(state).map_err(|source| Error::Json {
-        path: state_path.clone(),
-        source,
-    })?;
-    std::fs::write(&state_path, json).map_err(Error::io(FileOp::Write, &state_path))?;
-    sync(&state_path)?;
+    // HF's state, then adabatch's last: a directory without it is incomplete.
+    write_json(&partial.join(HF_STATE), hf_state)?;
+    write_json(&partial.join(STATE), state)?;
     // The manifest last: it covers every other file.
     super::manifest::write(&partial)?;
     sync(&partial)?;
@@ -184,6 +245,16 @@ pub fn save(
     }
     sync(output_dir)?;
     Ok(dir)
+}
+
+/// `value` as pretty JSON at `path`, synced.
+fn write_json(path: &Path, value: &impl serde::Serialize) -> Result<()> {
+    let json = serde_json::to_vec_pretty(value).map_err(|source| Error::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    std::fs::write(path, json).map_err(Error::io(FileOp::Write, path))?;
+    sync(path)
 }
 
 /// Swaps two directories atomically (Linux `renameat2(RENAME_EXCHANGE)`).
@@ -247,7 +318,7 @@ pub fn complete_checkpoints(output_dir: &Path) -> Result<Vec<(usize, PathBuf)>> 
             .and_then(|n| n.to_str())
             .and_then(|n| n.strip_prefix("checkpoint-"))
             .and_then(|n| n.parse::<usize>().ok());
-        if let (Some(step), true) = (step, path.join(STATE).is_file()) {
+        if let (Some(step), true) = (step, state_file(&path).is_file()) {
             found.push((step, path));
         }
     }
@@ -316,18 +387,19 @@ pub(crate) fn remove_partial_saves(output_dir: &Path) -> Result<()> {
 
 /// Reads a checkpoint's state.
 pub fn load_state(dir: &Path) -> Result<CheckpointState> {
-    let path = dir.join(STATE);
+    let path = state_file(dir);
+    let name = path.file_name().map_or(STATE.into(), |n| n.to_string_lossy());
     let bytes = std::fs::read(&path).map_err(|e| {
         Error::Checkpoint(CheckpointError::unreadable(
             dir,
-            format!("cannot read {STATE}"),
+            format!("cannot read {name}"),
             e,
         ))
     })?;
     let mut state: CheckpointState = serde_json::from_slice(&bytes).map_err(|e| {
         Error::Checkpoint(CheckpointError::unreadable(
             dir,
-            format!("{STATE} is not a trainer state"),
+            format!("{name} is not a trainer state"),
             e,
         ))
     })?;

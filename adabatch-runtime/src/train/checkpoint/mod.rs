@@ -25,7 +25,7 @@ use crate::optim::{OptimizerState, TrainOptimizer};
 use crate::report::logging::Logger;
 use crate::report::record::EvalLog;
 use crate::train::control::states::{ControllerStates, MIXER};
-use crate::train::settings::{BestCheckpoint, ResumePoint, RunSettings, SaveRules};
+use crate::train::settings::{BestCheckpoint, Interval, ResumePoint, RunSettings, SaveRules};
 use crate::user::weights;
 
 #[cfg(feature = "internals")]
@@ -33,7 +33,7 @@ pub use format::complete_checkpoints;
 pub use format::{
     checkpoint_dir, latest, load_state, load_weights, prune, save, CheckpointState, PolicyRecord,
 };
-use format::{OPTIMIZER, STATE};
+use format::{state_file, HfTrainerState, OPTIMIZER};
 pub(crate) use lock::OutputLock;
 
 impl PolicyRecord {
@@ -64,7 +64,7 @@ impl CheckpointState {
         controllers: ControllerStates,
         best: Option<BestCheckpoint>,
         unlogged_losses: &[f64],
-        evaluations: &[EvalLog],
+        (evaluations, log_history): (&[EvalLog], &[serde_json::Value]),
     ) -> Self {
         Self {
             planner: planner.state(),
@@ -75,6 +75,7 @@ impl CheckpointState {
             format_version: Some(manifest::FORMAT_VERSION),
             unlogged_losses: unlogged_losses.to_vec(),
             evaluations: evaluations.to_vec(),
+            log_history: log_history.to_vec(),
             controllers,
             legacy_controllers: Default::default(),
             best,
@@ -82,22 +83,66 @@ impl CheckpointState {
     }
 }
 
+impl HfTrainerState {
+    /// `transformers`' view of `state`, a checkpoint of the run of `settings`.
+    pub(crate) fn of(state: &CheckpointState, settings: &RunSettings) -> Self {
+        let steps_of = |interval: &Interval| match interval {
+            Interval::Steps(n) => *n,
+            Interval::Never | Interval::Epoch => 0,
+        };
+        let planner = &state.planner;
+        let expected = settings.expected_steps().unwrap_or(0);
+        let num_train_epochs = match settings.length {
+            crate::data::planner::RunLength::Epochs(epochs) => epochs,
+            _ => {
+                let per_epoch = settings.num_examples.div_ceil(settings.initial_per_device.max(1));
+                expected.div_ceil(per_epoch.max(1))
+            }
+        };
+        let best = state.best.filter(|_| settings.saves.best_model.is_some());
+        Self {
+            epoch: planner.examples_seen as f64 / state.num_examples.max(1) as f64,
+            global_step: planner.global_step,
+            max_steps: expected,
+            logging_steps: settings.logs.every,
+            eval_steps: steps_of(&settings.eval.every),
+            save_steps: steps_of(&settings.saves.every),
+            train_batch_size: settings.initial_per_device,
+            num_train_epochs,
+            num_input_tokens_seen: 0,
+            total_flos: 0.0,
+            log_history: state.log_history.clone(),
+            best_metric: best.map(|b| b.metric),
+            best_model_checkpoint: best
+                .map(|b| best_checkpoint_dir(&settings.saves, b.step).display().to_string()),
+            is_local_process_zero: true,
+            is_world_process_zero: true,
+            is_hyper_param_search: false,
+            trial_name: None,
+            trial_params: None,
+            stateful_callbacks: Default::default(),
+        }
+    }
+}
+
 /// Writes rank 0's checkpoint of the run as it stands.
 pub(crate) fn save_checkpoint(
-    rules: &SaveRules,
+    settings: &RunSettings,
     state: &CheckpointState,
     params: &[(String, Var)],
     config: Option<&str>,
     optimizer: &impl TrainOptimizer,
     logger: Option<&Logger>,
 ) -> Result<()> {
+    let rules = &settings.saves;
     let optimizer_state = optimizer.export_state(params)?;
+    let hf_state = HfTrainerState::of(state, settings);
     let dir = save(
         &rules.output_dir,
         params,
         config,
         optimizer_state.as_ref(),
-        state,
+        (state, &hf_state),
     )?;
     if let Some(keep) = rules.total_limit {
         let best = state.best.filter(|_| rules.best_model.is_some());
@@ -252,7 +297,7 @@ fn check_sources(
                 crate::data::source_spec::MixedSources::new(spec, settings.seed, settings.shuffle)?;
             if let Err(detail) = fresh.check(sources) {
                 return Err(Error::Checkpoint(CheckpointError::corrupt(
-                    dir.join(STATE),
+                    state_file(dir),
                     detail,
                 )));
             }
@@ -294,7 +339,7 @@ fn check_planned_epoch(
         Some(remainder) => remainder
             .check(settings.num_examples, position)
             .map_err(|detail| {
-                Error::Checkpoint(CheckpointError::corrupt(dir.join(STATE), detail))
+                Error::Checkpoint(CheckpointError::corrupt(state_file(dir), detail))
             }),
         None if settings.batching.is_some() && position > 0 && position < settings.num_examples => {
             Err(Error::Checkpoint(

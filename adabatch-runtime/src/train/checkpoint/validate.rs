@@ -10,12 +10,12 @@ use std::path::Path;
 
 use crate::error::{CheckpointError, Error, Result};
 
-use super::format::{CheckpointState, STATE};
+use super::format::{state_file, CheckpointState};
 use super::manifest::FORMAT_VERSION;
 
 /// An error naming the trainer state file and what is wrong in it.
 fn invalid(dir: &Path, detail: String) -> Error {
-    Error::Checkpoint(CheckpointError::corrupt(dir.join(STATE), detail))
+    Error::Checkpoint(CheckpointError::corrupt(state_file(dir), detail))
 }
 
 /// Checks `state` (read from `dir`). A state past this run's end (resumed with
