@@ -358,3 +358,22 @@ fn init_from_reads_the_model_shape_from_config_json() {
     assert_eq!(config.hidden_size, 32, "no config.json: the flags' shape");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Nothing moves for a run given none of the optimizer flags: the language-model
+/// examples' defaults (`llama_optimizer_defaults`) build the AdamW they built
+/// before the flags existed (β2 0.95, weight decay 0.1, HF's β1 and ε), and the
+/// library's are HF's.
+#[test]
+fn the_optimizer_flags_defaults_are_the_runs_before_them() {
+    use adabatch::clap::{CommandFactory, FromArgMatches};
+    let command = decoder::llama_optimizer_defaults(TrainingArgs::command())
+        .mut_arg("learning_rate", |a| a.default_value("3e-3"));
+    let args = TrainingArgs::from_arg_matches(&command.get_matches_from(["lm"])).unwrap();
+    let built = adabatch::ParamsAdamW::from_args(&args).unwrap();
+    assert_eq!(built, decoder::llama_adamw(3e-3));
+    let hf = adabatch::ParamsAdamW::from_args(&TrainingArgs::default()).unwrap();
+    assert_eq!(
+        (hf.beta1, hf.beta2, hf.eps, hf.weight_decay),
+        (0.9, 0.999, 1e-8, 0.0)
+    );
+}
