@@ -412,6 +412,25 @@ fn console_flags_do_not_change_the_run() {
     assert_eq!(quiet.step_losses, loud.step_losses);
 }
 
+/// A short run on 2 ranks, in the dashed flags.
+const DASHED_RUN: [&str; 15] = [
+    "run",
+    "--max-steps",
+    "6",
+    "--per-device-train-batch-size",
+    "2",
+    "--nproc-per-node",
+    "2",
+    "--learning-rate",
+    "0.05",
+    "--seed",
+    "3",
+    "--dataloader-drop-last",
+    "true",
+    "--logging-first-step",
+    "--quiet",
+];
+
 /// A command pasted from a `transformers` run script: HF's spellings
 /// (`--max_steps`, `--learning_rate=..`) and booleans given a value (`--fp16
 /// False`, `--dataloader_drop_last True`) are the same run as the dashed flags,
@@ -422,23 +441,7 @@ fn hf_spellings_are_the_same_run_as_the_dashed_flags() {
         let argv = adabatch::hf_argv(&TrainingArgs::command(), argv.iter().copied()).unwrap();
         TrainingArgs::try_parse_from(argv).unwrap()
     };
-    let dashed = parse(&[
-        "run",
-        "--max-steps",
-        "6",
-        "--per-device-train-batch-size",
-        "2",
-        "--nproc-per-node",
-        "2",
-        "--learning-rate",
-        "0.05",
-        "--seed",
-        "3",
-        "--dataloader-drop-last",
-        "true",
-        "--logging-first-step",
-        "--quiet",
-    ]);
+    let dashed = parse(&DASHED_RUN);
     let hf = parse(&[
         "run",
         "--max_steps",
@@ -538,23 +541,7 @@ fn an_arguments_file_is_the_same_run_as_its_flags_and_flags_win() {
         "0.05".into(),
     ])
     .unwrap();
-    let flags = [
-        "run",
-        "--max-steps",
-        "6",
-        "--per-device-train-batch-size",
-        "2",
-        "--nproc-per-node",
-        "2",
-        "--learning-rate",
-        "0.05",
-        "--seed",
-        "3",
-        "--dataloader-drop-last",
-        "true",
-        "--quiet",
-        "--logging-first-step",
-    ];
+    let flags = DASHED_RUN;
     let from_flags = TrainingArgs::try_parse_from(flags).unwrap();
     assert_eq!(from_file.lr.learning_rate, 0.05, "the command line wins");
     let (a, a_logs) = logged_run(&from_file, 20);

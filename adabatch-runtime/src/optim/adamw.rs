@@ -607,7 +607,12 @@ mod tests {
 
         // A fresh optimizer on a copy of the weights, restored, steps like the original.
         let copy = Var::from_tensor(&ours_var.as_tensor().copy()?)?;
-        let mut restored = AdamW::new(vec![copy.clone()], ParamsAdamW::default())?;
+        // Built under other settings, it refuses the state (its moments were
+        // accumulated under the saved ones); under the same, it restores.
+        let mut other = AdamW::new(vec![copy.clone()], ParamsAdamW::default())?;
+        let refused = other.import_state(&[("w".to_string(), copy.clone())], &loaded);
+        assert!(refused.is_err_and(|e| e.to_string().contains("weight_decay = 0.05")));
+        let mut restored = AdamW::new(vec![copy.clone()], ParamsAdamW { lr: 1.0, ..params })?;
         restored.import_state(&[("w".to_string(), copy.clone())], &loaded)?;
         ours.step(&grads_for(&ours_var, 4.0)?)?;
         restored.step(&grads_for(&copy, 4.0)?)?;

@@ -70,6 +70,30 @@ pub struct DryRun {
 }
 
 impl DryRun {
+    /// The plan's line on the batch size: constant, or its first changes.
+    fn batch_changes(&self) -> String {
+        let changes = self.size_changes();
+        let unit = if self.batching.is_some() {
+            "global"
+        } else {
+            "per device"
+        };
+        if changes.is_empty() {
+            return format!("batch size ({unit}): constant");
+        }
+        const SHOWN: usize = 12;
+        let listed: Vec<String> = changes
+            .iter()
+            .take(SHOWN)
+            .map(|(step, from, to)| format!("step {step}: {from} -> {to}"))
+            .collect();
+        let more = match changes.len().saturating_sub(SHOWN) {
+            0 => String::new(),
+            more => format!(", and {more} more"),
+        };
+        format!("batch size changes ({unit}): {}{more}", listed.join(", "))
+    }
+
     /// Examples the run consumes.
     pub fn examples(&self) -> usize {
         self.steps.iter().map(|s| s.global_batch).sum()
@@ -161,33 +185,7 @@ impl fmt::Display for DryRun {
             "  learning rate: {:.3e} at step 1, {:.3e} at step {}",
             first.learning_rate, last.learning_rate, last.step
         )?;
-        let changes = self.size_changes();
-        let unit = if self.batching.is_some() {
-            "global"
-        } else {
-            "per device"
-        };
-        if changes.is_empty() {
-            writeln!(f, "  batch size ({unit}): constant")?;
-        } else {
-            const SHOWN: usize = 12;
-            let listed: Vec<String> = changes
-                .iter()
-                .take(SHOWN)
-                .map(|(step, from, to)| format!("step {step}: {from} -> {to}"))
-                .collect();
-            let more = changes.len().saturating_sub(SHOWN);
-            writeln!(
-                f,
-                "  batch size changes ({unit}): {}{}",
-                listed.join(", "),
-                if more > 0 {
-                    format!(", and {more} more")
-                } else {
-                    String::new()
-                }
-            )?;
-        }
+        writeln!(f, "  {}", self.batch_changes())?;
         if let Some(batching) = &self.batching {
             writeln!(f, "  {batching}")?;
         }

@@ -161,11 +161,7 @@ where
         let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
         let mut controllers = Controllers::new(settings)?;
         // Fresh or resumed alike, so that a resumed run warms up as the whole one.
-        if let Some(notice) = controllers.plan_mixer(&mut *trainer, settings.expected_steps()) {
-            if let Some(logger) = logger.as_deref() {
-                logger.event(&format!("warning: {notice}"));
-            }
-        }
+        controllers.plan_mixer(&mut *trainer, settings.expected_steps(), logger.as_deref());
         match &resumed {
             Some(state) => {
                 planner.restore(&state.planner);
@@ -197,14 +193,7 @@ where
                 .as_ref()
                 .map(|s| s.evaluations.clone())
                 .unwrap_or_default(),
-            // An older checkpoint kept no history: its evaluations' entries start it.
-            log_history: match &resumed {
-                Some(s) if s.log_history.is_empty() => {
-                    s.evaluations.iter().map(EvalLog::hf_log_entry).collect()
-                }
-                Some(s) => s.log_history.clone(),
-                None => Vec::new(),
-            },
+            log_history: resumed.as_ref().map_or_else(Vec::new, CheckpointState::history),
             best: resumed.as_ref().and_then(|s| s.best),
             last: LastStep::NONE,
             // A resumed run starts from its checkpoint: one that trains nothing

@@ -83,6 +83,17 @@ impl CheckpointState {
     }
 }
 
+impl CheckpointState {
+    /// HF's `log_history` a resumed run continues: the checkpoint's, or in an
+    /// older checkpoint, which kept none, its evaluations' entries.
+    pub(crate) fn history(&self) -> Vec<serde_json::Value> {
+        match self.log_history.is_empty() {
+            true => self.evaluations.iter().map(EvalLog::hf_log_entry).collect(),
+            false => self.log_history.clone(),
+        }
+    }
+}
+
 impl HfTrainerState {
     /// `transformers`' view of `state`, a checkpoint of the run of `settings`.
     pub(crate) fn of(state: &CheckpointState, settings: &RunSettings) -> Self {

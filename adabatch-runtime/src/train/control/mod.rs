@@ -213,14 +213,20 @@ impl Controllers {
         self.loss_scale.as_ref().map_or(0, |c| c.skipped_steps())
     }
 
-    /// The mixer in force told the run's expected steps ([`crate::Mixer::plan_run`]):
-    /// what it could not resolve, to be logged.
+    /// The mixer in force told the run's expected steps ([`crate::Mixer::plan_run`]);
+    /// what it could not resolve is logged as a warning.
     pub(crate) fn plan_mixer(
         &mut self,
         trainer: &mut dyn UserControllers,
         expected_steps: Option<usize>,
-    ) -> Option<String> {
-        self.mixing.as_mut()?.plan(trainer, expected_steps)
+        logger: Option<&crate::report::logging::Logger>,
+    ) {
+        let Some(mixing) = self.mixing.as_mut() else {
+            return;
+        };
+        if let (Some(notice), Some(logger)) = (mixing.plan(trainer, expected_steps), logger) {
+            logger.event(&format!("warning: {notice}"));
+        }
     }
 
     /// Steps that ran on a held noise-scale estimate (see `HeldEstimate`).
