@@ -31,35 +31,66 @@
 // every build without `internals`: the published crate, the docs, a user's).
 #![cfg_attr(not(feature = "internals"), deny(unnameable_types))]
 
-/// Declares an internal module: crate-private, and public (hidden from the docs)
-/// under the `internals` feature, which the workspace's own tests, benchmarks and
-/// tools enable to reach the engine's parts; a program uses the crate root.
-macro_rules! internal_mod {
-    ($name:ident) => {
-        #[cfg(feature = "internals")]
-        #[doc(hidden)]
-        pub mod $name;
-        #[cfg(not(feature = "internals"))]
-        mod $name;
-    };
-}
-
-internal_mod!(adapt);
-internal_mod!(config);
-internal_mod!(data);
-internal_mod!(dist);
-internal_mod!(error);
-internal_mod!(memory);
+// The internal modules: crate-private, and public (hidden from the docs) under the
+// `internals` feature, which the workspace's own tests, benchmarks and tools enable
+// to reach the engine's parts; a program uses the crate root. Declared twice each,
+// not through a macro, so that rustfmt (which does not expand macros) formats them.
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod adapt;
+#[cfg(not(feature = "internals"))]
+mod adapt;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod config;
+#[cfg(not(feature = "internals"))]
+mod config;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod data;
+#[cfg(not(feature = "internals"))]
+mod data;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod dist;
+#[cfg(not(feature = "internals"))]
+mod dist;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod error;
+#[cfg(not(feature = "internals"))]
+mod error;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod memory;
+#[cfg(not(feature = "internals"))]
+mod memory;
 /// Differentiable fused ops and layers (norms, softmax, ropes) for models from
 /// candle's world: crate `adabatch-nn`, apart from the engine.
 pub use adabatch_nn as nn;
 /// Models built on the differentiable ops, under Hugging Face's weight names: a
 /// Llama-family decoder ([`models::llama`]). Crate `adabatch-nn`'s.
 pub use adabatch_nn::models;
-internal_mod!(optim);
-internal_mod!(report);
-internal_mod!(train);
-internal_mod!(user);
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod optim;
+#[cfg(not(feature = "internals"))]
+mod optim;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod report;
+#[cfg(not(feature = "internals"))]
+mod report;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod train;
+#[cfg(not(feature = "internals"))]
+mod train;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod user;
+#[cfg(not(feature = "internals"))]
+mod user;
 
 pub use adabatch_nn::Parameters;
 pub use adabatch_nn::{autocast, autocast_linear};

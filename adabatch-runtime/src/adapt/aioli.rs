@@ -124,10 +124,18 @@ impl AioliMixer {
             }))
         };
         if probe_steps < 2 {
-            return invalid("aioli probe_steps", probe_steps.to_string(), "at least 2 steps (a slope)");
+            return invalid(
+                "aioli probe_steps",
+                probe_steps.to_string(),
+                "at least 2 steps (a slope)",
+            );
         }
         if !(one_hot > 0.5 && one_hot <= 1.0) {
-            return invalid("aioli one_hot", one_hot.to_string(), "a share above 1/2, at most 1");
+            return invalid(
+                "aioli one_hot",
+                one_hot.to_string(),
+                "a share above 1/2, at most 1",
+            );
         }
         if !(eta.is_finite() && eta >= 0.0) {
             return invalid("aioli eta", eta.to_string(), "a finite step size >= 0");
@@ -158,7 +166,11 @@ impl AioliMixer {
     /// the past, in `[0, 1)`; clamped) and `p` computed from uniform by the
     /// average (see the module documentation).
     pub fn with_smoothing(mut self, s: f64) -> Self {
-        self.smoothing = Some(if s.is_finite() { s.clamp(0.0, 0.999) } else { 0.0 });
+        self.smoothing = Some(if s.is_finite() {
+            s.clamp(0.0, 0.999)
+        } else {
+            0.0
+        });
         self
     }
 
@@ -224,7 +236,9 @@ impl AioliMixer {
             return self.probe_within(k, budget);
         }
         let other = (1.0 - self.one_hot) / (m - 1).max(1) as f64;
-        (0..m).map(|j| if j == k { self.one_hot } else { other }).collect()
+        (0..m)
+            .map(|j| if j == k { self.one_hot } else { other })
+            .collect()
     }
 
     /// The cap on the old domains' share, when some proposed probe exceeds it
@@ -394,7 +408,12 @@ impl AioliMixer {
         let Some(tau) = self.worst_focus else {
             return vec![1.0; m];
         };
-        let finite: Vec<f64> = self.round_loss.iter().copied().filter(|l| l.is_finite()).collect();
+        let finite: Vec<f64> = self
+            .round_loss
+            .iter()
+            .copied()
+            .filter(|l| l.is_finite())
+            .collect();
         if finite.is_empty() {
             return vec![1.0; m];
         }
@@ -418,7 +437,12 @@ impl AioliMixer {
 fn solve_law(g: &[f64], w: &[f64], m: usize) -> Option<Vec<f64>> {
     // Augmented [Wᵀ | Gᵀ]: row r holds W[.][r] then G[.][r].
     let mut rows: Vec<Vec<f64>> = (0..m)
-        .map(|r| (0..m).map(|c| w[c * m + r]).chain((0..m).map(|i| g[i * m + r])).collect())
+        .map(|r| {
+            (0..m)
+                .map(|c| w[c * m + r])
+                .chain((0..m).map(|i| g[i * m + r]))
+                .collect()
+        })
         .collect();
     for col in 0..m {
         let pivot = (col..m).max_by(|&a, &b| rows[a][col].abs().total_cmp(&rows[b][col].abs()))?;
@@ -430,7 +454,9 @@ fn solve_law(g: &[f64], w: &[f64], m: usize) -> Option<Vec<f64>> {
         let head = rows[col].clone();
         for (_, row) in rows.iter_mut().enumerate().filter(|(r, _)| *r != col) {
             let factor = row[col] / head[col];
-            row.iter_mut().zip(&head).for_each(|(x, h)| *x -= factor * h);
+            row.iter_mut()
+                .zip(&head)
+                .for_each(|(x, h)| *x -= factor * h);
         }
     }
     // Row r of the reduced system: W-part diagonal, Gᵀ-part column i: A[i][r].
@@ -496,7 +522,11 @@ impl Mixer for AioliMixer {
         let m = stats.names.len();
         // Also after a restore, which brings the mixture but not the names.
         if let Some((new_sources, _)) = self.cap.as_ref().filter(|_| self.is_new.len() != m) {
-            self.is_new = stats.names.iter().map(|n| new_sources.contains(n)).collect();
+            self.is_new = stats
+                .names
+                .iter()
+                .map(|n| new_sources.contains(n))
+                .collect();
         }
         if self.mixture.len() != m {
             self.mixture = vec![1.0 / m as f64; m];
@@ -552,7 +582,10 @@ impl Mixer for AioliMixer {
         }
         out.push(("round_loss", Diagnostic::PerSource(self.round_loss.clone())));
         if self.skipped_rounds > 0 {
-            out.push(("skipped_rounds", Diagnostic::Scalar(self.skipped_rounds as f64)));
+            out.push((
+                "skipped_rounds",
+                Diagnostic::Scalar(self.skipped_rounds as f64),
+            ));
         }
         out
     }
@@ -718,14 +751,19 @@ mod tests {
         for (got, want) in mixer.mixture().iter().zip(&raw) {
             assert!((got - want / total).abs() < 1e-12);
         }
-        assert!(mixer.measured.iter().all(|g| *g == 0.0), "a new round starts");
+        assert!(
+            mixer.measured.iter().all(|g| *g == 0.0),
+            "a new round starts"
+        );
     }
 
     /// With smoothing: the first round's normalised law is the average, the second
     /// mixes in at `1 − s`, and `p` comes from uniform each time.
     #[test]
     fn smoothing_averages_the_laws_and_starts_from_uniform() {
-        let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0).unwrap().with_smoothing(0.5);
+        let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0)
+            .unwrap()
+            .with_smoothing(0.5);
         mixer.mixture = vec![0.9, 0.1];
         // G = A·W with A = [[1, 0], [0, 1]]: the identity, normalised to 0.5 each.
         let w = [[0.75, 0.25], [0.25, 0.75]];
@@ -738,7 +776,11 @@ mod tests {
         mixer.update();
         let (g0, g1): (f64, f64) = (0.75, 0.25);
         let p0 = g0.exp() / (g0.exp() + g1.exp());
-        assert!((mixer.mixture()[0] - p0).abs() < 1e-12, "{:?}", mixer.mixture());
+        assert!(
+            (mixer.mixture()[0] - p0).abs() < 1e-12,
+            "{:?}",
+            mixer.mixture()
+        );
     }
 
     /// The soft worst domain: with `A` the identity (normalised to 0.5 on the
@@ -749,7 +791,10 @@ mod tests {
     fn worst_focus_weights_the_laws_rows_by_a_softmax_of_the_losses() {
         let w = [0.75, 0.25, 0.25, 0.75];
         let focused = |tau: f64| {
-            let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0).unwrap().with_worst_focus(tau).unwrap();
+            let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0)
+                .unwrap()
+                .with_worst_focus(tau)
+                .unwrap();
             mixer.mixture = vec![0.5, 0.5];
             mixer.measured = w.to_vec();
             mixer.round_loss = vec![2.0 * 6.0, 2.0 * 5.0];
@@ -763,12 +808,21 @@ mod tests {
         let p = focused(1.0);
         assert!((p[0] - w0 / (w0 + w1)).abs() < 1e-12, "{p:?}");
         let paper = focused(1e12);
-        assert!((paper[0] - 0.5).abs() < 1e-9, "equal gains, as without a focus: {paper:?}");
+        assert!(
+            (paper[0] - 0.5).abs() < 1e-9,
+            "equal gains, as without a focus: {paper:?}"
+        );
         // Through the probes: the round's losses are the means over each probe.
         let names = vec!["a".to_string(), "b".to_string()];
-        let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0).unwrap().with_worst_focus(1.0).unwrap();
+        let mut mixer = AioliMixer::new(5, 2, 0.75, 1.0)
+            .unwrap()
+            .with_worst_focus(1.0)
+            .unwrap();
         mixer.weights(&stats(0, &names, &[f64::NAN; 2]));
-        for (step, loss) in [[7.0, 5.0], [6.0, 5.0], [5.0, 5.5], [5.0, 5.0]].iter().enumerate() {
+        for (step, loss) in [[7.0, 5.0], [6.0, 5.0], [5.0, 5.5], [5.0, 5.0]]
+            .iter()
+            .enumerate()
+        {
             mixer.weights(&stats(step + 1, &names, loss));
         }
         // Probe 1's window is steps 1–3 (closed by step 3's loss); probe 2's is open.
@@ -798,7 +852,11 @@ mod tests {
                 asked.push(step);
             }
             // After each probe, the losses fall by its column of G.
-            if let Some(k) = [(3, 0), (5, 1)].iter().find(|(s, _)| *s == step).map(|p| p.1) {
+            if let Some(k) = [(3, 0), (5, 1)]
+                .iter()
+                .find(|(s, _)| *s == step)
+                .map(|p| p.1)
+            {
                 held = [held[0] - g[0][k], held[1] - g[1][k]];
             }
             let mut s = stats(step, &names, &[1.0, 1.0]);
@@ -842,20 +900,35 @@ mod tests {
     #[test]
     fn state_round_trips_and_bad_settings_are_typed() {
         let names = vec!["a".to_string(), "b".to_string(), "c".to_string()];
-        let mut mixer = AioliMixer::default().with_smoothing(0.5).with_worst_focus(0.5).unwrap();
+        let mut mixer = AioliMixer::default()
+            .with_smoothing(0.5)
+            .with_worst_focus(0.5)
+            .unwrap();
         mixer.weights(&stats(0, &names, &[f64::NAN; 3]));
         for step in 1..=7 {
-            mixer.weights(&stats(step, &names, &[5.0 - step as f64 * 0.1, f64::NAN, 4.0]));
+            mixer.weights(&stats(
+                step,
+                &names,
+                &[5.0 - step as f64 * 0.1, f64::NAN, 4.0],
+            ));
         }
         let state = serde_json::from_str(&mixer.state().unwrap().to_string()).unwrap();
-        let mut other = AioliMixer::default().with_smoothing(0.5).with_worst_focus(0.5).unwrap();
+        let mut other = AioliMixer::default()
+            .with_smoothing(0.5)
+            .with_worst_focus(0.5)
+            .unwrap();
         other.restore(&state).unwrap();
         for step in 8..=60 {
             let loss = [5.0 - step as f64 * 0.1, 3.0, 4.0 - step as f64 * 0.01];
-            let (a, b) = (mixer.weights(&stats(step, &names, &loss)), other.weights(&stats(step, &names, &loss)));
+            let (a, b) = (
+                mixer.weights(&stats(step, &names, &loss)),
+                other.weights(&stats(step, &names, &loss)),
+            );
             assert_eq!(a, b, "step {step}");
         }
-        assert!(other.restore(&serde_json::json!({"mixture": [0.5, 0.5]})).is_err());
+        assert!(other
+            .restore(&serde_json::json!({"mixture": [0.5, 0.5]}))
+            .is_err());
         for bad in [
             AioliMixer::new(50, 1, 0.6, 1.0),
             AioliMixer::new(50, 4, 0.5, 1.0),
@@ -863,7 +936,10 @@ mod tests {
             AioliMixer::default().with_worst_focus(0.0),
             AioliMixer::default().with_worst_focus(f64::INFINITY),
         ] {
-            assert!(matches!(bad, Err(Error::Settings(SettingsError::InvalidSetting { .. }))));
+            assert!(matches!(
+                bad,
+                Err(Error::Settings(SettingsError::InvalidSetting { .. }))
+            ));
         }
     }
 }

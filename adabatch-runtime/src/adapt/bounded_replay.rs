@@ -81,20 +81,38 @@ impl BoundedReplay {
         bound: f64,
         max_replay: f64,
     ) -> Result<Self> {
-        let invalid = |name, value: String, expected| Error::Settings(SettingsError::invalid(name, value, expected));
+        let invalid = |name, value: String, expected| {
+            Error::Settings(SettingsError::invalid(name, value, expected))
+        };
         if !(bound.is_finite() && bound > 0.0) {
-            return Err(invalid("bound", bound.to_string(), "a positive relative rise, e.g. 0.05"));
+            return Err(invalid(
+                "bound",
+                bound.to_string(),
+                "a positive relative rise, e.g. 0.05",
+            ));
         }
         if !(max_replay > 0.0 && max_replay < 1.0) {
-            return Err(invalid("max_replay", max_replay.to_string(), "a share of each step in (0, 1)"));
+            return Err(invalid(
+                "max_replay",
+                max_replay.to_string(),
+                "a share of each step in (0, 1)",
+            ));
         }
         let new_sources: Vec<String> = new_sources.into_iter().map(Into::into).collect();
         if new_sources.is_empty() {
-            return Err(invalid("new_sources", "none".into(), "at least one new source"));
+            return Err(invalid(
+                "new_sources",
+                "none".into(),
+                "at least one new source",
+            ));
         }
         let reference: Vec<(String, f64)> = reference.into_iter().collect();
         if let Some((name, loss)) = reference.iter().find(|(_, l)| !(l.is_finite() && *l > 0.0)) {
-            return Err(invalid("reference", format!("{name} = {loss}"), "a positive finite held-out loss"));
+            return Err(invalid(
+                "reference",
+                format!("{name} = {loss}"),
+                "a positive finite held-out loss",
+            ));
         }
         Ok(Self {
             new_sources,
@@ -142,7 +160,11 @@ impl BoundedReplay {
     /// A fixed share in `[0, max_replay]`, else a typed error naming it.
     fn fixed(&self, share: f64, name: &'static str) -> Result<f64> {
         if !(0.0..=self.max_replay).contains(&share) {
-            return Err(Error::Settings(SettingsError::invalid(name, share, "a replay share of each step from 0 to max_replay")));
+            return Err(Error::Settings(SettingsError::invalid(
+                name,
+                share,
+                "a replay share of each step from 0 to max_replay",
+            )));
         }
         Ok(share)
     }
@@ -163,7 +185,11 @@ impl BoundedReplay {
     /// its share. A typed error unless `gain` is positive and finite.
     pub fn with_gain(mut self, gain: f64) -> Result<Self> {
         if !(gain.is_finite() && gain > 0.0) {
-            return Err(Error::Settings(SettingsError::invalid("gain", gain, "a positive share of the step at the bound, e.g. 0.04")));
+            return Err(Error::Settings(SettingsError::invalid(
+                "gain",
+                gain,
+                "a positive share of the step at the bound, e.g. 0.04",
+            )));
         }
         (self.gain, self.replay) = (Some(gain), 0.0);
         Ok(self)
@@ -180,7 +206,11 @@ impl BoundedReplay {
     /// of a few percent. A typed error for `every` = 0.
     pub fn with_held_out(mut self, every: usize) -> Result<Self> {
         if every == 0 {
-            return Err(Error::Settings(SettingsError::invalid("held_out_every", every, "a number of steps from 1")));
+            return Err(Error::Settings(SettingsError::invalid(
+                "held_out_every",
+                every,
+                "a number of steps from 1",
+            )));
         }
         self.held_out_every = Some(every);
         Ok(self)
@@ -192,7 +222,11 @@ impl BoundedReplay {
     /// a bound held more narrowly. A typed error outside `(0, 1]`.
     pub fn with_lower_at(mut self, fraction: f64) -> Result<Self> {
         if !(fraction > 0.0 && fraction <= 1.0) {
-            return Err(Error::Settings(SettingsError::invalid("lower_at", fraction, "a fraction of the bound in (0, 1]")));
+            return Err(Error::Settings(SettingsError::invalid(
+                "lower_at",
+                fraction,
+                "a fraction of the bound in (0, 1]",
+            )));
         }
         self.lower_at = fraction;
         Ok(self)
@@ -211,7 +245,10 @@ impl BoundedReplay {
             let held_out = stats.held_out.filter(|h| h.len() == stats.names.len());
             return held_out.map(|losses| (stats.step, losses.to_vec()));
         }
-        let eval = stats.last_eval.as_ref().filter(|e| Some(e.step) != self.read)?;
+        let eval = stats
+            .last_eval
+            .as_ref()
+            .filter(|e| Some(e.step) != self.read)?;
         let losses = (stats.names.iter())
             .map(|name| eval.get(&format!("eval_{name}_loss")).unwrap_or(f64::NAN))
             .collect();
@@ -236,14 +273,17 @@ impl BoundedReplay {
         if let Some(gain) = self.gain {
             return self.follow_drift(gain);
         }
-        let old = (stats.names.iter().zip(&self.drift)).filter(|(n, _)| !self.new_sources.contains(n));
+        let old =
+            (stats.names.iter().zip(&self.drift)).filter(|(n, _)| !self.new_sources.contains(n));
         let (mut worst, mut unread) = (f64::NEG_INFINITY, false);
         for (_, &drift) in old {
             unread |= drift.is_nan();
             worst = worst.max(drift);
         }
         if worst > self.bound {
-            self.replay = (2.0 * self.replay).max(Self::FIRST_REPLAY).min(self.max_replay);
+            self.replay = (2.0 * self.replay)
+                .max(Self::FIRST_REPLAY)
+                .min(self.max_replay);
         } else if worst < self.bound * self.lower_at && !unread {
             // An evaluation without some old domain's loss (an eval set of one
             // source) shows no drift there: it must not lower the replay.
@@ -265,7 +305,9 @@ impl BoundedReplay {
         }
         let total: f64 = self.shares.iter().sum();
         if total > self.max_replay {
-            self.shares.iter_mut().for_each(|s| *s *= self.max_replay / total);
+            self.shares
+                .iter_mut()
+                .for_each(|s| *s *= self.max_replay / total);
         }
         self.replay = total.min(self.max_replay);
     }
@@ -274,22 +316,46 @@ impl BoundedReplay {
 impl Mixer for BoundedReplay {
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
         self.read_evaluation(stats);
-        let is_new: Vec<bool> = stats.names.iter().map(|n| self.new_sources.contains(n)).collect();
+        let is_new: Vec<bool> = stats
+            .names
+            .iter()
+            .map(|n| self.new_sources.contains(n))
+            .collect();
         let new_count = is_new.iter().filter(|&&n| n).count() as f64;
         let old_count = is_new.len() as f64 - new_count;
         self.fixed_now = self.fixed_share(stats.step).filter(|_| old_count > 0.0);
         if let Some(share) = self.fixed_now {
             return (is_new.iter())
-                .map(|&new| if new { (1.0 - share) / new_count } else { share / old_count })
+                .map(|&new| {
+                    if new {
+                        (1.0 - share) / new_count
+                    } else {
+                        share / old_count
+                    }
+                })
                 .collect();
         }
         if self.gain.is_some() {
             let share = |i: usize| self.shares.get(i).copied().unwrap_or(0.0);
             return (0..is_new.len())
-                .map(|i| if is_new[i] { (1.0 - self.replay) / new_count } else { share(i) })
+                .map(|i| {
+                    if is_new[i] {
+                        (1.0 - self.replay) / new_count
+                    } else {
+                        share(i)
+                    }
+                })
                 .collect();
         }
-        let pull = |i: usize| 1.0 + self.drift.get(i).copied().filter(|d| *d > 0.0).unwrap_or(0.0) / self.bound;
+        let pull = |i: usize| {
+            1.0 + self
+                .drift
+                .get(i)
+                .copied()
+                .filter(|d| *d > 0.0)
+                .unwrap_or(0.0)
+                / self.bound
+        };
         let old_total: f64 = (0..is_new.len()).filter(|&i| !is_new[i]).map(pull).sum();
         // Without an old source the new ones take everything.
         let replay = if old_total > 0.0 { self.replay } else { 0.0 };
@@ -304,12 +370,20 @@ impl Mixer for BoundedReplay {
     /// Every new source must be one of the run's, and every old one needs its
     /// loss before the new data.
     fn check_sources(&self, names: &[String]) -> std::result::Result<(), String> {
-        let unknown: Vec<&str> = (self.new_sources.iter()).filter(|n| !names.contains(n)).map(String::as_str).collect();
+        let unknown: Vec<&str> = (self.new_sources.iter())
+            .filter(|n| !names.contains(n))
+            .map(String::as_str)
+            .collect();
         if !unknown.is_empty() {
-            return Err(format!("the bounded replay's new source(s) {} are not among them", unknown.join(", ")));
+            return Err(format!(
+                "the bounded replay's new source(s) {} are not among them",
+                unknown.join(", ")
+            ));
         }
         let unreferenced: Vec<&str> = (names.iter())
-            .filter(|n| !self.new_sources.contains(n) && !self.reference.iter().any(|(r, _)| r == *n))
+            .filter(|n| {
+                !self.new_sources.contains(n) && !self.reference.iter().any(|(r, _)| r == *n)
+            })
             .map(String::as_str)
             .collect();
         if !unreferenced.is_empty() {
@@ -357,9 +431,14 @@ impl Mixer for BoundedReplay {
     }
 
     fn restore(&mut self, state: &serde_json::Value) -> std::result::Result<(), String> {
-        let replay = field(state, "replay")?.as_f64().ok_or("`replay` is not a number")?;
+        let replay = field(state, "replay")?
+            .as_f64()
+            .ok_or("`replay` is not a number")?;
         if !(0.0..=self.max_replay).contains(&replay) {
-            return Err(format!("`replay` = {replay} is outside 0..={}", self.max_replay));
+            return Err(format!(
+                "`replay` = {replay} is outside 0..={}",
+                self.max_replay
+            ));
         }
         let read = match field(state, "read")? {
             serde_json::Value::Null => None,
@@ -367,12 +446,21 @@ impl Mixer for BoundedReplay {
         };
         self.drift = numbers(field(state, "drift")?)?;
         // Checkpoints from before the proportional rule have no `shares`.
-        let shares = state.get("shares").map(numbers).transpose()?.unwrap_or_default();
+        let shares = state
+            .get("shares")
+            .map(numbers)
+            .transpose()?
+            .unwrap_or_default();
         if shares.iter().any(|s| !(0.0..=self.max_replay).contains(s)) {
-            return Err(format!("`shares` {shares:?} are not all within 0..={}", self.max_replay));
+            return Err(format!(
+                "`shares` {shares:?} are not all within 0..={}",
+                self.max_replay
+            ));
         }
         if self.gain.is_some() && (shares.iter().sum::<f64>() - replay).abs() > 1e-9 {
-            return Err(format!("`shares` {shares:?} do not sum to `replay` = {replay}"));
+            return Err(format!(
+                "`shares` {shares:?} do not sum to `replay` = {replay}"
+            ));
         }
         (self.replay, self.read, self.shares) = (replay, read, shares);
         Ok(())
@@ -425,7 +513,13 @@ mod tests {
     fn after(m: &mut BoundedReplay, step: usize, eval: Option<(usize, [f64; 2])>) -> Vec<f64> {
         let names = names();
         let metrics: BTreeMap<String, f64> = eval
-            .map(|(_, [en, kjv])| [("eval_en_loss".to_string(), en), ("eval_kjv_loss".to_string(), kjv)].into())
+            .map(|(_, [en, kjv])| {
+                [
+                    ("eval_en_loss".to_string(), en),
+                    ("eval_kjv_loss".to_string(), kjv),
+                ]
+                .into()
+            })
             .unwrap_or_default();
         let last_eval = eval.map(|(step, _)| LastEval {
             step,
@@ -462,7 +556,10 @@ mod tests {
             after(&mut m, step, Some((step, [4.05, 3.0])));
         }
         assert_eq!(m.replay(), 0.0);
-        assert_eq!(after(&mut m, 121, Some((120, [4.05, 3.0]))), [0.0, 0.0, 1.0]);
+        assert_eq!(
+            after(&mut m, 121, Some((120, [4.05, 3.0]))),
+            [0.0, 0.0, 1.0]
+        );
     }
 
     /// An evaluation that lacks an old domain's loss (here NaN for kjv) reads no
@@ -488,7 +585,11 @@ mod tests {
         let mut default = mixer();
         after(&mut default, 10, Some((10, [4.3, 3.0])));
         after(&mut default, 20, Some((20, [4.16, 3.0])));
-        assert_eq!(default.replay(), 0.04, "the default waits for half the bound");
+        assert_eq!(
+            default.replay(),
+            0.04,
+            "the default waits for half the bound"
+        );
         for bad in [0.0, -0.5, 1.5, f64::NAN] {
             assert!(mixer().with_lower_at(bad).is_err(), "{bad}");
         }
@@ -500,7 +601,11 @@ mod tests {
     #[test]
     fn under_a_gain_each_share_follows_its_domains_drift() {
         let mut m = mixer().with_gain(0.04).unwrap();
-        assert_eq!(after(&mut m, 0, None), [0.0, 0.0, 1.0], "no replay before a drift is read");
+        assert_eq!(
+            after(&mut m, 0, None),
+            [0.0, 0.0, 1.0],
+            "no replay before a drift is read"
+        );
         // en 6 % above its reference, kjv 1.5 % below it.
         let w = after(&mut m, 10, Some((10, [4.24, 2.955])));
         let en = 0.04 * 0.06 / 0.05;
@@ -509,13 +614,19 @@ mod tests {
         // en back to 2 % above, kjv at 3 %: both follow, down and up.
         let w = after(&mut m, 20, Some((20, [4.08, 3.09])));
         let (en, kjv) = (0.04 * 0.02 / 0.05, 0.04 * 0.03 / 0.05);
-        assert!((w[0] - en).abs() < 1e-12 && (w[1] - kjv).abs() < 1e-12, "{w:?}");
+        assert!(
+            (w[0] - en).abs() < 1e-12 && (w[1] - kjv).abs() < 1e-12,
+            "{w:?}"
+        );
         // An evaluation without kjv's loss keeps kjv's share.
         let w = after(&mut m, 30, Some((30, [4.0, f64::NAN])));
         assert!(w[0] == 0.0 && (w[1] - kjv).abs() < 1e-12, "{w:?}");
         // Far past the bound the total is scaled down to max_replay (0.5).
         let w = after(&mut m, 40, Some((40, [8.0, 6.0])));
-        assert!((w[0] + w[1] - 0.5).abs() < 1e-12 && (w[0] / w[1] - 1.0).abs() < 1e-12, "{w:?}");
+        assert!(
+            (w[0] + w[1] - 0.5).abs() < 1e-12 && (w[0] / w[1] - 1.0).abs() < 1e-12,
+            "{w:?}"
+        );
         assert!((w.iter().sum::<f64>() - 1.0).abs() < 1e-12);
         for bad in [0.0, -0.04, f64::NAN, f64::INFINITY] {
             assert!(mixer().with_gain(bad).is_err(), "{bad}");
@@ -529,7 +640,11 @@ mod tests {
         let state = m.state().unwrap();
         let mut back = mixer().with_gain(0.04).unwrap();
         back.restore(&state).unwrap();
-        assert_eq!(after(&mut back, 11, Some((10, [4.24, 3.09]))), w, "the same weights after the resume");
+        assert_eq!(
+            after(&mut back, 11, Some((10, [4.24, 3.09]))),
+            w,
+            "the same weights after the resume"
+        );
         let mut damaged = state.clone();
         damaged["shares"] = serde_json::json!([0.3, 0.0, 0.0]);
         assert!(mixer().with_gain(0.04).unwrap().restore(&damaged).is_err());
@@ -548,12 +663,18 @@ mod tests {
         assert_eq!(w, [0.1, 0.1, 0.8], "the start holds past the bound");
         let w = after(&mut m, 3, Some((2, [4.24, 3.0])));
         let en = 0.04 * 0.06 / 0.05;
-        assert!((w[0] - en).abs() < 1e-12 && w[1] == 0.0, "the rule read step 2's evaluation: {w:?}");
+        assert!(
+            (w[0] - en).abs() < 1e-12 && w[1] == 0.0,
+            "the rule read step 2's evaluation: {w:?}"
+        );
         assert!((m.replay() - en).abs() < 1e-12);
         let mut doubling = mixer().with_start(0.2, 3).unwrap();
         after(&mut doubling, 2, Some((2, [4.24, 3.0])));
         let w = after(&mut doubling, 3, None);
-        assert!((w[2] - 0.96).abs() < 1e-12 && m.replay() > 0.0, "doubled from its first share: {w:?}");
+        assert!(
+            (w[2] - 0.96).abs() < 1e-12 && m.replay() > 0.0,
+            "doubled from its first share: {w:?}"
+        );
         assert!((doubling.replay() - 0.04).abs() < 1e-12);
         for bad in [-0.1, 0.6, f64::NAN] {
             assert!(mixer().with_start(bad, 3).is_err(), "{bad}");
@@ -564,13 +685,25 @@ mod tests {
     /// The finish's share from its first step on, whatever the drift.
     #[test]
     fn the_finish_share_holds_from_its_first_step_to_the_end() {
-        let mut m = mixer().with_gain(0.04).unwrap().with_finish(0.0, 12).unwrap();
+        let mut m = mixer()
+            .with_gain(0.04)
+            .unwrap()
+            .with_finish(0.0, 12)
+            .unwrap();
         let w = after(&mut m, 10, Some((10, [4.24, 3.0])));
         assert!(w[0] > 0.0, "the rule decides step 11: {w:?}");
-        assert_eq!(after(&mut m, 11, Some((10, [4.24, 3.0]))), [0.0, 0.0, 1.0], "step 12 is the finish's");
+        assert_eq!(
+            after(&mut m, 11, Some((10, [4.24, 3.0]))),
+            [0.0, 0.0, 1.0],
+            "step 12 is the finish's"
+        );
         assert_eq!(m.replay(), 0.0);
         assert_eq!(after(&mut m, 40, Some((40, [4.4, 3.3]))), [0.0, 0.0, 1.0]);
-        assert!((m.state().unwrap()["replay"].as_f64().unwrap() - 0.04 * (0.1 + 0.1) / 0.05).abs() < 1e-12, "the rule still reads the drift");
+        assert!(
+            (m.state().unwrap()["replay"].as_f64().unwrap() - 0.04 * (0.1 + 0.1) / 0.05).abs()
+                < 1e-12,
+            "the rule still reads the drift"
+        );
     }
 
     /// Under `with_held_out(5)` it asks for the held-out set after steps 5, 10,
@@ -608,7 +741,9 @@ mod tests {
         let typo = BoundedReplay::new(["cod"], reference(), 0.05, 0.5).unwrap();
         assert!(typo.check_sources(&names()).unwrap_err().contains("cod"));
         let stranger = [("en", 4.0), ("kjv", 3.0), ("eng", 4.0)].map(|(n, l)| (n.to_string(), l));
-        let err = BoundedReplay::new(["code"], stranger, 0.05, 0.5).unwrap().check_sources(&names());
+        let err = BoundedReplay::new(["code"], stranger, 0.05, 0.5)
+            .unwrap()
+            .check_sources(&names());
         assert!(err.unwrap_err().contains("eng"));
         assert!(mixer().check_sources(&names()).is_ok());
     }

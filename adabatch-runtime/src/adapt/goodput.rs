@@ -508,7 +508,11 @@ pub fn decide_within(
         });
     };
     let efficiency_of = |m: usize| Some(efficiency(phi, spec.min, m));
-    let cap = if capped { noise_cap(spec, phi) } else { spec.max };
+    let cap = if capped {
+        noise_cap(spec, phi)
+    } else {
+        spec.max
+    };
     let explore = |global: usize| {
         let shape = spec.shape_for(global.min(cap), world).unwrap_or(current);
         GoodputDecision {

@@ -101,7 +101,11 @@ impl StableDecay {
         } else if x < decay_from {
             self.stable
         } else {
-            cosine(self.stable, self.min, (x - decay_from) / (total - decay_from).max(1.0))
+            cosine(
+                self.stable,
+                self.min,
+                (x - decay_from) / (total - decay_from).max(1.0),
+            )
         }
     }
 }

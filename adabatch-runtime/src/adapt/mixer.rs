@@ -203,7 +203,10 @@ pub(super) fn numbers(value: &serde_json::Value) -> Result<Vec<f64>, String> {
 }
 
 /// `state[key]`, or an error naming the key.
-pub(super) fn field<'v>(state: &'v serde_json::Value, key: &str) -> Result<&'v serde_json::Value, String> {
+pub(super) fn field<'v>(
+    state: &'v serde_json::Value,
+    key: &str,
+) -> Result<&'v serde_json::Value, String> {
     state.get(key).ok_or_else(|| format!("has no `{key}`"))
 }
 
@@ -318,7 +321,10 @@ impl OnlineMixer {
     pub fn with_temperature(self, temperature: f64) -> crate::error::Result<Self> {
         adabatch_rules::mixer::temperature(temperature)
             .map_err(|broken| crate::error::SettingsError::mixer_rule("online", broken))?;
-        Ok(Self { temperature, ..self })
+        Ok(Self {
+            temperature,
+            ..self
+        })
     }
 
     /// Equal shares for the first `steps` steps. Early losses fall together and
@@ -449,7 +455,10 @@ impl Mixer for OnlineMixer {
 
     /// The smoothed losses the softmax read.
     fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
-        vec![("smoothed_loss", Diagnostic::PerSource(self.smoothed.clone()))]
+        vec![(
+            "smoothed_loss",
+            Diagnostic::PerSource(self.smoothed.clone()),
+        )]
     }
 
     fn restore(&mut self, state: &serde_json::Value) -> Result<(), String> {
@@ -562,7 +571,10 @@ impl Mixer for Exp3Mixer {
         let k = self.rewards.len();
         vec![
             ("rewards", Diagnostic::PerSource(self.rewards.clone())),
-            ("exploration", Diagnostic::Scalar(Self::exploration(k, self.steps + 1))),
+            (
+                "exploration",
+                Diagnostic::Scalar(Self::exploration(k, self.steps + 1)),
+            ),
         ]
     }
 
@@ -682,8 +694,13 @@ mod tests {
         assert_eq!(planned.plan_run(Some(250)), None);
         assert_eq!((planned.warmup_steps(), planned.temperature), (100, 1.5));
         let mut unknown = OnlineMixer::default();
-        let notice = unknown.plan_run(None).expect("a run of unknown length is told of");
-        assert!(notice.contains("40 %") && notice.contains("with_warmup"), "{notice}");
+        let notice = unknown
+            .plan_run(None)
+            .expect("a run of unknown length is told of");
+        assert!(
+            notice.contains("40 %") && notice.contains("with_warmup"),
+            "{notice}"
+        );
         assert_eq!(unknown.warmup_steps(), 0);
         let mut steps = OnlineMixer::default().with_warmup(7);
         assert_eq!((steps.plan_run(Some(250)), steps.warmup_steps()), (None, 7));
@@ -813,7 +830,10 @@ mod tests {
         assert!((at(2.0)[0] - (0.95 * 0.731_059 + 0.025)).abs() < 1e-5);
         assert!(at(4.0)[0] < at(2.0)[0] && at(2.0)[0] < at(1.0)[0]);
         for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            assert!(OnlineMixer::default().with_temperature(bad).is_err(), "{bad}");
+            assert!(
+                OnlineMixer::default().with_temperature(bad).is_err(),
+                "{bad}"
+            );
         }
         // The other settings stay.
         let warm = OnlineMixer::default().with_warmup(7).with_temperature(2.0);

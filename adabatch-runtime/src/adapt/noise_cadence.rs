@@ -41,7 +41,9 @@ impl SplitCostModel {
     /// cores): a split step cost 1.34, 1.30, 1.16 and 1.02 plain steps at 8, 16,
     /// 32 and 64 documents; `f = 8` bounds them all (0.5, 0.33, 0.2, 0.11;
     /// BENCHMARKS, "Reproducible adapting").
-    pub const CPU: Self = Self { fixed_examples: 8.0 };
+    pub const CPU: Self = Self {
+        fixed_examples: 8.0,
+    };
     /// On a GPU the schedules' first batches are launch-bound: a second pass
     /// costs about a whole step (the timed cadence measured 1–3× on one H200,
     /// hence intervals of 15–54), so `c = 1` whatever the batch.
@@ -387,8 +389,13 @@ mod tests {
         };
         let (cpu, state) = steps(SplitCostModel::CPU, |split| if split { 0.02 } else { 0.01 });
         assert_eq!(cpu, (1..=60).step_by(4).collect::<Vec<_>>());
-        let (noisy, noisy_state) = steps(SplitCostModel::CPU, |split| if split { 9.0 } else { 0.001 });
-        assert_eq!((cpu, state), (noisy, noisy_state), "times change nothing, the state too");
+        let (noisy, noisy_state) =
+            steps(SplitCostModel::CPU, |split| if split { 9.0 } else { 0.001 });
+        assert_eq!(
+            (cpu, state),
+            (noisy, noisy_state),
+            "times change nothing, the state too"
+        );
         let (cuda, _) = steps(SplitCostModel::CUDA, |_| 1.0);
         assert_eq!(cuda, vec![1, 20, 39, 58]);
         assert_eq!(SplitCostModel::CUDA.interval(1), 19);
@@ -410,7 +417,10 @@ mod tests {
         let intervals: Vec<usize> = [8, 16, 32, 64].iter().map(|&b| cpu.interval(b)).collect();
         assert_eq!(intervals, vec![10, 7, 4, 4]);
         for b in [8, 16, 32, 64, 1000] {
-            assert!(cpu.extra(b) / cpu.interval(b) as f64 <= 0.0526, "at most 5 % at {b}");
+            assert!(
+                cpu.extra(b) / cpu.interval(b) as f64 <= 0.0526,
+                "at most 5 % at {b}"
+            );
         }
     }
 

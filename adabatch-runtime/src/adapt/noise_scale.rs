@@ -380,9 +380,10 @@ impl NoiseScaleEstimator {
     /// should not follow it yet.
     pub fn warmed_up(&self) -> bool {
         let horizon = (1.0 / (1.0 - self.beta)).ceil() as u64;
-        let measurements = horizon.min(MIN_MEASUREMENTS.max(horizon.div_ceil(
-            (self.spanned_steps() / self.steps.max(1)).max(1),
-        )));
+        let measurements = horizon.min(
+            MIN_MEASUREMENTS
+                .max(horizon.div_ceil((self.spanned_steps() / self.steps.max(1)).max(1))),
+        );
         self.spanned_steps() >= horizon && self.steps >= measurements
     }
 
@@ -475,7 +476,11 @@ mod tests {
         let mut e = NoiseScaleEstimator::new(0.95).unwrap();
         e.observe_after(2.0, 40.0, 4);
         let before = e;
-        for (norm, trace) in [(f64::NAN, 1.0), (1.0, f64::INFINITY), (f64::NEG_INFINITY, 1.0)] {
+        for (norm, trace) in [
+            (f64::NAN, 1.0),
+            (1.0, f64::INFINITY),
+            (f64::NEG_INFINITY, 1.0),
+        ] {
             assert_eq!(e.observe_after(norm, trace, 4), before.estimate());
             assert_eq!(e, before);
         }

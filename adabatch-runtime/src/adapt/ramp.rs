@@ -49,12 +49,13 @@ impl Ramp {
             samples,
             global,
         } = *self;
-        adabatch_rules::schedule::ramp(start, increment, samples, global)
-            .or_else(|broken| match self.is_constant() && global > 0 {
+        adabatch_rules::schedule::ramp(start, increment, samples, global).or_else(|broken| {
+            match self.is_constant() && global > 0 {
                 // A ramp that does not climb needs no stairs.
                 true => Ok(()),
                 false => Err(SettingsError::schedule_rule("ramp", broken).into()),
-            })
+            }
+        })
     }
 
     /// The global batch of a step taken after `consumed` examples.

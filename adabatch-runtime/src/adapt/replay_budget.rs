@@ -36,11 +36,17 @@ impl<M: Mixer> ReplayBudget<M> {
             })
         };
         if !(0.0..=1.0).contains(&budget) {
-            return Err(invalid(budget.to_string(), "a share of each step, from 0 to 1"));
+            return Err(invalid(
+                budget.to_string(),
+                "a share of each step, from 0 to 1",
+            ));
         }
         let new_sources: Vec<String> = new_sources.into_iter().map(Into::into).collect();
         if new_sources.is_empty() {
-            return Err(invalid("no new sources".into(), "at least one new source, which it does not cap"));
+            return Err(invalid(
+                "no new sources".into(),
+                "at least one new source, which it does not cap",
+            ));
         }
         let mut inner = inner;
         inner.keep_old_share_within(&new_sources, budget);
@@ -121,7 +127,12 @@ fn capped(weights: &[f64], is_new: &[bool], budget: f64) -> Vec<f64> {
         return weights.to_vec();
     }
     let shares: Vec<f64> = weights.iter().map(|w| w / total).collect();
-    let old: f64 = shares.iter().zip(is_new).filter(|(_, &n)| !n).map(|(s, _)| s).sum();
+    let old: f64 = shares
+        .iter()
+        .zip(is_new)
+        .filter(|(_, &n)| !n)
+        .map(|(s, _)| s)
+        .sum();
     let new_count = is_new.iter().filter(|&&n| n).count();
     // No new source takes what the cap moves (`check_sources` refuses such a run
     // before it starts): the mixture is left as it is.
@@ -188,7 +199,10 @@ mod tests {
         // All weight on the old domains: python takes the rest.
         let mut all_old = ReplayBudget::new(Fixed(vec![0.0, 1.0, 1.0]), ["python"], 0.1).unwrap();
         let w = all_old.weights(&stats(&names));
-        assert!((w[0] - 0.9).abs() < 1e-15 && (w[1] - 0.05).abs() < 1e-15, "{w:?}");
+        assert!(
+            (w[0] - 0.9).abs() < 1e-15 && (w[1] - 0.05).abs() < 1e-15,
+            "{w:?}"
+        );
     }
 
     #[test]
@@ -203,14 +217,23 @@ mod tests {
             )
         };
         assert!(refused(ReplayBudget::new(Fixed(vec![]), ["python"], 1.5)));
-        assert!(refused(ReplayBudget::new(Fixed(vec![]), ["python"], f64::NAN)));
-        assert!(refused(ReplayBudget::new(Fixed(vec![]), Vec::<String>::new(), 0.1)));
+        assert!(refused(ReplayBudget::new(
+            Fixed(vec![]),
+            ["python"],
+            f64::NAN
+        )));
+        assert!(refused(ReplayBudget::new(
+            Fixed(vec![]),
+            Vec::<String>::new(),
+            0.1
+        )));
     }
 
     #[test]
     fn new_sources_must_be_among_the_runs() {
         let names: Vec<String> = ["python", "en", "kjv"].map(String::from).to_vec();
-        let budget = |new: &[&str]| ReplayBudget::new(Fixed(vec![1.0; 3]), new.to_vec(), 0.1).unwrap();
+        let budget =
+            |new: &[&str]| ReplayBudget::new(Fixed(vec![1.0; 3]), new.to_vec(), 0.1).unwrap();
         assert!(budget(&["python"]).check_sources(&names).is_ok());
         let err = budget(&["pyhton", "en"]).check_sources(&names).unwrap_err();
         assert!(err.contains("pyhton") && !err.contains("en,"), "{err}");
@@ -228,7 +251,10 @@ mod tests {
         (first.step, first.loss) = (0, &no_loss);
         let given = mixer.weights(&first);
         // Exp3 proposed (0.5, 0.5); the budget trained (0.9, 0.1).
-        assert!((given[0] - 0.9).abs() < 1e-15 && (given[1] - 0.1).abs() < 1e-15, "{given:?}");
+        assert!(
+            (given[0] - 0.9).abs() < 1e-15 && (given[1] - 0.1).abs() < 1e-15,
+            "{given:?}"
+        );
         let loss = [2.0, 3.0];
         let mut after = stats(&names);
         after.loss = &loss;
@@ -271,19 +297,29 @@ mod tests {
                 (after.step, after.loss, after.weights) = (step, &observed, &trained);
                 given.push(mixer.weights(&after));
             }
-            (mixer.inner.mixing_law().to_vec(), mixer.inner.mixture().to_vec(), given)
+            (
+                mixer.inner.mixing_law().to_vec(),
+                mixer.inner.mixture().to_vec(),
+                given,
+            )
         };
         for budget in [0.5, 0.3, 0.1] {
             let (law, mixture, given) = run(budget);
             let probes = &given[..6];
-            assert!(probes.iter().all(|w| w[1] + w[2] <= budget + 1e-12), "{given:?}");
+            assert!(
+                probes.iter().all(|w| w[1] + w[2] <= budget + 1e-12),
+                "{given:?}"
+            );
             // Probing `en` at 0.6 of the old side's budget, `kjv` the rest of it.
             assert!((given[2][1] - 0.6 * budget).abs() < 1e-12, "{given:?}");
             assert_eq!(law.len(), 9, "the round closed at {budget}");
             for (got, want) in law.iter().zip(truth.iter().flatten()) {
                 assert!((got - 2.0 * want).abs() < 1e-9, "{budget}: {law:?}");
             }
-            assert!(mixture.iter().any(|p| (p - 1.0 / 3.0).abs() > 1e-3), "{mixture:?}");
+            assert!(
+                mixture.iter().any(|p| (p - 1.0 / 3.0).abs() > 1e-3),
+                "{mixture:?}"
+            );
         }
     }
 

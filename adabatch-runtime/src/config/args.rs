@@ -458,14 +458,20 @@ impl OptimArgs {
     /// a program that trains with another optimizer (SGD) refuses them rather
     /// than leave them inert.
     pub fn given(matches: &clap::ArgMatches) -> Vec<String> {
-        ["optim", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon"]
-            .into_iter()
-            .filter(|id| {
-                matches!(matches.try_get_raw(id), Ok(Some(_)))
-                    && matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
-            })
-            .map(|id| format!("--{}", id.replace('_', "-")))
-            .collect()
+        [
+            "optim",
+            "weight_decay",
+            "adam_beta1",
+            "adam_beta2",
+            "adam_epsilon",
+        ]
+        .into_iter()
+        .filter(|id| {
+            matches!(matches.try_get_raw(id), Ok(Some(_)))
+                && matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+        })
+        .map(|id| format!("--{}", id.replace('_', "-")))
+        .collect()
     }
 }
 
@@ -517,8 +523,7 @@ impl TrainingArgs {
     /// The directory of TensorBoard event files: `--logging-dir`, else
     /// `<output_dir>/runs`.
     pub fn tensorboard_dir(&self) -> PathBuf {
-        (self.logging.logging_dir.clone())
-            .unwrap_or_else(|| self.save.output_dir.join("runs"))
+        (self.logging.logging_dir.clone()).unwrap_or_else(|| self.save.output_dir.join("runs"))
     }
 }
 

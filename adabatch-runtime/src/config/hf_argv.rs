@@ -74,8 +74,8 @@ fn file_flags(command: &Command, path: &Path, given: &HashSet<String>) -> Result
         })
     };
     let text = std::fs::read_to_string(path).map_err(Error::io(FileOp::Read, path))?;
-    let settings: serde_json::Map<String, Value> =
-        serde_json::from_str(&text).map_err(|e| bad(format!("not a JSON object of settings: {e}")))?;
+    let settings: serde_json::Map<String, Value> = serde_json::from_str(&text)
+        .map_err(|e| bad(format!("not a JSON object of settings: {e}")))?;
     let hf_only: BTreeMap<String, Option<Vec<Value>>> =
         serde_json::from_str(HF_ONLY).expect("the table of HF's defaults parses");
     let mut flags = Vec::new();
@@ -108,7 +108,12 @@ fn file_flags(command: &Command, path: &Path, given: &HashSet<String>) -> Result
 
 /// A file's `key = value` as the flag `--dashed` would take it (none for `null`,
 /// `false` of a bare flag, an empty list, or HF's `max_steps = -1`, "unset").
-fn file_value(dashed: &str, flag: Flag, key: &str, value: &Value) -> std::result::Result<Vec<OsString>, String> {
+fn file_value(
+    dashed: &str,
+    flag: Flag,
+    key: &str,
+    value: &Value,
+) -> std::result::Result<Vec<OsString>, String> {
     let with = |text: String| vec![OsString::from(format!("--{dashed}={text}"))];
     Ok(match (flag, value) {
         (_, Value::Null) => Vec::new(),
@@ -121,11 +126,17 @@ fn file_value(dashed: &str, flag: Flag, key: &str, value: &Value) -> std::result
         (_, Value::String(s)) => with(s.clone()),
         (_, Value::Array(items)) if items.is_empty() => Vec::new(),
         (_, Value::Array(items)) => {
-            let texts: Option<Vec<String>> = items.iter().map(|v| v.as_str().map(String::from)).collect();
-            let texts = texts.ok_or_else(|| format!("`{key}` = {value}: expected a list of names"))?;
+            let texts: Option<Vec<String>> =
+                items.iter().map(|v| v.as_str().map(String::from)).collect();
+            let texts =
+                texts.ok_or_else(|| format!("`{key}` = {value}: expected a list of names"))?;
             with(texts.join(","))
         }
-        (_, Value::Object(_)) => return Err(format!("`{key}` = {value}: expected a value, not an object")),
+        (_, Value::Object(_)) => {
+            return Err(format!(
+                "`{key}` = {value}: expected a value, not an object"
+            ))
+        }
     })
 }
 
@@ -278,22 +289,45 @@ mod tests {
     #[test]
     fn hf_spellings_parse_as_the_dashed_flags() {
         let dashed = parsed(&[
-            "run", "--max-steps", "8", "--per-device-train-batch-size", "4",
-            "--learning-rate=3e-3", "--disable-tqdm", "--logging-first-step",
+            "run",
+            "--max-steps",
+            "8",
+            "--per-device-train-batch-size",
+            "4",
+            "--learning-rate=3e-3",
+            "--disable-tqdm",
+            "--logging-first-step",
         ]);
         let hf = parsed(&[
-            "run", "--max_steps", "8", "--per_device_train_batch_size", "4",
-            "--learning_rate=3e-3", "--disable_tqdm", "True", "--logging_first_step=true",
-            "--fp16", "False", "--bf16=0",
+            "run",
+            "--max_steps",
+            "8",
+            "--per_device_train_batch_size",
+            "4",
+            "--learning_rate=3e-3",
+            "--disable_tqdm",
+            "True",
+            "--logging_first_step=true",
+            "--fp16",
+            "False",
+            "--bf16=0",
         ]);
-        assert_eq!(serde_json::to_value(&dashed).unwrap(), serde_json::to_value(&hf).unwrap());
+        assert_eq!(
+            serde_json::to_value(&dashed).unwrap(),
+            serde_json::to_value(&hf).unwrap()
+        );
         assert_eq!(hf.length.max_steps, Some(8));
         assert!(hf.logging.disable_tqdm && !hf.step.fp16);
     }
 
     #[test]
     fn booleans_that_take_a_value_take_hf_words() {
-        let args = parsed(&["run", "--dataloader_drop_last", "True", "--init_from_strict=False"]);
+        let args = parsed(&[
+            "run",
+            "--dataloader_drop_last",
+            "True",
+            "--init_from_strict=False",
+        ]);
         assert_eq!(args.data.dataloader_drop_last, Some(true));
         assert!(!args.save.init_from_strict);
     }
@@ -308,7 +342,10 @@ mod tests {
         assert!(err.to_string().contains("--max_stepz"), "{err}");
         // A value that is not a truth word stays a value of the next flag's.
         let argv = hf_argv(&command, ["run", "--disable_tqdm", "--max_steps", "1"]).unwrap();
-        assert_eq!(argv, ["run", "--disable-tqdm", "--max-steps", "1"].map(OsString::from));
+        assert_eq!(
+            argv,
+            ["run", "--disable-tqdm", "--max-steps", "1"].map(OsString::from)
+        );
         // After `--`, nothing is rewritten.
         let argv = hf_argv(&command, ["run", "--", "--max_steps"]).unwrap();
         assert_eq!(argv, ["run", "--", "--max_steps"].map(OsString::from));

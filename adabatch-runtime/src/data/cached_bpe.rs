@@ -77,7 +77,10 @@ impl<'a> DocumentEncoder<'a> {
             Self::Pipeline { tokenizer, .. } => {
                 let texts: Vec<&str> = documents.iter().map(AsRef::as_ref).collect();
                 let encodings = tokenizer.encode_batch_fast(texts, false)?;
-                Ok(encodings.into_iter().map(|e| e.get_ids().to_vec()).collect())
+                Ok(encodings
+                    .into_iter()
+                    .map(|e| e.get_ids().to_vec())
+                    .collect())
             }
         }
     }
@@ -114,8 +117,7 @@ impl<'a> CachedBpe<'a> {
             | Some(PostProcessorWrapper::Roberta(_)) => {}
             Some(_) => return Err("a sequence of post-processors"),
         }
-        let Some(PreTokenizerWrapper::ByteLevel(byte_level)) = tokenizer.get_pre_tokenizer()
-        else {
+        let Some(PreTokenizerWrapper::ByteLevel(byte_level)) = tokenizer.get_pre_tokenizer() else {
             return Err("a pre-tokenizer other than the byte-level one");
         };
         let ModelWrapper::BPE(bpe) = tokenizer.get_model() else {
@@ -157,7 +159,9 @@ impl<'a> CachedBpe<'a> {
             .par_chunks(part)
             .zip(self.caches.par_iter())
             .map(|(documents, cache)| {
-                let mut cache = cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut cache = cache
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
                 documents
                     .iter()
                     .map(|text| self.encode_text(text.as_ref(), &mut cache))
@@ -168,12 +172,12 @@ impl<'a> CachedBpe<'a> {
     }
 
     /// One text's ids: `tokenizers`' pre-tokenization and BPE, word by word.
-    fn encode_text(
-        &self,
-        text: &str,
-        cache: &mut WordCache,
-    ) -> tokenizers::Result<Vec<u32>> {
-        if self.added.as_ref().is_some_and(|added| added.is_match(text)) {
+    fn encode_text(&self, text: &str, cache: &mut WordCache) -> tokenizers::Result<Vec<u32>> {
+        if self
+            .added
+            .as_ref()
+            .is_some_and(|added| added.is_match(text))
+        {
             return Ok(self.tokenizer.encode_fast(text, false)?.get_ids().to_vec());
         }
         let text = match self.add_prefix_space && !text.starts_with(' ') {
@@ -257,19 +261,36 @@ mod tests {
     }
 
     fn pipeline(tokenizer: &Tokenizer, text: &str) -> Vec<u32> {
-        tokenizer.encode_fast(text, false).unwrap().get_ids().to_vec()
+        tokenizer
+            .encode_fast(text, false)
+            .unwrap()
+            .get_ids()
+            .to_vec()
     }
 
     #[test]
     fn the_byte_table_is_the_pre_tokenizers() {
         // Every byte valid UTF-8 can hold: ASCII, continuation bytes and lead bytes.
         let mut text: String = (0u8..0x80).map(char::from).collect();
-        text.extend(['\u{80}', '\u{7FF}', '\u{800}', '\u{FFFF}', '\u{10000}', '\u{10FFFF}']);
+        text.extend([
+            '\u{80}',
+            '\u{7FF}',
+            '\u{800}',
+            '\u{FFFF}',
+            '\u{10000}',
+            '\u{10FFFF}',
+        ]);
         text.extend((0x80u32..0x800).step_by(7).filter_map(char::from_u32));
         text.extend((0x800u32..0x10000).step_by(61).filter_map(char::from_u32));
-        text.extend((0x10000u32..0x110000).step_by(4099).filter_map(char::from_u32));
+        text.extend(
+            (0x10000u32..0x110000)
+                .step_by(4099)
+                .filter_map(char::from_u32),
+        );
         let mut pre = PreTokenizedString::from(text.as_str());
-        ByteLevel::new(false, false, false).pre_tokenize(&mut pre).unwrap();
+        ByteLevel::new(false, false, false)
+            .pre_tokenize(&mut pre)
+            .unwrap();
         let library: String = pre
             .get_splits(OffsetReferential::Original, OffsetType::Byte)
             .into_iter()
@@ -284,7 +305,11 @@ mod tests {
     fn a_trained_tokenizer_is_cached_and_encodes_as_the_pipeline() {
         let tokenizer = trained();
         let encoder = DocumentEncoder::new(&tokenizer);
-        assert!(matches!(encoder, DocumentEncoder::Cached(_)), "{}", encoder.describe());
+        assert!(
+            matches!(encoder, DocumentEncoder::Cached(_)),
+            "{}",
+            encoder.describe()
+        );
         let texts = [
             "The quick brown fox, again and again: the quick brown fox.",
             "  leading spaces and trailing   ",
@@ -307,7 +332,10 @@ mod tests {
         let encoder = DocumentEncoder::new(&tokenizer);
         assert_eq!(encoder.describe(), "tokenizers' pipeline (a normalizer)");
         let text = "Upper Case";
-        assert_eq!(encoder.encode(&[text]).unwrap()[0], pipeline(&tokenizer, text));
+        assert_eq!(
+            encoder.encode(&[text]).unwrap()[0],
+            pipeline(&tokenizer, text)
+        );
     }
 
     #[test]
@@ -317,7 +345,10 @@ mod tests {
             tokenizer.with_pre_tokenizer(Some(ByteLevel::new(prefix, true, regex)));
             let encoder = DocumentEncoder::new(&tokenizer);
             for text in ["word and words", " spaced first", "x"] {
-                assert_eq!(encoder.encode(&[text]).unwrap()[0], pipeline(&tokenizer, text));
+                assert_eq!(
+                    encoder.encode(&[text]).unwrap()[0],
+                    pipeline(&tokenizer, text)
+                );
             }
         }
     }

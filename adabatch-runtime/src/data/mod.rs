@@ -5,6 +5,8 @@
 //! Hub's Parquet and Arrow files with `parquet`).
 
 #[cfg(feature = "tokenizers")]
+mod cached_bpe;
+#[cfg(feature = "tokenizers")]
 pub mod corpus;
 pub mod length;
 pub mod mixture;
@@ -13,7 +15,5 @@ pub mod planner;
 pub mod sampler;
 pub mod source_spec;
 pub mod token_files;
-#[cfg(feature = "tokenizers")]
-mod cached_bpe;
 #[cfg(feature = "tokenizers")]
 pub mod tokenize;

@@ -325,7 +325,8 @@ impl GlobalBatchSampler {
     pub fn next_global(&mut self, wanted: usize) -> Option<GlobalBatch> {
         if self.mixed.is_some() {
             // The weights were checked when the sources were made or restored.
-            return self.next_mixed(|mixed, drop_last| mixed.draw(wanted, drop_last).ok().flatten());
+            return self
+                .next_mixed(|mixed, drop_last| mixed.draw(wanted, drop_last).ok().flatten());
         }
         let take = self.next_take(wanted)?;
         let indices = self.order.range(self.position..self.position + take);
@@ -339,10 +340,17 @@ impl GlobalBatchSampler {
     /// The next global batch of a mixed run sized in tokens: as many examples as
     /// fit in `max_tokens` tokens summed (see [`MixedSources::draw_tokens`]);
     /// `None` when the epoch is used up or the sampler has one source.
-    pub fn next_global_tokens(&mut self, max_tokens: usize, lengths: &[usize]) -> Option<GlobalBatch> {
+    pub fn next_global_tokens(
+        &mut self,
+        max_tokens: usize,
+        lengths: &[usize],
+    ) -> Option<GlobalBatch> {
         self.mixed.as_ref()?;
         self.next_mixed(|mixed, drop_last| {
-            mixed.draw_tokens(max_tokens, lengths, drop_last).ok().flatten()
+            mixed
+                .draw_tokens(max_tokens, lengths, drop_last)
+                .ok()
+                .flatten()
         })
     }
 

@@ -101,7 +101,9 @@ pub(crate) fn check_weights(step: usize, weights: &[f64]) -> Result<()> {
 /// What makes `weights` unusable as a mixture, if anything (the rule of
 /// `adabatch_rules::mixer::weights`).
 fn weights_problem(weights: &[f64]) -> Option<String> {
-    adabatch_rules::mixer::weights(weights).err().map(|broken| broken.message)
+    adabatch_rules::mixer::weights(weights)
+        .err()
+        .map(|broken| broken.message)
 }
 
 /// The sources' draws merged so that each is spread evenly over the batch: the

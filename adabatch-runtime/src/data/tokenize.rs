@@ -32,8 +32,8 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 pub use tokenizers::Tokenizer;
 use tokenizers::{AddedToken, TokenizerBuilder};
 
-pub use super::corpus::{Corpus, Skipped};
 use super::cached_bpe::DocumentEncoder;
+pub use super::corpus::{Corpus, Skipped};
 use super::token_files::{TokenDocuments, TokenFile, TokenWidth};
 use crate::error::{Cause, DataError, Error, FileOp, Result};
 
@@ -161,7 +161,8 @@ impl CorpusSource {
         let files = super::corpus::shard_files(corpus)?
             .iter()
             .map(|path| {
-                let meta = std::fs::metadata(path).map_err(Error::io(FileOp::Read, path.clone()))?;
+                let meta =
+                    std::fs::metadata(path).map_err(Error::io(FileOp::Read, path.clone()))?;
                 Ok((path.display().to_string(), meta.len()))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -269,7 +270,8 @@ impl CorpusInfo {
 
 /// A JSON file a preparation wrote (`tokens.json`, `domains.json`), read back.
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path).map_err(Error::io(FileOp::Read, path.to_path_buf()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(Error::io(FileOp::Read, path.to_path_buf()))?;
     serde_json::from_str(&text).map_err(|e| tokenizer_failed(path, "does not parse", e))
 }
 
@@ -299,9 +301,8 @@ pub fn load_tokenizer(path: &Path) -> Result<Tokenizer> {
     let text = std::fs::read_to_string(path).map_err(Error::io(FileOp::Read, path))?;
     serde_json::from_str::<serde_json::Value>(&text)
         .map_err(|e| tokenizer_failed(path, "is not JSON", e))?;
-    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        text.parse::<Tokenizer>()
-    }));
+    let loaded =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| text.parse::<Tokenizer>()));
     match loaded {
         Ok(parsed) => parsed.map_err(|e| tokenizer_failed(path, "cannot load the tokenizer", e)),
         Err(panic) => {
@@ -417,9 +418,7 @@ pub fn build_tokenizer(options: &PrepareOptions, documents: &[&str]) -> Result<T
         TokenizerSource::TrainBpe { vocab_size } => {
             train_byte_level_bpe(documents, *vocab_size, &options.eos_token)
         }
-        TokenizerSource::File(path) => {
-            load_tokenizer(path)
-        }
+        TokenizerSource::File(path) => load_tokenizer(path),
     }
 }
 
@@ -508,7 +507,8 @@ impl TokenWriter {
     fn finish(self) -> Result<(u64, usize)> {
         let io = Error::io(FileOp::Write, self.path.clone());
         let file = self.out.into_inner().map_err(|e| io(e.into_error()))?;
-        file.sync_all().map_err(Error::io(FileOp::Write, self.path.clone()))?;
+        file.sync_all()
+            .map_err(Error::io(FileOp::Write, self.path.clone()))?;
         drop(file);
         std::fs::rename(&self.partial, &self.path)
             .map_err(Error::io(FileOp::Rename, self.path.clone()))?;
@@ -615,7 +615,11 @@ pub(crate) fn tokenizer_for(
         bytes += taken;
     }
     if sample.is_empty() {
-        let first = corpora.iter().flat_map(Corpus::files).next().unwrap_or_default();
+        let first = corpora
+            .iter()
+            .flat_map(Corpus::files)
+            .next()
+            .unwrap_or_default();
         return Err(tokenizer_error(
             &first,
             "the corpus holds no document to learn a tokenizer from (every text is null, \
@@ -961,7 +965,10 @@ mod tests {
     /// The ids a file of `width` holds.
     fn ids_in(path: &Path) -> Vec<u32> {
         let bytes = std::fs::read(path).unwrap();
-        bytes.chunks(2).map(|b| u16::from_le_bytes([b[0], b[1]]) as u32).collect()
+        bytes
+            .chunks(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]) as u32)
+            .collect()
     }
 
     /// Streamed token files hold each kept text encoded as it is, then the EOS id,
@@ -979,10 +986,18 @@ mod tests {
                 _ => Some(format!(" the {i}th cat sat on the {} mat. ", i % 13)),
             })
             .collect();
-        let lines: Vec<String> = texts.iter().map(|t| serde_json::json!({ "body": t }).to_string()).collect();
+        let lines: Vec<String> = texts
+            .iter()
+            .map(|t| serde_json::json!({ "body": t }).to_string())
+            .collect();
         let corpus = dir.join("c.jsonl");
         std::fs::write(&corpus, lines.join("\n")).unwrap();
-        let kept: Vec<&str> = texts.iter().flatten().map(String::as_str).filter(|t| !t.trim().is_empty()).collect();
+        let kept: Vec<&str> = texts
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .filter(|t| !t.trim().is_empty())
+            .collect();
         let tokenizer = train_byte_level_bpe(&kept[..200], 400, "<|endoftext|>").unwrap();
         std::fs::write(dir.join("tok.json"), tokenizer.to_string(false).unwrap()).unwrap();
         let options = PrepareOptions {
@@ -993,18 +1008,36 @@ mod tests {
         };
         let mut outputs = Vec::new();
         for threads in [1, 3] {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
             let out = dir.join(format!("out{threads}"));
-            let info = pool.install(|| prepare_corpus(std::slice::from_ref(&corpus), &out, &options)).unwrap();
-            assert_eq!(info.skipped, Skipped { null: 31, empty: 31 });
+            let info = pool
+                .install(|| prepare_corpus(std::slice::from_ref(&corpus), &out, &options))
+                .unwrap();
+            assert_eq!(
+                info.skipped,
+                Skipped {
+                    null: 31,
+                    empty: 31
+                }
+            );
             assert_eq!(CorpusInfo::read(&out).unwrap(), info);
-            outputs.push((ids_in(&out.join("train.bin")), ids_in(&out.join("validation.bin"))));
+            outputs.push((
+                ids_in(&out.join("train.bin")),
+                ids_in(&out.join("validation.bin")),
+            ));
         }
         assert_eq!(outputs[0], outputs[1], "the same bytes in 1 and 3 threads");
         let (mut train, mut validation) = (Vec::new(), Vec::new());
         for (i, text) in kept.iter().enumerate() {
             let ids = tokenizer.encode(*text, false).unwrap().get_ids().to_vec();
-            let into = if is_held_out(i, 0.1) { &mut validation } else { &mut train };
+            let into = if is_held_out(i, 0.1) {
+                &mut validation
+            } else {
+                &mut train
+            };
             into.extend(ids);
             into.push(0);
         }

@@ -766,9 +766,8 @@ mod tests {
     /// A failed call keeps NCCL's answer as a typed source, shown once in a report.
     #[test]
     fn a_failed_call_keeps_ncclresult_as_its_source() {
-        let err = nccl_err("ncclAllReduce")(nccl::NcclError(
-            nccl_sys::ncclResult_t::ncclInvalidArgument,
-        ));
+        let err =
+            nccl_err("ncclAllReduce")(nccl::NcclError(nccl_sys::ncclResult_t::ncclInvalidArgument));
         let mut cause = std::error::Error::source(&err);
         let mut failure = None;
         while let Some(source) = cause {

@@ -113,9 +113,9 @@ impl Rendezvous {
         let mut peers: Vec<Option<TcpStream>> = (0..self.world_size).map(|_| None).collect();
         let mut arrived = 1; // rank 0 itself
         let set_nonblocking = |on: bool| {
-            listener
-                .set_nonblocking(on)
-                .map_err(|e| address_error(&self.addr(), "cannot set up the listener".into(), Some(e)))
+            listener.set_nonblocking(on).map_err(|e| {
+                address_error(&self.addr(), "cannot set up the listener".into(), Some(e))
+            })
         };
         set_nonblocking(true)?;
         let result = loop {
@@ -214,15 +214,14 @@ impl Rendezvous {
         let addr = self.addr();
         let started = Instant::now();
         let deadline = started + self.timeout;
-        let unreachable = |doing: &str, error: Option<std::io::Error>| {
-            RendezvousError::MasterUnreachable {
+        let unreachable =
+            |doing: &str, error: Option<std::io::Error>| RendezvousError::MasterUnreachable {
                 rank: self.rank,
                 addr: addr.clone(),
                 waited: started.elapsed(),
                 doing: doing.into(),
                 source: error.map(Arc::new),
-            }
-        };
+            };
         let mut backoff = Duration::from_millis(20);
         let mut stream = loop {
             let now = Instant::now();
@@ -237,7 +236,9 @@ impl Rendezvous {
                         (deadline - now).min(Duration::from_secs(2)),
                     ) {
                         Ok(s) => return Ok(s),
-                        Err(e) => last = address_error(&addr, format!("cannot connect to {a}"), Some(e)),
+                        Err(e) => {
+                            last = address_error(&addr, format!("cannot connect to {a}"), Some(e))
+                        }
                     }
                 }
                 Err(last)

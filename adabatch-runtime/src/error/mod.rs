@@ -233,9 +233,8 @@ mod tests {
 
     #[test]
     fn a_report_names_each_cause_once() {
-        let io = Error::io(FileOp::Rename, "out/checkpoint-3")(std::io::Error::other(
-            "Not a directory",
-        ));
+        let io =
+            Error::io(FileOp::Rename, "out/checkpoint-3")(std::io::Error::other("Not a directory"));
         assert_eq!(
             io.report(),
             "error: could not move into place out/checkpoint-3\ncaused by: Not a directory"

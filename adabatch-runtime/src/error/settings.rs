@@ -123,7 +123,11 @@ pub enum SettingsError {
 
 impl SettingsError {
     /// `name` = `value` is out of its range, which is `expected`.
-    pub(crate) fn invalid(name: &'static str, value: impl ToString, expected: &'static str) -> Self {
+    pub(crate) fn invalid(
+        name: &'static str,
+        value: impl ToString,
+        expected: &'static str,
+    ) -> Self {
         Self::InvalidSetting {
             name,
             value: value.to_string(),

@@ -4,8 +4,8 @@
 
 use std::sync::Mutex;
 
-use candle_core::backprop::GradStore;
 use adabatch_nn::AdamWStep;
+use candle_core::backprop::GradStore;
 use candle_core::{CpuStorage, DType, Layout, Tensor, Var};
 
 use super::groups::{HeldParameters, ParamGroups};
@@ -116,7 +116,10 @@ enum Moments {
     Host(Mutex<(Vec<f32>, Vec<f32>)>),
     #[cfg(feature = "cuda")]
     Cuda(Mutex<adabatch_nn::CudaMoments>),
-    Device { m: Var, v: Var },
+    Device {
+        m: Var,
+        v: Var,
+    },
 }
 
 /// Checkpointable AdamW (the update of `candle_nn::AdamW`).
@@ -166,7 +169,11 @@ impl Slot {
         match &self.moments {
             Moments::Host(moments) => {
                 let guard = moments.lock().unwrap_or_else(|p| p.into_inner());
-                Ok(Tensor::from_slice(&guard.1, self.var.shape(), self.var.device())?)
+                Ok(Tensor::from_slice(
+                    &guard.1,
+                    self.var.shape(),
+                    self.var.device(),
+                )?)
             }
             #[cfg(feature = "cuda")]
             Moments::Cuda(_) => Ok(self.moment_tensors()?.1),
@@ -413,8 +420,9 @@ impl TrainOptimizer for AdamW {
         }
         let p = self.params;
         let correction = (1.0 - p.beta2.powi(self.step as i32)).sqrt();
-        let slots: std::collections::HashMap<_, &Slot> =
-            (self.slots.iter()).map(|s| (s.var.as_tensor().id(), s)).collect();
+        let slots: std::collections::HashMap<_, &Slot> = (self.slots.iter())
+            .map(|s| (s.var.as_tensor().id(), s))
+            .collect();
         let mut out = Vec::with_capacity(params.len());
         for (_, var) in params {
             out.push(match slots.get(&var.as_tensor().id()) {
@@ -538,15 +546,27 @@ mod tests {
         let device = Device::Cpu;
         let w = Var::from_tensor(&Tensor::new(&[1.0f32, -2.0], &device)?)?;
         let other = Var::from_tensor(&Tensor::new(&[0.0f32], &device)?)?;
-        let params = vec![("other".to_string(), other.clone()), ("w".to_string(), w.clone())];
-        let mut opt = AdamW::new(vec![w.clone()], ParamsAdamW { eps: 1e-3, ..Default::default() })?;
+        let params = vec![
+            ("other".to_string(), other.clone()),
+            ("w".to_string(), w.clone()),
+        ];
+        let mut opt = AdamW::new(
+            vec![w.clone()],
+            ParamsAdamW {
+                eps: 1e-3,
+                ..Default::default()
+            },
+        )?;
         let c = Tensor::new(&[3.0f32, -4.0], &device)?;
         for step in 1..=6 {
             let pre = opt.preconditioner(&params)?.expect("AdamW has one");
             assert_eq!(pre.len(), 2);
             assert!(pre[0].is_none(), "not held");
             if step <= PRECONDITION_AFTER {
-                assert!(pre[1].is_none(), "identity before {PRECONDITION_AFTER} updates");
+                assert!(
+                    pre[1].is_none(),
+                    "identity before {PRECONDITION_AFTER} updates"
+                );
             } else {
                 let got = pre[1].as_ref().unwrap().to_vec1::<f32>()?;
                 for (got, g) in got.iter().zip([3.0f32, 4.0]) {
@@ -599,7 +619,10 @@ mod tests {
         let named = vec![("w".to_string(), ours_var.clone())];
         let state = ours.export_state(&named)?.expect("AdamW exports its state");
         let dir = std::env::temp_dir().join(format!("adabatch-adamw-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(crate::error::Error::io(crate::error::FileOp::CreateDir, dir.clone()))?;
+        std::fs::create_dir_all(&dir).map_err(crate::error::Error::io(
+            crate::error::FileOp::CreateDir,
+            dir.clone(),
+        ))?;
         let file = dir.join("optimizer.safetensors");
         state.save(&file)?;
         let loaded = OptimizerState::load(&file, &device)?;

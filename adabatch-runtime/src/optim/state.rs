@@ -129,7 +129,9 @@ impl OptimizerState {
         }
         let step = field("step")?
             .parse()
-            .map_err(|e: std::num::ParseIntError| unreadable("its step is not a number", e.into()))?;
+            .map_err(|e: std::num::ParseIntError| {
+                unreadable("its step is not a number", e.into())
+            })?;
         let hyper = serde_json::from_str(&field("hyper")?)
             .map_err(|e| unreadable("its hyper-parameters do not parse", e.into()))?;
         let groups = match metadata.get("groups") {

@@ -88,7 +88,8 @@ impl Logger {
         let jsonl = match jsonl {
             Some(path) => {
                 if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-                    std::fs::create_dir_all(parent).map_err(Error::io(FileOp::CreateDir, parent))?;
+                    std::fs::create_dir_all(parent)
+                        .map_err(Error::io(FileOp::CreateDir, parent))?;
                 }
                 if append {
                     cut_torn_line(path)?;
@@ -223,7 +224,8 @@ impl Logger {
             source,
         })?;
         line.push(b'\n');
-        file.write_all(&line).map_err(Error::io(FileOp::Write, path.clone()))
+        file.write_all(&line)
+            .map_err(Error::io(FileOp::Write, path.clone()))
     }
 
     /// Records in the JSONL log that the run diverged at `step`: one line
@@ -283,8 +285,9 @@ impl Logger {
         };
         plot_runs(&[run], out)?;
         if self.print_steps {
-            self.progress
-                .suspend(|| super::messages::note(&format!("plot of the run written to {}", out.display())));
+            self.progress.suspend(|| {
+                super::messages::note(&format!("plot of the run written to {}", out.display()))
+            });
         }
         Ok(())
     }

@@ -361,8 +361,15 @@ where
     for (row, key) in diagnostics.iter().enumerate() {
         let caption = format!("Mixer: {key} ({})", run.label);
         let series = diagnostic_series(run, xs, key);
-        let y = range(series.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.1)), false);
-        let area = (&panels[row * 2 + column], range(xs.iter().copied(), true), y);
+        let y = range(
+            series.iter().flat_map(|(_, pts)| pts.iter().map(|p| p.1)),
+            false,
+        );
+        let area = (
+            &panels[row * 2 + column],
+            range(xs.iter().copied(), true),
+            y,
+        );
         by_source_panel(area, (&caption, key, x_label), series)?;
     }
     Ok(())
@@ -408,12 +415,16 @@ where
 fn diagnostic_keys(run: &RunLog) -> Vec<String> {
     const MOST: usize = 3;
     let mut keys: Vec<String> = Vec::new();
-    for record in run.steps.iter().filter_map(|s| s.sources.mixer.as_ref()?.as_object()) {
+    for record in run
+        .steps
+        .iter()
+        .filter_map(|s| s.sources.mixer.as_ref()?.as_object())
+    {
         for (key, value) in record {
             let drawable = value.is_number()
-                || value
-                    .as_object()
-                    .is_some_and(|per_source| per_source.values().all(|v| v.is_number() || v.is_null()));
+                || value.as_object().is_some_and(|per_source| {
+                    per_source.values().all(|v| v.is_number() || v.is_null())
+                });
             if drawable && !keys.contains(key) && keys.len() < MOST {
                 keys.push(key.clone());
             }
@@ -452,7 +463,11 @@ fn diagnostic_series(run: &RunLog, xs: &[f64], key: &str) -> Vec<(String, Vec<(f
 /// Lines by source (one colour each, with a legend) over the run, on the run's
 /// x range (so the panel lines up with those above it) and `y`.
 fn by_source_panel<DB: DrawingBackend>(
-    (area, x, y): (&DrawingArea<DB, Shift>, std::ops::Range<f64>, std::ops::Range<f64>),
+    (area, x, y): (
+        &DrawingArea<DB, Shift>,
+        std::ops::Range<f64>,
+        std::ops::Range<f64>,
+    ),
     (caption, y_label, x_label): (&str, &str, &str),
     series: Vec<(String, Vec<(f64, f64)>)>,
 ) -> Draw
@@ -792,7 +807,11 @@ mod tests {
     fn a_mixers_diagnostics_are_drawn_per_source_and_its_law_is_left_to_the_log() {
         let run = RunLog {
             label: "aioli".into(),
-            steps: vec![mixed_entry(1, Some(5.0)), mixed_entry(2, None), mixed_entry(3, Some(4.5))],
+            steps: vec![
+                mixed_entry(1, Some(5.0)),
+                mixed_entry(2, None),
+                mixed_entry(3, Some(4.5)),
+            ],
             evals: Vec::new(),
         };
         // serde_json's map is ordered by key.
@@ -809,16 +828,23 @@ mod tests {
         );
         assert_eq!(
             diagnostic_series(&run, &xs, "round"),
-            [("round".to_string(), vec![(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)])]
+            [(
+                "round".to_string(),
+                vec![(1.0, 1.0), (2.0, 2.0), (3.0, 3.0)]
+            )]
         );
         let dir = std::env::temp_dir().join(format!("adabatch-plot-mixer-{}", std::process::id()));
         let (plain, mixed) = (dir.join("plain.png"), dir.join("mixed.png"));
         let mut unmixed = run.clone();
-        unmixed.steps.iter_mut().for_each(|s| s.sources = Default::default());
+        unmixed
+            .steps
+            .iter_mut()
+            .for_each(|s| s.sources = Default::default());
         plot_runs(&[unmixed], &plain).unwrap();
         plot_runs(&[run], &mixed).unwrap();
         let height = |path: &Path| {
-            let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+            let decoder =
+                png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
             decoder.read_info().unwrap().info().height
         };
         // The weights' row and one per drawn diagnostic.

@@ -270,7 +270,11 @@ impl StepLog {
     /// only training tells: loss, gradient norm, learning rate and throughput are
     /// NaN, the controllers' fields empty. The one place a record is built; the run
     /// and the dry run fill in what each knows.
-    pub(crate) fn planned(step: usize, sampler: &GlobalBatchSampler, batches: &StepBatches) -> Self {
+    pub(crate) fn planned(
+        step: usize,
+        sampler: &GlobalBatchSampler,
+        batches: &StepBatches,
+    ) -> Self {
         Self {
             step,
             epoch: sampler.epoch(),

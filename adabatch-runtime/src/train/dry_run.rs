@@ -213,7 +213,13 @@ where
     D: Dataset + ?Sized,
 {
     let resume = resume_point(args, args.launch.nproc_per_node)?;
-    let settings = RunSettings::new(&T::POLICY, dataset, args, args.launch.nproc_per_node, resume)?;
+    let settings = RunSettings::new(
+        &T::POLICY,
+        dataset,
+        args,
+        args.launch.nproc_per_node,
+        resume,
+    )?;
     plan(&settings, dataset, None)
 }
 
@@ -353,10 +359,12 @@ pub(crate) fn report(plan: &DryRun, args: &TrainingArgs) -> Result<()> {
     if !args.logging.quiet {
         print!("{plan}");
     }
-    let mut logger =
-        Logger::new(args.logging.log_jsonl.as_deref(), None, false, false, false)?.with_outputs(args)?;
+    let mut logger = Logger::new(args.logging.log_jsonl.as_deref(), None, false, false, false)?
+        .with_outputs(args)?;
     for entry in &plan.steps {
-        if entry.step % args.logging.logging_steps.max(1) == 0 || args.length.max_steps == Some(entry.step) {
+        if entry.step % args.logging.logging_steps.max(1) == 0
+            || args.length.max_steps == Some(entry.step)
+        {
             logger.log(entry)?;
         }
     }

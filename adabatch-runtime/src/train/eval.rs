@@ -344,12 +344,19 @@ mod tests {
     #[test]
     fn the_held_out_set_holds_the_first_examples_of_the_sources_read() {
         use crate::user::data::Dataset;
-        let sources = crate::Sources::new([("a", vec![0u8; 4]), ("b", vec![0u8; 2]), ("c", vec![0u8; 5])]);
+        let sources = crate::Sources::new([
+            ("a", vec![0u8; 4]),
+            ("b", vec![0u8; 2]),
+            ("c", vec![0u8; 5]),
+        ]);
         let spec = sources.unwrap().sources();
-        let set = |reads: &dyn Fn(&str) -> bool| held_out_set(spec.as_ref(), spec.as_ref(), 3, reads);
+        let set =
+            |reads: &dyn Fn(&str) -> bool| held_out_set(spec.as_ref(), spec.as_ref(), 3, reads);
         assert_eq!(set(&|_| true).unwrap(), [0, 1, 2, 4, 5, 6, 7, 8]);
         assert_eq!(set(&|name| name != "b").unwrap(), [0, 1, 2, 6, 7, 8]);
-        let other = crate::Sources::new([("a", vec![0u8; 4])]).unwrap().sources();
+        let other = crate::Sources::new([("a", vec![0u8; 4])])
+            .unwrap()
+            .sources();
         assert!(held_out_set(other.as_ref(), spec.as_ref(), 3, |_| true).is_err());
     }
 }

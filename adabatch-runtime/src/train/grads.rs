@@ -32,7 +32,10 @@ pub(crate) fn global_norm(
     for (i, g) in grads.iter().enumerate() {
         let Some(g) = g else { continue };
         let g = g.to_dtype(DType::F64)?;
-        let g = match preconditioner.and_then(|p| p.get(i)).and_then(Option::as_ref) {
+        let g = match preconditioner
+            .and_then(|p| p.get(i))
+            .and_then(Option::as_ref)
+        {
             Some(p) => g.mul(&p.to_dtype(DType::F64)?)?,
             None => g,
         };

@@ -19,7 +19,6 @@
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-
 /// What the handlers record.
 struct Signals {
     /// Signals received so far.

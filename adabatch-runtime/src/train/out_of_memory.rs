@@ -111,12 +111,12 @@ impl FaultInjector {
         match self.above_local_batch {
             // What candle returns when a CUDA allocation fails, so that the memory
             // law takes the path a real device's OOM takes.
-            Some(limit) if examples > limit => Err(Error::Candle(candle_core::Error::Msg(
-                format!(
+            Some(limit) if examples > limit => {
+                Err(Error::Candle(candle_core::Error::Msg(format!(
                     "DriverError(CUDA_ERROR_OUT_OF_MEMORY, \"out of memory\") (injected: \
                      {examples} examples exceed the limit of {limit} on rank {rank})"
-                ),
-            ))),
+                ))))
+            }
             _ => Ok(()),
         }
     }

@@ -136,7 +136,11 @@ mod tests {
         assert!(layout.check(&[1.0; 8], Some(&[true; 3])).is_ok());
         assert!(layout.check(&[], None).is_ok());
         let err = layout.check(&[1.0; 7], None).unwrap_err();
-        assert!(err.to_string().contains("probes held 7 values where the step's layout has 8"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("probes held 7 values where the step's layout has 8"),
+            "{err}"
+        );
         assert!(layout.check(&[], Some(&[true; 4])).is_err());
         let read = layout.read(&flat);
         assert_eq!(

@@ -108,7 +108,9 @@ impl Readings {
     pub(crate) fn get<R: Any>(&self) -> Option<&R> {
         // `**r`: the box itself is a `Reading` too (the blanket impl), and its
         // `as_any` would give the box.
-        self.0.iter().find_map(|r| (**r).as_any().downcast_ref::<R>())
+        self.0
+            .iter()
+            .find_map(|r| (**r).as_any().downcast_ref::<R>())
     }
 }
 
@@ -176,11 +178,14 @@ impl<'p> ProbeLayout<'p> {
         values: &'v mut [f64],
     ) -> impl Iterator<Item = (&'p dyn StepProbe, &'v mut [f64])> + use<'p, 'v, '_> {
         let mut rest = values;
-        self.probes.iter().zip(self.offsets.windows(2)).map(move |(probe, span)| {
-            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(span[1] - span[0]);
-            rest = tail;
-            (&**probe, mine)
-        })
+        self.probes
+            .iter()
+            .zip(self.offsets.windows(2))
+            .map(move |(probe, span)| {
+                let (mine, tail) = std::mem::take(&mut rest).split_at_mut(span[1] - span[0]);
+                rest = tail;
+                (&**probe, mine)
+            })
     }
 
     /// This rank's values before the step: zeros, and what each probe brings.

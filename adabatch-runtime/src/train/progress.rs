@@ -69,7 +69,10 @@ impl Progress {
 
     /// Seconds spent training since the start, pauses left out.
     pub(crate) fn train_seconds(&self) -> f64 {
-        self.started.elapsed().saturating_sub(self.paused).as_secs_f64()
+        self.started
+            .elapsed()
+            .saturating_sub(self.paused)
+            .as_secs_f64()
     }
 
     /// The losses of the steps since the last log (a checkpoint keeps them, so

@@ -11,13 +11,13 @@ use candle_core::{Device, Var};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::data::length::LengthIndex;
 use crate::data::planner::{PlannerState, StepBatches, StepPlanner};
+use crate::data::source_spec::SourceSpec;
 use crate::dist::communicator::Communicator;
 use crate::dist::parameters::synchronise_parameters;
 use crate::error::{Error, ModelError, Result, SettingsError, TrainingError};
-use crate::data::source_spec::SourceSpec;
 use crate::memory::device_memory::PeakSampler;
-use crate::memory::memory_model::BatchFeatures;
 use crate::memory::host::keep_freed_memory;
+use crate::memory::memory_model::BatchFeatures;
 use crate::optim::TrainOptimizer;
 use crate::report::logging::Logger;
 use crate::report::record::{EvalLog, SourceLog, StepLog};
@@ -146,8 +146,14 @@ where
             Some(per_source) => {
                 let eval_sources = data.eval.and_then(|e| e.sources());
                 let mixer = trainer.mixer();
-                let reads = |source: &str| mixer.as_ref().is_none_or(|m| m.reads_held_out_of(source));
-                let set = held_out_set(eval_sources.as_ref(), settings.sources.as_ref(), per_source, reads)?;
+                let reads =
+                    |source: &str| mixer.as_ref().is_none_or(|m| m.reads_held_out_of(source));
+                let set = held_out_set(
+                    eval_sources.as_ref(),
+                    settings.sources.as_ref(),
+                    per_source,
+                    reads,
+                )?;
                 eval_sources.map(|spec| (set, spec))
             }
             None => None,
@@ -157,7 +163,8 @@ where
         let trainable = trainable_parameters(&*trainer.parts().1, &params)?;
         check_preconditioner(settings, &*trainer.parts().1, &trainable)?;
         check_mixer_sources(settings.sources.as_ref(), &mut *trainer)?;
-        let resumed = starting_weights(settings, &params, &mut *trainer, comm, device, &mut logger)?;
+        let resumed =
+            starting_weights(settings, &params, &mut *trainer, comm, device, &mut logger)?;
         let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
         let mut controllers = Controllers::new(settings)?;
         // Fresh or resumed alike, so that a resumed run warms up as the whole one.
@@ -193,7 +200,9 @@ where
                 .as_ref()
                 .map(|s| s.evaluations.clone())
                 .unwrap_or_default(),
-            log_history: resumed.as_ref().map_or_else(Vec::new, CheckpointState::history),
+            log_history: resumed
+                .as_ref()
+                .map_or_else(Vec::new, CheckpointState::history),
             best: resumed.as_ref().and_then(|s| s.best),
             last: LastStep::NONE,
             // A resumed run starts from its checkpoint: one that trains nothing
@@ -782,7 +791,12 @@ fn starting_weights<T: AdaptiveTrainer>(
         )?),
         None => None,
     };
-    init_weights(&settings.saves, params, resumed.is_some(), logger.as_deref())?;
+    init_weights(
+        &settings.saves,
+        params,
+        resumed.is_some(),
+        logger.as_deref(),
+    )?;
     synchronise_parameters(comm, params)?;
     if let (Some(state), Some(dir), Some(logger)) =
         (&resumed, &settings.saves.resume, logger.as_deref_mut())

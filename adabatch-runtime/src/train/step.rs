@@ -54,7 +54,12 @@ pub(crate) struct StepInput<'a, D: ?Sized, C> {
 
 impl<'a, D: ?Sized, C> StepInput<'a, D, C> {
     /// A run's step input: the data, the device and the step rules.
-    pub(crate) fn new(dataset: &'a D, collate: &'a C, device: &'a Device, rules: &StepRules) -> Self {
+    pub(crate) fn new(
+        dataset: &'a D,
+        collate: &'a C,
+        device: &'a Device,
+        rules: &StepRules,
+    ) -> Self {
         Self {
             dataset,
             collate,
@@ -277,7 +282,14 @@ where
         if let Some(micro_grads) = micro_grads {
             let tokens = local.tokens - tokens_before;
             let share = (indices.len(), tokens, known_weight);
-            probe_micro(input, probing, (m, rank, world), share, micro_grads, &mut local)?;
+            probe_micro(
+                input,
+                probing,
+                (m, rank, world),
+                share,
+                micro_grads,
+                &mut local,
+            )?;
         }
     }
     Ok(local)
@@ -632,7 +644,10 @@ fn reduce(
 ) -> Result<std::result::Result<LocalGrads, StepOom>> {
     // A part of another length than the layout's goes as a failed step: every rank
     // still reaches the all-reduce, and every rank stops.
-    let mismatch = local.as_ref().ok().map(|l| layout.check(&l.probed, l.covered.as_deref()));
+    let mismatch = local
+        .as_ref()
+        .ok()
+        .map(|l| layout.check(&l.probed, l.covered.as_deref()));
     if let Some(Err(e)) = mismatch {
         local = Err(e);
     }

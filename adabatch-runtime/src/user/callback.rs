@@ -331,7 +331,8 @@ mod tests {
         restored.restore(&list.state().unwrap()).unwrap();
         assert_eq!(restored.state(), list.state());
         // A state that does not read is an error, not a silent reset.
-        let bad = serde_json::json!({"metric": "eval_loss", "best": 1.0, "without_improvement": "two"});
+        let bad =
+            serde_json::json!({"metric": "eval_loss", "best": 1.0, "without_improvement": "two"});
         let err = EarlyStopping::on_eval_loss(3).restore(&bad).unwrap_err();
         assert!(err.contains("without_improvement"), "{err}");
         assert!(restored.restore(&serde_json::json!({"best": 1.0})).is_err());

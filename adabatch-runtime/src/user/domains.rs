@@ -120,7 +120,14 @@ pub fn prepare_domains(
     let mut sources = Vec::with_capacity(domains.len());
     for ((name, path), corpus) in domains.iter().zip(&corpora) {
         let source = CorpusSource::of(std::slice::from_ref(path), options)?;
-        let info = write_corpus(&dir.join(name), &tokenizer, corpus, source.clone(), options, sample)?;
+        let info = write_corpus(
+            &dir.join(name),
+            &tokenizer,
+            corpus,
+            source.clone(),
+            options,
+            sample,
+        )?;
         // Streamed, the held-out count is known at the end: the directory is not
         // marked complete (no domains.json) when a domain has none.
         if options.validation_fraction > 0.0 && info.validation_documents == 0 {

@@ -10,8 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-use candle_core::safetensors::MmapedSafetensors;
 use adabatch_nn::Parameters;
+use candle_core::safetensors::MmapedSafetensors;
 use candle_core::{Tensor, Var};
 
 use crate::error::{Cause, Error, ModelError, Result};

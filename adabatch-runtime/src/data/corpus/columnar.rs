@@ -141,7 +141,11 @@ impl BatchReader for ParquetReader {
             None => Ok(None),
             Some(Err(e)) => {
                 let group = self.row_group_of(self.rows_read);
-                Err(failed(&self.path, format!("row group {group} cannot be read"), e))
+                Err(failed(
+                    &self.path,
+                    format!("row group {group} cannot be read"),
+                    e,
+                ))
             }
             Some(Ok(batch)) => {
                 self.rows_read += batch.num_rows() as i64;
@@ -154,7 +158,8 @@ impl BatchReader for ParquetReader {
 /// An Arrow IPC file or stream's text column, a record batch at a time.
 pub(crate) struct ArrowReader {
     path: PathBuf,
-    batches: Box<dyn Iterator<Item = std::result::Result<RecordBatch, arrow_schema::ArrowError>> + Send>,
+    batches:
+        Box<dyn Iterator<Item = std::result::Result<RecordBatch, arrow_schema::ArrowError>> + Send>,
     batch: usize,
 }
 
@@ -196,13 +201,19 @@ impl ArrowReader {
         let unreadable = |e| failed(path, "is not a readable Arrow IPC file or stream", e);
         // The schema first, to find the column; then the file again, projected.
         let batches: Box<dyn Iterator<Item = _> + Send> = if is_file {
-            let schema = FileReader::try_new_buffered(open()?, None).map_err(unreadable)?.schema();
+            let schema = FileReader::try_new_buffered(open()?, None)
+                .map_err(unreadable)?
+                .schema();
             let index = text_column(path, &schema, column)?;
             Box::new(FileReader::try_new_buffered(open()?, Some(vec![index])).map_err(unreadable)?)
         } else {
-            let schema = StreamReader::try_new_buffered(open()?, None).map_err(unreadable)?.schema();
+            let schema = StreamReader::try_new_buffered(open()?, None)
+                .map_err(unreadable)?
+                .schema();
             let index = text_column(path, &schema, column)?;
-            Box::new(StreamReader::try_new_buffered(open()?, Some(vec![index])).map_err(unreadable)?)
+            Box::new(
+                StreamReader::try_new_buffered(open()?, Some(vec![index])).map_err(unreadable)?,
+            )
         };
         Ok(Self {
             path: path.to_path_buf(),

@@ -55,7 +55,11 @@ impl Format {
     pub(crate) fn of_named(path: &Path) -> Self {
         Self::recognised(path).unwrap_or_else(|| {
             let gzipped = path.extension().is_some_and(|e| e == "gz");
-            Format::Text(if gzipped { Compression::Gzip } else { Compression::None })
+            Format::Text(if gzipped {
+                Compression::Gzip
+            } else {
+                Compression::None
+            })
         })
     }
 
@@ -96,7 +100,9 @@ pub(crate) fn shards(inputs: &[PathBuf]) -> Result<Vec<(PathBuf, Format)>> {
         let entries = std::fs::read_dir(input).map_err(Error::io(FileOp::List, input.clone()))?;
         let mut found = Vec::new();
         for entry in entries {
-            let path = entry.map_err(Error::io(FileOp::List, input.clone()))?.path();
+            let path = entry
+                .map_err(Error::io(FileOp::List, input.clone()))?
+                .path();
             if let (true, Some(format)) = (path.is_file(), Format::recognised(&path)) {
                 found.push((path, format));
             }
@@ -125,13 +131,22 @@ mod tests {
         let of = |name: &str| Format::recognised(Path::new(name));
         assert_eq!(of("a/train-00000-of-00002.parquet"), Some(Format::Parquet));
         assert_eq!(of("data-00000-of-00001.arrow"), Some(Format::Arrow));
-        assert_eq!(of("x.jsonl.zst"), Some(Format::JsonLines(Compression::Zstd)));
+        assert_eq!(
+            of("x.jsonl.zst"),
+            Some(Format::JsonLines(Compression::Zstd))
+        );
         assert_eq!(of("X.JSONL.GZ"), Some(Format::JsonLines(Compression::Gzip)));
         assert_eq!(of("notes.txt"), Some(Format::Text(Compression::None)));
         assert_eq!(of("dataset_info.json"), None);
         assert_eq!(of("state.json"), None);
         // A file the user names is text unless recognised, as before.
-        assert_eq!(Format::of_named(Path::new("corpus")), Format::Text(Compression::None));
-        assert_eq!(Format::of_named(Path::new("c.gz")), Format::Text(Compression::Gzip));
+        assert_eq!(
+            Format::of_named(Path::new("corpus")),
+            Format::Text(Compression::None)
+        );
+        assert_eq!(
+            Format::of_named(Path::new("c.gz")),
+            Format::Text(Compression::Gzip)
+        );
     }
 }

@@ -23,7 +23,11 @@ pub(crate) struct LineReader {
 impl LineReader {
     /// Opens `path`, decompressing as `compression` says; `column` is the JSON
     /// field of a JSON-lines file, `None` for text.
-    pub(crate) fn open(path: &Path, compression: Compression, column: Option<&str>) -> Result<Self> {
+    pub(crate) fn open(
+        path: &Path,
+        compression: Compression,
+        column: Option<&str>,
+    ) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(Error::io(FileOp::Read, path))?;
         let reader: Box<dyn Read + Send> = match compression {
             Compression::None => Box::new(file),
@@ -41,9 +45,8 @@ impl LineReader {
     /// The text of JSON line `self.number`: `None` for a null.
     fn json_text(&self, line: &str) -> Result<Option<String>> {
         let column = self.column.as_deref().unwrap_or("text");
-        let mut value: serde_json::Value = serde_json::from_str(line).map_err(|e| {
-            failed(&self.path, format!("line {} is not JSON", self.number), e)
-        })?;
+        let mut value: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| failed(&self.path, format!("line {} is not JSON", self.number), e))?;
         match value.get_mut(column).map(serde_json::Value::take) {
             Some(serde_json::Value::String(text)) => Ok(Some(text)),
             Some(serde_json::Value::Null) => Ok(None),
@@ -97,7 +100,12 @@ fn zstd(file: std::fs::File, path: &Path) -> Result<Box<dyn Read + Send>> {
 /// concatenated inputs; ruzstd's decoder reads one).
 #[cfg(feature = "parquet")]
 struct ZstdFrames(
-    Option<ruzstd::decoding::StreamingDecoder<BufReader<std::fs::File>, ruzstd::decoding::FrameDecoder>>,
+    Option<
+        ruzstd::decoding::StreamingDecoder<
+            BufReader<std::fs::File>,
+            ruzstd::decoding::FrameDecoder,
+        >,
+    >,
 );
 
 #[cfg(feature = "parquet")]

@@ -135,7 +135,10 @@ impl Corpus {
 
 /// The corpus files of `inputs` (a folder's in name order), not opened.
 pub(crate) fn shard_files(inputs: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    Ok(format::shards(inputs)?.into_iter().map(|(path, _)| path).collect())
+    Ok(format::shards(inputs)?
+        .into_iter()
+        .map(|(path, _)| path)
+        .collect())
 }
 
 #[cfg(not(feature = "parquet"))]

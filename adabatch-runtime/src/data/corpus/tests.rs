@@ -27,7 +27,12 @@ fn texts() -> Vec<Option<String>> {
 }
 
 fn kept(texts: &[Option<String>]) -> Vec<String> {
-    texts.iter().flatten().filter(|t| !t.trim().is_empty()).cloned().collect()
+    texts
+        .iter()
+        .flatten()
+        .filter(|t| !t.trim().is_empty())
+        .cloned()
+        .collect()
 }
 
 fn read_all(inputs: &[PathBuf], column: &str) -> (Vec<String>, Skipped) {
@@ -59,10 +64,18 @@ fn json_lines_keep_texts_and_count_nulls_and_empty_ones() {
     let err = Corpus::open(std::slice::from_ref(&path), "text")
         .and_then(|c| c.documents())
         .unwrap_err();
-    assert!(err.to_string().contains("line 1: no string field \"text\""), "{err}");
+    assert!(
+        err.to_string().contains("line 1: no string field \"text\""),
+        "{err}"
+    );
     std::fs::write(&path, "{\"text\": 5}\n").unwrap();
-    let err = Corpus::open(&[path], "text").and_then(|c| c.documents()).unwrap_err();
-    assert!(err.to_string().contains("is a number, not a string"), "{err}");
+    let err = Corpus::open(&[path], "text")
+        .and_then(|c| c.documents())
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("is a number, not a string"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -98,8 +111,11 @@ mod hub {
     use std::path::Path;
     use std::sync::Arc;
 
-    use arrow_array::{ArrayRef, DictionaryArray, Int64Array, LargeStringArray, RecordBatch, StringArray, StringViewArray};
     use arrow_array::types::Int32Type;
+    use arrow_array::{
+        ArrayRef, DictionaryArray, Int64Array, LargeStringArray, RecordBatch, StringArray,
+        StringViewArray,
+    };
     use arrow_schema::{DataType, Field, Schema};
     use parquet::arrow::ArrowWriter;
     use parquet::file::properties::WriterProperties;
@@ -141,7 +157,8 @@ mod hub {
         let batch = batch(texts, column, &DataType::Utf8);
         let file = std::fs::File::create(path).unwrap();
         if stream {
-            let mut writer = arrow_ipc::writer::StreamWriter::try_new(file, &batch.schema()).unwrap();
+            let mut writer =
+                arrow_ipc::writer::StreamWriter::try_new(file, &batch.schema()).unwrap();
             for part in [batch.slice(0, 20), batch.slice(20, batch.num_rows() - 20)] {
                 writer.write(&part).unwrap();
             }
@@ -164,8 +181,18 @@ mod hub {
             DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
         ] {
             // Two shards, named so that the second sorts first on the disk's order.
-            write_parquet(&dir.join("train-00001-of-00002.parquet"), &all[25..], "content", &data_type);
-            write_parquet(&dir.join("train-00000-of-00002.parquet"), &all[..25], "content", &data_type);
+            write_parquet(
+                &dir.join("train-00001-of-00002.parquet"),
+                &all[25..],
+                "content",
+                &data_type,
+            );
+            write_parquet(
+                &dir.join("train-00000-of-00002.parquet"),
+                &all[..25],
+                "content",
+                &data_type,
+            );
             let (read, skipped) = read_all(std::slice::from_ref(&dir), "content");
             assert_eq!(read, kept(&all), "{data_type}");
             assert_eq!(skipped, Skipped { null: 2, empty: 2 }, "{data_type}");
@@ -177,8 +204,18 @@ mod hub {
     fn a_datasets_folder_and_an_arrow_file_read_in_order() {
         let dir = temp_dir("arrow");
         let all = texts();
-        write_arrow(&dir.join("data-00000-of-00002.arrow"), &all[..30], "text", true);
-        write_arrow(&dir.join("data-00001-of-00002.arrow"), &all[30..], "text", true);
+        write_arrow(
+            &dir.join("data-00000-of-00002.arrow"),
+            &all[..30],
+            "text",
+            true,
+        );
+        write_arrow(
+            &dir.join("data-00001-of-00002.arrow"),
+            &all[30..],
+            "text",
+            true,
+        );
         std::fs::write(dir.join("dataset_info.json"), "{}").unwrap();
         std::fs::write(dir.join("state.json"), "{}").unwrap();
         let (read, skipped) = read_all(std::slice::from_ref(&dir), "text");
@@ -195,9 +232,16 @@ mod hub {
         let dir = temp_dir("zstd");
         let path = dir.join("c.jsonl.zst");
         let line = |i: usize| format!("{{\"text\": \"line {i}\"}}\n");
-        let (first, second): (String, String) = ((0..100).map(line).collect(), (100..150).map(line).collect());
-        let mut bytes = ruzstd::encoding::compress_to_vec(first.as_bytes(), ruzstd::encoding::CompressionLevel::Fastest);
-        bytes.extend(ruzstd::encoding::compress_to_vec(second.as_bytes(), ruzstd::encoding::CompressionLevel::Fastest));
+        let (first, second): (String, String) =
+            ((0..100).map(line).collect(), (100..150).map(line).collect());
+        let mut bytes = ruzstd::encoding::compress_to_vec(
+            first.as_bytes(),
+            ruzstd::encoding::CompressionLevel::Fastest,
+        );
+        bytes.extend(ruzstd::encoding::compress_to_vec(
+            second.as_bytes(),
+            ruzstd::encoding::CompressionLevel::Fastest,
+        ));
         std::fs::write(&path, bytes).unwrap();
         let (read, _) = read_all(&[path], "text");
         assert_eq!(read.len(), 150);
@@ -213,7 +257,12 @@ mod hub {
         // A missing column: the file, the column, the columns it has.
         let err = Corpus::open(std::slice::from_ref(&good), "text").unwrap_err();
         let message = err.to_string();
-        assert!(message.contains("good.parquet") && message.contains("\"text\"") && message.contains("id, content"), "{message}");
+        assert!(
+            message.contains("good.parquet")
+                && message.contains("\"text\"")
+                && message.contains("id, content"),
+            "{message}"
+        );
         // A column that is not text: its type.
         let err = Corpus::open(std::slice::from_ref(&good), "id").unwrap_err();
         assert!(err.to_string().contains("Int64, not text"), "{err}");
@@ -233,7 +282,10 @@ mod hub {
         let err = Corpus::open(std::slice::from_ref(&path), "content")
             .and_then(|c| c.documents())
             .unwrap_err();
-        assert!(err.to_string().contains("damaged.parquet") && err.to_string().contains("row group 0"), "{err}");
+        assert!(
+            err.to_string().contains("damaged.parquet") && err.to_string().contains("row group 0"),
+            "{err}"
+        );
         // An Arrow file that is not one.
         let arrow = dir.join("x.arrow");
         std::fs::write(&arrow, b"not arrow at all").unwrap();

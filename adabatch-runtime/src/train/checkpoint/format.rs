@@ -388,7 +388,9 @@ pub(crate) fn remove_partial_saves(output_dir: &Path) -> Result<()> {
 /// Reads a checkpoint's state.
 pub fn load_state(dir: &Path) -> Result<CheckpointState> {
     let path = state_file(dir);
-    let name = path.file_name().map_or(STATE.into(), |n| n.to_string_lossy());
+    let name = path
+        .file_name()
+        .map_or(STATE.into(), |n| n.to_string_lossy());
     let bytes = std::fs::read(&path).map_err(|e| {
         Error::Checkpoint(CheckpointError::unreadable(
             dir,

@@ -106,7 +106,9 @@ impl HfTrainerState {
         let num_train_epochs = match settings.length {
             crate::data::planner::RunLength::Epochs(epochs) => epochs,
             _ => {
-                let per_epoch = settings.num_examples.div_ceil(settings.initial_per_device.max(1));
+                let per_epoch = settings
+                    .num_examples
+                    .div_ceil(settings.initial_per_device.max(1));
                 expected.div_ceil(per_epoch.max(1))
             }
         };
@@ -124,8 +126,11 @@ impl HfTrainerState {
             total_flos: 0.0,
             log_history: state.log_history.clone(),
             best_metric: best.map(|b| b.metric),
-            best_model_checkpoint: best
-                .map(|b| best_checkpoint_dir(&settings.saves, b.step).display().to_string()),
+            best_model_checkpoint: best.map(|b| {
+                best_checkpoint_dir(&settings.saves, b.step)
+                    .display()
+                    .to_string()
+            }),
             is_local_process_zero: true,
             is_world_process_zero: true,
             is_hyper_param_search: false,
@@ -349,9 +354,7 @@ fn check_planned_epoch(
     match &state.planner.planned_epoch {
         Some(remainder) => remainder
             .check(settings.num_examples, position)
-            .map_err(|detail| {
-                Error::Checkpoint(CheckpointError::corrupt(state_file(dir), detail))
-            }),
+            .map_err(|detail| Error::Checkpoint(CheckpointError::corrupt(state_file(dir), detail))),
         None if settings.batching.is_some() && position > 0 && position < settings.num_examples => {
             Err(Error::Checkpoint(
                 CheckpointError::MidEpochLengthAwareCheckpoint {

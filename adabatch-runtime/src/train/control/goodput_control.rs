@@ -8,8 +8,8 @@
 //! replaces the measurement, and the batches are reproducible.
 
 use crate::adapt::goodput::{
-    decide_within, GoodputDecision, GoodputLog, GoodputReason, GoodputSpec, GoodputState, StepShape,
-    StepTime,
+    decide_within, GoodputDecision, GoodputLog, GoodputReason, GoodputSpec, GoodputState,
+    StepShape, StepTime,
 };
 use crate::error::{Error, Result, TrainingError};
 use crate::report::record::StepLog;

@@ -203,7 +203,8 @@ pub(crate) fn length_aware_epoch(
     online: &OnlineMemoryModel,
     comm: &dyn Communicator,
 ) -> Result<LengthAwareEpoch> {
-    let ((batching, options), index, seed, epoch) = (plan.batching, plan.index, plan.seed, plan.epoch);
+    let ((batching, options), index, seed, epoch) =
+        (plan.batching, plan.index, plan.seed, plan.epoch);
     let world = comm.world_size();
     if let Some(user) = trainer.regressor() {
         let epoch_plan = index.plan_epoch(batching, &options, &*user, seed, epoch);
@@ -240,13 +241,7 @@ pub(crate) fn length_aware_epoch(
         .chunks(5)
         .map(|s| OnlineMemoryModel::from_snapshot([s[0], s[1], s[2], s[3], s[4]]))
         .collect();
-    Ok(index.plan_epoch(
-        batching,
-        &options,
-        &MostConservative(models),
-        seed,
-        epoch,
-    ))
+    Ok(index.plan_epoch(batching, &options, &MostConservative(models), seed, epoch))
 }
 
 /// Peak memory of a step: on CPU the documented proxy of its features, on a GPU

@@ -6,9 +6,9 @@ use crate::adapt::mixer::{Diagnostic, LastEval, Mixer, SourceStats};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::Reweight;
 use crate::data::planner::StepPlanner;
+use crate::data::source_spec::SourceSpec;
 use crate::error::{Error, Result, SettingsError};
 use crate::report::record::{EvalLog, HeldOutCost, StepLog};
-use crate::data::source_spec::SourceSpec;
 use crate::train::probe::StepProbe;
 use crate::train::settings::BuiltinMixer;
 use crate::train::source_sums::{SourceLosses, SourceProbe};
@@ -230,7 +230,10 @@ fn next_mix_weights(
 
 /// A mixer's diagnostics as a step record's `mixer` object, keyed by the
 /// sources' `names` (`None` when it has none).
-fn diagnostics_json(diagnostics: &[(&str, Diagnostic)], names: &[String]) -> Option<serde_json::Value> {
+fn diagnostics_json(
+    diagnostics: &[(&str, Diagnostic)],
+    names: &[String],
+) -> Option<serde_json::Value> {
     if diagnostics.is_empty() {
         return None;
     }

@@ -186,7 +186,11 @@ impl Controllers {
     }
 
     /// Whether some controller wants the held-out losses after step `step`.
-    pub(crate) fn wants_held_out(&mut self, step: usize, trainer: &mut dyn UserControllers) -> bool {
+    pub(crate) fn wants_held_out(
+        &mut self,
+        step: usize,
+        trainer: &mut dyn UserControllers,
+    ) -> bool {
         (self.in_order().into_iter().flatten()).any(|c| c.wants_held_out(step, &mut *trainer))
     }
 

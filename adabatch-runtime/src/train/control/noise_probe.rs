@@ -63,8 +63,8 @@ impl StepProbe for NoiseProbe {
     fn micro(&self, micro: &MicroGradient<'_>, out: &mut [f64]) -> Result<()> {
         let half = (out.len() - 1) / 2;
         let (sizes, squared_norms) = out[1..].split_at_mut(half);
-        let norm = global_norm(micro.grads, micro.preconditioner)? * micro.to_mean
-            / micro.loss_scale;
+        let norm =
+            global_norm(micro.grads, micro.preconditioner)? * micro.to_mean / micro.loss_scale;
         let slot = micro.micro * micro.world + micro.rank;
         sizes[slot] = micro.size;
         squared_norms[slot] = norm * norm;
@@ -137,7 +137,9 @@ mod tests {
         for (rank, g) in [[2.0f32, 0.0], [0.0, 2.0]].into_iter().enumerate() {
             let mut values = layout.local();
             // This rank's share is (sum of 2 losses) / 4: half its mean gradient.
-            let grads = [Some(Tensor::new(&g, &Device::Cpu).unwrap() * 0.25).transpose().unwrap()];
+            let grads = [Some(Tensor::new(&g, &Device::Cpu).unwrap() * 0.25)
+                .transpose()
+                .unwrap()];
             let micro = MicroGradient {
                 micro: 0,
                 rank,
@@ -161,7 +163,10 @@ mod tests {
         let readings = layout.read(&mut summed, &step).unwrap();
         let reading = readings.get::<NoiseReading>().unwrap();
         let (g2, trace) = reading.measurement.unwrap();
-        assert!(g2.abs() < 1e-12 && (trace - 2.0).abs() < 1e-12, "{g2} {trace}");
+        assert!(
+            g2.abs() < 1e-12 && (trace - 2.0).abs() < 1e-12,
+            "{g2} {trace}"
+        );
         assert_eq!(reading.previous_step_seconds, Some(0.5));
         let overflowed = SummedStep {
             grads: None,

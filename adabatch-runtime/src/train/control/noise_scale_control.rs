@@ -225,7 +225,10 @@ impl Controller for NoiseScaleControl {
             Resize::Goodput(goodput) => goodput.given_seconds(report),
             _ => None,
         }
-        .map_or(StepSeconds::Previous(previous_step_seconds), StepSeconds::This);
+        .map_or(
+            StepSeconds::Previous(previous_step_seconds),
+            StepSeconds::This,
+        );
         let spans = self
             .cadence
             .after_step(measurement.is_some(), split, global, seconds);
@@ -257,7 +260,8 @@ impl Controller for NoiseScaleControl {
 
     fn save(&mut self, at: &mut Save<'_>) -> Result<()> {
         at.into.put(states::NOISE_SCALE, 1, &self.estimator)?;
-        at.into.put(states::NOISE_CADENCE, 1, self.cadence.state())?;
+        at.into
+            .put(states::NOISE_CADENCE, 1, self.cadence.state())?;
         at.into.put(states::NOISE_HELD, 1, &self.held)?;
         if let Resize::Goodput(goodput) = &self.resize {
             at.into.put(states::GOODPUT, 1, &goodput.state())?;
@@ -273,7 +277,10 @@ impl Controller for NoiseScaleControl {
             self.cadence.restore(saved);
         }
         if let Some(saved) = at.from.get::<HeldEstimate>(states::NOISE_HELD, 1)? {
-            if saved.last.is_some_and(|held| !(held.is_finite() && held > 0.0)) {
+            if saved
+                .last
+                .is_some_and(|held| !(held.is_finite() && held > 0.0))
+            {
                 let detail = format!("holds {:?}: a held noise scale is positive", saved.last);
                 return Err(states::entry_error(states::NOISE_HELD, detail));
             }
@@ -330,7 +337,11 @@ mod tests {
             measure(&mut c, -10.0, 4.0);
         }
         assert_eq!(c.current_warm(), None, "the average is not positive");
-        assert_eq!(c.warm_estimate(), Some(warm), "held, for the rate and the batch alike");
+        assert_eq!(
+            c.warm_estimate(),
+            Some(warm),
+            "held, for the rate and the batch alike"
+        );
         assert_eq!((c.held_steps(), c.held_since_log), (3, 3));
         for _ in 0..20 {
             measure(&mut c, 1.0, 2.0);

@@ -89,9 +89,7 @@ impl OomControl {
                 };
                 if !shrunk {
                     if self.retried_at_floor {
-                        return Err(out_of_memory(
-                            "; still out of memory at the smallest size",
-                        ));
+                        return Err(out_of_memory("; still out of memory at the smallest size"));
                     }
                     self.retried_at_floor = true;
                 }

@@ -35,7 +35,12 @@ pub use strategy::BestCheckpoint;
 pub(crate) use strategy::Interval;
 
 /// `Ok` when `ok`, else the typed error naming the setting.
-fn require(ok: bool, name: &'static str, value: impl ToString, expected: &'static str) -> Result<()> {
+fn require(
+    ok: bool,
+    name: &'static str,
+    value: impl ToString,
+    expected: &'static str,
+) -> Result<()> {
     if ok {
         Ok(())
     } else {
@@ -160,7 +165,8 @@ impl RunSettings {
             Some(global) => global.div_ceil(units_world),
             None => limits.apply(0, schedule.initial(args.batch.per_device_train_batch_size))?,
         };
-        let batching = (args.length_aware).batching(policy, &schedule, initial_per_device, units_world)?;
+        let batching =
+            (args.length_aware).batching(policy, &schedule, initial_per_device, units_world)?;
         let sources = args.data.sources(dataset, &policy.mix)?;
         // A mixed run in tokens sizes every step as it draws it (no epoch plan).
         let (batching, mixed_token_budget) = match (batching, &sources) {
@@ -197,7 +203,14 @@ impl RunSettings {
             initial_per_device,
             length,
             grad_accum: policy.grad_accum,
-            lr: Self::first_lr(args, policy, num_examples, first_global, initial_per_device * units_world, world_size),
+            lr: Self::first_lr(
+                args,
+                policy,
+                num_examples,
+                first_global,
+                initial_per_device * units_world,
+                world_size,
+            ),
             lr_reference: args.lr.lr_reference_batch,
             batching,
             memory_margin: args.length_aware.memory_margin,
@@ -375,9 +388,8 @@ impl RunSettings {
         let mut timed = Vec::new();
         if let ScheduleSpec::Goodput(spec) = &self.schedule {
             if spec.step_time.is_none() {
-                timed.push(
-                    "goodput: the batch and micro-batches follow measured step times".into(),
-                );
+                timed
+                    .push("goodput: the batch and micro-batches follow measured step times".into());
             }
         }
         if self.step.noise_scale_beta.is_some() && self.step.noise_every.reads_the_clock() {

@@ -57,7 +57,12 @@ impl StepArgs {
         )?;
         self.loss_scaler()?;
         for &step in &self.inject_oom_at_steps {
-            require(step > 0, "inject_oom_at_steps", step, "steps counted from 1")?;
+            require(
+                step > 0,
+                "inject_oom_at_steps",
+                step,
+                "steps counted from 1",
+            )?;
         }
         Ok(())
     }

@@ -280,15 +280,27 @@ mod tests {
     #[test]
     fn intervals_follow_hf_defaults() {
         let a = args(&[]);
-        assert_eq!(Interval::of_eval(&a.eval, a.logging.logging_steps), Interval::Never);
+        assert_eq!(
+            Interval::of_eval(&a.eval, a.logging.logging_steps),
+            Interval::Never
+        );
         assert_eq!(Interval::of_save(&a.save).unwrap(), Interval::Never);
         let a = args(&["--eval-strategy", "steps", "--logging-steps", "5"]);
-        assert_eq!(Interval::of_eval(&a.eval, a.logging.logging_steps), Interval::Steps(5));
+        assert_eq!(
+            Interval::of_eval(&a.eval, a.logging.logging_steps),
+            Interval::Steps(5)
+        );
         let a = args(&["--eval-steps", "3", "--save-steps", "6"]);
-        assert_eq!(Interval::of_eval(&a.eval, a.logging.logging_steps), Interval::Steps(3));
+        assert_eq!(
+            Interval::of_eval(&a.eval, a.logging.logging_steps),
+            Interval::Steps(3)
+        );
         assert_eq!(Interval::of_save(&a.save).unwrap(), Interval::Steps(6));
         let a = args(&["--eval-steps", "3", "--eval-strategy", "no"]);
-        assert_eq!(Interval::of_eval(&a.eval, a.logging.logging_steps), Interval::Never);
+        assert_eq!(
+            Interval::of_eval(&a.eval, a.logging.logging_steps),
+            Interval::Never
+        );
         assert!(Interval::Epoch.due(7, true) && !Interval::Epoch.due(8, false));
         assert!(Interval::Steps(3).due(6, false) && !Interval::Steps(3).due(7, true));
     }
