@@ -52,7 +52,8 @@ where
             .map(|flag| flag.split('=').next().unwrap_or(flag).to_string())
             .collect();
         let settings = file_flags(command, &path, &given)?;
-        out.splice(1..1.min(out.len()), settings);
+        // After the program's name (a file implies one: it is the argument after it).
+        out.splice(1..1, settings);
     }
     Ok(out)
 }

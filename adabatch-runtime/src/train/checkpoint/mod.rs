@@ -106,9 +106,9 @@ impl HfTrainerState {
         let num_train_epochs = match settings.length {
             crate::data::planner::RunLength::Epochs(epochs) => epochs,
             _ => {
-                let per_epoch = settings
-                    .num_examples
-                    .div_ceil(settings.initial_per_device.max(1));
+                // Steps an epoch takes at the first global batch (all ranks').
+                let global = settings.initial_per_device * settings.units_world;
+                let per_epoch = settings.num_examples.div_ceil(global.max(1));
                 expected.div_ceil(per_epoch.max(1))
             }
         };
