@@ -101,7 +101,7 @@ pub use adapt::goodput::{
 };
 pub use adapt::lr::{adam_scale_gain, LrScaling, LrSchedulerType, StableDecay};
 pub use adapt::mixer::{
-    CurriculumMixer, Diagnostic, Exp3Mixer, FnMixer, LastEval, MixFn, MixWarmup, Mixer,
+    Closing, CurriculumMixer, Diagnostic, Exp3Mixer, FnMixer, LastEval, MixFn, MixWarmup, Mixer,
     OnlineMixer, SourceStats,
 };
 pub use adapt::noise_cadence::SplitCostModel;
@@ -145,7 +145,7 @@ pub mod messages {
 }
 pub use report::plot::{plot_runs, RunLog};
 pub use report::record::{EvalLog, HeldOutCost, SourceLog, StepLog};
-pub use report::summary::{TrainSummary, Trained};
+pub use report::summary::{ClosingSummary, TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};
 pub use train::launch::{RankFactory, Run};
 pub use user::callback::{Callback, EarlyStopping, TrainerControl, TrainerState};

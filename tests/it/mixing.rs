@@ -1119,8 +1119,9 @@ struct Bounded {
 /// exactly as the uninterrupted one.
 fn bounded_shares_resumed_exactly(
     name: &str,
+    (resume_at, max_steps): (usize, Option<usize>),
     mixer: impl Fn() -> adabatch::Result<adabatch::BoundedReplay> + Sync,
-) -> Vec<(usize, f64)> {
+) -> Vec<(usize, f64, f64)> {
     let data = sources(&[("new", 0.75), ("replay", 0.25)]);
     let eval = Sources::new([("new", dataset(4, 8)), ("replay", dataset(2, 9))]).unwrap();
     let out = temp_log(&format!("{name}-out")).with_extension("");
@@ -1140,13 +1141,20 @@ fn bounded_shares_resumed_exactly(
         read_log(&log)
     };
     let mut saving = args(2, 4, 3);
-    saving.save.save_steps = 5;
+    saving.length.max_steps = max_steps;
+    if max_steps.is_some() {
+        saving.lr.lr_scheduler_type = adabatch::LrSchedulerType::Linear;
+    }
+    saving.save.save_steps = resume_at;
     let full = run(&saving);
-    let mut resumed = args(2, 4, 3);
-    resumed.save.resume_from_checkpoint = Some(out.join("checkpoint-5"));
-    let after: Vec<StepLog> = run(&resumed).into_iter().filter(|l| l.step > 5).collect();
-    assert_eq!(after.len(), full.len() - 5);
-    for (r, f) in after.iter().zip(&full[5..]) {
+    let mut resumed = saving.clone();
+    resumed.save.save_steps = args(2, 4, 3).save.save_steps;
+    resumed.save.resume_from_checkpoint = Some(out.join(format!("checkpoint-{resume_at}")));
+    let after: Vec<StepLog> = (run(&resumed).into_iter())
+        .filter(|l| l.step > resume_at)
+        .collect();
+    assert_eq!(after.len(), full.len() - resume_at);
+    for (r, f) in after.iter().zip(&full[resume_at..]) {
         assert_eq!(
             (r.step, &r.sources.mix_weights, r.loss),
             (f.step, &f.sources.mix_weights, f.loss)
@@ -1157,7 +1165,9 @@ fn bounded_shares_resumed_exactly(
         let w = l.sources.mix_weights.as_ref().unwrap();
         w["replay"] / w.values().sum::<f64>()
     };
-    full.iter().map(|l| (l.step, share(l))).collect()
+    (full.iter())
+        .map(|l| (l.step, share(l), l.learning_rate))
+        .collect()
 }
 
 /// The doubling: `replay`'s share doubles once per evaluation read, and a run
@@ -1165,8 +1175,10 @@ fn bounded_shares_resumed_exactly(
 /// state: the share and the last evaluation read).
 #[test]
 fn a_bounded_replay_doubles_once_per_evaluation_and_resumes_exactly() {
-    let steps = bounded_shares_resumed_exactly("mixing-bounded", || {
-        adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)
+    let steps = bounded_shares_resumed_exactly("mixing-bounded", (5, None), || {
+        adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
+            .with_doubling()
+            .with_closing(0.0, 1)
     });
     let shares: Vec<f64> = steps.iter().map(|s| s.1).collect();
     assert!(
@@ -1195,9 +1207,10 @@ fn a_bounded_replay_doubles_once_per_evaluation_and_resumes_exactly() {
 /// step 8 on; resumed exactly (the rule's per-domain shares are in the checkpoint).
 #[test]
 fn a_drift_following_replay_with_a_start_and_a_finish_resumes_exactly() {
-    let steps = bounded_shares_resumed_exactly("mixing-following", || {
+    let steps = bounded_shares_resumed_exactly("mixing-following", (5, None), || {
         adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
             .with_gain(0.04)?
+            .with_closing(0.0, 1)?
             .with_start(0.2, 2)?
             .with_finish(0.0, 8)
     });
@@ -1209,7 +1222,7 @@ fn a_drift_following_replay_with_a_start_and_a_finish_resumes_exactly() {
         4..=7 => 0.5,
         _ => 0.0,
     };
-    for &(step, share) in &steps {
+    for &(step, share, _) in &steps {
         assert!(
             (share - expected(step)).abs() < 1e-12,
             "step {step}: {steps:?}"
@@ -1223,16 +1236,50 @@ fn a_drift_following_replay_with_a_start_and_a_finish_resumes_exactly() {
 /// steps, are not read; resumed exactly.
 #[test]
 fn a_bounded_replay_on_a_held_out_set_reads_it_every_few_steps_and_resumes_exactly() {
-    let steps = bounded_shares_resumed_exactly("mixing-held-out", || {
+    let steps = bounded_shares_resumed_exactly("mixing-held-out", (5, None), || {
         adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
             .with_gain(0.04)?
+            .with_closing(0.0, 1)?
+            .with_start(0.0, 0)?
             .with_held_out(3)
     });
     assert!(steps.len() >= 9, "{} steps", steps.len());
-    for &(step, share) in &steps {
+    for &(step, share, _) in &steps {
         let expected = if step <= 3 { 0.0 } else { 0.5 };
         assert!((share - expected).abs() < 1e-12, "step {step}: {steps:?}");
     }
+}
+
+/// The default rule with its closing, its cap all of the 9 planned steps, in
+/// rounds of 2: `replay` stays far past its bound, so the run goes on with
+/// `replay` alone for 9 more steps (rounds of 2, 2, 2, 2, 1) and ends at its
+/// cap; resumed from step 12, in the middle of the second round, it goes on
+/// exactly as the uninterrupted run.
+#[test]
+fn a_bounded_replays_closing_replays_alone_up_to_its_cap_and_resumes_exactly() {
+    let steps = bounded_shares_resumed_exactly("mixing-closing", (12, Some(9)), || {
+        adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
+            .with_closing(1.0, 2)
+    });
+    assert_eq!(steps.len(), 18, "9 planned steps and 9 closing: {steps:?}");
+    assert!(
+        (steps[..9].iter()).all(|&(_, share, _)| share < 1.0),
+        "{steps:?}"
+    );
+    assert!(
+        (steps[9..].iter()).all(|&(_, share, _)| share == 1.0),
+        "{steps:?}"
+    );
+    // Each round at the rates of the schedule's last steps again, at the
+    // planned run's mean step: the linear decay from 0.05 two and one ninths of
+    // the run before its end (the last round, of 1: one ninth).
+    let rate = |step: usize| steps[step - 1].2;
+    let (two, one) = (0.05 * 2.0 / 9.0, 0.05 / 9.0);
+    for round in [10, 12, 14, 16] {
+        assert!((rate(round) - two).abs() < 1e-12, "{steps:?}");
+        assert!((rate(round + 1) - one).abs() < 1e-12, "{steps:?}");
+    }
+    assert!((rate(18) - one).abs() < 1e-12, "{steps:?}");
 }
 
 #[adaptive_trainer]

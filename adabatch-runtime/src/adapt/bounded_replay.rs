@@ -1,62 +1,86 @@
 //! Continual pretraining with the least replay that keeps the old domains within a
 //! bound: the old domains' held-out losses, read at each evaluation (or on a small
 //! held-out set the mixer asks for), against their values before the new data
-//! (phase 1's), and the replay share moved by that.
+//! (phase 1's), the replay share moved by that, and a closing that does not let
+//! the run end with an old domain above its bound.
 
-use super::mixer::{field, numbers, Diagnostic, Mixer, SourceStats};
+use super::mixer::{field, numbers, Closing, Diagnostic, Mixer, SourceStats};
 use crate::error::{Error, Result, SettingsError};
 
+/// How the replay share moves with the drift it reads.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Rule {
+    /// [`BoundedReplay::with_doubling`]: the whole share doubles past the bound
+    /// and halves within `lower_at` of it.
+    Doubling { lower_at: f64 },
+    /// Each old domain's share: `gain × max(0, drift) / bound` plus its
+    /// integral, which grows by `integral × (drift − target) / bound` at each
+    /// reading (from 0, never below it); the target is `(1 − margin) × bound`.
+    /// [`BoundedReplay::with_gain`] is this rule without the integral.
+    Shares {
+        gain: f64,
+        integral: f64,
+        margin: f64,
+    },
+}
+
 /// A mixer for continual pretraining: the new sources take `1 − r` of each step,
-/// the old ones (every source not named new) the replay share `r`. After each
-/// evaluation it reads every old domain's held-out loss (`eval_<source>_loss`)
-/// against the value it had before the new data (`reference`, phase 1's):
+/// the old ones (every source not named new) the replay share `r`. It reads
+/// every old domain's held-out loss (`eval_<source>_loss` of each evaluation,
+/// or the held-out set of [`Self::with_held_out`]) against the value it had
+/// before the new data (`reference`, phase 1's): its drift, the relative rise.
 ///
-/// - when one has risen by more than `bound` (0.05: 5 %), `r` doubles (from 0 to
-///   [`Self::FIRST_REPLAY`]), up to `max_replay`;
-/// - when all are within half the bound, `r` halves (below half of
-///   [`Self::FIRST_REPLAY`] it is 0): the least replay that keeps them within it
-///   ([`Self::with_lower_at`] moves that threshold);
-/// - in between it stays, so a loss hovering at the bound does not flip it.
+/// **The default rule holds the bound by its integral and its closing.** After
+/// each reading every old domain replays `gain × max(0, drift) / bound` of the
+/// step (6 % at the bound: [`Self::HOLD_GAIN`]) plus its integral: the replay
+/// its drift has called for so far, which grows by `integral × (drift −
+/// target) / bound` at each reading ([`Self::HOLD_INTEGRAL`]) and falls back
+/// (to 0, not below) while the drift is under the target, a margin inside the
+/// bound ([`Self::HOLD_MARGIN`] of it). A proportional rule alone settles where
+/// the drift calls for the replay that holds it: at the bound, above it on a
+/// run that forgets faster; the integral keeps rising until the drift is at
+/// the target. The first tenth of the run's steps replay 20 % evenly
+/// ([`Self::with_start`]).
 ///
-/// It moves once per evaluation (evaluations are its measurements), so the bound
-/// holds as well as evaluations are frequent: a drift is caught at the next one.
-/// It needs an eval set of the same sources (`eval_<source>_loss`): an evaluation
-/// that lacks an old domain's loss can raise the share but never lowers it, and
-/// a run without evaluations keeps the first share.
-/// Within the replay share, an old domain past the bound gets more: its weight is
-/// `1 + max(0, drift) / bound`, others 1. Its state (the share, the last
-/// evaluation read, the drifts) is checkpointed.
+/// **The closing**: when the planned steps are done, it reads the model once
+/// more (the engine evaluates, or reads the held-out set), and while an old
+/// domain is above the bound on that reading the run goes on in rounds of
+/// replay alone ([`Self::CLOSING_ROUND`] steps, at the learning rates of the
+/// planned run's last steps again: a short anneal), read after each, up to a
+/// cap ([`Self::CLOSING_CAP`] of the planned steps). The steps and tokens
+/// spent are in the log and the summary; a run that hits the cap ends with a
+/// warning. What is guaranteed is on what it reads: the validation set of the
+/// evaluations, or the held-out subset, whose drift is an estimate of the whole
+/// set's ([`Self::with_closing`] sets the cap and the round; 0 turns it off).
 ///
-/// [`Self::with_gain`] replaces the doubling by a share that follows the drift:
-/// each old domain replays `gain × drift / bound` of the step. Doubling at each
-/// evaluation overshoots when replay takes several evaluations to bring a drift
-/// down (it kept doubling to `max_replay` while the first increases were still
-/// acting, and stayed there through the final decay). With it, the measured
-/// recipe (BENCHMARKS.md, "Continual pretraining: a replay that follows the
-/// drift") adds [`Self::with_start`]; [`Self::with_start`] and
-/// [`Self::with_finish`] fix the share over the first and the last steps,
-/// whatever the rule. [`Self::with_held_out`] reads a small held-out set instead
-/// of the evaluations.
+/// [`Self::with_gain`] is the proportional rule alone, [`Self::with_doubling`]
+/// the first rule (the share doubles past the bound, halves well within it).
+/// [`Self::with_start`] and [`Self::with_finish`] fix the share over the first
+/// and the last steps, whatever the rule. An evaluation that lacks an old
+/// domain's loss reads no drift there. Its state (the shares, the integrals,
+/// the last reading, the closing) is checkpointed.
 #[derive(Debug, Clone)]
 pub struct BoundedReplay {
     new_sources: Vec<String>,
     reference: Vec<(String, f64)>,
     bound: f64,
     max_replay: f64,
-    /// The fraction of the bound under which every old domain must be for `r` to halve.
-    lower_at: f64,
+    rule: Rule,
     replay: f64,
-    /// The step of the evaluation last read.
+    /// The step of the reading last read.
     read: Option<usize>,
-    /// Each source's relative rise at that evaluation (NaN for new ones).
+    /// Each source's relative rise at that reading (NaN for new ones).
     drift: Vec<f64>,
-    /// `Some(gain)`: the proportional rule of [`Self::with_gain`].
-    gain: Option<f64>,
-    /// Under the proportional rule, each source's share of the step (0 for new
-    /// ones), kept where an evaluation lacks its loss.
+    /// Under [`Rule::Shares`], each source's share of the step (0 for new
+    /// ones), kept where a reading lacks its loss.
     shares: Vec<f64>,
+    /// Under [`Rule::Shares`], each source's integral.
+    integral: Vec<f64>,
     /// [`Self::with_start`]: the replay share of the first steps, and how many.
     start: Option<(f64, usize)>,
+    /// The default start, as a share and a fraction of the run's expected
+    /// steps, until [`Mixer::plan_run`] resolves it.
+    start_fraction: Option<(f64, f64)>,
     /// [`Self::with_finish`]: the replay share of the last steps, and the first of them.
     finish: Option<(f64, usize)>,
     /// The fixed share of the last weights, where a start or a finish set them.
@@ -64,47 +88,60 @@ pub struct BoundedReplay {
     /// [`Self::with_held_out`]: read the held-out set every so many steps, not
     /// the evaluations.
     held_out_every: Option<usize>,
+    /// The closing's cap as a fraction of the planned steps (0: none), and its round.
+    closing: (f64, usize),
+    /// The cap in steps, once [`Mixer::plan_run`] knows the planned steps.
+    closing_cap: Option<usize>,
+    /// Closing steps granted so far; `Some` once the closing began.
+    closing_spent: Option<usize>,
 }
 
 impl BoundedReplay {
-    /// Where the replay share starts, and the least it is raised to from none.
+    /// Where the doubling's share starts, and the least it is raised to from none.
     pub const FIRST_REPLAY: f64 = 0.02;
+    /// The default rule's share of the step for an old domain at the bound.
+    pub const HOLD_GAIN: f64 = 0.06;
+    /// The default rule's integral: what a reading a whole bound above the
+    /// target adds to a domain's share.
+    pub const HOLD_INTEGRAL: f64 = 0.06;
+    /// The default rule's target, inside the bound by this fraction of it.
+    pub const HOLD_MARGIN: f64 = 0.1;
+    /// The default start: 20 % replayed for the first tenth of the steps.
+    pub const START: (f64, f64) = (0.2, 0.1);
+    /// The closing's default cap, a fraction of the planned steps.
+    pub const CLOSING_CAP: f64 = 0.2;
+    /// The closing's default round, in steps.
+    pub const CLOSING_ROUND: usize = 5;
 
     /// `new_sources` take what replay leaves; every other source must have its
     /// held-out loss before the new data in `reference`; `bound` is the relative
-    /// rise allowed (positive), `max_replay` the most replay (in `(0, 1)`). A
-    /// typed error for a bound or a share out of range, no new source, or a
-    /// reference that is not a positive finite loss.
+    /// rise allowed (positive), `max_replay` the most replay (in `(0, 1)`). The
+    /// default rule, start and closing (see the type). A typed error for a bound
+    /// or a share out of range, no new source, or a reference that is not a
+    /// positive finite loss.
     pub fn new<S: Into<String>>(
         new_sources: impl IntoIterator<Item = S>,
         reference: impl IntoIterator<Item = (String, f64)>,
         bound: f64,
         max_replay: f64,
     ) -> Result<Self> {
-        let invalid = |name, value: String, expected| {
-            Error::Settings(SettingsError::invalid(name, value, expected))
-        };
         if !(bound.is_finite() && bound > 0.0) {
             return Err(invalid(
                 "bound",
-                bound.to_string(),
+                bound,
                 "a positive relative rise, e.g. 0.05",
             ));
         }
         if !(max_replay > 0.0 && max_replay < 1.0) {
             return Err(invalid(
                 "max_replay",
-                max_replay.to_string(),
+                max_replay,
                 "a share of each step in (0, 1)",
             ));
         }
         let new_sources: Vec<String> = new_sources.into_iter().map(Into::into).collect();
         if new_sources.is_empty() {
-            return Err(invalid(
-                "new_sources",
-                "none".into(),
-                "at least one new source",
-            ));
+            return Err(invalid("new_sources", "none", "at least one new source"));
         }
         let reference: Vec<(String, f64)> = reference.into_iter().collect();
         if let Some((name, loss)) = reference.iter().find(|(_, l)| !(l.is_finite() && *l > 0.0)) {
@@ -119,52 +156,138 @@ impl BoundedReplay {
             reference,
             bound,
             max_replay,
-            lower_at: 0.5,
-            replay: Self::FIRST_REPLAY.min(max_replay),
+            rule: Rule::Shares {
+                gain: Self::HOLD_GAIN,
+                integral: Self::HOLD_INTEGRAL,
+                margin: Self::HOLD_MARGIN,
+            },
+            replay: 0.0,
             read: None,
             drift: Vec::new(),
-            gain: None,
             shares: Vec::new(),
+            integral: Vec::new(),
             start: None,
+            start_fraction: Some((Self::START.0.min(max_replay), Self::START.1)),
             finish: None,
             fixed_now: None,
             held_out_every: None,
+            closing: (Self::CLOSING_CAP, Self::CLOSING_ROUND),
+            closing_cap: None,
+            closing_spent: None,
         })
     }
 
+    /// The default rule with other numbers: `gain` (the share at the bound),
+    /// `integral` (what a reading a bound above the target adds; 0: none) and
+    /// `margin` (the target's distance inside the bound, a fraction of it, in
+    /// `[0, 1)`). A typed error for a number out of range.
+    pub fn with_hold(mut self, gain: f64, integral: f64, margin: f64) -> Result<Self> {
+        if !(integral.is_finite() && integral >= 0.0) {
+            return Err(invalid(
+                "integral",
+                integral,
+                "a share of the step from 0, e.g. 0.06",
+            ));
+        }
+        if !(0.0..1.0).contains(&margin) {
+            return Err(invalid(
+                "margin",
+                margin,
+                "a fraction of the bound in [0, 1)",
+            ));
+        }
+        self = self.with_gain(gain)?;
+        self.rule = Rule::Shares {
+            gain,
+            integral,
+            margin,
+        };
+        Ok(self)
+    }
+
+    /// The proportional rule alone: after each reading every old domain replays
+    /// `gain × max(0, drift) / bound` of the step (`gain` at the bound, none
+    /// while its loss is at or below its reference), their total scaled down to
+    /// `max_replay` when above it. It settles where the drift calls for the
+    /// replay that holds it, which on a run that forgets fast is above the
+    /// bound. A typed error unless `gain` is positive and finite.
+    pub fn with_gain(mut self, gain: f64) -> Result<Self> {
+        if !(gain.is_finite() && gain > 0.0) {
+            return Err(invalid(
+                "gain",
+                gain,
+                "a positive share of the step at the bound, e.g. 0.06",
+            ));
+        }
+        (self.rule, self.replay) = (
+            Rule::Shares {
+                gain,
+                integral: 0.0,
+                margin: 0.0,
+            },
+            0.0,
+        );
+        Ok(self)
+    }
+
+    /// The first rule: the share starts at [`Self::FIRST_REPLAY`]; when an old
+    /// domain has risen past the bound it doubles (from 0 to
+    /// [`Self::FIRST_REPLAY`]), up to `max_replay`; when all are within half the
+    /// bound it halves (below half of [`Self::FIRST_REPLAY`] it is 0); in
+    /// between it stays. An old domain past the bound gets more of the share:
+    /// weight `1 + max(0, drift) / bound`, others 1. No start unless given.
+    pub fn with_doubling(mut self) -> Self {
+        self.rule = Rule::Doubling { lower_at: 0.5 };
+        self.replay = Self::FIRST_REPLAY.min(self.max_replay);
+        self.start_fraction = None;
+        self
+    }
+
     /// Replay `share` of each step in all, split evenly among the old domains,
-    /// for the run's first `steps` steps; the rule decides from then on (the
-    /// evaluations of the first steps are read all the same). Before a drift
-    /// shows the rule replays nothing, and replay in the first steps cost the new
-    /// domain nothing where it was measured (it ended slightly better; BENCHMARKS.md,
-    /// "Continual pretraining: a replay that follows the drift"). A typed error
-    /// for a share outside `[0, max_replay]`.
+    /// for the run's first `steps` steps, instead of the default start (20 % for
+    /// a tenth of the steps); the rule decides from then on (the readings of
+    /// the first steps are read all the same). A typed error for a share outside
+    /// `[0, max_replay]`.
     pub fn with_start(mut self, share: f64, steps: usize) -> Result<Self> {
         self.start = Some((self.fixed(share, "start share")?, steps));
+        self.start_fraction = None;
         Ok(self)
     }
 
     /// Replay `share` of each step in all, split evenly among the old domains,
-    /// from step `from` (counted from 1) to the end; the rule decided before: for
-    /// a final decay that should train the new data alone, or a fixed replay
-    /// there. Where it was measured, none in the decay (the last 20 % of the
-    /// steps) left the old domains 0.6–0.7 points further from their reference
-    /// than the rule's replay there (BENCHMARKS.md, "Continual pretraining: a
-    /// replay that follows the drift"). A typed error for a share outside
-    /// `[0, max_replay]`.
+    /// from step `from` (counted from 1) to the planned end; the rule decided
+    /// before: for a final decay that should train the new data alone, or a
+    /// fixed replay there. A typed error for a share outside `[0, max_replay]`.
     pub fn with_finish(mut self, share: f64, from: usize) -> Result<Self> {
         self.finish = Some((self.fixed(share, "finish share")?, from));
+        Ok(self)
+    }
+
+    /// The closing's cap, a fraction of the planned steps (`cap` in `[0, 1]`; 0:
+    /// no closing), and its round in steps (from 1). A typed error out of range.
+    pub fn with_closing(mut self, cap: f64, round: usize) -> Result<Self> {
+        if !(0.0..=1.0).contains(&cap) {
+            return Err(invalid(
+                "closing cap",
+                cap,
+                "a fraction of the planned steps in [0, 1]",
+            ));
+        }
+        if round == 0 {
+            return Err(invalid("closing round", round, "a number of steps from 1"));
+        }
+        self.closing = (cap, round);
         Ok(self)
     }
 
     /// A fixed share in `[0, max_replay]`, else a typed error naming it.
     fn fixed(&self, share: f64, name: &'static str) -> Result<f64> {
         if !(0.0..=self.max_replay).contains(&share) {
-            return Err(Error::Settings(SettingsError::invalid(
+            return Err(invalid(
                 name,
                 share,
                 "a replay share of each step from 0 to max_replay",
-            )));
+            ));
         }
         Ok(share)
     }
@@ -176,65 +299,50 @@ impl BoundedReplay {
         start.or(finish).map(|(share, _)| share)
     }
 
-    /// The proportional rule: after each evaluation every old domain replays
-    /// `gain × max(0, drift) / bound` of the step (`gain` at the bound, twice it at
-    /// twice the bound, none while its loss is at or below its reference), their
-    /// total scaled down to `max_replay` when above it. The share starts at 0 and
-    /// moves with the drift in both directions, so it neither overshoots nor stays
-    /// high once the drift falls; a domain whose loss an evaluation lacks keeps
-    /// its share. A typed error unless `gain` is positive and finite.
-    pub fn with_gain(mut self, gain: f64) -> Result<Self> {
-        if !(gain.is_finite() && gain > 0.0) {
-            return Err(Error::Settings(SettingsError::invalid(
-                "gain",
-                gain,
-                "a positive share of the step at the bound, e.g. 0.04",
-            )));
-        }
-        (self.gain, self.replay) = (Some(gain), 0.0);
-        Ok(self)
-    }
-
     /// Read the old domains' losses on the run's held-out set after every
     /// `every` steps (it asks for them: [`Mixer::wants_held_out`], the first
     /// `--mixer-eval-examples` examples of each old source of the eval set)
-    /// instead of the evaluations, which it then ignores. A held-out set of a
-    /// hundred documents a domain costs a fraction of an evaluation of the whole
-    /// validation set (and holds none of the new sources'). `reference` must
-    /// then be each old domain's loss on that same held-out set before the new
-    /// data: a subset's loss differs from the whole set's by more than a bound
-    /// of a few percent. A typed error for `every` = 0.
+    /// instead of the evaluations, which it then ignores. `reference` must then
+    /// be each old domain's loss on that same held-out set before the new data:
+    /// a subset's loss differs from the whole set's by more than a bound of a
+    /// few percent. A typed error for `every` = 0.
     pub fn with_held_out(mut self, every: usize) -> Result<Self> {
         if every == 0 {
-            return Err(Error::Settings(SettingsError::invalid(
-                "held_out_every",
-                every,
-                "a number of steps from 1",
-            )));
+            return Err(invalid("held_out_every", every, "a number of steps from 1"));
         }
         self.held_out_every = Some(every);
         Ok(self)
     }
 
-    /// Halve the share once every old domain is within `fraction` of the bound
-    /// (in `(0, 1]`; default 0.5). At 1 the share falls as soon as they are back
-    /// within the bound and may rise again at the next evaluation: less replay,
-    /// a bound held more narrowly. A typed error outside `(0, 1]`.
+    /// Under [`Self::with_doubling`], halve the share once every old domain is
+    /// within `fraction` of the bound (in `(0, 1]`; default 0.5). A typed error
+    /// outside `(0, 1]`, or under another rule.
     pub fn with_lower_at(mut self, fraction: f64) -> Result<Self> {
         if !(fraction > 0.0 && fraction <= 1.0) {
-            return Err(Error::Settings(SettingsError::invalid(
+            return Err(invalid(
                 "lower_at",
                 fraction,
                 "a fraction of the bound in (0, 1]",
-            )));
+            ));
         }
-        self.lower_at = fraction;
+        let Rule::Doubling { lower_at } = &mut self.rule else {
+            return Err(invalid(
+                "lower_at",
+                fraction,
+                "the doubling rule's (with_doubling)",
+            ));
+        };
+        *lower_at = fraction;
         Ok(self)
     }
 
-    /// The replay share of the next steps (the start's or the finish's in theirs).
+    /// The replay share of the next steps (the start's or the finish's in
+    /// theirs, all of it in a closing round).
     pub fn replay(&self) -> f64 {
-        self.fixed_now.unwrap_or(self.replay)
+        match self.closing_spent {
+            Some(_) => 1.0,
+            None => self.fixed_now.unwrap_or(self.replay),
+        }
     }
 
     /// The losses of a reading not read yet, by source (NaN where it lacks
@@ -255,10 +363,10 @@ impl BoundedReplay {
         Some((eval.step, losses))
     }
 
-    /// Reads losses not read yet: each old source's drift, then the share.
-    fn read_evaluation(&mut self, stats: &SourceStats<'_>) {
+    /// Reads losses not read yet into each old source's drift; whether there were.
+    fn read_drift(&mut self, stats: &SourceStats<'_>) -> bool {
         let Some((step, losses)) = self.unread_losses(stats) else {
-            return;
+            return false;
         };
         self.read = Some(step);
         self.drift = (stats.names.iter().zip(losses))
@@ -270,11 +378,24 @@ impl BoundedReplay {
                 }
             })
             .collect();
-        if let Some(gain) = self.gain {
-            return self.follow_drift(gain);
+        true
+    }
+
+    /// The rule's move on the drift just read.
+    fn decide(&mut self, names: &[String]) {
+        match self.rule {
+            Rule::Shares {
+                gain,
+                integral,
+                margin,
+            } => self.follow_drift(gain, integral, margin),
+            Rule::Doubling { lower_at } => self.double_or_halve(names, lower_at),
         }
-        let old =
-            (stats.names.iter().zip(&self.drift)).filter(|(n, _)| !self.new_sources.contains(n));
+    }
+
+    /// The doubling rule's move.
+    fn double_or_halve(&mut self, names: &[String], lower_at: f64) {
+        let old = (names.iter().zip(&self.drift)).filter(|(n, _)| !self.new_sources.contains(n));
         let (mut worst, mut unread) = (f64::NEG_INFINITY, false);
         for (_, &drift) in old {
             unread |= drift.is_nan();
@@ -284,8 +405,8 @@ impl BoundedReplay {
             self.replay = (2.0 * self.replay)
                 .max(Self::FIRST_REPLAY)
                 .min(self.max_replay);
-        } else if worst < self.bound * self.lower_at && !unread {
-            // An evaluation without some old domain's loss (an eval set of one
+        } else if worst < self.bound * lower_at && !unread {
+            // A reading without some old domain's loss (an eval set of one
             // source) shows no drift there: it must not lower the replay.
             self.replay /= 2.0;
             if self.replay < Self::FIRST_REPLAY / 2.0 {
@@ -294,14 +415,20 @@ impl BoundedReplay {
         }
     }
 
-    /// The proportional rule's shares from the drifts just read (NaN for new
-    /// sources and for old ones the evaluation lacks, which keep theirs).
-    fn follow_drift(&mut self, gain: f64) {
-        self.shares.resize(self.drift.len(), 0.0);
-        for (share, &drift) in self.shares.iter_mut().zip(&self.drift) {
-            if !drift.is_nan() {
-                *share = gain * drift.max(0.0) / self.bound;
+    /// The share rule's move (NaN drifts, for new sources and old ones the
+    /// reading lacks, keep their share and integral).
+    fn follow_drift(&mut self, gain: f64, integral: f64, margin: f64) {
+        let n = self.drift.len();
+        self.shares.resize(n, 0.0);
+        self.integral.resize(n, 0.0);
+        let target = (1.0 - margin) * self.bound;
+        for (i, &drift) in self.drift.iter().enumerate() {
+            if drift.is_nan() {
+                continue;
             }
+            let called = self.integral[i] + integral * (drift - target) / self.bound;
+            self.integral[i] = called.clamp(0.0, self.max_replay);
+            self.shares[i] = gain * drift.max(0.0) / self.bound + self.integral[i];
         }
         let total: f64 = self.shares.iter().sum();
         if total > self.max_replay {
@@ -311,60 +438,73 @@ impl BoundedReplay {
         }
         self.replay = total.min(self.max_replay);
     }
+
+    /// The old domains above the bound on the last reading, as `name +x.x %`.
+    fn above_bound(&self, names: &[String]) -> Vec<String> {
+        (names.iter().zip(&self.drift))
+            .filter(|&(_, &d)| d > self.bound)
+            .map(|(name, d)| format!("{name} {:+.1} %", 100.0 * d))
+            .collect()
+    }
+
+    /// Whether each source is new.
+    fn is_new(&self, names: &[String]) -> Vec<bool> {
+        names.iter().map(|n| self.new_sources.contains(n)).collect()
+    }
+
+    /// Every old source's weight `1 + max(0, drift) / bound` (0 for new ones).
+    fn pull(&self, i: usize) -> f64 {
+        let drift = self.drift.get(i).copied().filter(|d| *d > 0.0);
+        1.0 + drift.unwrap_or(0.0) / self.bound
+    }
+
+    /// The weights of a step whose replay share is `share`, the old sources
+    /// split by `split` (each old source's relative weight).
+    fn split(is_new: &[bool], share: f64, split: impl Fn(usize) -> f64) -> Vec<f64> {
+        let new_count = is_new.iter().filter(|&&n| n).count() as f64;
+        let old_total: f64 = (0..is_new.len()).filter(|&i| !is_new[i]).map(&split).sum();
+        // Without an old source the new ones take everything.
+        let share = if old_total > 0.0 { share } else { 0.0 };
+        (0..is_new.len())
+            .map(|i| match is_new[i] {
+                true => (1.0 - share) / new_count,
+                false => share * split(i) / old_total,
+            })
+            .collect()
+    }
+}
+
+/// A settings error naming `name`.
+fn invalid(name: &'static str, value: impl ToString, expected: &'static str) -> Error {
+    Error::Settings(SettingsError::invalid(name, value.to_string(), expected))
 }
 
 impl Mixer for BoundedReplay {
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
-        self.read_evaluation(stats);
-        let is_new: Vec<bool> = stats
-            .names
-            .iter()
-            .map(|n| self.new_sources.contains(n))
-            .collect();
-        let new_count = is_new.iter().filter(|&&n| n).count() as f64;
-        let old_count = is_new.len() as f64 - new_count;
-        self.fixed_now = self.fixed_share(stats.step).filter(|_| old_count > 0.0);
+        let read = self.read_drift(stats);
+        let is_new = self.is_new(stats.names);
+        if self.closing_spent.is_some() {
+            return Self::split(&is_new, 1.0, |i| self.pull(i));
+        }
+        if read {
+            self.decide(stats.names);
+        }
+        let has_old = is_new.iter().any(|&n| !n);
+        self.fixed_now = self.fixed_share(stats.step).filter(|_| has_old);
         if let Some(share) = self.fixed_now {
-            return (is_new.iter())
-                .map(|&new| {
-                    if new {
-                        (1.0 - share) / new_count
-                    } else {
-                        share / old_count
-                    }
-                })
-                .collect();
+            return Self::split(&is_new, share, |_| 1.0);
         }
-        if self.gain.is_some() {
-            let share = |i: usize| self.shares.get(i).copied().unwrap_or(0.0);
-            return (0..is_new.len())
-                .map(|i| {
-                    if is_new[i] {
-                        (1.0 - self.replay) / new_count
-                    } else {
-                        share(i)
-                    }
-                })
-                .collect();
+        match self.rule {
+            Rule::Shares { .. } => {
+                let share = |i: usize| self.shares.get(i).copied().unwrap_or(0.0);
+                let total: f64 = (0..is_new.len()).filter(|&i| !is_new[i]).map(share).sum();
+                if total > 0.0 {
+                    return Self::split(&is_new, total, share);
+                }
+                Self::split(&is_new, 0.0, |_| 1.0)
+            }
+            Rule::Doubling { .. } => Self::split(&is_new, self.replay, |i| self.pull(i)),
         }
-        let pull = |i: usize| {
-            1.0 + self
-                .drift
-                .get(i)
-                .copied()
-                .filter(|d| *d > 0.0)
-                .unwrap_or(0.0)
-                / self.bound
-        };
-        let old_total: f64 = (0..is_new.len()).filter(|&i| !is_new[i]).map(pull).sum();
-        // Without an old source the new ones take everything.
-        let replay = if old_total > 0.0 { self.replay } else { 0.0 };
-        (0..is_new.len())
-            .map(|i| match is_new[i] {
-                true => (1.0 - replay) / new_count,
-                false => replay * pull(i) / old_total,
-            })
-            .collect()
     }
 
     /// Every new source must be one of the run's, and every old one needs its
@@ -414,11 +554,74 @@ impl Mixer for BoundedReplay {
         !self.new_sources.iter().any(|n| n == source)
     }
 
+    /// The default start's steps and the closing's cap, from the planned steps.
+    fn plan_run(&mut self, expected_steps: Option<usize>) -> Option<String> {
+        let mut unresolved = Vec::new();
+        let at = |fraction: f64, steps: usize| (fraction * steps as f64).round() as usize;
+        if let Some((share, fraction)) = self.start_fraction {
+            match expected_steps {
+                Some(steps) => self.start = Some((share, at(fraction, steps))),
+                None => unresolved
+                    .push("its start (20 % replayed for the first tenth of the steps) is off"),
+            }
+        }
+        let (cap, _) = self.closing;
+        if cap > 0.0 {
+            match expected_steps {
+                Some(steps) => self.closing_cap = Some(at(cap, steps).max(1)),
+                None => unresolved.push("its closing (replay after the planned end while an old domain is above the bound) is off"),
+            }
+        }
+        (!unresolved.is_empty()).then(|| {
+            format!(
+                "the bounded replay does not know the run's length (give a maximum of steps, epochs or tokens): {}",
+                unresolved.join("; ")
+            )
+        })
+    }
+
+    fn closes(&self) -> bool {
+        self.closing_cap.is_some()
+    }
+
+    /// While an old domain is above the bound on the reading at this step, a
+    /// round of replay alone, within the cap.
+    fn close(&mut self, stats: &SourceStats<'_>) -> Closing {
+        self.read_drift(stats);
+        let above = self.above_bound(stats.names);
+        let Some(cap) = self.closing_cap.filter(|_| !above.is_empty()) else {
+            return Closing::End;
+        };
+        let spent = self.closing_spent.unwrap_or(0);
+        let above = above.join(", ");
+        let bound = 100.0 * self.bound;
+        if spent >= cap {
+            return Closing::Capped {
+                why: format!(
+                    "{above} above the bound of {bound} % after {spent} closing step(s), its cap"
+                ),
+            };
+        }
+        let steps = self.closing.1.min(cap - spent);
+        self.closing_spent = Some(spent + steps);
+        Closing::Round {
+            steps,
+            why: format!("{above} above the bound of {bound} %: replay alone"),
+        }
+    }
+
     fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
-        vec![
+        let mut diagnostics = vec![
             ("replay", Diagnostic::Scalar(self.replay())),
             ("drift", Diagnostic::PerSource(self.drift.clone())),
-        ]
+        ];
+        if matches!(self.rule, Rule::Shares { integral, .. } if integral > 0.0) {
+            diagnostics.push(("integral", Diagnostic::PerSource(self.integral.clone())));
+        }
+        if let Some(spent) = self.closing_spent {
+            diagnostics.push(("closing_steps", Diagnostic::Scalar(spent as f64)));
+        }
+        diagnostics
     }
 
     fn state(&self) -> Option<serde_json::Value> {
@@ -427,6 +630,8 @@ impl Mixer for BoundedReplay {
             "read": self.read,
             "drift": self.drift,
             "shares": self.shares,
+            "integral": self.integral,
+            "closing_spent": self.closing_spent,
         }))
     }
 
@@ -440,29 +645,34 @@ impl Mixer for BoundedReplay {
                 self.max_replay
             ));
         }
-        let read = match field(state, "read")? {
-            serde_json::Value::Null => None,
-            v => Some(v.as_u64().ok_or("`read` is not a step")? as usize),
+        let step = |key: &str| match state.get(key) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => {
+                (v.as_u64().map(|n| Some(n as usize))).ok_or(format!("`{key}` is not a step"))
+            }
         };
+        let read = step("read")?;
         self.drift = numbers(field(state, "drift")?)?;
-        // Checkpoints from before the proportional rule have no `shares`.
-        let shares = state
-            .get("shares")
-            .map(numbers)
-            .transpose()?
-            .unwrap_or_default();
-        if shares.iter().any(|s| !(0.0..=self.max_replay).contains(s)) {
+        // Checkpoints from before the proportional rule have no `shares`, from
+        // before the integral no `integral`.
+        let list = |key: &str| state.get(key).map(numbers).transpose();
+        let shares = list("shares")?.unwrap_or_default();
+        let integral = list("integral")?.unwrap_or_default();
+        let within = |values: &[f64]| values.iter().all(|s| (0.0..=self.max_replay).contains(s));
+        if !within(&shares) || !within(&integral) {
             return Err(format!(
-                "`shares` {shares:?} are not all within 0..={}",
+                "`shares` {shares:?} or `integral` {integral:?} are not all within 0..={}",
                 self.max_replay
             ));
         }
-        if self.gain.is_some() && (shares.iter().sum::<f64>() - replay).abs() > 1e-9 {
+        let sums = (shares.iter().sum::<f64>() - replay).abs() <= 1e-9;
+        if matches!(self.rule, Rule::Shares { .. }) && !sums {
             return Err(format!(
                 "`shares` {shares:?} do not sum to `replay` = {replay}"
             ));
         }
-        (self.replay, self.read, self.shares) = (replay, read, shares);
+        self.closing_spent = step("closing_spent")?;
+        (self.replay, self.read, self.shares, self.integral) = (replay, read, shares, integral);
         Ok(())
     }
 }
@@ -481,7 +691,9 @@ mod tests {
 
     fn mixer() -> BoundedReplay {
         let reference = [("en".to_string(), 4.0), ("kjv".to_string(), 3.0)];
-        BoundedReplay::new(["code"], reference, 0.05, 0.5).unwrap()
+        BoundedReplay::new(["code"], reference, 0.05, 0.5)
+            .unwrap()
+            .with_doubling()
     }
 
     /// The statistics of step `step` over `names` (no training loss), with the
@@ -726,6 +938,96 @@ mod tests {
         assert!((w[0] - 0.06 * 0.05 / 0.05).abs() < 1e-12, "{w:?}");
         assert_eq!(w[1], 0.0);
         assert!((m.replay() - 0.06).abs() < 1e-12);
+    }
+
+    /// A scripted run whose drift, at each reading, moves halfway to `0.085 −
+    /// 0.25 × the replay since the last`: the proportional rule alone settles
+    /// at 5.3 %, above the 5 % bound; with its integral the default rule brings
+    /// it under the bound by the fourth reading and settles at the target (90 %
+    /// of the bound).
+    #[test]
+    fn the_integral_holds_a_drift_that_the_proportional_rule_leaves_above_the_bound() {
+        let settle = |mut m: BoundedReplay| {
+            let (mut drift, mut replay, mut drifts) = (0.0, 0.0, Vec::new());
+            for reading in 1..=20 {
+                drift += 0.5 * (0.085 - 0.25 * replay - drift);
+                let losses = [4.0 * (1.0 + drift), 3.0 * (1.0 + drift)];
+                let w = after(&mut m, 10 * reading, Some((10 * reading, losses)));
+                replay = w[0] + w[1];
+                drifts.push(drift);
+            }
+            drifts
+        };
+        let reference = [("en".into(), 4.0), ("kjv".into(), 3.0)];
+        let base = BoundedReplay::new(["code"], reference, 0.05, 0.5).unwrap();
+        let following = settle(base.clone().with_gain(0.06).unwrap());
+        assert!((following[19] - 0.0531).abs() < 1e-3, "{following:?}");
+        let holding = settle(base);
+        assert!(holding[3..].iter().all(|&d| d < 0.05), "{holding:?}");
+        assert!((holding[19] - 0.045).abs() < 1e-3, "{holding:?}");
+    }
+
+    /// Planned for 50 steps the cap is 10 closing steps, in rounds of 5: two
+    /// rounds of replay alone while en stays above the bound, then the cap; a
+    /// reading within the bound ends it at once. The closing is in the state.
+    #[test]
+    fn the_closing_replays_alone_in_rounds_until_within_the_bound_within_its_cap() {
+        let names = names();
+        let read = |m: &mut BoundedReplay, step, en: f64| {
+            let held_out = [en, 3.0, f64::NAN];
+            m.close(&stats(step, &names, None, Some(&held_out)))
+        };
+        let mut m = mixer().with_gain(0.06).unwrap().with_held_out(10).unwrap();
+        assert!(!m.closes(), "the cap needs the planned steps");
+        assert_eq!(m.plan_run(Some(50)), None);
+        assert!(m.closes());
+        assert_eq!(read(&mut m, 50, 4.1), Closing::End, "within the bound");
+        let Closing::Round { steps: 5, why } = read(&mut m, 50, 4.3) else {
+            panic!("a round")
+        };
+        assert!(why.contains("en +7.5 %"), "{why}");
+        let w = m.weights(&stats(50, &names, None, Some(&[4.3, 3.0, f64::NAN])));
+        assert_eq!(w[2], 0.0, "replay alone: {w:?}");
+        assert!(w[0] > w[1] && (w[0] + w[1] - 1.0).abs() < 1e-12, "{w:?}");
+        let mut resumed = mixer().with_gain(0.06).unwrap().with_held_out(10).unwrap();
+        resumed.plan_run(Some(50));
+        resumed.restore(&m.state().unwrap()).unwrap();
+        assert!(matches!(
+            read(&mut m, 55, 4.25),
+            Closing::Round { steps: 5, .. }
+        ));
+        assert!(matches!(
+            read(&mut resumed, 55, 4.25),
+            Closing::Round { steps: 5, .. }
+        ));
+        let Closing::Capped { why } = read(&mut m, 60, 4.22) else {
+            panic!("the cap")
+        };
+        assert!(why.contains("10 closing step(s)"), "{why}");
+        assert_eq!(read(&mut resumed, 60, 4.19), Closing::End);
+        let mut off = mixer().with_closing(0.0, 5).unwrap();
+        assert_eq!(off.plan_run(Some(50)), None);
+        assert!(!off.closes());
+        assert!(mixer().with_closing(1.5, 5).is_err() && mixer().with_closing(0.2, 0).is_err());
+    }
+
+    /// Without the run's length the default start and the closing are off, and
+    /// it says so.
+    #[test]
+    fn without_the_runs_length_it_says_what_is_off() {
+        let reference = [("en".to_string(), 4.0), ("kjv".to_string(), 3.0)];
+        let mut m = BoundedReplay::new(["code"], reference, 0.05, 0.5).unwrap();
+        let said = m.plan_run(None).unwrap();
+        assert!(said.contains("start") && said.contains("closing"), "{said}");
+        assert!(!m.closes());
+        assert_eq!(m.plan_run(Some(100)), None);
+        assert_eq!(
+            after(&mut m, 9, None),
+            [0.1, 0.1, 0.8],
+            "the start: 10 steps"
+        );
+        assert_eq!(after(&mut m, 10, None), [0.0, 0.0, 1.0]);
+        assert!(m.closes());
     }
 
     #[test]

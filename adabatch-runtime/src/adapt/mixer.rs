@@ -163,6 +163,45 @@ pub trait Mixer: Send {
         let _ = expected_steps;
         None
     }
+    /// Whether it may ask for steps after the run's planned end ([`Mixer::close`]).
+    /// The engine then reads the model at the planned end for it: an evaluation
+    /// of the eval set (unless one ran at that step) and, with a held-out set,
+    /// the held-out losses of the sources it reads. The default: it never does.
+    fn closes(&self) -> bool {
+        false
+    }
+    /// Asked when the run's planned steps are done, and again after every
+    /// closing round it asked for, with the reading at that step in `stats`
+    /// (`last_eval` taken at `stats.step`, `held_out` when the run has a
+    /// held-out set; no step loss): [`Closing::Round`] adds steps, trained on its
+    /// next [`Mixer::weights`] (asked right after, with the same `stats`) at the
+    /// learning rates of the planned run's last steps again. Only asked when
+    /// [`Mixer::closes`]. The default: the run ends.
+    fn close(&mut self, stats: &SourceStats<'_>) -> Closing {
+        let _ = stats;
+        Closing::End
+    }
+}
+
+/// What a mixer asks for at the run's planned end ([`Mixer::close`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Closing {
+    /// The run ends.
+    End,
+    /// `steps` more steps (from 1), then the mixer is asked again; `why` is
+    /// logged.
+    Round {
+        /// Steps of the round.
+        steps: usize,
+        /// What called for them, for the log.
+        why: String,
+    },
+    /// The run ends short of what the mixer wanted (its cap spent): `why` is
+    /// logged as a warning and the summary says so.
+    Capped {
+        /// What it wanted and could not have.
+        why: String,
+    },
 }
 
 /// The shares the step trained on: `weights` (the step's, as given) normalised,
@@ -238,6 +277,12 @@ impl Mixer for Box<dyn Mixer> {
     }
     fn plan_run(&mut self, expected_steps: Option<usize>) -> Option<String> {
         (**self).plan_run(expected_steps)
+    }
+    fn closes(&self) -> bool {
+        (**self).closes()
+    }
+    fn close(&mut self, stats: &SourceStats<'_>) -> Closing {
+        (**self).close(stats)
     }
 }
 

@@ -109,6 +109,14 @@ impl<M: Mixer> Mixer for ReplayBudget<M> {
         self.inner.plan_run(expected_steps)
     }
 
+    /// The inner mixer's closing, its weights capped as every step's.
+    fn closes(&self) -> bool {
+        self.inner.closes()
+    }
+    fn close(&mut self, stats: &SourceStats<'_>) -> super::mixer::Closing {
+        self.inner.close(stats)
+    }
+
     /// The tighter of the two caps reaches the inner mixer when both name the
     /// same new sources; otherwise this one's stands.
     fn keep_old_share_within(&mut self, new_sources: &[String], budget: f64) {

@@ -122,6 +122,32 @@ pub struct PlannerState {
     /// A mixed run's global batch in tokens (an OOM `halve` may have lowered it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mixed_token_budget: Option<usize>,
+    /// The steps a mixer added after the run's planned end (its closing), when
+    /// it asked for any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub closing: Option<ClosingSteps>,
+}
+
+/// Steps a mixer asked for after the run's planned end ([`crate::Mixer::close`]),
+/// in rounds: each round trains at the learning rates of the planned run's last
+/// `round` steps again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClosingSteps {
+    /// The planned run's last step (its steps, from 1).
+    pub from_step: usize,
+    /// Tokens counted at that step (0 where the planner does not count them).
+    pub from_tokens: u64,
+    /// The step the closing ends after, so far.
+    pub until: usize,
+    /// The steps of the round in progress.
+    pub round: usize,
+}
+
+impl ClosingSteps {
+    /// Steps added so far.
+    pub fn steps(&self) -> usize {
+        self.until - self.from_step
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -161,6 +187,8 @@ pub struct StepPlanner<S> {
     /// A mixed run's global batch in tokens summed (see
     /// [`StepPlanner::with_mixed_token_budget`]).
     mixed_token_budget: Option<usize>,
+    /// The steps a mixer added after the planned end ([`StepPlanner::close_with`]).
+    closing: Option<ClosingSteps>,
 }
 
 impl<S: Schedule> StepPlanner<S> {
@@ -196,6 +224,7 @@ impl<S: Schedule> StepPlanner<S> {
             tokens_seen: 0,
             lengths: None,
             mixed_token_budget: None,
+            closing: None,
         };
         planner.check_fits(None)?;
         if let Some(sources) = planner.sampler.sources() {
@@ -207,8 +236,11 @@ impl<S: Schedule> StepPlanner<S> {
     /// A run measured in epochs needs the sources that end an epoch to move: the
     /// primary (`primary`), every source (`all_exhausted`). With such a weight at 0
     /// the epoch would never end (HF datasets' stall, issue #7147).
+    /// A closing round is counted in steps: its weights may pause any source.
     fn check_primary_weight(&self, step: usize, weights: &[f64]) -> Result<()> {
-        let (RunLength::Epochs(_), Some(sources)) = (self.length, self.sampler.sources()) else {
+        let (RunLength::Epochs(_), Some(sources), None) =
+            (self.length, self.sampler.sources(), self.closing)
+        else {
             return Ok(());
         };
         let spec = sources.spec();
@@ -370,11 +402,12 @@ impl<S: Schedule> StepPlanner<S> {
             {
                 let epoch = self.sampler.epoch_index();
                 self.planned_epoch = Some(epoch);
-                let within_length = match self.length {
-                    RunLength::Epochs(epochs) => epoch < epochs,
-                    RunLength::Steps(max) => self.step < max,
-                    RunLength::Tokens(max) => self.tokens_seen < max,
-                };
+                let within_length = self.closing_left()
+                    || match self.length {
+                        RunLength::Epochs(epochs) => epoch < epochs,
+                        RunLength::Steps(max) => self.step < max,
+                        RunLength::Tokens(max) => self.tokens_seen < max,
+                    };
                 if within_length {
                     if let Some(plan) = plan_epoch(epoch)? {
                         self.sampler
@@ -382,13 +415,13 @@ impl<S: Schedule> StepPlanner<S> {
                     }
                 }
             }
-            match self.length {
-                RunLength::Steps(max) if self.step >= max => return Ok(None),
-                RunLength::Tokens(max) if self.tokens_seen >= max => return Ok(None),
-                RunLength::Epochs(epochs) if self.sampler.epoch_index() >= epochs => {
-                    return Ok(None)
-                }
-                _ => {}
+            let over = match self.length {
+                RunLength::Steps(max) => self.step >= max,
+                RunLength::Tokens(max) => self.tokens_seen >= max,
+                RunLength::Epochs(epochs) => self.sampler.epoch_index() >= epochs,
+            };
+            if (over || self.closing.is_some()) && !self.closing_left() {
+                return Ok(None);
             }
             let micro: Vec<GlobalBatch> = match (self.mixed_token_budget, self.lengths.clone()) {
                 (Some(max_tokens), Some(lengths)) => self
@@ -410,7 +443,9 @@ impl<S: Schedule> StepPlanner<S> {
                 }
                 return Ok(Some(batches));
             }
-            if self.length == RunLength::Epochs(self.sampler.epoch_index() + 1) {
+            if self.length == RunLength::Epochs(self.sampler.epoch_index() + 1)
+                && !self.closing_left()
+            {
                 // The last epoch is used up: no permutation to draw for the next.
                 return Ok(None);
             }
@@ -492,6 +527,7 @@ impl<S: Schedule> StepPlanner<S> {
             planned_epoch: self.sampler.planned_remainder(),
             sources: self.sampler.sources_state(),
             mixed_token_budget: self.mixed_token_budget,
+            closing: self.closing,
         }
     }
 
@@ -529,6 +565,39 @@ impl<S: Schedule> StepPlanner<S> {
         if state.mixed_token_budget.is_some() {
             self.mixed_token_budget = state.mixed_token_budget;
         }
+        self.closing = state.closing;
+    }
+
+    /// Adds `steps` steps after the planned end (called once the planner says the
+    /// run is over: [`StepPlanner::next_step`] returned `None`), a round of the
+    /// closing a mixer asked for. The run is over again after them.
+    pub fn close_with(&mut self, steps: usize) {
+        let closing = self.closing.get_or_insert(ClosingSteps {
+            from_step: self.step,
+            from_tokens: self.tokens_seen,
+            until: self.step,
+            round: 0,
+        });
+        closing.until = self.step + steps;
+        closing.round = steps;
+    }
+
+    /// The steps added after the planned end, if any.
+    pub fn closing(&self) -> Option<ClosingSteps> {
+        self.closing
+    }
+
+    /// Where the step just drawn stands in the closing round in progress: `(k,
+    /// n)`, its k-th step (from 0) of n; `None` for a planned step.
+    pub fn closing_position(&self) -> Option<(usize, usize)> {
+        let closing = self.closing?;
+        let round_start = closing.until - closing.round;
+        (self.step > round_start).then(|| (self.step - 1 - round_start, closing.round))
+    }
+
+    /// Whether a closing round still has steps to draw.
+    fn closing_left(&self) -> bool {
+        self.closing.is_some_and(|c| self.step < c.until)
     }
 
     /// The clamps in force.
@@ -641,6 +710,9 @@ impl<S: Schedule> StepPlanner<S> {
     where
         S: Clone,
     {
+        if let Some(closing) = self.closing {
+            return self.step >= closing.until;
+        }
         match self.length {
             RunLength::Steps(max) => self.step >= max,
             RunLength::Tokens(max) => self.tokens_seen >= max,

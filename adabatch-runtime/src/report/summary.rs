@@ -53,6 +53,21 @@ pub struct TrainSummary {
     /// What the held-out losses a mixer asked for cost (the whole run); `None`
     /// when it asked for none.
     pub held_out: Option<crate::report::record::HeldOutCost>,
+    /// The steps a mixer added after the planned end ([`crate::Mixer::close`]);
+    /// `None` when it added none and wanted none.
+    pub closing: Option<ClosingSummary>,
+}
+
+/// What a mixer's closing cost ([`crate::Mixer::close`]): the steps it added after
+/// the planned end and their tokens, and whether it ended short of what it wanted.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct ClosingSummary {
+    /// Steps trained after the planned end.
+    pub steps: usize,
+    /// Their tokens (0 where the run does not count tokens).
+    pub tokens: u64,
+    /// The mixer's cap ended the run before its condition held (logged as a warning).
+    pub capped: bool,
 }
 
 impl TrainSummary {
@@ -118,6 +133,19 @@ impl std::fmt::Display for TrainSummary {
                 f,
                 "\nheld-out losses for the mixer: {} evaluations, {} tokens, {:.1} s",
                 cost.evaluations, cost.tokens, cost.seconds
+            )?;
+        }
+        if let Some(closing) = self.closing {
+            write!(
+                f,
+                "\nthe mixer's closing: {} step(s), {} tokens after the planned end{}",
+                closing.steps,
+                closing.tokens,
+                if closing.capped {
+                    "; its cap ended the run before its condition held (see the warning)"
+                } else {
+                    ""
+                }
             )?;
         }
         if self.noise_scale_held_steps > 0 {

@@ -21,6 +21,8 @@ pub(crate) struct RunOutcome {
     pub(crate) oom_events: usize,
     pub(crate) best: Option<(std::path::PathBuf, f64)>,
     pub(crate) held_out: Option<crate::report::record::HeldOutCost>,
+    /// The mixer's closing ended short of its condition.
+    pub(crate) closing_capped: bool,
 }
 
 /// A rank's account of the steps it trained: losses and examples since the last
@@ -146,6 +148,7 @@ impl Progress {
             oom_events,
             best,
             held_out,
+            closing_capped,
         } = outcome;
         let runtime = self.started.elapsed().as_secs_f64();
         let sampler = planner.sampler();
@@ -177,6 +180,20 @@ impl Progress {
             best_metric: best.map(|(_, metric)| metric),
             timed_decisions: settings.timed_decisions(),
             held_out,
+            closing: closing_summary(planner, closing_capped),
         }
     }
+}
+
+/// The closing's steps and tokens from the planner, and whether it was capped.
+fn closing_summary<S: crate::adapt::schedule::Schedule>(
+    planner: &crate::data::planner::StepPlanner<S>,
+    capped: bool,
+) -> Option<crate::report::summary::ClosingSummary> {
+    let closing = planner.closing();
+    (closing.is_some() || capped).then(|| crate::report::summary::ClosingSummary {
+        steps: closing.map_or(0, |c| c.steps()),
+        tokens: closing.map_or(0, |c| planner.tokens_seen() - c.from_tokens),
+        capped,
+    })
 }

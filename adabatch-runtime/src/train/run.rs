@@ -8,6 +8,8 @@
 
 use candle_core::{Device, Var};
 
+use crate::adapt::mixer::Closing;
+
 use crate::adapt::schedule::ScheduleSpec;
 use crate::data::length::LengthIndex;
 use crate::data::planner::{PlannerState, StepBatches, StepPlanner};
@@ -115,6 +117,8 @@ pub(crate) struct RankRun<'a, T, D: ?Sized, C, M> {
     /// `--mixer-eval-examples`: the held-out set (eval-set indices) and the eval
     /// set's sources.
     held_out: Option<(Vec<usize>, SourceSpec)>,
+    /// The mixer's closing ended short of its condition ([`Closing::Capped`]).
+    closing_capped: bool,
 }
 
 impl<'a, T, D, C, M> RankRun<'a, T, D, C, M>
@@ -213,6 +217,7 @@ where
             has_callback,
             interrupted: false,
             held_out,
+            closing_capped: false,
         })
     }
 
@@ -241,7 +246,13 @@ where
                 workers,
                 length_aware,
             );
-            while let Some(batches) = self.next_batches()? {
+            loop {
+                let Some(batches) = self.next_batches()? else {
+                    if self.close_round()? {
+                        continue;
+                    }
+                    break;
+                };
                 let record = match self.step(&batches, &mut prefetcher)? {
                     StepEnd::Trained { record } => record.map(|r| *r),
                     // The same examples come again.
@@ -261,6 +272,60 @@ where
             }
             Ok(prefetcher.stats)
         })
+    }
+
+    /// At the planned end, and after each closing round: the mixer's closing
+    /// (when it closes), from the model's reading at this step (an evaluation
+    /// unless one ran here, the held-out losses when the run has a held-out
+    /// set). Returns whether the run takes more steps.
+    fn close_round(&mut self) -> Result<bool> {
+        if !self.controllers.closes(&mut *self.trainer) {
+            return Ok(false);
+        }
+        let step = self.planner.step();
+        if self.evaluations.last().map(|e| e.step) != Some(step) {
+            self.evaluate()?;
+        }
+        let held_out = match (&self.held_out, self.data.eval) {
+            (Some(set), Some(eval)) => {
+                let input = self.eval_input(eval);
+                Some(held_out_losses(
+                    self.trainer,
+                    self.comm,
+                    &input,
+                    (&set.0, &set.1),
+                )?)
+            }
+            _ => None,
+        };
+        let mut steer = Steer {
+            planner: &mut self.planner,
+            trainer: &mut *self.trainer,
+            logger: self.logger.as_deref(),
+        };
+        let readings = (self.evaluations.last(), held_out.as_ref());
+        let closing = self.controllers.close(step, readings, &mut steer)?;
+        let logger = self.logger.as_deref();
+        match closing {
+            Closing::Round { steps, why } => {
+                if let Some(logger) = logger {
+                    logger.event(&format!(
+                        "step {step}: the mixer's closing: {why}; {steps} more step(s) on its weights, at the learning rates of the planned run's last {steps} step(s)"
+                    ));
+                }
+                Ok(true)
+            }
+            Closing::Capped { why } => {
+                self.closing_capped = true;
+                if let Some(logger) = logger {
+                    logger.event(&format!(
+                        "warning: step {step}: the run ends short of the mixer's closing: {why}"
+                    ));
+                }
+                Ok(false)
+            }
+            Closing::End => Ok(false),
+        }
     }
 
     /// The next step's batches; before an epoch's first step a length-aware run
@@ -722,6 +787,7 @@ where
             oom_events: self.controllers.oom.events(),
             best: best.map(|b| (best_checkpoint_dir(&self.settings.saves, b.step), b.metric)),
             held_out: self.controllers.held_out_cost(),
+            closing_capped: self.closing_capped,
         };
         let summary = self.progress.summary(
             &self.planner,

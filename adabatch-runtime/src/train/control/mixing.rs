@@ -2,13 +2,14 @@
 //! from their losses and counts (the trainer's `#[mixer]`, else the engine's own
 //! for `mix = online(..)` / `custom(..)`).
 
-use crate::adapt::mixer::{Diagnostic, LastEval, Mixer, SourceStats};
+use crate::adapt::mixer::{Closing, Diagnostic, LastEval, Mixer, SourceStats};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::Reweight;
 use crate::data::planner::StepPlanner;
 use crate::data::source_spec::SourceSpec;
 use crate::error::{Error, Result, SettingsError};
 use crate::report::record::{EvalLog, HeldOutCost, StepLog};
+use crate::train::eval::HeldOut;
 use crate::train::probe::StepProbe;
 use crate::train::settings::BuiltinMixer;
 use crate::train::source_sums::{SourceLosses, SourceProbe};
@@ -54,6 +55,55 @@ impl MixingControl {
         expected_steps: Option<usize>,
     ) -> Option<String> {
         self.mixer(trainer)?.plan_run(expected_steps)
+    }
+
+    /// Whether the mixer in force may ask for steps after the planned end.
+    pub(crate) fn closes(&mut self, trainer: &mut dyn UserControllers) -> bool {
+        self.mixer(trainer).is_some_and(|m| m.closes())
+    }
+
+    /// The mixer in force asked, at `step` (the planned end, or a closing
+    /// round's), for more steps from the model's reading there (`last_eval`
+    /// taken at `step`, the held-out losses if any); a round's steps are added
+    /// to the planner, with the mixer's weights for them.
+    pub(crate) fn close(
+        &mut self,
+        step: usize,
+        (last_eval, held_out): (Option<&EvalLog>, Option<&HeldOut>),
+        steer: &mut Steer<'_>,
+    ) -> Result<Closing> {
+        if let Some(held_out) = held_out {
+            self.count_held_out(held_out);
+        }
+        let no_loss = vec![f64::NAN; self.spec.names.len()];
+        let readings = (last_eval, held_out.map(|h| &h.losses[..]));
+        let Some(mixer) = self.mixer(steer.trainer) else {
+            return Ok(Closing::End);
+        };
+        let losses = (&no_loss[..], &[][..]);
+        let closing = with_stats(steer.planner, step, losses, readings, |stats| {
+            mixer.close(stats)
+        });
+        let Some(closing @ Closing::Round { steps, .. }) = closing else {
+            return Ok(closing.unwrap_or(Closing::End));
+        };
+        if steps == 0 {
+            return Ok(Closing::End);
+        }
+        steer.planner.close_with(steps);
+        let weights = next_mix_weights(mixer, steer.planner, step, losses, readings);
+        let names = (steer.planner.sampler().sources()).map(|s| s.spec().names.clone());
+        self.diagnostics = diagnostics_json(&mixer.diagnostics(), &names.unwrap_or_default());
+        steer.planner.set_mix_weights(step, &weights)?;
+        Ok(closing)
+    }
+
+    /// A held-out evaluation's cost, counted.
+    fn count_held_out(&mut self, held_out: &HeldOut) {
+        let cost = self.held_out.get_or_insert_with(HeldOutCost::default);
+        cost.evaluations += 1;
+        cost.tokens += held_out.tokens;
+        cost.seconds += held_out.seconds;
     }
 
     /// What the held-out losses the mixer asked for have cost so far.
@@ -122,10 +172,7 @@ impl Controller for MixingControl {
         };
         let tokens = tokens.as_deref().unwrap_or(&[]);
         if let Some(held_out) = report.held_out {
-            let cost = self.held_out.get_or_insert_with(HeldOutCost::default);
-            cost.evaluations += 1;
-            cost.tokens += held_out.tokens;
-            cost.seconds += held_out.seconds;
+            self.count_held_out(held_out);
         }
         if let Some(mixer) = self.mixer(steer.trainer) {
             let step = report.step;
@@ -199,16 +246,28 @@ fn next_mix_weights(
     mixer: &mut dyn Mixer,
     planner: &StepPlanner<ScheduleSpec>,
     step: usize,
+    losses: (&[f64], &[f64]),
+    readings: (Option<&EvalLog>, Option<&[f64]>),
+) -> Vec<f64> {
+    with_stats(planner, step, losses, readings, |stats| {
+        mixer.weights(stats)
+    })
+    .unwrap_or_default()
+}
+
+/// `then` of what a mixer sees after `step` (`None` for a run without sources).
+fn with_stats<R>(
+    planner: &StepPlanner<ScheduleSpec>,
+    step: usize,
     (losses, tokens): (&[f64], &[f64]),
     (last_eval, held_out): (Option<&EvalLog>, Option<&[f64]>),
-) -> Vec<f64> {
-    let Some(sources) = planner.sampler().sources() else {
-        return Vec::new();
-    };
+    then: impl FnOnce(&SourceStats<'_>) -> R,
+) -> Option<R> {
+    let sources = planner.sampler().sources()?;
     let seen: Vec<usize> = sources.cursors().iter().map(|c| c.seen).collect();
     let positions: Vec<usize> = sources.cursors().iter().map(|c| c.position).collect();
     let spec = sources.spec();
-    mixer.weights(&SourceStats {
+    Some(then(&SourceStats {
         step,
         names: &spec.names,
         loss: losses,
@@ -225,7 +284,7 @@ fn next_mix_weights(
             metrics: &e.metrics,
         }),
         held_out,
-    })
+    }))
 }
 
 /// A mixer's diagnostics as a step record's `mixer` object, keyed by the

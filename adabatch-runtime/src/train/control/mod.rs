@@ -33,10 +33,12 @@ pub(crate) mod oom_control;
 pub(crate) mod schedule_control;
 pub(crate) mod states;
 
+use crate::adapt::mixer::Closing;
 use crate::adapt::noise_cadence::SplitCostModel;
 use crate::dist::communicator::Communicator;
 use crate::error::Result;
 use crate::report::record::{HeldOutCost, StepLog};
+use crate::train::eval::HeldOut;
 use crate::train::probe::StepProbe;
 use crate::train::settings::RunSettings;
 use crate::train::step::StepInput;
@@ -230,6 +232,25 @@ impl Controllers {
         };
         if let (Some(notice), Some(logger)) = (mixing.plan(trainer, expected_steps), logger) {
             logger.event(&format!("warning: {notice}"));
+        }
+    }
+
+    /// Whether the mixer in force may add steps after the planned end
+    /// ([`crate::Mixer::closes`]).
+    pub(crate) fn closes(&mut self, trainer: &mut dyn UserControllers) -> bool {
+        (self.mixing.as_mut()).is_some_and(|mixing| mixing.closes(trainer))
+    }
+
+    /// The mixer's closing at `step`, from the reading there ([`crate::Mixer::close`]).
+    pub(crate) fn close(
+        &mut self,
+        step: usize,
+        readings: (Option<&crate::report::record::EvalLog>, Option<&HeldOut>),
+        steer: &mut Steer<'_>,
+    ) -> Result<Closing> {
+        match self.mixing.as_mut() {
+            Some(mixing) => mixing.close(step, readings, steer),
+            None => Ok(Closing::End),
         }
     }
 

@@ -343,12 +343,28 @@ impl RunSettings {
         planner: &StepPlanner<ScheduleSpec>,
         batches: &StepBatches,
     ) -> usize {
+        if let Some(position) = self.closing_lr_position(planner) {
+            return position;
+        }
         if self.lr.in_tokens {
             let before = planner.tokens_seen() - planner.step_tokens(batches);
             usize::try_from(before).unwrap_or(usize::MAX)
         } else {
             planner.sampler().examples_seen() - batches.global_size()
         }
+    }
+
+    /// In a closing round of n steps after the planned run's S, the k-th step
+    /// (from 0) trains at the rate of the planned run's (S − n + k)-th: where the
+    /// schedule stood n − k steps before its horizon, at the planned run's mean
+    /// step. `None` for a planned step, or a schedule without a horizon (its
+    /// rate then continues from where it stands).
+    fn closing_lr_position(&self, planner: &StepPlanner<ScheduleSpec>) -> Option<usize> {
+        let (k, n) = planner.closing_position()?;
+        let planned = planner.closing()?.from_step.max(1) as f64;
+        let horizon = self.lr.total_examples;
+        let back = ((n - k) as f64 / planned).min(1.0);
+        (horizon.is_finite() && horizon > 0.0).then_some((horizon * (1.0 - back)) as usize)
     }
 
     /// The learning-rate rule as a checkpoint records it: the scaling, and the
