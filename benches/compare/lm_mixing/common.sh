@@ -1,5 +1,6 @@
 # Sourced by run.sh and continual.sh: the three domains' tokens and one run of the
-# mixture example. Needs `out` (the results folder) and `bin` (the example);
+# mixture example's driver (driver.rs). Needs `out` (the results folder) and `bin`
+# (the driver, target/release/examples/mixture_compare);
 # defines `tok` (TOKENS_DIR, default OUT/tokens) and `train NAME FLAGS...`, which
 # writes OUT/NAME.{json,jsonl,log,svg} and skips a run whose summary exists.
 tok=${TOKENS_DIR:-$out/tokens}

@@ -10,7 +10,7 @@
 # old domains are capped at 10 % of each step (--new-domain python
 # --replay-budget 0.1), and with a replay of 10 % in all that rises from 0 to
 # 20 % of the tokens over phase 2, or falls from 20 to 0 (--replay-ramp). The
-# same example, tokens and settings as run.sh.
+# same driver, tokens and settings as run.sh.
 #
 #   bash benches/compare/lm_mixing/continual.sh [SEEDS...]     # default: 1 2 3
 #
@@ -24,9 +24,10 @@ seeds=("$@")
 p1=${P1:-1200000}
 p2=${P2:-200000}
 rates=(${RATES:-1e-3 3e-4})
-bin=${BIN:-target/release/examples/mixture}
+bin=${BIN:-target/release/examples/mixture_compare}
 mkdir -p "$out"
-[[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
+[[ -n "${BIN:-}" ]] ||
+    { cargo build --release -p adabatch-benches --example mixture_compare && cargo build --release --bin adabatch; }
 # shellcheck source=benches/compare/lm_mixing/common.sh
 source benches/compare/lm_mixing/common.sh
 new_first=(--domain python="$tok/python" --domain en="$tok/en" --domain kjv="$tok/kjv")

@@ -53,14 +53,15 @@ policies=(${POLICIES:-replay0 replay10 ramp20-0})
 # shorter than python's, changes neither the steps nor the tokens a step.
 batch=()
 [[ -n "${BUDGET:-}" ]] && batch=(--max-tokens-per-batch "$BUDGET" --packed-token-budget --lr-scaling none)
-bin=${BIN:-target/release/examples/mixture}
+bin=${BIN:-target/release/examples/mixture_compare}
 mkdir -p "$out"
-[[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
+[[ -n "${BIN:-}" ]] ||
+    { cargo build --release -p adabatch-benches --example mixture_compare && cargo build --release --bin adabatch; }
 # shellcheck source=benches/compare/lm_mixing/common.sh
 source benches/compare/lm_mixing/common.sh
 # Stratified: phase 1 in the domains' natural proportions, and the mixture
 # example's fixed shares (--mix-weights) and ramps, which need it (its default
-# mixer is uniform).
+# mixer is online).
 old=(--mixer stratified --domain en="$tok/en" --domain kjv="$tok/kjv")
 new_first=(--domain python="$tok/python" "${old[@]}")
 for seed in "${seeds[@]}"; do

@@ -17,10 +17,11 @@ cd "$(dirname "$0")/../../.."
 out=${OUT:-target/lm-four}
 seeds=("$@")
 [[ ${#seeds[@]} -gt 0 ]] || seeds=(1 2 3)
-bin=${BIN:-target/release/examples/mixture}
+bin=${BIN:-target/release/examples/mixture_compare}
 tokenizer=${TOKENIZER_BIN:-target/release/adabatch}
 mkdir -p "$out"
-[[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
+[[ -n "${BIN:-}" ]] ||
+    { cargo build --release -p adabatch-benches --example mixture_compare && cargo build --release --bin adabatch; }
 export TOKENS_DIR=${TOKENS_DIR:-$out/tokens}
 if [[ ! -s "$TOKENS_DIR/domains.json" ]]; then
     python3 benches/compare/lm_mixing/four_domains.py "$out/data"

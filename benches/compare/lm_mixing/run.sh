@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Mixing three text domains for a small decoder (BENCHMARKS.md, "Mixing domains
-# for a language model"): examples/mixture.rs over the English sentences, the
+# for a language model"): the mixture example's run through its driver
+# (driver.rs, `mixture_compare`) over the English sentences, the
 # King James verses and the Python functions of data/, one byte-level BPE of
 # 4,096 ids over their training documents, 2 % of each held out, 2 CPU ranks,
 # a global batch of 32 documents, AdamW at 3e-3 (2 % warm-up, cosine over the
@@ -19,7 +20,7 @@
 #    mixer steering all three (P2 tokens, default 200,000); phase 2 at the base
 #    rate 3e-3, and (P2_LOW=1, the default) also 0 and 10 % replay at 1e-3.
 #
-# Writes OUT/<run>.json (the example's --summary-json) and OUT/<run>.jsonl,
+# Writes OUT/<run>.json (the driver's --summary-json) and OUT/<run>.jsonl,
 # then the tables (mixing.py).
 #
 # BUDGET=N: every step a global batch of N tokens instead (--max-tokens-per-batch
@@ -50,9 +51,10 @@ else
     read -r -a mixers <<<"${MIXERS:-$default_mixers}"
 fi
 tokens=${TOKENS:-400000}
-bin=${BIN:-target/release/examples/mixture}
+bin=${BIN:-target/release/examples/mixture_compare}
 mkdir -p "$out"
-[[ -n "${BIN:-}" ]] || cargo build --release --example mixture --bin adabatch
+[[ -n "${BIN:-}" ]] ||
+    { cargo build --release -p adabatch-benches --example mixture_compare && cargo build --release --bin adabatch; }
 # shellcheck source=benches/compare/lm_mixing/common.sh
 source benches/compare/lm_mixing/common.sh
 three=(--domain en="$tok/en" --domain kjv="$tok/kjv" --domain python="$tok/python")
