@@ -22,6 +22,10 @@
 # from F % of the steps on (--replay-finish), e.g. bound5e5g6s20-10f0-80;
 # ...hN: the bound read on the first N validation documents of each domain every
 # M steps (--mixer-eval-examples, --replay-every), e.g. bound5e10g6s20-10h100;
+# defaultN: --replay-bound N/100 and nothing else (the library's rule: the
+# drift's share and its integral, a start, a closing), e.g. default5, read on the
+# evaluations; defaultNhM on M held-out documents a domain, e.g. default5h100;
+# the boundN... policies below are the earlier rules, without the closing;
 # steps@FRACTION:SHARE,..., e.g. steps@0:0,0.5:0.25,0.8:0.05, the replay share
 # from each fraction of phase 2's tokens on, and steps@SPEC/SPLIT, e.g.
 # steps@0:0.09/en=2,kjv=1, split so among the old domains): the replays of phase 2.
@@ -106,6 +110,22 @@ for seed in "${seeds[@]}"; do
                     train "$name-lr$rate-$seed" "${new_first[@]}" --new-domain python \
                         --replay-steps "$spec" "${split[@]}" "${phase2[@]}" --eval-steps 25
                     ;;
+                default*)
+                    # defaultN: --replay-bound N/100 with no other replay flag (the
+                    # library's rule, start and closing), read on the evaluations
+                    # (every 10 steps, the example's default with the bound) against
+                    # the annealed phase-1 model's validation losses; defaultNhM:
+                    # read on the first M validation documents of each old domain
+                    # every 10 steps instead, against that model's losses on them.
+                    bound=${policy#default}
+                    reads=(--replay-reference "$(python3 -c "import json,sys; f=json.load(open(sys.argv[1]))['final']; print(','.join(f'{d}={f[d]}' for d in ('en', 'kjv')))" "$out/phase1-$seed.json")")
+                    if [[ "$bound" == *h* ]]; then
+                        reads=(--mixer-eval-examples "${bound#*h}" --replay-reference-model "$out/run-phase1-$seed" --eval-steps 25)
+                        bound=${bound%%h*}
+                    fi
+                    train "$policy-lr$rate-$seed" "${new_first[@]}" --new-domain python \
+                        --replay-bound "$(python3 -c "print($bound / 100)")" "${reads[@]}" "${phase2[@]}"
+                    ;;
                 bound*)
                     # The least replay that keeps en and kjv within BOUND % of the
                     # annealed phase-1 model's losses, read at every evaluation
@@ -133,10 +153,10 @@ for seed in "${seeds[@]}"; do
                     # The example's follow rule starts with 20 % for a tenth of the
                     # steps unless told: a name without ...sA-F means no start.
                     if [[ "${rule[*]}" == *--replay-gain* ]]; then
-                        rule+=(--replay-rule follow)
+                        rule+=(--replay-rule follow --replay-close-cap 0)
                         [[ "${rule[*]}" == *--replay-start* ]] || rule+=(--replay-start 0:0)
                     else
-                        rule+=(--replay-rule doubling --replay-lower-at "$(python3 -c "print($lower / 100)")")
+                        rule+=(--replay-rule doubling --replay-close-cap 0 --replay-lower-at "$(python3 -c "print($lower / 100)")")
                     fi
                     every=25
                     [[ "$bound" == *e* ]] && every=${bound#*e} && bound=${bound%%e*}

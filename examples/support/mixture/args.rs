@@ -84,13 +84,17 @@ pub struct BoundArgs {
     /// With --new-domain and --replay-reference: a replay that keeps every old
     /// domain's validation loss within this relative rise (0.05: 5 %) of its
     /// reference, read at each evaluation (`adabatch::BoundedReplay`; every 10
-    /// steps unless --eval-steps says otherwise), by --replay-rule.
+    /// steps unless --eval-steps says otherwise), by --replay-rule; at the
+    /// planned end, replay alone while an old domain is above it
+    /// (--replay-close-cap).
     #[arg(long, requires = "new_domain")]
     pub replay_bound: Option<f64>,
-    /// --replay-bound's rule: `follow` (each old domain's share follows its drift,
-    /// --replay-gain, after --replay-start) or `doubling` (the share doubles past
-    /// the bound and halves back within it, --replay-lower-at).
-    #[arg(long, value_enum, default_value_t = ReplayRule::Follow, requires = "replay_bound")]
+    /// --replay-bound's rule: `hold` (each old domain's share follows its drift
+    /// and the integral of its drift above a target inside the bound,
+    /// --replay-gain, --replay-integral, --replay-margin, after --replay-start),
+    /// `follow` (the drift alone) or `doubling` (the share doubles past the bound
+    /// and halves back within it, --replay-lower-at).
+    #[arg(long, value_enum, default_value_t = ReplayRule::Hold, requires = "replay_bound")]
     pub replay_rule: ReplayRule,
     /// The old domains' validation losses before the new data, `en=5.18,kjv=3.96`
     /// (phase 1's), for --replay-bound; with --mixer-eval-examples, their losses
@@ -116,15 +120,31 @@ pub struct BoundArgs {
     /// as soon as they are back within it).
     #[arg(long, requires = "replay_bound")]
     pub replay_lower_at: Option<f64>,
-    /// `--replay-rule follow`: each old domain replays GAIN × its drift / the
-    /// bound of each step (`BoundedReplay::with_gain`; default 0.06: 6 % at the
-    /// bound).
+    /// `--replay-rule hold` and `follow`: each old domain replays GAIN × its
+    /// drift / the bound of each step (`BoundedReplay::with_gain`; default 0.06:
+    /// 6 % at the bound), plus under `hold` its integral.
     #[arg(long, requires = "replay_bound")]
     pub replay_gain: Option<f64>,
+    /// `--replay-rule hold`: what a reading a whole bound above the target adds to
+    /// a domain's integral (`BoundedReplay::with_hold`; default 0.06).
+    #[arg(long, requires = "replay_bound")]
+    pub replay_integral: Option<f64>,
+    /// `--replay-rule hold`: the target's distance inside the bound, a fraction
+    /// of it (`BoundedReplay::with_hold`; default 0.1: 4.5 % for a bound of 5 %).
+    #[arg(long, requires = "replay_bound")]
+    pub replay_margin: Option<f64>,
+    /// --replay-bound's closing: at most this fraction of the planned steps of
+    /// replay alone after them, while an old domain is above the bound
+    /// (`BoundedReplay::with_closing`; default 0.2; 0: none).
+    #[arg(long, requires = "replay_bound")]
+    pub replay_close_cap: Option<f64>,
+    /// --replay-bound's closing rounds, in steps, each read after it (default 5).
+    #[arg(long, requires = "replay_bound")]
+    pub replay_close_round: Option<usize>,
     /// --replay-bound replays SHARE of each step, evenly, for the first FRACTION
     /// of the run's expected steps, before its rule decides
-    /// (`BoundedReplay::with_start`; default 0.2:0.1 under `follow`, none under
-    /// `doubling`; 0:0: none).
+    /// (`BoundedReplay::with_start`; default 0.2:0.1 under `hold` and `follow`,
+    /// none under `doubling`; 0:0: none).
     #[arg(long, requires = "replay_bound", value_parser = parse_share_at)]
     pub replay_start: Option<(f64, f64)>,
     /// --replay-bound replays SHARE of each step, evenly, from FRACTION of the
@@ -180,6 +200,9 @@ pub struct OnlineArgs {
 /// How `--replay-bound` moves the replay share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ReplayRule {
+    /// Each old domain's share follows its drift and its drift's integral above
+    /// a target inside the bound (`BoundedReplay::new`).
+    Hold,
     /// Each old domain's share follows its drift (`BoundedReplay::with_gain`).
     Follow,
     /// The share doubles past the bound, halves back within it.

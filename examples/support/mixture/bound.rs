@@ -8,11 +8,6 @@ use adabatch::BoundedReplay;
 use super::args::{BoundArgs, ReplayRule, REPLAY_EVAL_STEPS};
 use super::mixers::expected_steps;
 
-/// `--replay-rule follow`'s gain and start when no flag sets them (how they were
-/// chosen: docs/guide/mixing.md, "Replay that follows the drift").
-const REPLAY_GAIN: f64 = 0.06;
-const REPLAY_START: (f64, f64) = (0.2, 0.1);
-
 /// `--replay-bound` with its reference, the replay share of the new domains' run
 /// (its own checks, and the sources' in the run's setup, before the first step).
 pub fn bounded_replay(
@@ -33,18 +28,26 @@ pub fn bounded_replay(
         bound,
         flags.replay_max,
     )?;
-    let (mut bounded, start) = with_rule(bounded, flags)?;
+    let mut bounded = with_rule(bounded, flags)?;
     if args.eval.mixer_eval_examples.is_some() {
         bounded = bounded.with_held_out(flags.replay_every.unwrap_or(REPLAY_EVAL_STEPS))?;
     }
-    if start.is_some() || flags.replay_finish.is_some() {
+    if flags.replay_close_cap.is_some() || flags.replay_close_round.is_some() {
+        bounded = bounded.with_closing(
+            flags.replay_close_cap.unwrap_or(BoundedReplay::CLOSING_CAP),
+            flags
+                .replay_close_round
+                .unwrap_or(BoundedReplay::CLOSING_ROUND),
+        )?;
+    }
+    if flags.replay_start.is_some() || flags.replay_finish.is_some() {
         let steps = expected_steps(args, infos).ok_or_else(|| {
             adabatch::Error::msg(
                 "--replay-start's and --replay-finish's fractions are of the run's expected steps: give --max-steps or --max-train-tokens",
             )
         })?;
         let at = |fraction: f64| (fraction * steps as f64).round() as usize;
-        if let Some((share, fraction)) = start {
+        if let Some((share, fraction)) = flags.replay_start {
             bounded = bounded.with_start(share, at(fraction))?;
         }
         if let Some((share, fraction)) = flags.replay_finish {
@@ -55,43 +58,46 @@ pub fn bounded_replay(
     Ok(Some(bounded))
 }
 
-/// `--replay-rule` with its own flag (`--replay-gain` or `--replay-lower-at`, the
-/// other refused), and the start it takes: `--replay-start`, by default 20 % for
-/// a tenth of the run under `follow` (at most `--replay-max`), none under
-/// `doubling`.
-fn with_rule(
-    mut bounded: BoundedReplay,
-    flags: &BoundArgs,
-) -> adabatch::Result<(BoundedReplay, Option<(f64, f64)>)> {
-    let rule = |other: &'static str| {
+/// `--replay-rule` with its own flags (`--replay-gain` for `hold` and `follow`,
+/// `--replay-integral` and `--replay-margin` for `hold`, `--replay-lower-at` for
+/// `doubling`; another rule's refused). The library's default start (20 % for a
+/// tenth of the run, at most `--replay-max`) holds under `hold` and `follow`,
+/// none under `doubling`, unless `--replay-start`.
+fn with_rule(bounded: BoundedReplay, flags: &BoundArgs) -> adabatch::Result<BoundedReplay> {
+    let refuse = |other: &'static str| {
         adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings {
             first: "--replay-rule",
             second: other,
-            reason: "--replay-gain is the follow rule's, --replay-lower-at the doubling's",
+            reason: "--replay-gain is the hold and follow rules', --replay-integral and --replay-margin the hold rule's, --replay-lower-at the doubling's",
         })
     };
-    let start = match flags.replay_rule {
-        ReplayRule::Follow if flags.replay_lower_at.is_some() => {
-            return Err(rule("--replay-lower-at"))
-        }
-        ReplayRule::Doubling if flags.replay_gain.is_some() => return Err(rule("--replay-gain")),
-        ReplayRule::Follow => {
-            bounded = bounded.with_gain(flags.replay_gain.unwrap_or(REPLAY_GAIN))?;
-            let (share, fraction) = REPLAY_START;
-            Some(
-                flags
-                    .replay_start
-                    .unwrap_or((share.min(flags.replay_max), fraction)),
-            )
-        }
-        ReplayRule::Doubling => {
-            if let Some(fraction) = flags.replay_lower_at {
-                bounded = bounded.with_lower_at(fraction)?;
-            }
-            flags.replay_start
-        }
-    };
-    Ok((bounded, start))
+    let rule = flags.replay_rule;
+    if rule != ReplayRule::Doubling && flags.replay_lower_at.is_some() {
+        return Err(refuse("--replay-lower-at"));
+    }
+    if rule == ReplayRule::Doubling && flags.replay_gain.is_some() {
+        return Err(refuse("--replay-gain"));
+    }
+    if rule != ReplayRule::Hold
+        && (flags.replay_integral.is_some() || flags.replay_margin.is_some())
+    {
+        return Err(refuse("--replay-integral or --replay-margin"));
+    }
+    let gain = flags.replay_gain.unwrap_or(BoundedReplay::HOLD_GAIN);
+    match rule {
+        ReplayRule::Hold => bounded.with_hold(
+            gain,
+            flags
+                .replay_integral
+                .unwrap_or(BoundedReplay::HOLD_INTEGRAL),
+            flags.replay_margin.unwrap_or(BoundedReplay::HOLD_MARGIN),
+        ),
+        ReplayRule::Follow => bounded.with_gain(gain),
+        ReplayRule::Doubling => match flags.replay_lower_at {
+            Some(fraction) => bounded.with_doubling().with_lower_at(fraction),
+            None => Ok(bounded.with_doubling()),
+        },
+    }
 }
 
 /// The bound's flags and rules: what a user mistypes is refused with a message
@@ -102,11 +108,15 @@ mod tests {
     use super::*;
     use adabatch::{MixUnit, Mixer};
 
-    /// `cli`'s bound over a run of 50 steps.
+    /// `cli`'s bound over a run of 50 steps, told so as the engine tells it.
     fn bound_of(cli: &MixtureArgs) -> adabatch::Result<Option<BoundedReplay>> {
         let mut args = cli.train.clone();
         args.length.max_steps = Some(50);
-        bounded_replay(&cli.replay.bound, &cli.new_domain, &args, &[])
+        let mut bounded = bounded_replay(&cli.replay.bound, &cli.new_domain, &args, &[])?;
+        if let Some(bounded) = bounded.as_mut() {
+            assert_eq!(bounded.plan_run(Some(50)), None);
+        }
+        Ok(bounded)
     }
 
     /// The replay shares of `--replay-bound`'s mixer over `[python, en, kjv]`
@@ -143,15 +153,29 @@ mod tests {
     }
 
     #[test]
-    fn the_bound_follows_the_drift_after_a_start_unless_told_otherwise() {
-        // Follow (the default): 20 % for the first 5 of 50 steps, then 6 % × 6 / 5.
+    fn the_bound_holds_the_drift_after_a_start_unless_told_otherwise() {
+        // Hold (the default): 20 % for the first 5 of 50 steps, then 6 % × 6 / 5
+        // and the integral, 6 % × (6 − 4.5) / 5.
         assert_eq!(bounded_shares(&[], 0).unwrap(), [0.8, 0.1, 0.1]);
         let w = bounded_shares(&[], 5).unwrap();
-        assert!(
-            (w[1] - 0.06 * 0.06 / 0.05).abs() < 1e-12 && w[2] == 0.0,
-            "{w:?}"
-        );
-        let w = bounded_shares(&["--replay-gain", "0.03", "--replay-start", "0:0"], 0).unwrap();
+        let held = 0.06 * 0.06 / 0.05 + 0.06 * 0.015 / 0.05;
+        assert!((w[1] - held).abs() < 1e-12 && w[2] == 0.0, "{w:?}");
+        let flags = ["--replay-integral", "0.12", "--replay-margin", "0.2"];
+        let w = bounded_shares(&flags, 5).unwrap();
+        let held = 0.06 * 0.06 / 0.05 + 0.12 * 0.02 / 0.05;
+        assert!((w[1] - held).abs() < 1e-12, "{w:?}");
+        // Follow: the drift alone.
+        let w = bounded_shares(&["--replay-rule", "follow"], 5).unwrap();
+        assert!((w[1] - 0.06 * 0.06 / 0.05).abs() < 1e-12, "{w:?}");
+        let flags = [
+            "--replay-rule",
+            "follow",
+            "--replay-gain",
+            "0.03",
+            "--replay-start",
+            "0:0",
+        ];
+        let w = bounded_shares(&flags, 0).unwrap();
         assert!((w[1] - 0.03 * 0.06 / 0.05).abs() < 1e-12, "{w:?}");
         // A start share over --replay-max is cut to it when no flag set it.
         assert_eq!(
@@ -170,11 +194,32 @@ mod tests {
                 "--replay-gain",
             ),
             (&["--replay-lower-at", "1"][..], "--replay-lower-at"),
+            (
+                &["--replay-rule", "follow", "--replay-integral", "0.1"][..],
+                "--replay-integral",
+            ),
             (&["--replay-gain", "0"][..], "gain"),
+            (&["--replay-margin", "1"][..], "margin"),
+            (&["--replay-close-cap", "2"][..], "closing cap"),
+            (&["--replay-close-round", "0"][..], "closing round"),
         ] {
             let err = bounded_shares(flags, 0).unwrap_err().to_string();
             assert!(err.contains(says), "{flags:?}: {err}");
         }
+    }
+
+    /// The closing's cap is a fifth of the 50 planned steps unless told, off at 0.
+    #[test]
+    fn the_closing_is_on_by_default_and_off_at_a_cap_of_0() {
+        let cli = |flags: &[&str]| three_domains(&[BOUND, flags].concat()).unwrap();
+        let mut default = bound_of(&cli(&[])).unwrap().unwrap();
+        assert_eq!(default.plan_run(Some(50)), None);
+        assert!(default.closes());
+        let mut off = bound_of(&cli(&["--replay-close-cap", "0"]))
+            .unwrap()
+            .unwrap();
+        off.plan_run(Some(50));
+        assert!(!off.closes());
     }
 
     #[test]
@@ -195,6 +240,10 @@ mod tests {
             &["--replay-finish", "0:0.8"],
             &["--replay-rule", "doubling"],
             &["--replay-lower-at", "1"],
+            &["--replay-integral", "0.1"],
+            &["--replay-margin", "0.1"],
+            &["--replay-close-cap", "0"],
+            &["--replay-close-round", "5"],
             &["--replay-reference-model", "phase1"],
         ] {
             assert!(three_domains(flags).is_err(), "{flags:?} needs the bound");
