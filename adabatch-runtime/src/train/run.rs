@@ -146,22 +146,7 @@ where
         let has_mixer = trainer.mixer().is_some();
         let has_callback = trainer.callback().is_some();
         settings.check_run(eval_len, has_mixer, comm.world_size(), logger.as_deref())?;
-        let held_out = match settings.eval.held_out {
-            Some(per_source) => {
-                let eval_sources = data.eval.and_then(|e| e.sources());
-                let mixer = trainer.mixer();
-                let reads =
-                    |source: &str| mixer.as_ref().is_none_or(|m| m.reads_held_out_of(source));
-                let set = held_out_set(
-                    eval_sources.as_ref(),
-                    settings.sources.as_ref(),
-                    per_source,
-                    reads,
-                )?;
-                eval_sources.map(|spec| (set, spec))
-            }
-            None => None,
-        };
+        let held_out = run_held_out_set(settings, data.eval, &mut *trainer)?;
         let output_lock = hold_output_dir(settings, comm.rank())?;
         let params = sorted_parameters(&*trainer.parts().0)?;
         let trainable = trainable_parameters(&*trainer.parts().1, &params)?;
@@ -870,6 +855,28 @@ fn starting_weights<T: AdaptiveTrainer>(
         logger.mark_resume(dir, state.planner.global_step)?;
     }
     Ok(resumed)
+}
+
+/// `--mixer-eval-examples`: the held-out set (eval-set indices) of the sources
+/// the mixer reads, and the eval set's sources.
+fn run_held_out_set<T: AdaptiveTrainer, D: Dataset + ?Sized>(
+    settings: &RunSettings,
+    eval: Option<&D>,
+    trainer: &mut T,
+) -> Result<Option<(Vec<usize>, SourceSpec)>> {
+    let Some(per_source) = settings.eval.held_out else {
+        return Ok(None);
+    };
+    let eval_sources = eval.and_then(|e| e.sources());
+    let mixer = trainer.mixer();
+    let reads = |source: &str| mixer.as_ref().is_none_or(|m| m.reads_held_out_of(source));
+    let set = held_out_set(
+        eval_sources.as_ref(),
+        settings.sources.as_ref(),
+        per_source,
+        reads,
+    )?;
+    Ok(eval_sources.map(|spec| (set, spec)))
 }
 
 /// Rank 0 of a run that saves locks its output directory (a run that only
