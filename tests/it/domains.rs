@@ -353,6 +353,18 @@ fn a_mixed_batch_in_tokens_fills_the_budget_once_per_pass_and_resumes() {
     let whole = read_log(&log);
     let steps = indices(&whole);
     assert!(steps.len() > 8, "{} steps", steps.len());
+    // The steps it expected (what a mixer's share of the run is of, and
+    // trainer_state.json's max_steps): the tokens over the budget, not over
+    // the per-device batch's documents.
+    let state = p.dir.join("out-2/checkpoint-4/trainer_state.json");
+    let state: serde_json::Value = serde_json::from_slice(&std::fs::read(state).unwrap()).unwrap();
+    let expected = (total * 3 / 2).div_ceil(max_tokens);
+    assert_eq!(
+        state["max_steps"],
+        expected,
+        "{} steps trained",
+        steps.len()
+    );
     let longest = lengths.iter().copied().max().unwrap();
     let mut not_filled = 0;
     for (k, step) in steps.iter().enumerate() {

@@ -380,19 +380,27 @@ impl RunSettings {
     }
 
     /// The optimizer steps the run is expected to take: `--max-steps`, else its
-    /// learning-rate horizon (examples, or tokens) over the first global batch (in
-    /// tokens, at the mean example length). An estimate where the batch adapts;
-    /// `None` when there is no horizon to divide.
+    /// length in tokens, else its learning-rate horizon in examples, over the
+    /// first global batch (in tokens: a mixed run's token budget, else the first
+    /// global batch at the mean example length). An estimate where the batch adapts; `None` when
+    /// there is no horizon to divide.
     pub(crate) fn expected_steps(&self) -> Option<usize> {
         if let RunLength::Steps(steps) = self.length {
             return Some(steps);
         }
         let mut per_step = (self.initial_per_device * self.units_world) as f64;
-        if self.lr.in_tokens {
+        if let (true, Some(budget)) = (self.lr.in_tokens, self.mixed_token_budget) {
+            per_step = budget as f64;
+        } else if self.lr.in_tokens {
             let lengths = self.token_lengths.as_deref()?;
             per_step *= lengths.iter().sum::<usize>() as f64 / lengths.len().max(1) as f64;
         }
-        let total = self.lr.total_examples;
+        // A run in tokens is its tokens whatever the schedule (a constant rate
+        // has no horizon in tokens: its `total_examples` counts examples).
+        let total = match self.length {
+            RunLength::Tokens(tokens) => tokens as f64,
+            _ => self.lr.total_examples,
+        };
         (total.is_finite() && total > 0.0 && per_step > 0.0)
             .then(|| (total / per_step).ceil() as usize)
     }
