@@ -25,6 +25,8 @@
 # defaultN: --replay-bound N/100 and nothing else (the library's rule: the
 # drift's share and its integral, a start, a closing), e.g. default5, read on the
 # evaluations; defaultNhM on M held-out documents a domain, e.g. default5h100;
+# defaultN@FLAG=VALUE,...: with the example's flags, e.g.
+# default5@replay-integral=0.03;
 # the boundN... policies below are the earlier rules, without the closing;
 # steps@FRACTION:SHARE,..., e.g. steps@0:0,0.5:0.25,0.8:0.05, the replay share
 # from each fraction of phase 2's tokens on, and steps@SPEC/SPLIT, e.g.
@@ -118,13 +120,22 @@ for seed in "${seeds[@]}"; do
                     # read on the first M validation documents of each old domain
                     # every 10 steps instead, against that model's losses on them.
                     bound=${policy#default}
+                    # defaultN@FLAG=VALUE,...: the default with the example's flags
+                    # given, e.g. default5@replay-integral=0.03,replay-close-cap=0.
+                    extra=()
+                    if [[ "$bound" == *@* ]]; then
+                        IFS=, read -ra given <<<"${bound#*@}"
+                        for flag in "${given[@]}"; do extra+=("--${flag%%=*}" "${flag#*=}"); done
+                        bound=${bound%%@*}
+                    fi
                     reads=(--replay-reference "$(python3 -c "import json,sys; f=json.load(open(sys.argv[1]))['final']; print(','.join(f'{d}={f[d]}' for d in ('en', 'kjv')))" "$out/phase1-$seed.json")")
                     if [[ "$bound" == *h* ]]; then
                         reads=(--mixer-eval-examples "${bound#*h}" --replay-reference-model "$out/run-phase1-$seed" --eval-steps 25)
                         bound=${bound%%h*}
                     fi
                     train "$policy-lr$rate-$seed" "${new_first[@]}" --new-domain python \
-                        --replay-bound "$(python3 -c "print($bound / 100)")" "${reads[@]}" "${phase2[@]}"
+                        --replay-bound "$(python3 -c "print($bound / 100)")" "${reads[@]}" "${extra[@]}" \
+                        "${phase2[@]}"
                     ;;
                 bound*)
                     # The least replay that keeps en and kjv within BOUND % of the
