@@ -102,10 +102,17 @@ impl BoundedReplay {
     /// The default rule's share of the step for an old domain at the bound.
     pub const HOLD_GAIN: f64 = 0.06;
     /// The default rule's integral: what a reading a whole bound above the
-    /// target adds to a domain's share.
-    pub const HOLD_INTEGRAL: f64 = 0.06;
-    /// The default rule's target, inside the bound by this fraction of it.
-    pub const HOLD_MARGIN: f64 = 0.1;
+    /// target adds to a domain's share. Chosen on two seeds of the continual
+    /// protocol among 0.06, 0.03, 0.015 and none (BENCHMARKS.md, "Continual
+    /// pretraining: a bound that holds"): larger ones replayed more than the
+    /// least fixed share that held the bound, as the drift's early peak (the
+    /// re-warmed rate) filled the integral.
+    pub const HOLD_INTEGRAL: f64 = 0.015;
+    /// The default rule's target, inside the bound by this fraction of it: 0.1
+    /// point at a bound of 5 %, twice what a reading of 100 held-out documents a
+    /// domain differed from the whole validation set's at the same step where
+    /// it was measured (0.04–0.06 point).
+    pub const HOLD_MARGIN: f64 = 0.02;
     /// The default start: 20 % replayed for the first tenth of the steps.
     pub const START: (f64, f64) = (0.2, 0.1);
     /// The closing's default cap, a fraction of the planned steps.
@@ -943,13 +950,13 @@ mod tests {
     /// A scripted run whose drift, at each reading, moves halfway to `0.085 −
     /// 0.25 × the replay since the last`: the proportional rule alone settles
     /// at 5.3 %, above the 5 % bound; with its integral the default rule brings
-    /// it under the bound by the fourth reading and settles at the target (90 %
-    /// of the bound).
+    /// it under the bound by the 17th reading and on towards the target (98 %
+    /// of the bound). Slowly: the closing is what holds the end.
     #[test]
     fn the_integral_holds_a_drift_that_the_proportional_rule_leaves_above_the_bound() {
         let settle = |mut m: BoundedReplay| {
             let (mut drift, mut replay, mut drifts) = (0.0, 0.0, Vec::new());
-            for reading in 1..=20 {
+            for reading in 1..=40 {
                 drift += 0.5 * (0.085 - 0.25 * replay - drift);
                 let losses = [4.0 * (1.0 + drift), 3.0 * (1.0 + drift)];
                 let w = after(&mut m, 10 * reading, Some((10 * reading, losses)));
@@ -961,10 +968,11 @@ mod tests {
         let reference = [("en".into(), 4.0), ("kjv".into(), 3.0)];
         let base = BoundedReplay::new(["code"], reference, 0.05, 0.5).unwrap();
         let following = settle(base.clone().with_gain(0.06).unwrap());
-        assert!((following[19] - 0.0531).abs() < 1e-3, "{following:?}");
+        assert!((following[39] - 0.0531).abs() < 1e-3, "{following:?}");
         let holding = settle(base);
-        assert!(holding[3..].iter().all(|&d| d < 0.05), "{holding:?}");
-        assert!((holding[19] - 0.045).abs() < 1e-3, "{holding:?}");
+        assert!(holding[15] > 0.05, "{holding:?}");
+        assert!(holding[16..].iter().all(|&d| d < 0.05), "{holding:?}");
+        assert!((holding[39] - 0.049).abs() < 2e-4, "{holding:?}");
     }
 
     /// Planned for 50 steps the cap is 10 closing steps, in rounds of 5: two

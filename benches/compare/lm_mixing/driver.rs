@@ -90,6 +90,8 @@ fn write_summary(
         "worst": last.worst,
         "eval_loss": last.eval_loss,
         "evaluations": evaluations,
+        // A bounded replay's closing: steps and tokens after the planned end.
+        "closing": outcome.summary.closing,
     });
     let text = serde_json::to_string_pretty(&value).expect("plain JSON") + "\n";
     std::fs::write(path, text).map_err(adabatch::Error::io(

@@ -126,11 +126,11 @@ pub struct BoundArgs {
     #[arg(long, requires = "replay_bound")]
     pub replay_gain: Option<f64>,
     /// `--replay-rule hold`: what a reading a whole bound above the target adds to
-    /// a domain's integral (`BoundedReplay::with_hold`; default 0.06).
+    /// a domain's integral (`BoundedReplay::with_hold`; default 0.015).
     #[arg(long, requires = "replay_bound")]
     pub replay_integral: Option<f64>,
     /// `--replay-rule hold`: the target's distance inside the bound, a fraction
-    /// of it (`BoundedReplay::with_hold`; default 0.1: 4.5 % for a bound of 5 %).
+    /// of it (`BoundedReplay::with_hold`; default 0.02: 4.9 % for a bound of 5 %).
     #[arg(long, requires = "replay_bound")]
     pub replay_margin: Option<f64>,
     /// --replay-bound's closing: at most this fraction of the planned steps of

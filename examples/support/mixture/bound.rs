@@ -155,10 +155,10 @@ mod tests {
     #[test]
     fn the_bound_holds_the_drift_after_a_start_unless_told_otherwise() {
         // Hold (the default): 20 % for the first 5 of 50 steps, then 6 % × 6 / 5
-        // and the integral, 6 % × (6 − 4.5) / 5.
+        // and the integral, 1.5 % × (6 − 4.9) / 5.
         assert_eq!(bounded_shares(&[], 0).unwrap(), [0.8, 0.1, 0.1]);
         let w = bounded_shares(&[], 5).unwrap();
-        let held = 0.06 * 0.06 / 0.05 + 0.06 * 0.015 / 0.05;
+        let held = 0.06 * 0.06 / 0.05 + 0.015 * 0.011 / 0.05;
         assert!((w[1] - held).abs() < 1e-12 && w[2] == 0.0, "{w:?}");
         let flags = ["--replay-integral", "0.12", "--replay-margin", "0.2"];
         let w = bounded_shares(&flags, 5).unwrap();
