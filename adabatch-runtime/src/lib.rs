@@ -102,10 +102,11 @@ pub use adapt::goodput::{
 pub use adapt::lr::{adam_scale_gain, LrScaling, LrSchedulerType, StableDecay};
 pub use adapt::mixer::{
     Closing, CurriculumMixer, Diagnostic, Exp3Mixer, FnMixer, LastEval, MixFn, MixWarmup, Mixer,
-    OnlineMixer, SourceStats,
+    OnlineMixer, SourceGradient, SourceStats,
 };
 pub use adapt::noise_cadence::SplitCostModel;
 pub use adapt::noise_scale::{MeasureEvery, NoiseMeasurement, NoiseScalePolicy};
+pub use adapt::pike::PikeMixer;
 pub use adapt::replay_budget::ReplayBudget;
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{

@@ -3,6 +3,7 @@
 //! tokens (the targets that carry loss, when the batches know them). In a step
 //! they ride as a probe ([`SourceProbe`]).
 
+use crate::adapt::mixer::SourceGradient;
 use crate::data::planner::StepBatches;
 use crate::data::source_spec::SourceSpec;
 use crate::error::Result;
@@ -79,6 +80,8 @@ pub(crate) struct SourceLosses {
     pub(crate) loss: Vec<f64>,
     /// Each source's tokens (targets) in the step, when the batches count them.
     pub(crate) tokens: Option<Vec<f64>>,
+    /// Each source's gradient statistics, on a step that measured them.
+    pub(crate) gradients: Option<Vec<SourceGradient>>,
 }
 
 impl StepProbe for SourceProbe<'_> {
@@ -101,6 +104,7 @@ impl StepProbe for SourceProbe<'_> {
         Ok(Box::new(SourceLosses {
             loss: means(summed, self.per_token).unwrap_or_default(),
             tokens: tokens(summed),
+            gradients: None,
         }))
     }
 }

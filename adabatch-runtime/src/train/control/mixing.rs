@@ -2,7 +2,7 @@
 //! from their losses and counts (the trainer's `#[mixer]`, else the engine's own
 //! for `mix = online(..)` / `custom(..)`).
 
-use crate::adapt::mixer::{Closing, Diagnostic, LastEval, Mixer, SourceStats};
+use crate::adapt::mixer::{Closing, Diagnostic, LastEval, Mixer, SourceGradient, SourceStats};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::Reweight;
 use crate::data::planner::StepPlanner;
@@ -76,7 +76,7 @@ impl MixingControl {
             self.count_held_out(held_out);
         }
         let no_loss = vec![f64::NAN; self.spec.names.len()];
-        let readings = (last_eval, held_out.map(|h| &h.losses[..]));
+        let readings = (last_eval, held_out.map(|h| &h.losses[..]), None);
         let Some(mixer) = self.mixer(steer.trainer) else {
             return Ok(Closing::End);
         };
@@ -147,7 +147,8 @@ impl Controller for MixingControl {
         let names = (steer.planner.sampler().sources()).map(|s| s.spec().names.clone());
         if let Some(mixer) = self.mixer(steer.trainer) {
             let names = names.unwrap_or_default();
-            let weights = next_mix_weights(mixer, steer.planner, 0, (&no_loss, &[]), (None, None));
+            let weights =
+                next_mix_weights(mixer, steer.planner, 0, (&no_loss, &[]), (None, None, None));
             let diagnostics = diagnostics_json(&mixer.diagnostics(), &names);
             steer.planner.set_mix_weights(0, &weights)?;
             self.diagnostics = diagnostics;
@@ -166,11 +167,13 @@ impl Controller for MixingControl {
         let Some(SourceLosses {
             loss: losses,
             tokens,
+            gradients,
         }) = report.reading::<SourceLosses>()
         else {
             return Ok(());
         };
         let tokens = tokens.as_deref().unwrap_or(&[]);
+        let gradients = gradients.as_deref();
         if let Some(held_out) = report.held_out {
             self.count_held_out(held_out);
         }
@@ -182,7 +185,7 @@ impl Controller for MixingControl {
                 steer.planner,
                 step,
                 (losses, tokens),
-                (report.last_eval, held_out),
+                (report.last_eval, held_out, gradients),
             );
             let names = (steer.planner.sampler().sources()).map(|s| s.spec().names.clone());
             let diagnostics = diagnostics_json(&mixer.diagnostics(), &names.unwrap_or_default());
@@ -240,6 +243,14 @@ impl Controller for MixingControl {
     }
 }
 
+/// What a mixer reads besides the step's losses: the last evaluation, the
+/// held-out losses and the per-source gradient statistics it asked for.
+type Readings<'a> = (
+    Option<&'a EvalLog>,
+    Option<&'a [f64]>,
+    Option<&'a [SourceGradient]>,
+);
+
 /// A mixer's weights for the step after `step`, from its per-source losses and
 /// tokens and the sources' counts (the same on every rank).
 fn next_mix_weights(
@@ -247,7 +258,7 @@ fn next_mix_weights(
     planner: &StepPlanner<ScheduleSpec>,
     step: usize,
     losses: (&[f64], &[f64]),
-    readings: (Option<&EvalLog>, Option<&[f64]>),
+    readings: Readings<'_>,
 ) -> Vec<f64> {
     with_stats(planner, step, losses, readings, |stats| {
         mixer.weights(stats)
@@ -260,7 +271,7 @@ fn with_stats<R>(
     planner: &StepPlanner<ScheduleSpec>,
     step: usize,
     (losses, tokens): (&[f64], &[f64]),
-    (last_eval, held_out): (Option<&EvalLog>, Option<&[f64]>),
+    (last_eval, held_out, source_gradients): Readings<'_>,
     then: impl FnOnce(&SourceStats<'_>) -> R,
 ) -> Option<R> {
     let sources = planner.sampler().sources()?;
@@ -284,6 +295,7 @@ fn with_stats<R>(
             metrics: &e.metrics,
         }),
         held_out,
+        source_gradients,
     }))
 }
 
