@@ -145,7 +145,7 @@ pub mod messages {
     pub use crate::report::messages::{note, warning};
 }
 pub use report::plot::{plot_runs, RunLog};
-pub use report::record::{EvalLog, HeldOutCost, SourceLog, StepLog};
+pub use report::record::{EvalLog, HeldOutCost, SourceGradientCost, SourceLog, StepLog};
 pub use report::summary::{ClosingSummary, TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};
 pub use train::launch::{RankFactory, Run};

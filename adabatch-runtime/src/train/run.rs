@@ -405,7 +405,9 @@ where
         BatchOf<T>: 's,
     {
         let chunks = self.controllers.oom.chunks();
-        let probes = self.controllers.prepare(&mut self.input);
+        let probes = self
+            .controllers
+            .prepare(&mut self.input, step, &mut *self.trainer);
         // The step's own time (collating, computing, the all-reduce, the update),
         // without evaluation or saving: what goodput's step-time model fits.
         let started = std::time::Instant::now();
@@ -772,6 +774,7 @@ where
             oom_events: self.controllers.oom.events(),
             best: best.map(|b| (best_checkpoint_dir(&self.settings.saves, b.step), b.metric)),
             held_out: self.controllers.held_out_cost(),
+            source_gradients: self.controllers.source_gradient_cost(),
             closing_capped: self.closing_capped,
         };
         let summary = self.progress.summary(

@@ -8,7 +8,7 @@ use crate::config::policy::Reweight;
 use crate::data::planner::StepPlanner;
 use crate::data::source_spec::SourceSpec;
 use crate::error::{Error, Result, SettingsError};
-use crate::report::record::{EvalLog, HeldOutCost, StepLog};
+use crate::report::record::{EvalLog, HeldOutCost, SourceGradientCost, StepLog};
 use crate::train::eval::HeldOut;
 use crate::train::probe::StepProbe;
 use crate::train::settings::BuiltinMixer;
@@ -29,6 +29,10 @@ pub(crate) struct MixingControl {
     /// What the held-out losses the mixer asked for have cost (`None` before
     /// the first request).
     held_out: Option<HeldOutCost>,
+    /// Whether the next step measures the sources' gradients for the mixer.
+    measures: bool,
+    /// What those measurements have cost (`None` before the first).
+    gradients: Option<SourceGradientCost>,
 }
 
 impl MixingControl {
@@ -45,6 +49,8 @@ impl MixingControl {
             per_token: reweight == Reweight::TokenCount,
             diagnostics: None,
             held_out: None,
+            measures: false,
+            gradients: None,
         })
     }
 
@@ -106,6 +112,19 @@ impl MixingControl {
         cost.seconds += held_out.seconds;
     }
 
+    /// Before step `step`: whether the mixer in force wants the sources'
+    /// gradients measured in it.
+    pub(crate) fn prepare(&mut self, step: usize, trainer: &mut dyn UserControllers) {
+        self.measures = self
+            .mixer(trainer)
+            .is_some_and(|m| m.wants_source_gradients(step));
+    }
+
+    /// What measuring the sources' gradients has cost so far.
+    pub(crate) fn source_gradient_cost(&self) -> Option<SourceGradientCost> {
+        self.gradients
+    }
+
     /// What the held-out losses the mixer asked for have cost so far.
     pub(crate) fn held_out_cost(&self) -> Option<HeldOutCost> {
         self.held_out
@@ -160,7 +179,19 @@ impl Controller for MixingControl {
         Some(Box::new(SourceProbe {
             spec: &self.spec,
             per_token: self.per_token,
+            gradients: self.measures,
         }))
+    }
+
+    /// A measuring step's seconds, counted (the clock decides nothing here).
+    fn step_time(&mut self, seconds: f64) {
+        if self.measures && seconds > 0.0 {
+            let cost = self
+                .gradients
+                .get_or_insert_with(SourceGradientCost::default);
+            cost.steps += 1;
+            cost.seconds += seconds;
+        }
     }
 
     fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
@@ -208,6 +239,9 @@ impl Controller for MixingControl {
         if let Some(cost) = &self.held_out {
             at.into.put(states::HELD_OUT, 1, cost)?;
         }
+        if let Some(cost) = &self.gradients {
+            at.into.put(states::SOURCE_GRADIENTS, 1, cost)?;
+        }
         // A mixer without a state still has its entry (null): the checkpoint then
         // says that the weights it holds are a mixer's, not the run's own.
         if let Some(mixer) = self.mixer(at.trainer) {
@@ -219,6 +253,7 @@ impl Controller for MixingControl {
 
     fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {
         self.held_out = at.from.get(states::HELD_OUT, 1)?;
+        self.gradients = at.from.get(states::SOURCE_GRADIENTS, 1)?;
         let (Some(entry), Some(mixer)) = (at.from.entry(states::MIXER), self.mixer(at.trainer))
         else {
             return Ok(());
