@@ -89,6 +89,9 @@ fn checked(broken: adabatch_rules::Check) -> crate::error::Result<()> {
 }
 
 impl PikeMixer {
+    /// The fair variant's default tilt ([`adabatch_rules::pike::TILT`]).
+    pub const DEFAULT_TILT: f64 = rules::TILT;
+
     /// The fair variant at tilt `τ >= 0` (0: the average loss).
     pub fn fair(tilt: f64) -> crate::error::Result<Self> {
         checked(rules::tilt(tilt))?;

@@ -45,6 +45,8 @@ pub struct MixtureArgs {
     pub aioli: AioliArgs,
     #[command(flatten)]
     pub online: OnlineArgs,
+    #[command(flatten)]
+    pub pike: PikeArgs,
 }
 
 /// The replay of the old domains while --new-domain is learnt: a budget around
@@ -197,6 +199,36 @@ pub struct OnlineArgs {
     pub online_warmup: Option<f64>,
 }
 
+/// `--mixer pike` and `pike-fair`'s settings (default the library's,
+/// `adabatch_rules::pike`).
+#[derive(clap::Args)]
+pub struct PikeArgs {
+    /// `--mixer pike`: measure each domain's gradient norm and variance every N
+    /// steps (on the step's own documents; `PikeMixer::with_every`).
+    #[arg(long)]
+    pub pike_every: Option<usize>,
+    /// `--mixer pike`: ζ, how much a domain's gradient variance over the batch
+    /// takes off its gradient norm (`PikeMixer::with_zeta`; 0: the norm alone).
+    #[arg(long)]
+    pub pike_zeta: Option<f64>,
+    /// `--mixer pike`: the softmax's temperature, relative to the domains' mean
+    /// squared gradient norm (`PikeMixer::with_temperature`): higher is nearer
+    /// uniform.
+    #[arg(long)]
+    pub pike_temperature: Option<f64>,
+    /// `--mixer pike`: every domain's least share, together (`PikeMixer::with_floor`).
+    #[arg(long, value_parser = parse_fraction)]
+    pub pike_floor: Option<f64>,
+    /// `--mixer pike`: the statistics' moving-average decay per measurement
+    /// (`PikeMixer::with_smoothing`; 0: each measurement alone).
+    #[arg(long)]
+    pub pike_smoothing: Option<f64>,
+    /// `--mixer pike-fair`: τ, the tilt on the domains' losses (`PikeMixer::fair`):
+    /// higher favours the domains behind.
+    #[arg(long)]
+    pub pike_tilt: Option<f64>,
+}
+
 /// How `--replay-bound` moves the replay share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ReplayRule {
@@ -229,6 +261,13 @@ pub enum MixerChoice {
     /// a probe of 4 steps per domain estimates what each domain's data does to
     /// every domain's loss, then an exponentiated-gradient step on the total.
     Aioli,
+    /// PiKE (Li et al. 2025), `adabatch::PikeMixer`: every --pike-every steps
+    /// each domain's gradient norm and variance, measured on the step's own
+    /// documents, decide the shares that most lower the average loss.
+    Pike,
+    /// PiKE's fair variant, `adabatch::PikeMixer::fair`: the domains' losses
+    /// tilted by --pike-tilt, so that the domains behind gain more.
+    PikeFair,
 }
 
 /// `--replay-bound`'s evaluations when `--eval-steps` is not given: every 10
