@@ -58,8 +58,6 @@ pub struct PikeMixer {
     batch: f64,
     /// The weights last given.
     weights: Vec<f64>,
-    /// The last measurement, for the diagnostics of the step that made it.
-    fresh: Option<Vec<SourceGradient>>,
 }
 
 impl Default for PikeMixer {
@@ -78,7 +76,6 @@ impl Default for PikeMixer {
             loss: Vec::new(),
             batch: f64::NAN,
             weights: Vec::new(),
-            fresh: None,
         }
     }
 }
@@ -251,10 +248,8 @@ impl Mixer for PikeMixer {
     /// step, the weights of its statistics; held in between.
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
         let k = stats.names.len();
-        self.fresh = None;
         if let Some(measured) = stats.source_gradients.filter(|m| m.len() == k) {
             self.absorb(measured);
-            self.fresh = Some(measured.to_vec());
             if let Some(weights) = self.decide() {
                 self.weights = weights;
             }
@@ -270,16 +265,17 @@ impl Mixer for PikeMixer {
         step >= 1 && (step - 1) % self.every == 0
     }
 
-    /// On a measuring step: each source's measured `grad_sq` (`|g_k|²`) and
-    /// `grad_var` (`σ_k²`), and the `weights` they gave; nothing on the others.
+    /// From the first measurement on: each source's `grad_sq` (`|g_k|²`) and
+    /// `grad_var` (`σ_k²`) as the weights in force read them (the last
+    /// measurement's, smoothed when `smoothing > 0`), and those `weights`. Not
+    /// only on the measuring steps: a logged step shows what its weights rest on.
     fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
-        let Some(measured) = &self.fresh else {
+        if self.measurements == 0 {
             return Vec::new();
-        };
-        let each = |f: fn(&SourceGradient) -> f64| measured.iter().map(f).collect();
+        }
         vec![
-            ("grad_sq", Diagnostic::PerSource(each(|m| m.grad_sq))),
-            ("grad_var", Diagnostic::PerSource(each(|m| m.grad_var))),
+            ("grad_sq", Diagnostic::PerSource(self.grad_sq.clone())),
+            ("grad_var", Diagnostic::PerSource(self.grad_var.clone())),
             ("weights", Diagnostic::PerSource(self.weights.clone())),
         ]
     }
@@ -324,7 +320,7 @@ impl Mixer for PikeMixer {
         let batch = numbers(&serde_json::json!([field("batch")?]))?[0];
         self.measurements = measurements as usize;
         (self.grad_sq, self.grad_var, self.loss) = (grad_sq, grad_var, loss);
-        (self.batch, self.weights, self.fresh) = (batch, weights, None);
+        (self.batch, self.weights) = (batch, weights);
         Ok(())
     }
 }
@@ -419,13 +415,13 @@ mod tests {
         let stats = [measured(3.0, 1.0, 4.0, 2.0), measured(1.0, 2.0, 4.0, 1.0)];
         let mut pike = PikeMixer::default().with_smoothing(0.5).unwrap();
         after(&mut pike, 1, Some(&stats));
-        assert_eq!(
-            pike.diagnostics().len(),
-            3,
-            "diagnostics on a measuring step"
-        );
+        assert!(PikeMixer::default().diagnostics().is_empty(), "none before");
         after(&mut pike, 2, None);
-        assert!(pike.diagnostics().is_empty());
+        let diagnostics = pike.diagnostics();
+        assert_eq!(
+            diagnostics[0],
+            ("grad_sq", Diagnostic::PerSource(vec![3.0, 1.0]))
+        );
         let state = pike.state().unwrap();
         let mut resumed = PikeMixer::default().with_smoothing(0.5).unwrap();
         resumed.restore(&state).unwrap();
