@@ -16,8 +16,9 @@ pub const TEMPERATURE: f64 = 1.0;
 /// Every source's least weight before renormalising (so that every source keeps
 /// examples to measure).
 pub const FLOOR: f64 = 0.05;
-/// The statistics' moving-average decay per measurement.
-pub const SMOOTHING: f64 = 0.5;
+/// The statistics' moving-average decay per measurement: 0, each measurement
+/// alone (the weights follow the statistics of the step that measured them).
+pub const SMOOTHING: f64 = 0.0;
 /// The fair variant's tilt `τ` on the sources' losses (0: the average loss).
 pub const TILT: f64 = 1.0;
 

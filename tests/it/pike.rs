@@ -332,3 +332,43 @@ fn measuring_leaves_the_update_as_it_is() {
         .to_string()
         .contains("source gradients for the mixer"));
 }
+
+#[adaptive_trainer(mix = pike(every = 2))]
+struct DslPike {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+}
+
+/// `mix = pike(every = 2)` is the engine's `PikeMixer` measuring every 2 steps:
+/// the same run as a `#[mixer]` field holding one.
+#[test]
+fn the_pike_mix_key_is_the_engines_pike_mixer() {
+    let log = temp_log("pike-dsl");
+    let mut a = args(2, 4, 2);
+    a.logging.log_jsonl = Some(log.clone());
+    let data = sources();
+    let trained = DslPike::launch(&data, &collate, &a, |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = AdamW::new(
+            model.params.all_vars(),
+            ParamsAdamW {
+                lr: 0.05,
+                ..Default::default()
+            },
+        )?;
+        Ok(DslPike::new(model, opt))
+    })
+    .unwrap();
+    let dsl = read_log(&log);
+    let (field, _, _) = run(&args(2, 4, 2), 2, "pike-field");
+    assert_eq!(dsl.len(), field.len());
+    for (x, y) in dsl.iter().zip(&field) {
+        assert_eq!(
+            (x.loss.to_bits(), &x.sources),
+            (y.loss.to_bits(), &y.sources)
+        );
+    }
+    assert!(trained.summary.source_gradients.is_some());
+}

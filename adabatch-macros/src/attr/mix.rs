@@ -1,5 +1,7 @@
-//! `mix = ...`: how a dataset of several sources is mixed — `fixed(name = w, ..)`
-//! or `online(temperature = t, floor = f, smoothing = s, warmup = n | fraction)`.
+//! `mix = ...`: how a dataset of several sources is mixed — `fixed(name = w, ..)`,
+//! `online(temperature = t, floor = f, smoothing = s, warmup = n | fraction)`,
+//! `custom(path)` or `pike(every = n, zeta = z, temperature = t, floor = f,
+//! smoothing = s, tilt = τ)`.
 
 use syn::Path;
 
@@ -9,6 +11,7 @@ use super::values::{float, float_arg, int, kept};
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Call, CallArg, Value};
 use adabatch_rules::mixer as rules;
+use adabatch_rules::pike as pike_rules;
 
 /// `mix = ...`
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +31,16 @@ pub enum Mix {
     },
     /// `custom(path)`: a `fn(&SourceStats) -> Vec<f64>`.
     Custom(Path),
+    /// `pike(every = n, zeta = z, temperature = t, floor = f, smoothing = s,
+    /// tilt = τ)`: PiKE, its fair variant with `tilt`.
+    Pike {
+        /// Steps between measurements.
+        every: usize,
+        /// `ζ`, `T`, the floor and the smoothing.
+        numbers: [f64; 4],
+        /// The fair variant's tilt.
+        tilt: Option<f64>,
+    },
 }
 
 /// `online(warmup = ..)`: an integer is steps, a decimal a share of the run.
@@ -42,14 +55,22 @@ pub enum Warmup {
 /// The forms, for messages: `online`'s arguments at their defaults (the rules').
 fn mix_forms() -> String {
     format!(
-        "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = {}, floor = {}, smoothing = {}, warmup = {})`, `custom(path::to::fn)`",
+        "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = {}, floor = {}, smoothing = {}, warmup = {})`, `custom(path::to::fn)`, `pike`, `pike(every = {}, zeta = {}, temperature = {}, floor = {}, smoothing = {}, tilt = {})`",
         rules::TEMPERATURE,
         rules::FLOOR,
         rules::SMOOTHING,
-        rules::WARMUP_FRACTION
+        rules::WARMUP_FRACTION,
+        pike_rules::EVERY,
+        pike_rules::ZETA,
+        pike_rules::TEMPERATURE,
+        pike_rules::FLOOR,
+        pike_rules::SMOOTHING,
+        pike_rules::TILT,
     )
 }
-pub const MIXES: &[&str] = &["fixed", "online", "custom"];
+pub const MIXES: &[&str] = &["fixed", "online", "custom", "pike"];
+/// The named arguments of `pike(..)` (`tilt`: the fair variant).
+pub const PIKE_ARGS: &[&str] = &["every", "zeta", "temperature", "floor", "smoothing", "tilt"];
 /// The named arguments of `online(..)`.
 pub const ONLINE_ARGS: &[&str] = &["temperature", "floor", "smoothing", "warmup"];
 
@@ -60,6 +81,7 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
             "fixed" => fixed(call, cx),
             "online" => online(call, cx),
             "custom" => custom(call, cx),
+            "pike" => pike(call, cx),
             name => {
                 cx.on(
                     &call.name,
@@ -74,6 +96,16 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
                 floor: rules::FLOOR,
                 smoothing: rules::SMOOTHING,
                 warmup: Warmup::Fraction(rules::WARMUP_FRACTION),
+            }),
+            "pike" => Some(Mix::Pike {
+                every: pike_rules::EVERY,
+                numbers: [
+                    pike_rules::ZETA,
+                    pike_rules::TEMPERATURE,
+                    pike_rules::FLOOR,
+                    pike_rules::SMOOTHING,
+                ],
+                tilt: None,
             }),
             "fixed" => {
                 cx.on(
@@ -220,5 +252,36 @@ fn online(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
         floor: floor?,
         smoothing: smoothing?,
         warmup: warmup?,
+    })
+}
+
+/// `pike(every = n, zeta = z, temperature = t, floor = f, smoothing = s, tilt =
+/// τ)`, each optional; `tilt` asks for the fair variant.
+fn pike(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
+    let named = named_args(call, PIKE_ARGS, cx)?;
+    let every = match named.get("every") {
+        Some(v) => {
+            int::<usize>("every", v, cx).and_then(|n| kept("pike", *v, n, pike_rules::every(n), cx))
+        }
+        None => Some(pike_rules::EVERY),
+    };
+    let mut read =
+        |name, default, rule| float_arg(("pike", name), named.get(name), default, rule, cx);
+    let zeta = read("zeta", pike_rules::ZETA, pike_rules::zeta);
+    let temperature = read(
+        "temperature",
+        pike_rules::TEMPERATURE,
+        pike_rules::temperature,
+    );
+    let floor = read("floor", pike_rules::FLOOR, pike_rules::floor);
+    let smoothing = read("smoothing", pike_rules::SMOOTHING, pike_rules::smoothing);
+    let tilt = match named.get("tilt") {
+        Some(_) => Some(read("tilt", pike_rules::TILT, pike_rules::tilt)?),
+        None => None,
+    };
+    Some(Mix::Pike {
+        every: every?,
+        numbers: [zeta?, temperature?, floor?, smoothing?],
+        tilt,
     })
 }

@@ -98,6 +98,25 @@ impl PikeMixer {
         })
     }
 
+    /// From values that passed [`adabatch_rules::pike::check`]: `every`, then
+    /// `ζ`, the temperature, the floor and the smoothing, and the fair
+    /// variant's tilt.
+    pub(crate) fn checked(
+        every: usize,
+        [zeta, temperature, floor, smoothing]: [f64; 4],
+        tilt: Option<f64>,
+    ) -> Self {
+        Self {
+            every,
+            zeta,
+            temperature,
+            floor,
+            smoothing,
+            tilt,
+            ..Self::default()
+        }
+    }
+
     /// Measures every `every >= 1` steps.
     pub fn with_every(self, every: usize) -> crate::error::Result<Self> {
         checked(rules::every(every))?;

@@ -99,6 +99,24 @@ pub enum MixSpec {
     /// `mix = custom(path::to::fn)`: a function of the last step's
     /// [`crate::SourceStats`] decides the next step's weights.
     Custom(crate::adapt::mixer::MixFn),
+    /// `mix = pike(every = 10, zeta = 1, temperature = 1, floor = 0.05,
+    /// smoothing = 0)`, with `tilt = τ` the fair variant: a [`crate::PikeMixer`]
+    /// decides the weights from the sources' gradients measured every `every`
+    /// steps.
+    Pike {
+        /// Steps between measurements (>= 1).
+        every: usize,
+        /// `ζ`, the variance's weight (>= 0).
+        zeta: f64,
+        /// The softmax's temperature, relative to the mean `|g_k|²` (> 0).
+        temperature: f64,
+        /// Share spread evenly over the sources, in `[0, 1]`.
+        floor: f64,
+        /// Moving-average factor of the statistics, in `[0, 1)`.
+        smoothing: f64,
+        /// The fair variant's tilt `τ` (>= 0); `None`: the average loss.
+        tilt: Option<f64>,
+    },
 }
 
 impl PartialEq for MixSpec {
@@ -124,6 +142,24 @@ impl PartialEq for MixSpec {
             // The same function, as far as addresses can tell (a policy compared
             // with itself always is).
             (Custom(a), Custom(b)) => std::ptr::fn_addr_eq(*a, *b),
+            (
+                Pike {
+                    every: a,
+                    zeta: b,
+                    temperature: c,
+                    floor: d,
+                    smoothing: e,
+                    tilt: f,
+                },
+                Pike {
+                    every: g,
+                    zeta: h,
+                    temperature: i,
+                    floor: j,
+                    smoothing: k,
+                    tilt: l,
+                },
+            ) => (a, b, c, d, e, f) == (g, h, i, j, k, l),
             _ => false,
         }
     }
