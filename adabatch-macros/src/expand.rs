@@ -311,21 +311,17 @@ fn mix_spec(p: &TokenStream, mix: &Mix) -> TokenStream {
             };
             quote!(#p::MixSpec::Online { temperature: #t, floor: #f, smoothing: #s, warmup: #w })
         }
-        Mix::Pike {
-            every,
-            numbers,
-            tilt,
-        } => {
-            let every = Literal::usize_unsuffixed(*every);
-            let [z, t, f, s] = numbers.map(Literal::f64_unsuffixed);
-            let tilt = match tilt {
+        Mix::Pike { t0, numbers, tau } => {
+            let t0 = Literal::usize_unsuffixed(*t0);
+            let [z1, z2, f, s] = numbers.map(Literal::f64_unsuffixed);
+            let tau = match tau {
                 Some(x) => {
                     let x = Literal::f64_unsuffixed(*x);
                     quote!(::core::option::Option::Some(#x))
                 }
                 None => quote!(::core::option::Option::None),
             };
-            quote!(#p::MixSpec::Pike { every: #every, zeta: #z, temperature: #t, floor: #f, smoothing: #s, tilt: #tilt })
+            quote!(#p::MixSpec::Pike { t0: #t0, zeta1: #z1, zeta2: #z2, floor: #f, smoothing: #s, tau: #tau })
         }
         Mix::Custom(_) => quote!(#p::MixSpec::Custom(__ADABATCH_MIX_FN)),
     }

@@ -75,7 +75,7 @@ fn run(a: &TrainingArgs, every: usize, name: &str) -> (Vec<StepLog>, Seen, Initi
                 ..Default::default()
             },
         )?;
-        let pike = PikeMixer::default().with_every(every)?;
+        let pike = PikeMixer::default().with_t0(every)?;
         Ok(Piked::new(model, opt, Recording(pike, Arc::clone(&seen))))
     })
     .unwrap();
@@ -251,7 +251,7 @@ fn pike_under_a_replay_budget_measures_and_keeps_the_cap() {
     let trained = Budgeted::launch(&data, &collate, &a, |ctx: &RankContext| {
         let model = Regression::new(ctx.parameters(), ctx.device())?;
         let opt = AdamW::new(model.params.all_vars(), ParamsAdamW::default())?;
-        let pike = PikeMixer::default().with_every(1)?;
+        let pike = PikeMixer::default().with_t0(1)?;
         Ok(Budgeted::new(
             model,
             opt,
@@ -333,7 +333,7 @@ fn measuring_leaves_the_update_as_it_is() {
         .contains("source gradients for the mixer"));
 }
 
-#[adaptive_trainer(mix = pike(every = 2))]
+#[adaptive_trainer(mix = pike(t0 = 2))]
 struct DslPike {
     #[model]
     model: Regression,
@@ -341,7 +341,7 @@ struct DslPike {
     opt: AdamW,
 }
 
-/// `mix = pike(every = 2)` is the engine's `PikeMixer` measuring every 2 steps:
+/// `mix = pike(t0 = 2)` is the engine's `PikeMixer` measuring every 2 steps:
 /// the same run as a `#[mixer]` field holding one.
 #[test]
 fn the_pike_mix_key_is_the_engines_pike_mixer() {

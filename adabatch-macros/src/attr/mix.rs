@@ -1,7 +1,7 @@
 //! `mix = ...`: how a dataset of several sources is mixed — `fixed(name = w, ..)`,
 //! `online(temperature = t, floor = f, smoothing = s, warmup = n | fraction)`,
-//! `custom(path)` or `pike(every = n, zeta = z, temperature = t, floor = f,
-//! smoothing = s, tilt = τ)`.
+//! `custom(path)` or `pike(t0 = n, zeta1 = z, zeta2 = z, floor = f, smoothing =
+//! s, tau = τ)`.
 
 use syn::Path;
 
@@ -31,15 +31,15 @@ pub enum Mix {
     },
     /// `custom(path)`: a `fn(&SourceStats) -> Vec<f64>`.
     Custom(Path),
-    /// `pike(every = n, zeta = z, temperature = t, floor = f, smoothing = s,
-    /// tilt = τ)`: PiKE, its fair variant with `tilt`.
+    /// `pike(t0 = n, zeta1 = z, zeta2 = z, floor = f, smoothing = s, tau = τ)`:
+    /// PiKE, Balanced-PiKE with `tau`.
     Pike {
-        /// Steps between measurements.
-        every: usize,
-        /// `ζ`, `T`, the floor and the smoothing.
+        /// `T₀`, steps between measurements.
+        t0: usize,
+        /// `ζ₁`, `ζ₂`, the floor and the smoothing.
         numbers: [f64; 4],
-        /// The fair variant's tilt.
-        tilt: Option<f64>,
+        /// Balanced-PiKE's `τ`.
+        tau: Option<f64>,
     },
 }
 
@@ -55,22 +55,22 @@ pub enum Warmup {
 /// The forms, for messages: `online`'s arguments at their defaults (the rules').
 fn mix_forms() -> String {
     format!(
-        "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = {}, floor = {}, smoothing = {}, warmup = {})`, `custom(path::to::fn)`, `pike`, `pike(every = {}, zeta = {}, temperature = {}, floor = {}, smoothing = {}, tilt = {})`",
+        "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = {}, floor = {}, smoothing = {}, warmup = {})`, `custom(path::to::fn)`, `pike`, `pike(t0 = {}, zeta1 = {}, zeta2 = {}, floor = {}, smoothing = {}, tau = {})`",
         rules::TEMPERATURE,
         rules::FLOOR,
         rules::SMOOTHING,
         rules::WARMUP_FRACTION,
-        pike_rules::EVERY,
-        pike_rules::ZETA,
-        pike_rules::TEMPERATURE,
+        pike_rules::T0,
+        pike_rules::ZETA1,
+        pike_rules::ZETA2,
         pike_rules::FLOOR,
         pike_rules::SMOOTHING,
-        pike_rules::TILT,
+        pike_rules::TAU,
     )
 }
 pub const MIXES: &[&str] = &["fixed", "online", "custom", "pike"];
-/// The named arguments of `pike(..)` (`tilt`: the fair variant).
-pub const PIKE_ARGS: &[&str] = &["every", "zeta", "temperature", "floor", "smoothing", "tilt"];
+/// The named arguments of `pike(..)` (`tau`: Balanced-PiKE).
+pub const PIKE_ARGS: &[&str] = &["t0", "zeta1", "zeta2", "floor", "smoothing", "tau"];
 /// The named arguments of `online(..)`.
 pub const ONLINE_ARGS: &[&str] = &["temperature", "floor", "smoothing", "warmup"];
 
@@ -98,14 +98,14 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
                 warmup: Warmup::Fraction(rules::WARMUP_FRACTION),
             }),
             "pike" => Some(Mix::Pike {
-                every: pike_rules::EVERY,
+                t0: pike_rules::T0,
                 numbers: [
-                    pike_rules::ZETA,
-                    pike_rules::TEMPERATURE,
+                    pike_rules::ZETA1,
+                    pike_rules::ZETA2,
                     pike_rules::FLOOR,
                     pike_rules::SMOOTHING,
                 ],
-                tilt: None,
+                tau: None,
             }),
             "fixed" => {
                 cx.on(
@@ -255,33 +255,29 @@ fn online(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
     })
 }
 
-/// `pike(every = n, zeta = z, temperature = t, floor = f, smoothing = s, tilt =
-/// τ)`, each optional; `tilt` asks for the fair variant.
+/// `pike(t0 = n, zeta1 = z, zeta2 = z, floor = f, smoothing = s, tau = τ)`, each
+/// optional; `tau` asks for Balanced-PiKE.
 fn pike(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
     let named = named_args(call, PIKE_ARGS, cx)?;
-    let every = match named.get("every") {
+    let t0 = match named.get("t0") {
         Some(v) => {
-            int::<usize>("every", v, cx).and_then(|n| kept("pike", *v, n, pike_rules::every(n), cx))
+            int::<usize>("t0", v, cx).and_then(|n| kept("pike", *v, n, pike_rules::t0(n), cx))
         }
-        None => Some(pike_rules::EVERY),
+        None => Some(pike_rules::T0),
     };
     let mut read =
         |name, default, rule| float_arg(("pike", name), named.get(name), default, rule, cx);
-    let zeta = read("zeta", pike_rules::ZETA, pike_rules::zeta);
-    let temperature = read(
-        "temperature",
-        pike_rules::TEMPERATURE,
-        pike_rules::temperature,
-    );
+    let zeta1 = read("zeta1", pike_rules::ZETA1, pike_rules::zeta1);
+    let zeta2 = read("zeta2", pike_rules::ZETA2, pike_rules::zeta2);
     let floor = read("floor", pike_rules::FLOOR, pike_rules::floor);
     let smoothing = read("smoothing", pike_rules::SMOOTHING, pike_rules::smoothing);
-    let tilt = match named.get("tilt") {
-        Some(_) => Some(read("tilt", pike_rules::TILT, pike_rules::tilt)?),
+    let tau = match named.get("tau") {
+        Some(_) => Some(read("tau", pike_rules::TAU, pike_rules::tau)?),
         None => None,
     };
     Some(Mix::Pike {
-        every: every?,
-        numbers: [zeta?, temperature?, floor?, smoothing?],
-        tilt,
+        t0: t0?,
+        numbers: [zeta1?, zeta2?, floor?, smoothing?],
+        tau,
     })
 }

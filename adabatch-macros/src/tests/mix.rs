@@ -56,38 +56,35 @@ fn mix_forms() {
     );
 }
 
-/// `pike`: the defaults of `adabatch_rules::pike`; `tilt` asks for the fair
-/// variant.
+/// `pike`: the defaults of `adabatch_rules::pike`; `tau` asks for
+/// Balanced-PiKE.
 #[test]
 fn pike_forms() {
     let default = Mix::Pike {
-        every: 10,
-        numbers: [1.0, 1.0, 0.05, 0.0],
-        tilt: None,
+        t0: 10,
+        numbers: [1.0, 1.0, 0.0, 0.0],
+        tau: None,
     };
     assert_eq!(mix(parse_quote!(mix = pike)), default);
     assert_eq!(mix(parse_quote!(mix = pike())), default);
     assert_eq!(
-        mix(parse_quote!(mix = pike(every = 3, zeta = 0, tilt = 2.0))),
+        mix(parse_quote!(mix = pike(t0 = 3, zeta1 = 0, tau = 2.0))),
         Mix::Pike {
-            every: 3,
-            numbers: [0.0, 1.0, 0.05, 0.0],
-            tilt: Some(2.0),
+            t0: 3,
+            numbers: [0.0, 1.0, 0.0, 0.0],
+            tau: Some(2.0),
         }
     );
 }
 
 #[test]
 fn mix_mistakes() {
+    assert_error(parse_quote!(mix = pike(t0 = 0)), "`t0` must be at least 1");
     assert_error(
-        parse_quote!(mix = pike(every = 0)),
-        "`every` must be at least 1",
+        parse_quote!(mix = pike(zeta2 = -1.0)),
+        "`zeta2 = -1` must be at least 0",
     );
-    assert_error(
-        parse_quote!(mix = pike(zeta = -1.0)),
-        "`zeta = -1` must be at least 0",
-    );
-    assert_error(parse_quote!(mix = pike(fair = 1.0)), "fair");
+    assert_error(parse_quote!(mix = pike(tilt = 1.0)), "tilt");
     assert_error(parse_quote!(mix = fixed), "needs a weight per source");
     assert_error(parse_quote!(mix = fixed()), "needs a weight per source");
     assert_error(parse_quote!(mix = fixed(0.5)), "by name");

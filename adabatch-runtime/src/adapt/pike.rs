@@ -1,80 +1,83 @@
 //! PiKE (Li, Deng, Zhong, Razaviyayn, Mirrokni, "PiKE: Adaptive Data Mixing for
 //! Large-Scale Multi-Task Learning Under Low Gradient Conflicts", arXiv
-//! 2502.06244, NeurIPS 2025): mixing weights from each source's gradient norm
-//! `|g_k|²` and gradient variance `σ_k²`, measured on a step's own examples.
+//! 2502.06244, NeurIPS 2025): mixing weights moved by each source's squared
+//! gradient norm `|∇L_k|²` and gradient variance `σ_k²`, measured on a step's
+//! own examples.
 //!
-//! The paper's argument, as implemented here. One step of SGD on a mixed batch
-//! of `b` examples, `w_k·b` of them from source `k`, moves the average loss
-//! `L = (1/K) Σ_k L_k` by at most (L-smoothness, with the step's gradient
-//! estimate unbiased for `Σ_k w_k g_k` and of variance `Σ_k w_k σ_k² / b`):
+//! The paper, as implemented here. A mixed batch of `b` examples, `b_k` of task
+//! `k`, has the gradient `g = Σ_k (b_k/b) ḡ_k` (its equation (2)). Under low
+//! gradient conflicts one SGD step lowers the total loss by at least what its
+//! Theorem 3.4 bounds (equation (8)), whose minimisation over `w_k = b_k/b` is
+//! the program of equation (9), `min Σ_k w_k λ_k + ½ w_k² κ_k` on the simplex
+//! with `λ_k = −ηβ|∇L_k|² + (Lη²/2b) σ_k²`. Re-solving it from scratch at every
+//! measurement jumps the weights; the paper takes one mirror-descent step on it
+//! instead (§3.2) and, with its constants folded into two, Algorithm 1:
 //!
-//! `E[ΔL] ≤ −η ⟨∇L, Σ_k w_k g_k⟩ + (Lη²/2)(|Σ_k w_k g_k|² + Σ_k w_k σ_k² / b)`.
+//! - line 4: every `T₀` steps,
+//! - line 5: estimate `|∇L_k|²` and `σ_k²` for every task,
+//! - line 6: `w_k ← w_k · exp(ζ₁ |∇L_k|² − (ζ₂/2b) σ_k²)` ([`exponents`]),
+//! - line 7: `w ← w / |w|₁`,
+//! - line 8: `b_k = round(b·w_k)` (the engine's deficit allocator here).
 //!
-//! Under low gradient conflicts (`⟨g_j, g_k⟩ ≥ 0`, the paper's observation of
-//! large-scale pretraining) the first term is at most `−(η/K) Σ_k w_k |g_k|²`,
-//! so the bound is a sum over the sources and each unit of weight on source `k`
-//! gains `|g_k|² − ζ·σ_k²/b` ([`gains`]; `ζ` folds `K·L·η/2`). PiKE gives the
-//! weight to the sources that gain most, softened by an entropy term so that no
-//! source is starved: `w ∝ exp(gain_k / (T·mean_j |g_j|²))` ([`softmax`]).
+//! Balanced-PiKE (§3.3) minimises the tilted loss `(1/τ) log Σ_k exp(τ L_k)`
+//! (equation (11)), which Lemma 3.6 turns into the total loss weighted by
+//! `y_k = τ·softmax(τL)_k` (equation (12)); PiKE on that weighted loss scales each
+//! task's gradient-norm term by its weight. Here the weights are `K·softmax(τL)_k`
+//! (they sum to `K`, as the `K` unit weights of equation (1) do, so `τ → 0` is
+//! PiKE again) and `L_k` is the source's mean training loss of the measuring
+//! step: our reading of the paper's Appendix D, which we could not consult.
 //!
-//! The fair variant minimises the tilted loss `(1/τ) log Σ_k exp(τ L_k)`, whose
-//! gradient weighs source `k` by `p_k = softmax(τ L)_k`: the gain of source `k`
-//! becomes `K·p_k |g_k|² − ζ·σ_k²/b`, so sources behind in loss gain more
-//! (`τ = 0`: the average loss again).
-//!
-//! What the paper leaves to the implementation, chosen here: how `|g_k|²` and
+//! What the paper leaves to the implementation, chosen here: how `|∇L_k|²` and
 //! `σ_k²` are estimated from a batch (the engine splits a source's examples of
-//! the step into two halves `a`, `b`: `⟨ĝ_a, ĝ_b⟩` is unbiased for `|g_k|²`, and
+//! the step into two halves `a`, `b`: `⟨ĝ_a, ĝ_b⟩` is unbiased for `|∇L_k|²`, and
 //! `|ĝ_a − ĝ_b|² / (1/n_a + 1/n_b)` for `σ_k²`, with no per-example gradient);
-//! the temperature's scale (relative to the mean `|g_k|²`, because gradient
-//! norms fall by orders of magnitude over a run and a fixed temperature would
-//! freeze the weights late); a floor on every weight (a source needs examples in
-//! a measuring step to be measured again); a negative `|g_k|²` estimate (noise)
-//! counts as 0.
+//! a negative `|∇L_k|²` estimate (noise) counts as 0; a source with fewer than
+//! two examples in the measuring step keeps its weight (line 6 with exponent 0);
+//! `b` is the measuring step's examples (tokens under `token_count`); the first
+//! weights are uniform (the paper's uniform initialisation). Two options of this
+//! crate, off by default: a `floor` mixed into the weights given, and a
+//! moving average of the statistics.
 
 use super::mixer::{numbers, Diagnostic, Mixer, SourceGradient, SourceStats};
 use adabatch_rules::pike as rules;
 
-/// PiKE as a [`Mixer`]: the average-loss variant ([`PikeMixer::default`]) or the
-/// fair one ([`PikeMixer::fair`]). It asks the engine for the sources' gradient
-/// statistics every `every` steps (steps 1, 1 + every, ...: a cadence of steps,
-/// so a run is reproducible) and holds its weights in between.
+/// PiKE as a [`Mixer`]: Algorithm 1 of the paper ([`PikeMixer::default`]) or
+/// Balanced-PiKE ([`PikeMixer::fair`]). It asks the engine for the sources'
+/// gradient statistics every `T₀` steps (steps 1, 1 + T₀, ...: a cadence of
+/// steps, so a run is reproducible) and holds its weights in between.
 #[derive(Debug, Clone)]
 pub struct PikeMixer {
-    every: usize,
-    zeta: f64,
-    temperature: f64,
+    t0: usize,
+    zeta1: f64,
+    zeta2: f64,
     floor: f64,
     smoothing: f64,
-    /// The fair variant's tilt `τ` (`None`: the average loss).
-    tilt: Option<f64>,
+    /// Balanced-PiKE's `τ` (`None`: the total loss).
+    tau: Option<f64>,
     /// Measurements seen.
     measurements: usize,
-    /// Smoothed `|g_k|²`, `σ_k²`, losses and the step's size `b` (NaN: never
-    /// measured).
+    /// Smoothed `|∇L_k|²`, `σ_k²` and losses (NaN: never measured).
     grad_sq: Vec<f64>,
     grad_var: Vec<f64>,
     loss: Vec<f64>,
-    batch: f64,
-    /// The weights last given.
+    /// The mirror-descent iterate `w` (before any floor).
     weights: Vec<f64>,
 }
 
 impl Default for PikeMixer {
-    /// The average-loss PiKE with the defaults of [`adabatch_rules::pike`].
+    /// Algorithm 1 with the defaults of [`adabatch_rules::pike`].
     fn default() -> Self {
         Self {
-            every: rules::EVERY,
-            zeta: rules::ZETA,
-            temperature: rules::TEMPERATURE,
+            t0: rules::T0,
+            zeta1: rules::ZETA1,
+            zeta2: rules::ZETA2,
             floor: rules::FLOOR,
             smoothing: rules::SMOOTHING,
-            tilt: None,
+            tau: None,
             measurements: 0,
             grad_sq: Vec::new(),
             grad_var: Vec::new(),
             loss: Vec::new(),
-            batch: f64::NAN,
             weights: Vec::new(),
         }
     }
@@ -86,84 +89,79 @@ fn checked(broken: adabatch_rules::Check) -> crate::error::Result<()> {
 }
 
 impl PikeMixer {
-    /// The fair variant's default tilt ([`adabatch_rules::pike::TILT`]).
-    pub const DEFAULT_TILT: f64 = rules::TILT;
+    /// Balanced-PiKE's default `τ` ([`adabatch_rules::pike::TAU`]).
+    pub const DEFAULT_TAU: f64 = rules::TAU;
 
-    /// The fair variant at tilt `τ >= 0` (0: the average loss).
-    pub fn fair(tilt: f64) -> crate::error::Result<Self> {
-        checked(rules::tilt(tilt))?;
+    /// Balanced-PiKE at `τ >= 0` (0: the total loss again).
+    pub fn fair(tau: f64) -> crate::error::Result<Self> {
+        checked(rules::tau(tau))?;
         Ok(Self {
-            tilt: Some(tilt),
+            tau: Some(tau),
             ..Self::default()
         })
     }
 
-    /// From values that passed [`adabatch_rules::pike::check`]: `every`, then
-    /// `ζ`, the temperature, the floor and the smoothing, and the fair
-    /// variant's tilt.
+    /// From values that passed [`adabatch_rules::pike::check`]: `T₀`, then `ζ₁`,
+    /// `ζ₂`, the floor and the smoothing, and Balanced-PiKE's `τ`.
     pub(crate) fn checked(
-        every: usize,
-        [zeta, temperature, floor, smoothing]: [f64; 4],
-        tilt: Option<f64>,
+        t0: usize,
+        [zeta1, zeta2, floor, smoothing]: [f64; 4],
+        tau: Option<f64>,
     ) -> Self {
         Self {
-            every,
-            zeta,
-            temperature,
+            t0,
+            zeta1,
+            zeta2,
             floor,
             smoothing,
-            tilt,
+            tau,
             ..Self::default()
         }
     }
 
-    /// Measures every `every >= 1` steps.
-    pub fn with_every(self, every: usize) -> crate::error::Result<Self> {
-        checked(rules::every(every))?;
-        Ok(Self { every, ..self })
+    /// Measures and moves the weights every `T₀ >= 1` steps.
+    pub fn with_t0(self, t0: usize) -> crate::error::Result<Self> {
+        checked(rules::t0(t0))?;
+        Ok(Self { t0, ..self })
     }
 
-    /// The variance's weight `ζ >= 0`.
-    pub fn with_zeta(self, zeta: f64) -> crate::error::Result<Self> {
-        checked(rules::zeta(zeta))?;
-        Ok(Self { zeta, ..self })
+    /// `ζ₁ >= 0`, the weight of `|∇L_k|²`.
+    pub fn with_zeta1(self, zeta1: f64) -> crate::error::Result<Self> {
+        checked(rules::zeta1(zeta1))?;
+        Ok(Self { zeta1, ..self })
     }
 
-    /// The softmax's temperature `T > 0`, relative to the mean `|g_k|²`.
-    pub fn with_temperature(self, temperature: f64) -> crate::error::Result<Self> {
-        checked(rules::temperature(temperature))?;
-        Ok(Self {
-            temperature,
-            ..self
-        })
+    /// `ζ₂ >= 0`, the weight of `σ_k² / 2b`.
+    pub fn with_zeta2(self, zeta2: f64) -> crate::error::Result<Self> {
+        checked(rules::zeta2(zeta2))?;
+        Ok(Self { zeta2, ..self })
     }
 
-    /// Every source's least weight, `floor` in `[0, 1]`, shared out before
-    /// the softmax's.
+    /// Every source's least share, `floor` in `[0, 1]` spread evenly over the
+    /// weights given (the iterate keeps its own).
     pub fn with_floor(self, floor: f64) -> crate::error::Result<Self> {
         checked(rules::floor(floor))?;
         Ok(Self { floor, ..self })
     }
 
-    /// The statistics' moving-average decay per measurement, in `[0, 1)` (0:
-    /// each measurement alone, as the paper).
+    /// The statistics' moving-average decay per measurement, in `[0, 1)`.
     pub fn with_smoothing(self, smoothing: f64) -> crate::error::Result<Self> {
         checked(rules::smoothing(smoothing))?;
         Ok(Self { smoothing, ..self })
     }
 
-    /// The steps between two measurements.
-    pub fn every(&self) -> usize {
-        self.every
+    /// `T₀`.
+    pub fn t0(&self) -> usize {
+        self.t0
     }
 
-    /// Whether it is the fair variant.
+    /// Whether it is Balanced-PiKE.
     pub fn is_fair(&self) -> bool {
-        self.tilt.is_some()
+        self.tau.is_some()
     }
 
-    /// A measurement folded into the smoothed statistics (a source with too
-    /// few examples to be measured keeps what it had).
+    /// A measurement folded into the (smoothed) statistics; a source with too
+    /// few examples to be measured keeps what it had.
     fn absorb(&mut self, measured: &[SourceGradient]) {
         let k = measured.len();
         for v in [&mut self.grad_sq, &mut self.grad_var, &mut self.loss] {
@@ -184,110 +182,107 @@ impl PikeMixer {
             fold(&mut self.grad_var[i], m.grad_var);
             fold(&mut self.loss[i], m.loss);
         }
-        let b: f64 = measured
-            .iter()
-            .map(|m| m.size)
-            .filter(|s| s.is_finite())
-            .sum();
-        if b > 0.0 {
-            self.batch = b;
-        }
         self.measurements += 1;
     }
 
-    /// The weights from the smoothed statistics, or `None` while no source has
-    /// a positive `|g_k|²` (nothing to tell the sources apart by).
-    fn decide(&self) -> Option<Vec<f64>> {
-        let p = self.tilt.map(|tau| softmax(&self.loss, tau));
-        let gain = gains(
+    /// Algorithm 1's lines 6 and 7 on the iterate, from this measurement's
+    /// statistics (a source it could not measure, exponent 0), in log space so
+    /// that a large exponent does not overflow.
+    fn step(&mut self, measured: &[SourceGradient]) {
+        let b: f64 = (measured.iter())
+            .map(|m| m.size)
+            .filter(|s| s.is_finite())
+            .sum();
+        let y = self.tau.map(|tau| tilted(&self.loss, tau));
+        let e = exponents(
             (&self.grad_sq, &self.grad_var),
-            self.zeta,
-            self.batch,
-            p.as_deref(),
+            (self.zeta1, self.zeta2),
+            b,
+            y.as_deref(),
         );
-        let positive: Vec<f64> = (self.grad_sq.iter())
-            .filter(|g| g.is_finite())
-            .map(|g| g.max(0.0))
+        let logs: Vec<f64> = (self.weights.iter().zip(&e))
+            .map(|(w, e)| w.ln() + e)
             .collect();
-        let scale = positive.iter().sum::<f64>() / positive.len().max(1) as f64;
-        if !(scale.is_finite() && scale > 0.0) {
-            return None;
+        let top = logs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if !top.is_finite() {
+            return;
         }
-        let shares = softmax(&gain, 1.0 / (self.temperature * scale));
-        let k = shares.len() as f64;
-        Some(
-            shares
-                .iter()
-                .map(|s| (1.0 - self.floor) * s + self.floor / k)
-                .collect(),
-        )
+        let raw: Vec<f64> = logs.iter().map(|l| (l - top).exp()).collect();
+        let total: f64 = raw.iter().sum();
+        self.weights = raw.iter().map(|w| w / total).collect();
+    }
+
+    /// The weights given: the iterate, with the floor spread evenly.
+    fn given(&self) -> Vec<f64> {
+        let k = self.weights.len().max(1) as f64;
+        (self.weights.iter())
+            .map(|w| (1.0 - self.floor) * w + self.floor / k)
+            .collect()
     }
 }
 
-/// Each source's gain per unit of weight in the one-step bound (see the module):
-/// `c_k = |g_k|² − ζ·σ_k²/b`, or with the fair variant's `p` (the tilted loss's
-/// source weights) `c_k = K·p_k·|g_k|² − ζ·σ_k²/b`; a negative `|g_k|²` counts
-/// as 0. A source never measured (NaN) gets the mean of the others' gains.
-pub(crate) fn gains(
+/// Algorithm 1's line 6 exponents, `ζ₁ |∇L_k|² − (ζ₂ / 2b) σ_k²`, with
+/// Balanced-PiKE's task weights `y` on the first term (see the module); a
+/// negative `|∇L_k|²` estimate counts as 0, an unmeasured source (NaN) gets 0.
+pub(crate) fn exponents(
     (grad_sq, grad_var): (&[f64], &[f64]),
-    zeta: f64,
-    batch: f64,
-    fair: Option<&[f64]>,
+    (zeta1, zeta2): (f64, f64),
+    b: f64,
+    y: Option<&[f64]>,
 ) -> Vec<f64> {
-    let k = grad_sq.len() as f64;
-    let gain: Vec<f64> = (0..grad_sq.len())
-        .map(|i| {
-            let tilted = fair.map_or(1.0, |p| k * p[i]);
-            tilted * grad_sq[i].max(0.0) - zeta * grad_var[i] / batch
+    (0..grad_sq.len())
+        .map(|k| {
+            let weight = y.map_or(1.0, |y| y[k]);
+            let e = zeta1 * weight * grad_sq[k].max(0.0) - zeta2 * grad_var[k] / (2.0 * b);
+            if e.is_finite() {
+                e
+            } else {
+                0.0
+            }
         })
-        .collect();
-    let known: Vec<f64> = gain.iter().copied().filter(|c| c.is_finite()).collect();
-    let mean = known.iter().sum::<f64>() / known.len().max(1) as f64;
-    gain.into_iter()
-        .map(|c| if c.is_finite() { c } else { mean })
         .collect()
 }
 
-/// `softmax(scale · x)`; a NaN entry counts as the mean of the others (a source
-/// not yet measured is neither favoured nor starved).
-pub(crate) fn softmax(x: &[f64], scale: f64) -> Vec<f64> {
-    let known: Vec<f64> = x.iter().copied().filter(|v| v.is_finite()).collect();
+/// Balanced-PiKE's task weights, `K·softmax(τL)` (Lemma 3.6's `y*` over `τ`,
+/// times `K`); a source without a loss yet counts at the others' mean.
+pub(crate) fn tilted(loss: &[f64], tau: f64) -> Vec<f64> {
+    let known: Vec<f64> = loss.iter().copied().filter(|v| v.is_finite()).collect();
     let mean = known.iter().sum::<f64>() / known.len().max(1) as f64;
-    let z: Vec<f64> = (x.iter())
-        .map(|&v| scale * if v.is_finite() { v } else { mean })
+    let z: Vec<f64> = (loss.iter())
+        .map(|&v| tau * if v.is_finite() { v } else { mean })
         .collect();
     let top = z.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let e: Vec<f64> = z.iter().map(|v| (v - top).exp()).collect();
     let total: f64 = e.iter().sum();
-    e.iter().map(|v| v / total).collect()
+    let k = loss.len() as f64;
+    e.iter().map(|v| k * v / total).collect()
 }
 
 impl Mixer for PikeMixer {
-    /// Equal weights until the first measurement (step 1's); after a measuring
-    /// step, the weights of its statistics; held in between.
+    /// Uniform until the first measurement (step 1's); after a measuring step,
+    /// the mirror step of its statistics; held in between.
     fn weights(&mut self, stats: &SourceStats<'_>) -> Vec<f64> {
         let k = stats.names.len();
-        if let Some(measured) = stats.source_gradients.filter(|m| m.len() == k) {
-            self.absorb(measured);
-            if let Some(weights) = self.decide() {
-                self.weights = weights;
-            }
-        }
         if self.weights.len() != k {
             self.weights = vec![1.0 / k.max(1) as f64; k];
         }
-        self.weights.clone()
+        if let Some(measured) = stats.source_gradients.filter(|m| m.len() == k) {
+            self.absorb(measured);
+            self.step(measured);
+        }
+        self.given()
     }
 
-    /// Steps 1, 1 + every, 1 + 2·every, ...
+    /// Steps 1, 1 + T₀, 1 + 2·T₀, ... (Algorithm 1's `t mod T₀ = 0`, from the
+    /// first step).
     fn wants_source_gradients(&self, step: usize) -> bool {
-        step >= 1 && (step - 1) % self.every == 0
+        step >= 1 && (step - 1) % self.t0 == 0
     }
 
-    /// From the first measurement on: each source's `grad_sq` (`|g_k|²`) and
-    /// `grad_var` (`σ_k²`) as the weights in force read them (the last
-    /// measurement's, smoothed when `smoothing > 0`), and those `weights`. Not
-    /// only on the measuring steps: a logged step shows what its weights rest on.
+    /// From the first measurement on: each source's `grad_sq` (`|∇L_k|²`) and
+    /// `grad_var` (`σ_k²`) of the last measurement (smoothed when `smoothing >
+    /// 0`), and the `weights` they gave. Not only on the measuring steps: a
+    /// logged step shows what its weights rest on.
     fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
         if self.measurements == 0 {
             return Vec::new();
@@ -295,18 +290,17 @@ impl Mixer for PikeMixer {
         vec![
             ("grad_sq", Diagnostic::PerSource(self.grad_sq.clone())),
             ("grad_var", Diagnostic::PerSource(self.grad_var.clone())),
-            ("weights", Diagnostic::PerSource(self.weights.clone())),
+            ("weights", Diagnostic::PerSource(self.given())),
         ]
     }
 
-    /// The measurements seen, the smoothed statistics and the weights in force.
+    /// The measurements seen, the statistics and the iterate.
     fn state(&self) -> Option<serde_json::Value> {
         Some(serde_json::json!({
             "measurements": self.measurements,
             "grad_sq": self.grad_sq,
             "grad_var": self.grad_var,
             "loss": self.loss,
-            "batch": self.batch,
             "weights": self.weights,
         }))
     }
@@ -322,7 +316,8 @@ impl Mixer for PikeMixer {
         let [grad_sq, grad_var, loss, weights] = lists;
         let (grad_sq, grad_var, loss, weights) = (grad_sq?, grad_var?, loss?, weights?);
         let k = weights.len();
-        if [grad_sq.len(), grad_var.len(), loss.len()] != [k; 3] {
+        let measured = [grad_sq.len(), grad_var.len(), loss.len()];
+        if measured != [k; 3] && measured != [0; 3] {
             return Err(format!(
                 "has {} weights for {}, {} and {} statistics",
                 k,
@@ -336,10 +331,9 @@ impl Mixer for PikeMixer {
                 "has weights that are not finite and >= 0: {weights:?}"
             ));
         }
-        let batch = numbers(&serde_json::json!([field("batch")?]))?[0];
         self.measurements = measurements as usize;
         (self.grad_sq, self.grad_var, self.loss) = (grad_sq, grad_var, loss);
-        (self.batch, self.weights) = (batch, weights);
+        self.weights = weights;
         Ok(())
     }
 }
@@ -377,64 +371,79 @@ mod tests {
         })
     }
 
-    /// The module's gain `|g_k|² − ζσ_k²/b` and the softmax at temperature
-    /// `T·mean|g|²`, by hand: |g|² = (3, 1), σ² = (16, 0), b = 8, ζ = 1 give
-    /// gains (1, 1): equal weights, the variance cancelling the larger gradient;
-    /// without the variance (ζ = 0) gains (3, 1) over mean 2: softmax(1.5, 0.5).
+    /// Algorithm 1, lines 6–7, by hand: from w = (½, ½), |∇L|² = (2, 1),
+    /// σ² = (8, 0), b = 8, ζ₁ = ζ₂ = 1: exponents (2 − 8/16, 1) = (1.5, 1), so
+    /// w ∝ (e^1.5, e^1); the next measurement multiplies again.
     #[test]
-    fn the_weights_follow_the_bounds_gains_by_hand() {
-        let stats = [measured(3.0, 16.0, 4.0, 1.0), measured(1.0, 0.0, 4.0, 1.0)];
-        let mut pike = PikeMixer::default().with_floor(0.0).unwrap();
-        assert_eq!(after(&mut pike, 0, None), [0.5, 0.5], "equal before any");
+    fn the_weights_take_algorithm_ones_mirror_step_by_hand() {
+        let stats = [measured(2.0, 8.0, 4.0, 1.0), measured(1.0, 0.0, 4.0, 1.0)];
+        let mut pike = PikeMixer::default();
+        assert_eq!(after(&mut pike, 0, None), [0.5, 0.5], "uniform before any");
         let w = after(&mut pike, 1, Some(&stats));
-        assert!((w[0] - 0.5).abs() < 1e-12, "{w:?}");
-        let mut plain = PikeMixer::default().with_floor(0.0).unwrap();
-        plain = plain.with_zeta(0.0).unwrap();
-        let w = after(&mut plain, 1, Some(&stats));
-        let e = 1f64.exp();
-        assert!((w[0] - e / (e + 1.0)).abs() < 1e-12, "{w:?}");
-        // Held until the next measurement, with the floor shared out.
-        assert_eq!(after(&mut plain, 2, None), w);
-        let mut floored = PikeMixer::default().with_zeta(0.0).unwrap();
-        let w = after(&mut floored, 1, Some(&stats));
-        let want = 0.95 * e / (e + 1.0) + 0.025;
+        let want = 1.0 / (1.0 + (-0.5f64).exp());
         assert!((w[0] - want).abs() < 1e-12, "{w:?}");
+        assert_eq!(after(&mut pike, 2, None), w, "held in between");
+        let w = after(&mut pike, 11, Some(&stats));
+        assert!(
+            (w[0] - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-12,
+            "{w:?}"
+        );
+        // Without the variance term (ζ₂ = 0) the larger gradient gains more.
+        let mut plain = PikeMixer::default().with_zeta2(0.0).unwrap();
+        let w = after(&mut plain, 1, Some(&stats));
+        assert!(
+            (w[0] - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-12,
+            "{w:?}"
+        );
+        // The floor is spread over the weights given, not the iterate.
+        let mut floored = PikeMixer::default().with_floor(0.1).unwrap();
+        let w = after(&mut floored, 1, Some(&stats));
+        assert!((w[0] - (0.9 * want + 0.05)).abs() < 1e-12, "{w:?}");
     }
 
-    /// The fair variant's gain `K·p_k|g_k|² − ζσ_k²/b` with `p = softmax(τL)`:
-    /// equal gradients, losses (ln 3, 0) at τ = 1 give p = (3/4, 1/4), gains
-    /// (1.5, 0.5)·|g|², so the source behind gets softmax(1.5, 0.5).
+    /// Balanced-PiKE: losses (1, 0) at τ = ln 3 give softmax(τL) = (¾, ¼), task
+    /// weights K·(¾, ¼) = (1.5, 0.5) on equal |∇L|² = 2: exponents (3, 1), so
+    /// the source behind gets 1/(1 + e⁻²); plain PiKE keeps ½ each.
     #[test]
-    fn the_fair_variant_favours_the_source_behind() {
-        let stats = [
-            measured(2.0, 0.0, 4.0, 3f64.ln()),
-            measured(2.0, 0.0, 4.0, 0.0),
-        ];
-        let mut fair = PikeMixer::fair(1.0).unwrap().with_floor(0.0).unwrap();
+    fn balanced_pike_favours_the_source_behind() {
+        let stats = [measured(2.0, 0.0, 4.0, 1.0), measured(2.0, 0.0, 4.0, 0.0)];
+        let mut fair = PikeMixer::fair(3f64.ln()).unwrap();
         let w = after(&mut fair, 1, Some(&stats));
-        let e = 1f64.exp();
-        assert!((w[0] - e / (e + 1.0)).abs() < 1e-12, "{w:?}");
+        assert!(
+            (w[0] - 1.0 / (1.0 + (-2.0f64).exp())).abs() < 1e-12,
+            "{w:?}"
+        );
         let mut average = PikeMixer::default();
         assert_eq!(after(&mut average, 1, Some(&stats)), [0.5, 0.5]);
     }
 
     #[test]
-    fn it_measures_on_a_cadence_of_steps() {
-        let pike = PikeMixer::default().with_every(3).unwrap();
+    fn it_measures_every_t0_steps_and_an_unmeasured_source_keeps_its_weight() {
+        let pike = PikeMixer::default().with_t0(3).unwrap();
         let asked: Vec<usize> = (0..10)
             .filter(|&s| pike.wants_source_gradients(s))
             .collect();
         assert_eq!(asked, [1, 4, 7]);
-        assert!(PikeMixer::default().with_every(0).is_err());
+        assert!(PikeMixer::default().with_t0(0).is_err());
         assert!(PikeMixer::fair(-1.0).is_err());
+        let mut pike = PikeMixer::default();
+        let stats = [
+            measured(1.0, 0.0, 2.0, 1.0),
+            measured(f64::NAN, f64::NAN, 1.0, 1.0),
+        ];
+        let w = after(&mut pike, 1, Some(&stats));
+        assert!(
+            (w[0] - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-12,
+            "{w:?}"
+        );
     }
 
     #[test]
     fn its_state_resumes_and_damage_is_refused() {
         let stats = [measured(3.0, 1.0, 4.0, 2.0), measured(1.0, 2.0, 4.0, 1.0)];
         let mut pike = PikeMixer::default().with_smoothing(0.5).unwrap();
+        assert!(pike.diagnostics().is_empty(), "none before");
         after(&mut pike, 1, Some(&stats));
-        assert!(PikeMixer::default().diagnostics().is_empty(), "none before");
         after(&mut pike, 2, None);
         let diagnostics = pike.diagnostics();
         assert_eq!(

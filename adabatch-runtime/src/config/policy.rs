@@ -99,23 +99,22 @@ pub enum MixSpec {
     /// `mix = custom(path::to::fn)`: a function of the last step's
     /// [`crate::SourceStats`] decides the next step's weights.
     Custom(crate::adapt::mixer::MixFn),
-    /// `mix = pike(every = 10, zeta = 1, temperature = 1, floor = 0.05,
-    /// smoothing = 0)`, with `tilt = τ` the fair variant: a [`crate::PikeMixer`]
-    /// decides the weights from the sources' gradients measured every `every`
-    /// steps.
+    /// `mix = pike(t0 = 10, zeta1 = 1, zeta2 = 1, floor = 0, smoothing = 0)`,
+    /// with `tau = τ` Balanced-PiKE: a [`crate::PikeMixer`] moves the weights
+    /// from the sources' gradients measured every `t0` steps.
     Pike {
-        /// Steps between measurements (>= 1).
-        every: usize,
-        /// `ζ`, the variance's weight (>= 0).
-        zeta: f64,
-        /// The softmax's temperature, relative to the mean `|g_k|²` (> 0).
-        temperature: f64,
+        /// `T₀`, steps between measurements (>= 1).
+        t0: usize,
+        /// `ζ₁`, the weight of the squared gradient norms (>= 0).
+        zeta1: f64,
+        /// `ζ₂`, the weight of the gradient variances over `2b` (>= 0).
+        zeta2: f64,
         /// Share spread evenly over the sources, in `[0, 1]`.
         floor: f64,
         /// Moving-average factor of the statistics, in `[0, 1)`.
         smoothing: f64,
-        /// The fair variant's tilt `τ` (>= 0); `None`: the average loss.
-        tilt: Option<f64>,
+        /// Balanced-PiKE's `τ` (>= 0); `None`: the total loss.
+        tau: Option<f64>,
     },
 }
 
@@ -144,20 +143,20 @@ impl PartialEq for MixSpec {
             (Custom(a), Custom(b)) => std::ptr::fn_addr_eq(*a, *b),
             (
                 Pike {
-                    every: a,
-                    zeta: b,
-                    temperature: c,
+                    t0: a,
+                    zeta1: b,
+                    zeta2: c,
                     floor: d,
                     smoothing: e,
-                    tilt: f,
+                    tau: f,
                 },
                 Pike {
-                    every: g,
-                    zeta: h,
-                    temperature: i,
+                    t0: g,
+                    zeta1: h,
+                    zeta2: i,
                     floor: j,
                     smoothing: k,
-                    tilt: l,
+                    tau: l,
                 },
             ) => (a, b, c, d, e, f) == (g, h, i, j, k, l),
             _ => false,

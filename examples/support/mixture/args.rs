@@ -199,34 +199,35 @@ pub struct OnlineArgs {
     pub online_warmup: Option<f64>,
 }
 
-/// `--mixer pike` and `pike-fair`'s settings (default the library's,
-/// `adabatch_rules::pike`).
+/// `--mixer pike` and `pike-fair`'s settings, named as the paper's (default the
+/// library's, `adabatch_rules::pike`).
 #[derive(clap::Args)]
 pub struct PikeArgs {
-    /// `--mixer pike`: measure each domain's gradient norm and variance every N
-    /// steps (on the step's own documents; `PikeMixer::with_every`).
+    /// `--mixer pike`: T₀, measure each domain's gradient norm and variance and
+    /// move the shares every N steps (on the step's own documents;
+    /// `PikeMixer::with_t0`).
     #[arg(long)]
-    pub pike_every: Option<usize>,
-    /// `--mixer pike`: ζ, how much a domain's gradient variance over the batch
-    /// takes off its gradient norm (`PikeMixer::with_zeta`; 0: the norm alone).
+    pub pike_t0: Option<usize>,
+    /// `--mixer pike`: ζ₁, the weight of a domain's squared gradient norm in
+    /// the shares' update (`PikeMixer::with_zeta1`).
     #[arg(long)]
-    pub pike_zeta: Option<f64>,
-    /// `--mixer pike`: the softmax's temperature, relative to the domains' mean
-    /// squared gradient norm (`PikeMixer::with_temperature`): higher is nearer
-    /// uniform.
+    pub pike_zeta1: Option<f64>,
+    /// `--mixer pike`: ζ₂, the weight of its gradient variance over twice the
+    /// batch (`PikeMixer::with_zeta2`; 0: the norm alone).
     #[arg(long)]
-    pub pike_temperature: Option<f64>,
-    /// `--mixer pike`: every domain's least share, together (`PikeMixer::with_floor`).
+    pub pike_zeta2: Option<f64>,
+    /// `--mixer pike`: every domain's least share, together (`PikeMixer::with_floor`;
+    /// default 0, as the paper).
     #[arg(long, value_parser = parse_fraction)]
     pub pike_floor: Option<f64>,
     /// `--mixer pike`: the statistics' moving-average decay per measurement
-    /// (`PikeMixer::with_smoothing`; 0: each measurement alone).
+    /// (`PikeMixer::with_smoothing`; default 0, each measurement alone).
     #[arg(long)]
     pub pike_smoothing: Option<f64>,
-    /// `--mixer pike-fair`: τ, the tilt on the domains' losses (`PikeMixer::fair`):
-    /// higher favours the domains behind.
+    /// `--mixer pike-fair`: τ, Balanced-PiKE's tilt on the domains' losses
+    /// (`PikeMixer::fair`; default 3): higher favours the domains behind.
     #[arg(long)]
-    pub pike_tilt: Option<f64>,
+    pub pike_tau: Option<f64>,
 }
 
 /// How `--replay-bound` moves the replay share.
@@ -261,12 +262,12 @@ pub enum MixerChoice {
     /// a probe of 4 steps per domain estimates what each domain's data does to
     /// every domain's loss, then an exponentiated-gradient step on the total.
     Aioli,
-    /// PiKE (Li et al. 2025), `adabatch::PikeMixer`: every --pike-every steps
+    /// PiKE (Li et al. 2025), `adabatch::PikeMixer`: every --pike-t0 steps
     /// each domain's gradient norm and variance, measured on the step's own
-    /// documents, decide the shares that most lower the average loss.
+    /// documents, move the shares towards those that most lower the total loss.
     Pike,
-    /// PiKE's fair variant, `adabatch::PikeMixer::fair`: the domains' losses
-    /// tilted by --pike-tilt, so that the domains behind gain more.
+    /// Balanced-PiKE, `adabatch::PikeMixer::fair`: the domains' losses tilted by
+    /// --pike-tau, so that the domains behind gain more.
     PikeFair,
 }
 

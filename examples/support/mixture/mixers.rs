@@ -53,12 +53,12 @@ pub fn pike_mixer(mixer: MixerChoice, flags: &PikeArgs) -> adabatch::Result<Opti
         MixerChoice::Pike => false,
         MixerChoice::PikeFair => true,
         _ => {
-            let tuned = flags.pike_every.is_some()
-                || flags.pike_zeta.is_some()
-                || flags.pike_temperature.is_some()
+            let tuned = flags.pike_t0.is_some()
+                || flags.pike_zeta1.is_some()
+                || flags.pike_zeta2.is_some()
                 || flags.pike_floor.is_some()
                 || flags.pike_smoothing.is_some()
-                || flags.pike_tilt.is_some();
+                || flags.pike_tau.is_some();
             return match tuned {
                 true => Err(conflict(
                     "--pike-*",
@@ -68,24 +68,24 @@ pub fn pike_mixer(mixer: MixerChoice, flags: &PikeArgs) -> adabatch::Result<Opti
             };
         }
     };
-    if flags.pike_tilt.is_some() && !fair {
+    if flags.pike_tau.is_some() && !fair {
         return Err(conflict(
-            "--pike-tilt",
-            "the tilt is the fair variant's: use --mixer pike-fair",
+            "--pike-tau",
+            "τ is Balanced-PiKE's: use --mixer pike-fair",
         ));
     }
     let mut pike = match fair {
-        true => PikeMixer::fair(flags.pike_tilt.unwrap_or(PikeMixer::DEFAULT_TILT))?,
+        true => PikeMixer::fair(flags.pike_tau.unwrap_or(PikeMixer::DEFAULT_TAU))?,
         false => PikeMixer::default(),
     };
-    if let Some(every) = flags.pike_every {
-        pike = pike.with_every(every)?;
+    if let Some(t0) = flags.pike_t0 {
+        pike = pike.with_t0(t0)?;
     }
-    if let Some(zeta) = flags.pike_zeta {
-        pike = pike.with_zeta(zeta)?;
+    if let Some(zeta1) = flags.pike_zeta1 {
+        pike = pike.with_zeta1(zeta1)?;
     }
-    if let Some(temperature) = flags.pike_temperature {
-        pike = pike.with_temperature(temperature)?;
+    if let Some(zeta2) = flags.pike_zeta2 {
+        pike = pike.with_zeta2(zeta2)?;
     }
     if let Some(floor) = flags.pike_floor {
         pike = pike.with_floor(floor)?;

@@ -10,7 +10,7 @@ pub(crate) enum BuiltinMixer {
     Online(f64, f64, f64, crate::adapt::mixer::MixWarmup),
     /// `mix = custom(path)`.
     Custom(crate::adapt::mixer::MixFn),
-    /// `mix = pike(every, zeta, temperature, floor, smoothing, tilt)`.
+    /// `mix = pike(t0, zeta1, zeta2, floor, smoothing, tau)`.
     Pike(usize, [f64; 4], Option<f64>),
 }
 
@@ -36,20 +36,20 @@ impl BuiltinMixer {
             }
             MixSpec::Custom(f) => Some(BuiltinMixer::Custom(f)),
             MixSpec::Pike {
-                every,
-                zeta,
-                temperature,
+                t0,
+                zeta1,
+                zeta2,
                 floor,
                 smoothing,
-                tilt,
+                tau,
             } => {
-                let numbers = (zeta, temperature, floor, smoothing);
-                adabatch_rules::pike::check(every, numbers, tilt.unwrap_or(0.0))
+                let numbers = (zeta1, zeta2, floor, smoothing);
+                adabatch_rules::pike::check(t0, numbers, tau.unwrap_or(0.0))
                     .map_err(|broken| SettingsError::mixer_rule("pike", broken))?;
                 Some(BuiltinMixer::Pike(
-                    every,
-                    [zeta, temperature, floor, smoothing],
-                    tilt,
+                    t0,
+                    [zeta1, zeta2, floor, smoothing],
+                    tau,
                 ))
             }
             MixSpec::Dataset | MixSpec::Fixed(_) => None,
@@ -64,8 +64,8 @@ impl BuiltinMixer {
                 Box::new(mixer.with_checked_warmup(warmup))
             }
             BuiltinMixer::Custom(f) => Box::new(crate::adapt::mixer::FnMixer(f)),
-            BuiltinMixer::Pike(every, numbers, tilt) => {
-                Box::new(crate::adapt::pike::PikeMixer::checked(every, numbers, tilt))
+            BuiltinMixer::Pike(t0, numbers, tau) => {
+                Box::new(crate::adapt::pike::PikeMixer::checked(t0, numbers, tau))
             }
         }
     }
