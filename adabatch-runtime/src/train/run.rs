@@ -356,12 +356,15 @@ where
             return Ok(StepEnd::OutOfMemory);
         };
         let rank_chunks = (self.comm.rank(), chunks);
+        // A step that measured the sources' gradients ran its chunks in smaller
+        // pieces: its peak is not its chunks', and would teach the model too low.
+        let measured = (readings.get::<SourceLosses>()).is_some_and(|s| s.gradients.is_some());
         let memory = (self.controllers.memory).measure(
             self.data.train,
             self.device,
             batches,
             rank_chunks,
-            device_peak,
+            device_peak.filter(|_| !measured),
         );
         self.interrupted = interrupted;
         self.progress.trained(loss, batches.global_size());
