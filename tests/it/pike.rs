@@ -372,3 +372,83 @@ fn the_pike_mix_key_is_the_engines_pike_mixer() {
     }
     assert!(trained.summary.source_gradients.is_some());
 }
+
+#[adaptive_trainer(reweight = token_count)]
+struct PikedTokens {
+    #[model]
+    model: Regression,
+    #[optimizer]
+    opt: AdamW,
+    #[mixer]
+    mixer: Recording,
+}
+
+/// Under `reweight = token_count` (each example's loss summed over its tokens,
+/// a different number each) the statistics are per token: each half's mean
+/// gradient is its examples' token-weighted gradients over its tokens, and its
+/// size its tokens.
+#[test]
+fn under_token_counts_the_statistics_are_per_token() {
+    let (seen, initial): (Seen, Initial) = Default::default();
+    let log = temp_log("pike-tokens");
+    let mut a = args(2, 4, 1);
+    a.logging.log_jsonl = Some(log.clone());
+    let data = sources();
+    PikedTokens::launch(&data, &collate, &a, |ctx: &RankContext| {
+        let mut model = Regression::new(ctx.parameters(), ctx.device())?;
+        model.token_sum = true;
+        let w = model.linear.weight().flatten_all()?.to_vec1::<f32>()?;
+        let b = model.linear.bias().unwrap().to_vec1::<f32>()?[0];
+        *initial.lock().unwrap() = Some((w, b));
+        let opt = AdamW::new(model.params.all_vars(), ParamsAdamW::default())?;
+        let pike = PikeMixer::default().with_t0(5)?;
+        Ok(PikedTokens::new(
+            model,
+            opt,
+            Recording(pike, Arc::clone(&seen)),
+        ))
+    })
+    .unwrap();
+    let logs = read_log(&log);
+    let initial = initial.lock().unwrap().clone().unwrap();
+    let (step, measured) = seen.lock().unwrap()[0].clone();
+    assert_eq!(step, 1);
+    let data = [dataset(24, 1), dataset(5, 2)];
+    let order: Vec<usize> = logs[0].indices.concat();
+    for (k, source) in data.iter().enumerate() {
+        let mine: Vec<&Example> = (order.iter())
+            .filter(|&&i| (i >= 24) == (k == 1))
+            .map(|&i| &source[if k == 1 { i - 24 } else { i }])
+            .collect();
+        // A half's per-token mean gradient and its tokens.
+        let half = |h: usize| -> (Vec<f64>, f64) {
+            let examples: Vec<&&Example> = mine.iter().skip(h).step_by(2).collect();
+            let tokens: f64 = examples.iter().map(|e| e.tokens as f64).sum();
+            let summed: Vec<Vec<f64>> = (examples.iter())
+                .map(|e| {
+                    gradient(e, &initial)
+                        .iter()
+                        .map(|g| g * e.tokens as f64)
+                        .collect()
+                })
+                .collect();
+            let n = summed.len() as f64;
+            (
+                mean(&summed).iter().map(|g| g * n / tokens).collect(),
+                tokens,
+            )
+        };
+        let ((ga, ta), (gb, tb)) = (half(0), half(1));
+        let dot: f64 = ga.iter().zip(&gb).map(|(x, y)| x * y).sum();
+        let diff: f64 = ga.iter().zip(&gb).map(|(x, y)| (x - y) * (x - y)).sum();
+        let m = &measured[k];
+        assert!(close(m.grad_sq, dot), "source {k}: {} vs {dot}", m.grad_sq);
+        let var = diff / (1.0 / ta + 1.0 / tb);
+        assert!(
+            close(m.grad_var, var),
+            "source {k}: {} vs {var}",
+            m.grad_var
+        );
+        assert_eq!(m.size, ta + tb);
+    }
+}

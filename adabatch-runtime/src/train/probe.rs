@@ -53,6 +53,8 @@ pub(crate) struct ChunkLosses<'a> {
     /// Their group ([`StepProbe::groups`]) on a step that groups its examples:
     /// such a step's chunks hold one group each.
     pub(crate) group: Option<usize>,
+    /// The chunk's tokens as the step counts them (`Batch::num_tokens`).
+    pub(crate) batch_tokens: usize,
 }
 
 /// A step's examples in groups whose gradients the step keeps apart
@@ -319,6 +321,7 @@ mod tests {
             losses: &[0.5, 0.25],
             tokens: None,
             group: None,
+            batch_tokens: 0,
         };
         layout.chunk(&chunk, &mut values);
         assert_eq!(values, vec![1.5, 2.0, 9.0]);

@@ -42,11 +42,12 @@ pub(crate) fn groups(spec: &SourceSpec, batches: &StepBatches) -> Groups {
 }
 
 /// A chunk of half `group` counted in `out`: each half's examples, then each
-/// half's tokens.
+/// half's tokens as the step counts them (the unit `token_count` divides by;
+/// a batch need not know each example's).
 pub(crate) fn count(out: &mut [f64], group: usize, chunk: &ChunkLosses<'_>) {
     let (examples, tokens) = out.split_at_mut(out.len() / 2);
     examples[group] += chunk.indices.len() as f64;
-    tokens[group] += chunk.tokens.map_or(0, |t| t.iter().sum::<usize>()) as f64;
+    tokens[group] += chunk.batch_tokens as f64;
 }
 
 /// Each source's statistics from its halves' counts (`halves`: as [`count`]

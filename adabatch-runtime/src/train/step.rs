@@ -424,6 +424,7 @@ where
             losses: &values,
             tokens: tokens.as_deref(),
             group,
+            batch_tokens: batch.num_tokens(),
         };
         probes.chunk(&chunk, &mut local.probed);
     }
