@@ -265,19 +265,35 @@ fn policy_field(p: &TokenStream, value: &PolicyValue) -> (Ident, TokenStream) {
             };
             (name("grad_accum"), quote!(#p::GradAccum::#v))
         }
-        PolicyValue::Mix(Mix::Fixed(weights)) => {
+        PolicyValue::Mix(m) => (name("mix"), mix_spec(p, m)),
+        PolicyValue::LrScaling(l) => {
+            let v = match l {
+                LrScaling::Off => quote!(Off),
+                LrScaling::Linear => quote!(Linear),
+                LrScaling::Sqrt => quote!(Sqrt),
+                LrScaling::AdamScale => quote!(AdamScale),
+            };
+            (name("lr_scaling"), quote!(#p::LrScaling::#v))
+        }
+    }
+}
+
+/// `mix = ..` as the `MixSpec` it asks for.
+fn mix_spec(p: &TokenStream, mix: &Mix) -> TokenStream {
+    match mix {
+        Mix::Fixed(weights) => {
             let pairs = weights.iter().map(|(name, w)| {
                 let w = Literal::f64_unsuffixed(*w);
                 quote!((#name, #w))
             });
-            (name("mix"), quote!(#p::MixSpec::Fixed(&[#(#pairs),*])))
+            quote!(#p::MixSpec::Fixed(&[#(#pairs),*]))
         }
-        PolicyValue::Mix(Mix::Online {
+        Mix::Online {
             temperature,
             floor,
             smoothing,
             warmup,
-        }) => {
+        } => {
             let (t, f, s) = (
                 Literal::f64_unsuffixed(*temperature),
                 Literal::f64_unsuffixed(*floor),
@@ -293,23 +309,21 @@ fn policy_field(p: &TokenStream, value: &PolicyValue) -> (Ident, TokenStream) {
                     quote!(#p::MixWarmup::Fraction(#x))
                 }
             };
-            (
-                name("mix"),
-                quote!(#p::MixSpec::Online { temperature: #t, floor: #f, smoothing: #s, warmup: #w }),
-            )
+            quote!(#p::MixSpec::Online { temperature: #t, floor: #f, smoothing: #s, warmup: #w })
         }
-        PolicyValue::Mix(Mix::Custom(_)) => {
-            (name("mix"), quote!(#p::MixSpec::Custom(__ADABATCH_MIX_FN)))
-        }
-        PolicyValue::LrScaling(l) => {
-            let v = match l {
-                LrScaling::Off => quote!(Off),
-                LrScaling::Linear => quote!(Linear),
-                LrScaling::Sqrt => quote!(Sqrt),
-                LrScaling::AdamScale => quote!(AdamScale),
+        Mix::Pike { t0, numbers, tau } => {
+            let t0 = Literal::usize_unsuffixed(*t0);
+            let [z1, z2, f, s] = numbers.map(Literal::f64_unsuffixed);
+            let tau = match tau {
+                Some(x) => {
+                    let x = Literal::f64_unsuffixed(*x);
+                    quote!(::core::option::Option::Some(#x))
+                }
+                None => quote!(::core::option::Option::None),
             };
-            (name("lr_scaling"), quote!(#p::LrScaling::#v))
+            quote!(#p::MixSpec::Pike { t0: #t0, zeta1: #z1, zeta2: #z2, floor: #f, smoothing: #s, tau: #tau })
         }
+        Mix::Custom(_) => quote!(#p::MixSpec::Custom(__ADABATCH_MIX_FN)),
     }
 }
 

@@ -21,6 +21,7 @@ pub mod grad_accum;
 pub mod memory;
 pub mod mixer;
 pub mod noise_scale;
+pub mod pike;
 pub mod schedule;
 
 /// A broken rule: the argument at fault and what is wrong with it.

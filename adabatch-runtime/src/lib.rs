@@ -102,10 +102,11 @@ pub use adapt::goodput::{
 pub use adapt::lr::{adam_scale_gain, LrScaling, LrSchedulerType, StableDecay};
 pub use adapt::mixer::{
     Closing, CurriculumMixer, Diagnostic, Exp3Mixer, FnMixer, LastEval, MixFn, MixWarmup, Mixer,
-    OnlineMixer, SourceStats,
+    OnlineMixer, SourceGradient, SourceStats,
 };
 pub use adapt::noise_cadence::SplitCostModel;
 pub use adapt::noise_scale::{MeasureEvery, NoiseMeasurement, NoiseScalePolicy};
+pub use adapt::pike::PikeMixer;
 pub use adapt::replay_budget::ReplayBudget;
 pub use adapt::schedule::{Growth, Ramp, ScheduleFn, ScheduleSpec};
 pub use config::args::{
@@ -144,7 +145,7 @@ pub mod messages {
     pub use crate::report::messages::{note, warning};
 }
 pub use report::plot::{plot_runs, RunLog};
-pub use report::record::{EvalLog, HeldOutCost, SourceLog, StepLog};
+pub use report::record::{EvalLog, HeldOutCost, SourceGradientCost, SourceLog, StepLog};
 pub use report::summary::{ClosingSummary, TrainSummary, Trained};
 pub use train::dry_run::{dry_run, DryRun};
 pub use train::launch::{RankFactory, Run};

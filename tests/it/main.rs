@@ -58,6 +58,7 @@ mod numerics;
 mod oom;
 mod output_dir;
 mod parameters;
+mod pike;
 mod plot;
 mod porting;
 mod precision;

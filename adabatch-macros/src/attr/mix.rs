@@ -1,5 +1,7 @@
-//! `mix = ...`: how a dataset of several sources is mixed — `fixed(name = w, ..)`
-//! or `online(temperature = t, floor = f, smoothing = s, warmup = n | fraction)`.
+//! `mix = ...`: how a dataset of several sources is mixed — `fixed(name = w, ..)`,
+//! `online(temperature = t, floor = f, smoothing = s, warmup = n | fraction)`,
+//! `custom(path)` or `pike(t0 = n, zeta1 = z, zeta2 = z, floor = f, smoothing =
+//! s, tau = τ)`.
 
 use syn::Path;
 
@@ -9,6 +11,7 @@ use super::values::{float, float_arg, int, kept};
 use crate::ctxt::Ctxt;
 use crate::parse::{path_to_string, Call, CallArg, Value};
 use adabatch_rules::mixer as rules;
+use adabatch_rules::pike as pike_rules;
 
 /// `mix = ...`
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +31,16 @@ pub enum Mix {
     },
     /// `custom(path)`: a `fn(&SourceStats) -> Vec<f64>`.
     Custom(Path),
+    /// `pike(t0 = n, zeta1 = z, zeta2 = z, floor = f, smoothing = s, tau = τ)`:
+    /// PiKE, Balanced-PiKE with `tau`.
+    Pike {
+        /// `T₀`, steps between measurements.
+        t0: usize,
+        /// `ζ₁`, `ζ₂`, the floor and the smoothing.
+        numbers: [f64; 4],
+        /// Balanced-PiKE's `τ`.
+        tau: Option<f64>,
+    },
 }
 
 /// `online(warmup = ..)`: an integer is steps, a decimal a share of the run.
@@ -42,14 +55,22 @@ pub enum Warmup {
 /// The forms, for messages: `online`'s arguments at their defaults (the rules').
 fn mix_forms() -> String {
     format!(
-        "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = {}, floor = {}, smoothing = {}, warmup = {})`, `custom(path::to::fn)`",
+        "expected one of `fixed(new = 0.75, replay = 0.25)`, `online`, `online(temperature = {}, floor = {}, smoothing = {}, warmup = {})`, `custom(path::to::fn)`, `pike`, `pike(t0 = {}, zeta1 = {}, zeta2 = {}, floor = {}, smoothing = {}, tau = {})`",
         rules::TEMPERATURE,
         rules::FLOOR,
         rules::SMOOTHING,
-        rules::WARMUP_FRACTION
+        rules::WARMUP_FRACTION,
+        pike_rules::T0,
+        pike_rules::ZETA1,
+        pike_rules::ZETA2,
+        pike_rules::FLOOR,
+        pike_rules::SMOOTHING,
+        pike_rules::TAU,
     )
 }
-pub const MIXES: &[&str] = &["fixed", "online", "custom"];
+pub const MIXES: &[&str] = &["fixed", "online", "custom", "pike"];
+/// The named arguments of `pike(..)` (`tau`: Balanced-PiKE).
+pub const PIKE_ARGS: &[&str] = &["t0", "zeta1", "zeta2", "floor", "smoothing", "tau"];
 /// The named arguments of `online(..)`.
 pub const ONLINE_ARGS: &[&str] = &["temperature", "floor", "smoothing", "warmup"];
 
@@ -60,6 +81,7 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
             "fixed" => fixed(call, cx),
             "online" => online(call, cx),
             "custom" => custom(call, cx),
+            "pike" => pike(call, cx),
             name => {
                 cx.on(
                     &call.name,
@@ -74,6 +96,16 @@ pub fn mix(value: &Value, cx: &mut Ctxt) -> Option<Mix> {
                 floor: rules::FLOOR,
                 smoothing: rules::SMOOTHING,
                 warmup: Warmup::Fraction(rules::WARMUP_FRACTION),
+            }),
+            "pike" => Some(Mix::Pike {
+                t0: pike_rules::T0,
+                numbers: [
+                    pike_rules::ZETA1,
+                    pike_rules::ZETA2,
+                    pike_rules::FLOOR,
+                    pike_rules::SMOOTHING,
+                ],
+                tau: None,
             }),
             "fixed" => {
                 cx.on(
@@ -220,5 +252,32 @@ fn online(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
         floor: floor?,
         smoothing: smoothing?,
         warmup: warmup?,
+    })
+}
+
+/// `pike(t0 = n, zeta1 = z, zeta2 = z, floor = f, smoothing = s, tau = τ)`, each
+/// optional; `tau` asks for Balanced-PiKE.
+fn pike(call: &Call, cx: &mut Ctxt) -> Option<Mix> {
+    let named = named_args(call, PIKE_ARGS, cx)?;
+    let t0 = match named.get("t0") {
+        Some(v) => {
+            int::<usize>("t0", v, cx).and_then(|n| kept("pike", *v, n, pike_rules::t0(n), cx))
+        }
+        None => Some(pike_rules::T0),
+    };
+    let mut read =
+        |name, default, rule| float_arg(("pike", name), named.get(name), default, rule, cx);
+    let zeta1 = read("zeta1", pike_rules::ZETA1, pike_rules::zeta1);
+    let zeta2 = read("zeta2", pike_rules::ZETA2, pike_rules::zeta2);
+    let floor = read("floor", pike_rules::FLOOR, pike_rules::floor);
+    let smoothing = read("smoothing", pike_rules::SMOOTHING, pike_rules::smoothing);
+    let tau = match named.get("tau") {
+        Some(_) => Some(read("tau", pike_rules::TAU, pike_rules::tau)?),
+        None => None,
+    };
+    Some(Mix::Pike {
+        t0: t0?,
+        numbers: [zeta1?, zeta2?, floor?, smoothing?],
+        tau,
     })
 }

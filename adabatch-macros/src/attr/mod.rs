@@ -31,7 +31,7 @@ pub use choices::{LrScaling, Oom, Reweight};
 pub mod accepted {
     pub use super::choices::{LR_SCALINGS, OOMS, REWEIGHTS};
     pub use super::grad_accum::{GRAD_ACCUMS, TARGET_ARGS};
-    pub use super::mix::{MIXES, ONLINE_ARGS};
+    pub use super::mix::{MIXES, ONLINE_ARGS, PIKE_ARGS};
     pub use super::schedule::{SCHEDULES, SCHEDULE_ARGS};
     pub use super::KEYS;
 }

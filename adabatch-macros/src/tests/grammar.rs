@@ -211,6 +211,7 @@ fn check(doc: &str, grammar: &BTreeMap<String, Vec<Form>>) {
         owned(ONLINE_ARGS),
         "{doc}: `online`"
     );
+    assert_eq!(named_of(mix, "pike"), owned(PIKE_ARGS), "{doc}: `pike`");
 }
 
 #[test]

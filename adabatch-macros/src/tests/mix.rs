@@ -56,8 +56,35 @@ fn mix_forms() {
     );
 }
 
+/// `pike`: the defaults of `adabatch_rules::pike`; `tau` asks for
+/// Balanced-PiKE.
+#[test]
+fn pike_forms() {
+    let default = Mix::Pike {
+        t0: 10,
+        numbers: [1.0, 1.0, 0.0, 0.0],
+        tau: None,
+    };
+    assert_eq!(mix(parse_quote!(mix = pike)), default);
+    assert_eq!(mix(parse_quote!(mix = pike())), default);
+    assert_eq!(
+        mix(parse_quote!(mix = pike(t0 = 3, zeta1 = 0, tau = 2.0))),
+        Mix::Pike {
+            t0: 3,
+            numbers: [0.0, 1.0, 0.0, 0.0],
+            tau: Some(2.0),
+        }
+    );
+}
+
 #[test]
 fn mix_mistakes() {
+    assert_error(parse_quote!(mix = pike(t0 = 0)), "`t0` must be at least 1");
+    assert_error(
+        parse_quote!(mix = pike(zeta2 = -1.0)),
+        "`zeta2 = -1` must be at least 0",
+    );
+    assert_error(parse_quote!(mix = pike(tilt = 1.0)), "tilt");
     assert_error(parse_quote!(mix = fixed), "needs a weight per source");
     assert_error(parse_quote!(mix = fixed()), "needs a weight per source");
     assert_error(parse_quote!(mix = fixed(0.5)), "by name");

@@ -670,6 +670,7 @@ mod tests {
             weights: &[1.0, 1.0, 1.0],
             last_eval: None,
             held_out: None,
+            source_gradients: None,
         }
     }
 

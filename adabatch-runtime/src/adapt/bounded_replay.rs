@@ -724,6 +724,7 @@ mod tests {
             weights: &[1.0, 1.0, 1.0],
             last_eval,
             held_out,
+            source_gradients: None,
         }
     }
 

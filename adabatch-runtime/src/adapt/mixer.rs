@@ -88,6 +88,29 @@ pub struct SourceStats<'a> {
     /// [`SourceStats::loss`], NaN for a source it does not read
     /// ([`Mixer::reads_held_out_of`]). `None` on the other steps.
     pub held_out: Option<&'a [f64]>,
+    /// Each source's gradient statistics, measured inside this step because the
+    /// mixer asked ([`Mixer::wants_source_gradients`]); `None` on the other steps.
+    pub source_gradients: Option<&'a [SourceGradient]>,
+}
+
+/// One source's gradient statistics in a step, measured on the step's own
+/// examples (the engine splits each source's examples of the step into two
+/// halves by their order in the step, the same on any number of ranks). In the
+/// unit of [`SourceStats::loss`]: per example, or per token under `reweight =
+/// token_count`. NaN for a source with fewer than two examples in the step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SourceGradient {
+    /// `|g_k|²`, the squared norm of the source's mean gradient: `⟨ĝ_a, ĝ_b⟩`
+    /// of its two halves' mean gradients, unbiased (and so negative at times
+    /// when the source's gradient is small against its noise).
+    pub grad_sq: f64,
+    /// `σ_k²`, the trace of the covariance of one example's (token's) gradient:
+    /// `|ĝ_a − ĝ_b|² / (1/n_a + 1/n_b)`, unbiased.
+    pub grad_var: f64,
+    /// The source's examples (tokens under `token_count`) in the step, `n_k`.
+    pub size: f64,
+    /// The source's mean loss in the step (as [`SourceStats::loss`]).
+    pub loss: f64,
 }
 
 /// Decides the mixing weights of the next step. Weights must be finite, >= 0 and
@@ -116,6 +139,18 @@ pub trait Mixer: Send {
     /// it counts their tokens and seconds in the logs and the summary. The
     /// default: never.
     fn wants_held_out(&self, step: usize) -> bool {
+        let _ = step;
+        false
+    }
+    /// Whether it wants each source's gradient statistics measured inside step
+    /// `step` (the step about to be trained, from 1). The engine then splits the
+    /// step's examples by source, all-reduces their gradients with the step's
+    /// (the update stays the step's own: the same examples, the same weighting),
+    /// and hands the statistics to this step's [`Mixer::weights`] in
+    /// [`SourceStats::source_gradients`]; it counts the measuring steps and
+    /// their seconds in the summary. Ask on a cadence of steps, never the clock:
+    /// the run stays reproducible. The default: never.
+    fn wants_source_gradients(&self, step: usize) -> bool {
         let _ = step;
         false
     }
@@ -262,6 +297,9 @@ impl Mixer for Box<dyn Mixer> {
     }
     fn reads_held_out_of(&self, source: &str) -> bool {
         (**self).reads_held_out_of(source)
+    }
+    fn wants_source_gradients(&self, step: usize) -> bool {
+        (**self).wants_source_gradients(step)
     }
     fn diagnostics(&self) -> Vec<(&'static str, Diagnostic)> {
         (**self).diagnostics()
@@ -775,6 +813,7 @@ mod tests {
             weights: &[1.0, 1.0],
             last_eval: None,
             held_out: None,
+            source_gradients: None,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod lr;
 pub mod mixer;
 pub mod noise_cadence;
 pub mod noise_scale;
+pub mod pike;
 pub mod ramp;
 pub mod replay_budget;
 pub mod schedule;

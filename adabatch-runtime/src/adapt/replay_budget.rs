@@ -91,6 +91,11 @@ impl<M: Mixer> Mixer for ReplayBudget<M> {
     fn reads_held_out_of(&self, source: &str) -> bool {
         self.inner.reads_held_out_of(source)
     }
+    /// The inner mixer's: its statistics are of the step's own examples,
+    /// whatever the cap made of its weights.
+    fn wants_source_gradients(&self, step: usize) -> bool {
+        self.inner.wants_source_gradients(step)
+    }
 
     fn state(&self) -> Option<serde_json::Value> {
         self.inner.state()
@@ -189,6 +194,7 @@ mod tests {
             weights: &[],
             last_eval: None,
             held_out: None,
+            source_gradients: None,
         }
     }
 

@@ -99,6 +99,23 @@ pub enum MixSpec {
     /// `mix = custom(path::to::fn)`: a function of the last step's
     /// [`crate::SourceStats`] decides the next step's weights.
     Custom(crate::adapt::mixer::MixFn),
+    /// `mix = pike(t0 = 10, zeta1 = 1, zeta2 = 1, floor = 0, smoothing = 0)`,
+    /// with `tau = τ` Balanced-PiKE: a [`crate::PikeMixer`] moves the weights
+    /// from the sources' gradients measured every `t0` steps.
+    Pike {
+        /// `T₀`, steps between measurements (>= 1).
+        t0: usize,
+        /// `ζ₁`, the weight of the squared gradient norms (>= 0).
+        zeta1: f64,
+        /// `ζ₂`, the weight of the gradient variances over `2b` (>= 0).
+        zeta2: f64,
+        /// Share spread evenly over the sources, in `[0, 1]`.
+        floor: f64,
+        /// Moving-average factor of the statistics, in `[0, 1)`.
+        smoothing: f64,
+        /// Balanced-PiKE's `τ` (>= 0); `None`: the total loss.
+        tau: Option<f64>,
+    },
 }
 
 impl PartialEq for MixSpec {
@@ -124,6 +141,24 @@ impl PartialEq for MixSpec {
             // The same function, as far as addresses can tell (a policy compared
             // with itself always is).
             (Custom(a), Custom(b)) => std::ptr::fn_addr_eq(*a, *b),
+            (
+                Pike {
+                    t0: a,
+                    zeta1: b,
+                    zeta2: c,
+                    floor: d,
+                    smoothing: e,
+                    tau: f,
+                },
+                Pike {
+                    t0: g,
+                    zeta1: h,
+                    zeta2: i,
+                    floor: j,
+                    smoothing: k,
+                    tau: l,
+                },
+            ) => (a, b, c, d, e, f) == (g, h, i, j, k, l),
             _ => false,
         }
     }

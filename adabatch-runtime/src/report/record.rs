@@ -331,6 +331,17 @@ impl StepLog {
     }
 }
 
+/// What measuring the sources' gradients for a mixer has cost
+/// (`Mixer::wants_source_gradients`): the measuring steps and their seconds
+/// (the whole steps', the measurement's share of them not told apart).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SourceGradientCost {
+    /// Steps that measured.
+    pub steps: usize,
+    /// Those steps' seconds (read from the clock; nothing decides on them).
+    pub seconds: f64,
+}
+
 /// What evaluating the held-out set for a mixer has cost (`Mixer::wants_held_out`):
 /// the evaluations, the tokens (targets) they read, their seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]

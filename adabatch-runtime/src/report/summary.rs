@@ -53,6 +53,9 @@ pub struct TrainSummary {
     /// What the held-out losses a mixer asked for cost (the whole run); `None`
     /// when it asked for none.
     pub held_out: Option<crate::report::record::HeldOutCost>,
+    /// What measuring the sources' gradients for a mixer cost (the whole run);
+    /// `None` when it asked for none.
+    pub source_gradients: Option<crate::report::record::SourceGradientCost>,
     /// The steps a mixer added after the planned end ([`crate::Mixer::close`]);
     /// `None` when it added none and wanted none.
     pub closing: Option<ClosingSummary>,
@@ -85,6 +88,27 @@ impl TrainSummary {
     /// trained, no checkpoint resumed.
     pub fn is_dry_run(&self) -> bool {
         self.trained_nothing() && self.global_step > 0 && self.resumed_from_step.is_none()
+    }
+}
+
+impl TrainSummary {
+    /// What a mixer's extra readings cost: held-out losses, source gradients.
+    fn write_mixer_costs(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(cost) = self.held_out {
+            write!(
+                f,
+                "\nheld-out losses for the mixer: {} evaluations, {} tokens, {:.1} s",
+                cost.evaluations, cost.tokens, cost.seconds
+            )?;
+        }
+        if let Some(cost) = self.source_gradients {
+            write!(
+                f,
+                "\nsource gradients for the mixer: {} measuring steps, {:.1} s",
+                cost.steps, cost.seconds
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -128,13 +152,7 @@ impl std::fmt::Display for TrainSummary {
             let dict = eval.hf_dict();
             write!(f, " {dict}")?;
         }
-        if let Some(cost) = self.held_out {
-            write!(
-                f,
-                "\nheld-out losses for the mixer: {} evaluations, {} tokens, {:.1} s",
-                cost.evaluations, cost.tokens, cost.seconds
-            )?;
-        }
+        self.write_mixer_costs(f)?;
         if let Some(closing) = self.closing {
             write!(
                 f,

@@ -138,6 +138,7 @@ impl DryRun {
             skipped_steps: 0,
             noise_scale_held_steps: 0,
             held_out: None,
+            source_gradients: None,
             closing: None,
             best_model_checkpoint: None,
             best_metric: None,

@@ -20,5 +20,6 @@ pub(crate) mod probe;
 pub(crate) mod progress;
 pub(crate) mod run;
 pub(crate) mod settings;
+pub(crate) mod source_grads;
 pub(crate) mod source_sums;
 pub(crate) mod step;

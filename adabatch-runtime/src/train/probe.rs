@@ -50,6 +50,20 @@ pub(crate) struct ChunkLosses<'a> {
     pub(crate) losses: &'a [f64],
     /// Their tokens (targets), when the batch knows them.
     pub(crate) tokens: Option<&'a [usize]>,
+    /// Their group ([`StepProbe::groups`]) on a step that groups its examples:
+    /// such a step's chunks hold one group each.
+    pub(crate) group: Option<usize>,
+    /// The chunk's tokens as the step counts them (`Batch::num_tokens`).
+    pub(crate) batch_tokens: usize,
+}
+
+/// A step's examples in groups whose gradients the step keeps apart
+/// ([`StepProbe::groups`]): each example's group, in the order of
+/// [`StepBatches::indices`], and the number of groups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Groups {
+    pub(crate) of: Vec<usize>,
+    pub(crate) count: usize,
 }
 
 /// One micro-batch's gradient on this rank, summed over its chunks.
@@ -85,6 +99,12 @@ pub(crate) struct SummedStep<'a> {
     pub(crate) examples_per_token: Option<f64>,
     /// The number of ranks.
     pub(crate) world: usize,
+    /// On a step that grouped its examples ([`StepProbe::groups`]), each
+    /// group's gradient of its examples' summed losses (under `reweight =
+    /// token_count`: summed over their tokens), summed over the ranks, the loss
+    /// scale divided out; `None` under `rank_mean` (a rank's examples are not
+    /// weighted alike there) and when `--fp16`'s gradients overflowed.
+    pub(crate) groups: Option<&'a [Vec<Option<Tensor>>]>,
 }
 
 /// A probe's result of a step, read back by type ([`Readings::get`]).
@@ -125,6 +145,13 @@ pub(crate) trait StepProbe {
         let _ = batches;
         Needs::default()
     }
+    /// The groups whose gradients the step is to keep apart, summed over the
+    /// ranks in its one all-reduce, for [`SummedStep::groups`]; the first
+    /// probe's that has some is the step's. The default: none.
+    fn groups(&self, batches: &StepBatches) -> Option<Groups> {
+        let _ = batches;
+        None
+    }
     /// Its values known before the step (`out`: its slots, zeros).
     fn local(&self, out: &mut [f64]) {
         let _ = out;
@@ -149,6 +176,8 @@ pub(crate) struct ProbeLayout<'p> {
     offsets: Vec<usize>,
     /// What any of them needs.
     pub(crate) needs: Needs,
+    /// The step's groups, when a probe asked for some.
+    pub(crate) groups: Option<Groups>,
 }
 
 impl<'p> ProbeLayout<'p> {
@@ -156,14 +185,17 @@ impl<'p> ProbeLayout<'p> {
     pub(crate) fn of(probes: &'p [Box<dyn StepProbe + 'p>], batches: &StepBatches) -> Self {
         let mut offsets = vec![0];
         let mut needs = Needs::default();
+        let mut groups = None;
         for probe in probes {
             offsets.push(offsets[offsets.len() - 1] + probe.slots(batches));
             needs = needs.or(probe.needs(batches));
+            groups = groups.or_else(|| probe.groups(batches));
         }
         Self {
             probes,
             offsets,
             needs,
+            groups,
         }
     }
 
@@ -288,6 +320,8 @@ mod tests {
             indices: &[0, 1],
             losses: &[0.5, 0.25],
             tokens: None,
+            group: None,
+            batch_tokens: 0,
         };
         layout.chunk(&chunk, &mut values);
         assert_eq!(values, vec![1.5, 2.0, 9.0]);
@@ -297,6 +331,7 @@ mod tests {
             preconditioner: None,
             examples_per_token: None,
             world: 1,
+            groups: None,
         };
         let readings = layout.read(&mut values, &step).unwrap();
         assert_eq!(readings.get::<Counted>(), Some(&Counted(vec![1.5, 2.0])));

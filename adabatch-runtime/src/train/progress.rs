@@ -21,6 +21,7 @@ pub(crate) struct RunOutcome {
     pub(crate) oom_events: usize,
     pub(crate) best: Option<(std::path::PathBuf, f64)>,
     pub(crate) held_out: Option<crate::report::record::HeldOutCost>,
+    pub(crate) source_gradients: Option<crate::report::record::SourceGradientCost>,
     /// The mixer's closing ended short of its condition.
     pub(crate) closing_capped: bool,
 }
@@ -148,6 +149,7 @@ impl Progress {
             oom_events,
             best,
             held_out,
+            source_gradients,
             closing_capped,
         } = outcome;
         let runtime = self.started.elapsed().as_secs_f64();
@@ -180,6 +182,7 @@ impl Progress {
             best_metric: best.map(|(_, metric)| metric),
             timed_decisions: settings.timed_decisions(),
             held_out,
+            source_gradients,
             closing: closing_summary(planner, closing_capped),
         }
     }

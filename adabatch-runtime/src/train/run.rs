@@ -356,12 +356,15 @@ where
             return Ok(StepEnd::OutOfMemory);
         };
         let rank_chunks = (self.comm.rank(), chunks);
+        // A step that measured the sources' gradients ran its chunks in smaller
+        // pieces: its peak is not its chunks', and would teach the model too low.
+        let measured = (readings.get::<SourceLosses>()).is_some_and(|s| s.gradients.is_some());
         let memory = (self.controllers.memory).measure(
             self.data.train,
             self.device,
             batches,
             rank_chunks,
-            device_peak,
+            device_peak.filter(|_| !measured),
         );
         self.interrupted = interrupted;
         self.progress.trained(loss, batches.global_size());
@@ -405,7 +408,9 @@ where
         BatchOf<T>: 's,
     {
         let chunks = self.controllers.oom.chunks();
-        let probes = self.controllers.prepare(&mut self.input);
+        let probes = self
+            .controllers
+            .prepare(&mut self.input, step, &mut *self.trainer);
         // The step's own time (collating, computing, the all-reduce, the update),
         // without evaluation or saving: what goodput's step-time model fits.
         let started = std::time::Instant::now();
@@ -772,6 +777,7 @@ where
             oom_events: self.controllers.oom.events(),
             best: best.map(|b| (best_checkpoint_dir(&self.settings.saves, b.step), b.metric)),
             held_out: self.controllers.held_out_cost(),
+            source_gradients: self.controllers.source_gradient_cost(),
             closing_capped: self.closing_capped,
         };
         let summary = self.progress.summary(

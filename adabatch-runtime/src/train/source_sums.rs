@@ -3,10 +3,12 @@
 //! tokens (the targets that carry loss, when the batches know them). In a step
 //! they ride as a probe ([`SourceProbe`]).
 
+use crate::adapt::mixer::SourceGradient;
 use crate::data::planner::StepBatches;
 use crate::data::source_spec::SourceSpec;
 use crate::error::Result;
-use crate::train::probe::{ChunkLosses, Needs, Reading, StepProbe, SummedStep};
+use crate::train::probe::{ChunkLosses, Groups, Needs, Reading, StepProbe, SummedStep};
+use crate::train::source_grads;
 
 /// Flat sums of `sources` sources: `3 · sources` values.
 pub(crate) fn zeroed(sources: usize) -> Vec<f64> {
@@ -62,12 +64,15 @@ pub(crate) fn tokens(sums: &[f64]) -> Option<Vec<f64>> {
     (n > 0 && tokens.iter().sum::<f64>() > 0.0).then(|| tokens.to_vec())
 }
 
-/// A step's per-source losses, for the mixer and the log.
+/// A step's per-source losses, for the mixer and the log; on a step that
+/// measures them, the sources' gradient statistics too.
 pub(crate) struct SourceProbe<'a> {
     /// The run's sources.
     pub(crate) spec: &'a SourceSpec,
     /// Means per token (`reweight = token_count`) where the batches count them.
     pub(crate) per_token: bool,
+    /// Whether this step measures each source's gradient statistics.
+    pub(crate) gradients: bool,
 }
 
 /// What [`SourceProbe`] read of a step.
@@ -79,11 +84,25 @@ pub(crate) struct SourceLosses {
     pub(crate) loss: Vec<f64>,
     /// Each source's tokens (targets) in the step, when the batches count them.
     pub(crate) tokens: Option<Vec<f64>>,
+    /// Each source's gradient statistics, on a step that measured them.
+    pub(crate) gradients: Option<Vec<SourceGradient>>,
 }
 
 impl StepProbe for SourceProbe<'_> {
+    /// Each source's sums, then on a measuring step each half's examples and
+    /// tokens ([`source_grads`]).
     fn slots(&self, _: &StepBatches) -> usize {
-        3 * self.spec.names.len()
+        let halves = if self.gradients {
+            2 * source_grads::halves(self.spec)
+        } else {
+            0
+        };
+        3 * self.spec.names.len() + halves
+    }
+
+    fn groups(&self, batches: &StepBatches) -> Option<Groups> {
+        self.gradients
+            .then(|| source_grads::groups(self.spec, batches))
     }
 
     fn needs(&self, _: &StepBatches) -> Needs {
@@ -94,13 +113,29 @@ impl StepProbe for SourceProbe<'_> {
     }
 
     fn chunk(&self, chunk: &ChunkLosses<'_>, out: &mut [f64]) {
-        add(out, self.spec, chunk.indices, chunk.losses, chunk.tokens);
+        let (sums, halves) = out.split_at_mut(3 * self.spec.names.len());
+        add(sums, self.spec, chunk.indices, chunk.losses, chunk.tokens);
+        if let (Some(group), false) = (chunk.group, halves.is_empty()) {
+            source_grads::count(halves, group, chunk);
+        }
     }
 
-    fn read(&self, summed: &[f64], _: &SummedStep<'_>) -> Result<Box<dyn Reading>> {
+    fn read(&self, summed: &[f64], step: &SummedStep<'_>) -> Result<Box<dyn Reading>> {
+        let (sums, halves) = summed.split_at(3 * self.spec.names.len());
+        let loss = means(sums, self.per_token).unwrap_or_default();
+        let gradients = match (self.gradients, step.groups) {
+            (true, Some(groups)) => Some(source_grads::statistics(
+                halves,
+                groups,
+                &loss,
+                self.per_token,
+            )?),
+            _ => None,
+        };
         Ok(Box::new(SourceLosses {
-            loss: means(summed, self.per_token).unwrap_or_default(),
-            tokens: tokens(summed),
+            loss,
+            tokens: tokens(sums),
+            gradients,
         }))
     }
 }

@@ -22,7 +22,7 @@ use crate::train::out_of_memory::{is_out_of_memory, FaultInjector};
 use crate::train::payload::{PayloadLayout, StepScalars};
 use crate::train::prefetch::{take_chunk, Prefetched};
 use crate::train::probe::{
-    ChunkLosses, MicroGradient, ProbeLayout, Readings, StepProbe, SummedStep,
+    ChunkLosses, Groups, MicroGradient, ProbeLayout, Readings, StepProbe, SummedStep,
 };
 use crate::train::settings::StepRules;
 use crate::user::data::{Collate, Dataset};
@@ -179,6 +179,9 @@ struct LocalGrads {
     covered: Option<Vec<bool>>,
     /// 1 when a signal asked this rank to stop (after the all-reduce: how many did).
     interrupt: f64,
+    /// On a step that groups its examples, each group's gradients (after the
+    /// all-reduce: summed), weighted as the step's; empty otherwise.
+    groups: Vec<Vec<Option<Tensor>>>,
 }
 
 /// How the losses of a step are weighted: `known_weight` (the global example
@@ -244,12 +247,19 @@ where
         probed: probing.layout.local(),
         covered: None,
         interrupt: f64::from(u8::from(input.interrupts.requested())),
+        groups: vec![
+            vec![None; params.len()];
+            probing.layout.groups.as_ref().map_or(0, |g| g.count)
+        ],
     };
     let known_weight = known_weight(input.reweight, batches);
     let active_ranks = batches.local_sizes().iter().filter(|&&n| n > 0).count();
     let world = batches.local_sizes().len();
+    let mut first = 0;
     for (m, micro) in batches.micro.iter().enumerate() {
         let indices = micro.local(rank);
+        let micro_start = first + <[_]>::get(&micro.splits, rank).map_or(0, |r| r.start);
+        first += micro.indices.len();
         if indices.is_empty() {
             continue;
         }
@@ -258,24 +268,27 @@ where
         // A probe that reads micro-batches gets this one's share summed apart.
         let needs_micro = probing.layout.needs.micro_gradients;
         let mut micro_grads = needs_micro.then(|| vec![None; params.len()]);
-        for chunk in indices.chunks(chunk_len) {
+        for (c, chunk) in indices.chunks(chunk_len).enumerate() {
             input
                 .faults
                 .check(plan.step, rank, active_ranks, chunk.len())?;
-            let batch = match take_chunk(&mut plan.ready, chunk) {
-                Some(batch) => batch?,
-                None => collate_indices(input.dataset, input.collate, input.device, chunk)?,
-            };
             let share = ChunkShare {
                 rank_slice: indices.len(),
                 known_weight,
             };
-            let probes = &probing.layout;
-            let grads = chunk_backward(model, input, (&batch, chunk), share, &mut local, probes)?;
-            let target = micro_grads.as_mut().unwrap_or(&mut local.grads);
-            for (slot, (_, var)) in target.iter_mut().zip(params) {
-                if let Some(g) = grads.get(var.as_tensor()) {
-                    add_into(slot, g)?;
+            let start = micro_start + c * chunk_len;
+            for (group, piece) in pieces(probing.layout.groups.as_ref(), chunk, start) {
+                let batch = match take_chunk(&mut plan.ready, &piece) {
+                    Some(batch) => batch?,
+                    None => collate_indices(input.dataset, input.collate, input.device, &piece)?,
+                };
+                let probes = &probing.layout;
+                let part = (&batch, &piece[..], group);
+                let grads = chunk_backward(model, input, part, share, &mut local, probes)?;
+                let target = micro_grads.as_mut().unwrap_or(&mut local.grads);
+                add_store(target, params, &grads)?;
+                if let Some(group) = group {
+                    add_store(&mut local.groups[group], params, &grads)?;
                 }
             }
         }
@@ -293,6 +306,43 @@ where
         }
     }
     Ok(local)
+}
+
+/// A chunk (its examples from position `start` of the step) as the pieces it
+/// runs in: itself, or on a step that groups its examples one piece per group
+/// (the examples' losses do not depend on the others of their batch, so the
+/// pieces' gradients sum to the chunk's).
+fn pieces(
+    groups: Option<&Groups>,
+    chunk: &[usize],
+    start: usize,
+) -> Vec<(Option<usize>, Vec<usize>)> {
+    let Some(groups) = groups else {
+        return vec![(None, chunk.to_vec())];
+    };
+    let mut by_group: Vec<Vec<usize>> = vec![Vec::new(); groups.count];
+    for (i, &index) in chunk.iter().enumerate() {
+        let group = <[_]>::get(&groups.of, start + i).copied().unwrap_or(0);
+        by_group[group.min(groups.count - 1)].push(index);
+    }
+    (by_group.into_iter().enumerate())
+        .filter(|(_, piece)| !piece.is_empty())
+        .map(|(g, piece)| (Some(g), piece))
+        .collect()
+}
+
+/// A chunk's gradients added into `target` (aligned with `params`).
+fn add_store(
+    target: &mut [Option<Tensor>],
+    params: &[(String, Var)],
+    grads: &GradStore,
+) -> Result<()> {
+    for (slot, (_, var)) in target.iter_mut().zip(params) {
+        if let Some(g) = grads.get(var.as_tensor()) {
+            add_into(slot, g)?;
+        }
+    }
+    Ok(())
 }
 
 /// A micro-batch's gradient on this rank, summed apart (`micro`: its number,
@@ -345,7 +395,7 @@ struct ChunkShare {
 fn chunk_backward<M, D, C>(
     model: &M,
     input: &StepInput<'_, D, C>,
-    (batch, chunk): (&M::Batch, &[usize]),
+    (batch, chunk, group): (&M::Batch, &[usize], Option<usize>),
     share: ChunkShare,
     local: &mut LocalGrads,
     probes: &ProbeLayout<'_>,
@@ -373,6 +423,8 @@ where
             indices: chunk,
             losses: &values,
             tokens: tokens.as_deref(),
+            group,
+            batch_tokens: batch.num_tokens(),
         };
         probes.chunk(&chunk, &mut local.probed);
     }
@@ -413,12 +465,16 @@ where
         accumulate_local(&*model, input, params, (&mut plan, &probing), rank)
     })
     .map_err(|e| on_rank(e, rank, step));
-    let probe_slots = probing.layout.slots();
-    let mut summed = match gather_checked(comm, params, local, input, probe_slots)? {
+    let slots = (
+        probing.layout.slots(),
+        probing.layout.groups.as_ref().map_or(0, |g| g.count),
+    );
+    let mut summed = match gather_checked(comm, params, local, input, slots)? {
         Ok(summed) => summed,
         Err(oom) => return Ok(StepOutcome::OutOfMemory { oom }),
     };
     let examples_per_token = per_token_mean(&mut summed, input.reweight, &plan)?;
+    let groups = group_sums(std::mem::take(&mut summed.groups), input, plan.batches)?;
     let mut probed = std::mem::take(&mut summed.probed);
     let (loss, interrupted) = (summed.loss, summed.interrupt > 0.0);
     let mut summed_step = SummedStep {
@@ -427,6 +483,7 @@ where
         preconditioner: probing.preconditioner.as_deref(),
         examples_per_token,
         world: comm.world_size(),
+        groups: None,
     };
     let Some(mut update) = unscale(summed, input.loss_scale)? else {
         let readings = probing.layout.read(&mut probed, &summed_step)?;
@@ -450,6 +507,7 @@ where
     let grad_norm = unclipped_norm(&update, input.max_grad_norm, wanted)?;
     summed_step.grads = Some(&update.grads);
     summed_step.norm = grad_norm;
+    summed_step.groups = groups.as_deref();
     let readings = probing.layout.read(&mut probed, &summed_step)?;
     clip(&mut update, input.max_grad_norm, grad_norm)?;
     apply_update(
@@ -466,6 +524,29 @@ where
         interrupted,
         readings,
     }))
+}
+
+/// The groups' summed gradients as [`SummedStep::groups`] has them: of their
+/// examples' summed losses, the loss scale divided out (`None` when the step
+/// grouped nothing, and under `rank_mean`).
+fn group_sums<D: ?Sized, C>(
+    groups: Vec<Vec<Option<Tensor>>>,
+    input: &StepInput<'_, D, C>,
+    batches: &StepBatches,
+) -> Result<Option<Vec<Vec<Option<Tensor>>>>> {
+    // Sample counts divide every loss by the step's examples; token counts
+    // divide the sums later, by the step's tokens (not done to the groups).
+    let factor = match input.reweight {
+        _ if groups.is_empty() => return Ok(None),
+        Reweight::SampleCount => batches.global_size() as f64,
+        Reweight::TokenCount => 1.0,
+        Reweight::RankMean => return Ok(None),
+    } / input.loss_scale;
+    groups
+        .into_iter()
+        .map(|g| scale_grads(g, factor))
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
 }
 
 /// The gradients' global norm before clipping, when it is wanted or clipping
@@ -596,7 +677,7 @@ fn gather_checked<D: ?Sized, C>(
     params: &[(String, Var)],
     local: Result<LocalGrads>,
     input: &mut StepInput<'_, D, C>,
-    probe_slots: usize,
+    (probe_slots, groups): (usize, usize),
 ) -> Result<std::result::Result<LocalGrads, StepOom>> {
     let check = input.check_coverage;
     let layout = PayloadLayout {
@@ -607,7 +688,7 @@ fn gather_checked<D: ?Sized, C>(
         l.covered = check.then(|| l.grads.iter().map(Option::is_some).collect());
         l
     });
-    let mut summed = gather(comm, params, local, layout)?;
+    let mut summed = gather(comm, params, local, (layout, groups))?;
     if let Ok(Some(covered)) = summed.as_mut().map(|s| s.covered.take()) {
         input.check_coverage = false;
         check_coverage(params, &covered)?;
@@ -621,7 +702,7 @@ fn gather(
     comm: &impl Communicator,
     params: &[(String, Var)],
     local: Result<LocalGrads>,
-    layout: PayloadLayout,
+    layout: (PayloadLayout, usize),
 ) -> Result<std::result::Result<LocalGrads, StepOom>> {
     if comm.world_size() > 1 {
         return reduce(comm, params, local, layout);
@@ -633,14 +714,14 @@ fn gather(
     }
 }
 
-/// All-reduces gradients (zeros where a rank has none) and the step's scalars
-/// (loss, tokens, the failure / OOM flags, ..., laid out by `layout`) in one
-/// collective.
+/// All-reduces gradients (zeros where a rank has none), the `groups` groups'
+/// gradients after them, and the step's scalars (loss, tokens, the failure /
+/// OOM flags, ..., laid out by `layout`) in one collective.
 fn reduce(
     comm: &impl Communicator,
     params: &[(String, Var)],
     mut local: Result<LocalGrads>,
-    layout: PayloadLayout,
+    (layout, groups): (PayloadLayout, usize),
 ) -> Result<std::result::Result<LocalGrads, StepOom>> {
     // A part of another length than the layout's goes as a failed step: every rank
     // still reaches the all-reduce, and every rank stops.
@@ -651,7 +732,7 @@ fn reduce(
     if let Some(Err(e)) = mismatch {
         local = Err(e);
     }
-    let (mut tensors, scalars) = outgoing(&mut local, params)?;
+    let (mut tensors, scalars) = outgoing(&mut local, params, groups)?;
     let mut flat = layout.write(&scalars);
     comm.all_reduce_sum(&mut tensors, &mut flat)?;
     let summed = layout.read(&flat);
@@ -665,6 +746,11 @@ fn reduce(
             ranks: summed.out_of_memory as usize,
         })),
         Ok(_) => Ok(Ok(LocalGrads {
+            groups: tensors
+                .split_off(params.len())
+                .chunks(params.len().max(1))
+                .map(|g| g.iter().cloned().map(Some).collect())
+                .collect(),
             grads: tensors.into_iter().map(Some).collect(),
             loss: summed.loss,
             tokens: summed.tokens,
@@ -683,13 +769,14 @@ fn reduce(
 fn outgoing(
     local: &mut Result<LocalGrads>,
     params: &[(String, Var)],
+    groups: usize,
 ) -> Result<(Vec<Tensor>, StepScalars)> {
     let zeros = |var: &Var| var.as_tensor().zeros_like();
     let l = match local {
         Ok(l) => l,
         Err(e) => {
             let oom = is_out_of_memory(e);
-            let tensors = params.iter().map(|(_, v)| zeros(v));
+            let tensors = (0..=groups).flat_map(|_| params.iter().map(|(_, v)| zeros(v)));
             let scalars = StepScalars {
                 failed: f64::from(u8::from(!oom)),
                 out_of_memory: f64::from(u8::from(oom)),
@@ -698,7 +785,8 @@ fn outgoing(
             return Ok((tensors.collect::<candle_core::Result<Vec<_>>>()?, scalars));
         }
     };
-    let tensors = (l.grads.iter().zip(params))
+    let tensors = (std::iter::once(&l.grads).chain(&l.groups))
+        .flat_map(|grads| grads.iter().zip(params))
         .map(|(g, (_, var))| g.as_ref().map_or_else(|| zeros(var), |g| Ok(g.clone())))
         .collect::<candle_core::Result<Vec<_>>>()?;
     let scalars = StepScalars {

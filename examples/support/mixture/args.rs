@@ -45,6 +45,8 @@ pub struct MixtureArgs {
     pub aioli: AioliArgs,
     #[command(flatten)]
     pub online: OnlineArgs,
+    #[command(flatten)]
+    pub pike: PikeArgs,
 }
 
 /// The replay of the old domains while --new-domain is learnt: a budget around
@@ -197,6 +199,37 @@ pub struct OnlineArgs {
     pub online_warmup: Option<f64>,
 }
 
+/// `--mixer pike` and `pike-fair`'s settings, named as the paper's (default the
+/// library's, `adabatch_rules::pike`).
+#[derive(clap::Args)]
+pub struct PikeArgs {
+    /// `--mixer pike`: T₀, measure each domain's gradient norm and variance and
+    /// move the shares every N steps (on the step's own documents;
+    /// `PikeMixer::with_t0`).
+    #[arg(long)]
+    pub pike_t0: Option<usize>,
+    /// `--mixer pike`: ζ₁, the weight of a domain's squared gradient norm in
+    /// the shares' update (`PikeMixer::with_zeta1`).
+    #[arg(long)]
+    pub pike_zeta1: Option<f64>,
+    /// `--mixer pike`: ζ₂, the weight of its gradient variance over twice the
+    /// batch (`PikeMixer::with_zeta2`; 0: the norm alone).
+    #[arg(long)]
+    pub pike_zeta2: Option<f64>,
+    /// `--mixer pike`: every domain's least share, together (`PikeMixer::with_floor`;
+    /// default 0, as the paper).
+    #[arg(long, value_parser = parse_fraction)]
+    pub pike_floor: Option<f64>,
+    /// `--mixer pike`: the statistics' moving-average decay per measurement
+    /// (`PikeMixer::with_smoothing`; default 0, each measurement alone).
+    #[arg(long)]
+    pub pike_smoothing: Option<f64>,
+    /// `--mixer pike-fair`: τ, Balanced-PiKE's tilt on the domains' losses
+    /// (`PikeMixer::fair`; default 3): higher favours the domains behind.
+    #[arg(long)]
+    pub pike_tau: Option<f64>,
+}
+
 /// How `--replay-bound` moves the replay share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ReplayRule {
@@ -229,6 +262,13 @@ pub enum MixerChoice {
     /// a probe of 4 steps per domain estimates what each domain's data does to
     /// every domain's loss, then an exponentiated-gradient step on the total.
     Aioli,
+    /// PiKE (Li et al. 2025), `adabatch::PikeMixer`: every --pike-t0 steps
+    /// each domain's gradient norm and variance, measured on the step's own
+    /// documents, move the shares towards those that most lower the total loss.
+    Pike,
+    /// Balanced-PiKE, `adabatch::PikeMixer::fair`: the domains' losses tilted by
+    /// --pike-tau, so that the domains behind gain more.
+    PikeFair,
 }
 
 /// `--replay-bound`'s evaluations when `--eval-steps` is not given: every 10

@@ -148,6 +148,7 @@ mod tests {
                 metrics: &metrics,
             }),
             held_out: None,
+            source_gradients: None,
         };
         Ok(mixer.weights(&stats))
     }

@@ -3,9 +3,9 @@
 
 use adabatch::prelude::*;
 use adabatch::tokenize::CorpusInfo;
-use adabatch::{AioliMixer, Exp3Mixer, Mixer, OnlineMixer, ReplayBudget};
+use adabatch::{AioliMixer, Exp3Mixer, Mixer, OnlineMixer, PikeMixer, ReplayBudget};
 
-use super::args::{AioliArgs, MixerChoice, MixtureArgs, OnlineArgs};
+use super::args::{AioliArgs, MixerChoice, MixtureArgs, OnlineArgs, PikeArgs};
 
 /// `--mixer uniform`'s equal weights (refused with `--mix-weights`), else none:
 /// the dataset keeps its own.
@@ -26,12 +26,14 @@ pub fn uniform_weights(
     Ok(Some(names.iter().map(|n| (n.clone(), 1.0)).collect()))
 }
 
-/// `--mixer online`, `odm` or `aioli` (`online` for the others, which no mixer
-/// decides), within `--replay-budget` if given.
+/// `--mixer online`, `odm`, `aioli`, `pike` or `pike-fair` (`online` for the
+/// others, which no mixer decides), within `--replay-budget` if given.
 pub fn chosen_mixer(cli: &MixtureArgs, online: OnlineMixer) -> adabatch::Result<Box<dyn Mixer>> {
-    let mixer: Box<dyn Mixer> = match cli.mixer {
-        MixerChoice::Odm => Box::new(Exp3Mixer::default()),
-        MixerChoice::Aioli => Box::new(aioli_mixer(&cli.aioli)?),
+    let pike = pike_mixer(cli.mixer, &cli.pike)?;
+    let mixer: Box<dyn Mixer> = match (cli.mixer, pike) {
+        (_, Some(pike)) => Box::new(pike),
+        (MixerChoice::Odm, _) => Box::new(Exp3Mixer::default()),
+        (MixerChoice::Aioli, _) => Box::new(aioli_mixer(&cli.aioli)?),
         _ => Box::new(online),
     };
     Ok(match cli.replay.replay_budget {
@@ -41,6 +43,65 @@ pub fn chosen_mixer(cli: &MixtureArgs, online: OnlineMixer) -> adabatch::Result<
             budget,
         )?),
         None => mixer,
+    })
+}
+
+/// `--mixer pike` or `pike-fair` with its flags (`None` for another mixer, which
+/// refuses them: it would ignore them); checked before the first step too.
+pub fn pike_mixer(mixer: MixerChoice, flags: &PikeArgs) -> adabatch::Result<Option<PikeMixer>> {
+    let fair = match mixer {
+        MixerChoice::Pike => false,
+        MixerChoice::PikeFair => true,
+        _ => {
+            let tuned = flags.pike_t0.is_some()
+                || flags.pike_zeta1.is_some()
+                || flags.pike_zeta2.is_some()
+                || flags.pike_floor.is_some()
+                || flags.pike_smoothing.is_some()
+                || flags.pike_tau.is_some();
+            return match tuned {
+                true => Err(conflict(
+                    "--pike-*",
+                    "they are PiKE's settings: use --mixer pike or pike-fair",
+                )),
+                false => Ok(None),
+            };
+        }
+    };
+    if flags.pike_tau.is_some() && !fair {
+        return Err(conflict(
+            "--pike-tau",
+            "τ is Balanced-PiKE's: use --mixer pike-fair",
+        ));
+    }
+    let mut pike = match fair {
+        true => PikeMixer::fair(flags.pike_tau.unwrap_or(PikeMixer::DEFAULT_TAU))?,
+        false => PikeMixer::default(),
+    };
+    if let Some(t0) = flags.pike_t0 {
+        pike = pike.with_t0(t0)?;
+    }
+    if let Some(zeta1) = flags.pike_zeta1 {
+        pike = pike.with_zeta1(zeta1)?;
+    }
+    if let Some(zeta2) = flags.pike_zeta2 {
+        pike = pike.with_zeta2(zeta2)?;
+    }
+    if let Some(floor) = flags.pike_floor {
+        pike = pike.with_floor(floor)?;
+    }
+    if let Some(smoothing) = flags.pike_smoothing {
+        pike = pike.with_smoothing(smoothing)?;
+    }
+    Ok(Some(pike))
+}
+
+/// `--mixer`'s flags given for a mixer that does not read them.
+fn conflict(first: &'static str, reason: &'static str) -> adabatch::Error {
+    adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings {
+        first,
+        second: "--mixer",
+        reason,
     })
 }
 
@@ -84,7 +145,7 @@ pub fn check_replay(cli: &MixtureArgs, names: &[String]) -> adabatch::Result<()>
         return Err(adabatch::Error::Settings(adabatch::SettingsError::ConflictingSettings {
             first: "--replay-budget",
             second: "--mixer stratified / uniform",
-            reason: "the budget caps what a mixer chooses: use --mixer online, odm or aioli (fixed shares: --mix-weights)",
+            reason: "the budget caps what a mixer chooses: use --mixer online, odm, aioli, pike or pike-fair (fixed shares: --mix-weights)",
         }));
     }
     if let Some(unknown) = cli.new_domain.iter().find(|d| !names.contains(d)) {

@@ -13,7 +13,7 @@ use super::bound::bounded_replay;
 use super::curriculum::replay_curriculum;
 use super::decoder::{self, Decoder};
 use super::domains::open_domains;
-use super::mixers::{check_replay, chosen_mixer, online_mixer, uniform_weights};
+use super::mixers::{check_replay, chosen_mixer, online_mixer, pike_mixer, uniform_weights};
 use super::outcome::Outcome;
 use super::reference::model_losses;
 
@@ -65,6 +65,7 @@ pub fn run(
         train = train.with_weights(&equal)?;
     }
     check_replay(&cli, &names)?;
+    pike_mixer(cli.mixer, &cli.pike)?;
     // Its flags are checked whatever the mixer.
     let online = online_mixer(cli.mixer, &cli.online, &args, &domains.infos)?;
     let curriculum = replay_curriculum(&cli, &names, &domains.infos, &args)?;

@@ -2,13 +2,13 @@
 //! from their losses and counts (the trainer's `#[mixer]`, else the engine's own
 //! for `mix = online(..)` / `custom(..)`).
 
-use crate::adapt::mixer::{Closing, Diagnostic, LastEval, Mixer, SourceStats};
+use crate::adapt::mixer::{Closing, Diagnostic, LastEval, Mixer, SourceGradient, SourceStats};
 use crate::adapt::schedule::ScheduleSpec;
 use crate::config::policy::Reweight;
 use crate::data::planner::StepPlanner;
 use crate::data::source_spec::SourceSpec;
 use crate::error::{Error, Result, SettingsError};
-use crate::report::record::{EvalLog, HeldOutCost, StepLog};
+use crate::report::record::{EvalLog, HeldOutCost, SourceGradientCost, StepLog};
 use crate::train::eval::HeldOut;
 use crate::train::probe::StepProbe;
 use crate::train::settings::BuiltinMixer;
@@ -29,6 +29,10 @@ pub(crate) struct MixingControl {
     /// What the held-out losses the mixer asked for have cost (`None` before
     /// the first request).
     held_out: Option<HeldOutCost>,
+    /// Whether the next step measures the sources' gradients for the mixer.
+    measures: bool,
+    /// What those measurements have cost (`None` before the first).
+    gradients: Option<SourceGradientCost>,
 }
 
 impl MixingControl {
@@ -45,6 +49,8 @@ impl MixingControl {
             per_token: reweight == Reweight::TokenCount,
             diagnostics: None,
             held_out: None,
+            measures: false,
+            gradients: None,
         })
     }
 
@@ -76,7 +82,7 @@ impl MixingControl {
             self.count_held_out(held_out);
         }
         let no_loss = vec![f64::NAN; self.spec.names.len()];
-        let readings = (last_eval, held_out.map(|h| &h.losses[..]));
+        let readings = (last_eval, held_out.map(|h| &h.losses[..]), None);
         let Some(mixer) = self.mixer(steer.trainer) else {
             return Ok(Closing::End);
         };
@@ -104,6 +110,19 @@ impl MixingControl {
         cost.evaluations += 1;
         cost.tokens += held_out.tokens;
         cost.seconds += held_out.seconds;
+    }
+
+    /// Before step `step`: whether the mixer in force wants the sources'
+    /// gradients measured in it.
+    pub(crate) fn prepare(&mut self, step: usize, trainer: &mut dyn UserControllers) {
+        self.measures = self
+            .mixer(trainer)
+            .is_some_and(|m| m.wants_source_gradients(step));
+    }
+
+    /// What measuring the sources' gradients has cost so far.
+    pub(crate) fn source_gradient_cost(&self) -> Option<SourceGradientCost> {
+        self.gradients
     }
 
     /// What the held-out losses the mixer asked for have cost so far.
@@ -147,7 +166,8 @@ impl Controller for MixingControl {
         let names = (steer.planner.sampler().sources()).map(|s| s.spec().names.clone());
         if let Some(mixer) = self.mixer(steer.trainer) {
             let names = names.unwrap_or_default();
-            let weights = next_mix_weights(mixer, steer.planner, 0, (&no_loss, &[]), (None, None));
+            let weights =
+                next_mix_weights(mixer, steer.planner, 0, (&no_loss, &[]), (None, None, None));
             let diagnostics = diagnostics_json(&mixer.diagnostics(), &names);
             steer.planner.set_mix_weights(0, &weights)?;
             self.diagnostics = diagnostics;
@@ -159,18 +179,32 @@ impl Controller for MixingControl {
         Some(Box::new(SourceProbe {
             spec: &self.spec,
             per_token: self.per_token,
+            gradients: self.measures,
         }))
+    }
+
+    /// A measuring step's seconds, counted (the clock decides nothing here).
+    fn step_time(&mut self, seconds: f64) {
+        if self.measures && seconds > 0.0 {
+            let cost = self
+                .gradients
+                .get_or_insert_with(SourceGradientCost::default);
+            cost.steps += 1;
+            cost.seconds += seconds;
+        }
     }
 
     fn adapt(&mut self, report: &StepReport<'_>, steer: &mut Steer<'_>) -> Result<()> {
         let Some(SourceLosses {
             loss: losses,
             tokens,
+            gradients,
         }) = report.reading::<SourceLosses>()
         else {
             return Ok(());
         };
         let tokens = tokens.as_deref().unwrap_or(&[]);
+        let gradients = gradients.as_deref();
         if let Some(held_out) = report.held_out {
             self.count_held_out(held_out);
         }
@@ -182,7 +216,7 @@ impl Controller for MixingControl {
                 steer.planner,
                 step,
                 (losses, tokens),
-                (report.last_eval, held_out),
+                (report.last_eval, held_out, gradients),
             );
             let names = (steer.planner.sampler().sources()).map(|s| s.spec().names.clone());
             let diagnostics = diagnostics_json(&mixer.diagnostics(), &names.unwrap_or_default());
@@ -205,6 +239,9 @@ impl Controller for MixingControl {
         if let Some(cost) = &self.held_out {
             at.into.put(states::HELD_OUT, 1, cost)?;
         }
+        if let Some(cost) = &self.gradients {
+            at.into.put(states::SOURCE_GRADIENTS, 1, cost)?;
+        }
         // A mixer without a state still has its entry (null): the checkpoint then
         // says that the weights it holds are a mixer's, not the run's own.
         if let Some(mixer) = self.mixer(at.trainer) {
@@ -216,6 +253,7 @@ impl Controller for MixingControl {
 
     fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {
         self.held_out = at.from.get(states::HELD_OUT, 1)?;
+        self.gradients = at.from.get(states::SOURCE_GRADIENTS, 1)?;
         let (Some(entry), Some(mixer)) = (at.from.entry(states::MIXER), self.mixer(at.trainer))
         else {
             return Ok(());
@@ -240,6 +278,14 @@ impl Controller for MixingControl {
     }
 }
 
+/// What a mixer reads besides the step's losses: the last evaluation, the
+/// held-out losses and the per-source gradient statistics it asked for.
+type Readings<'a> = (
+    Option<&'a EvalLog>,
+    Option<&'a [f64]>,
+    Option<&'a [SourceGradient]>,
+);
+
 /// A mixer's weights for the step after `step`, from its per-source losses and
 /// tokens and the sources' counts (the same on every rank).
 fn next_mix_weights(
@@ -247,7 +293,7 @@ fn next_mix_weights(
     planner: &StepPlanner<ScheduleSpec>,
     step: usize,
     losses: (&[f64], &[f64]),
-    readings: (Option<&EvalLog>, Option<&[f64]>),
+    readings: Readings<'_>,
 ) -> Vec<f64> {
     with_stats(planner, step, losses, readings, |stats| {
         mixer.weights(stats)
@@ -260,7 +306,7 @@ fn with_stats<R>(
     planner: &StepPlanner<ScheduleSpec>,
     step: usize,
     (losses, tokens): (&[f64], &[f64]),
-    (last_eval, held_out): (Option<&EvalLog>, Option<&[f64]>),
+    (last_eval, held_out, source_gradients): Readings<'_>,
     then: impl FnOnce(&SourceStats<'_>) -> R,
 ) -> Option<R> {
     let sources = planner.sampler().sources()?;
@@ -284,6 +330,7 @@ fn with_stats<R>(
             metrics: &e.metrics,
         }),
         held_out,
+        source_gradients,
     }))
 }
 

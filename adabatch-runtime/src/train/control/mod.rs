@@ -37,7 +37,7 @@ use crate::adapt::mixer::Closing;
 use crate::adapt::noise_cadence::SplitCostModel;
 use crate::dist::communicator::Communicator;
 use crate::error::Result;
-use crate::report::record::{HeldOutCost, StepLog};
+use crate::report::record::{HeldOutCost, SourceGradientCost, StepLog};
 use crate::train::eval::HeldOut;
 use crate::train::probe::StepProbe;
 use crate::train::settings::RunSettings;
@@ -177,8 +177,13 @@ impl Controllers {
     pub(crate) fn prepare<D: ?Sized, C>(
         &mut self,
         input: &mut StepInput<'_, D, C>,
+        step: usize,
+        trainer: &mut dyn UserControllers,
     ) -> Vec<Box<dyn StepProbe + '_>> {
         input.loss_scale = self.loss_scale();
+        if let Some(mixing) = self.mixing.as_mut() {
+            mixing.prepare(step, trainer);
+        }
         (self.in_order().into_iter().flatten())
             .filter_map(|controller| {
                 let controller: &dyn Controller = controller;
@@ -194,6 +199,13 @@ impl Controllers {
         trainer: &mut dyn UserControllers,
     ) -> bool {
         (self.in_order().into_iter().flatten()).any(|c| c.wants_held_out(step, &mut *trainer))
+    }
+
+    /// What measuring the sources' gradients has cost the run (`None`: none asked).
+    pub(crate) fn source_gradient_cost(&self) -> Option<SourceGradientCost> {
+        self.mixing
+            .as_ref()
+            .and_then(MixingControl::source_gradient_cost)
     }
 
     /// What the held-out losses asked for have cost the run (`None`: none asked).

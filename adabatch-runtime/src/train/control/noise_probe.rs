@@ -159,6 +159,7 @@ mod tests {
             preconditioner: None,
             examples_per_token: None,
             world: 2,
+            groups: None,
         };
         let readings = layout.read(&mut summed, &step).unwrap();
         let reading = readings.get::<NoiseReading>().unwrap();

@@ -46,6 +46,8 @@ pub(crate) const MIXER: &str = "mixer";
 pub(crate) const HELD_OUT: &str = "held_out";
 /// The trainer's `#[callback]`: [`crate::Callback::state`].
 pub(crate) const CALLBACK: &str = "callback";
+/// What measuring the sources' gradients for the mixer has cost.
+pub(crate) const SOURCE_GRADIENTS: &str = "source_gradients";
 
 /// One controller's part of a checkpoint.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -10,6 +10,8 @@ pub(crate) enum BuiltinMixer {
     Online(f64, f64, f64, crate::adapt::mixer::MixWarmup),
     /// `mix = custom(path)`.
     Custom(crate::adapt::mixer::MixFn),
+    /// `mix = pike(t0, zeta1, zeta2, floor, smoothing, tau)`.
+    Pike(usize, [f64; 4], Option<f64>),
 }
 
 impl BuiltinMixer {
@@ -33,6 +35,23 @@ impl BuiltinMixer {
                 Some(BuiltinMixer::Online(temperature, floor, smoothing, warmup))
             }
             MixSpec::Custom(f) => Some(BuiltinMixer::Custom(f)),
+            MixSpec::Pike {
+                t0,
+                zeta1,
+                zeta2,
+                floor,
+                smoothing,
+                tau,
+            } => {
+                let numbers = (zeta1, zeta2, floor, smoothing);
+                adabatch_rules::pike::check(t0, numbers, tau.unwrap_or(0.0))
+                    .map_err(|broken| SettingsError::mixer_rule("pike", broken))?;
+                Some(BuiltinMixer::Pike(
+                    t0,
+                    [zeta1, zeta2, floor, smoothing],
+                    tau,
+                ))
+            }
             MixSpec::Dataset | MixSpec::Fixed(_) => None,
         })
     }
@@ -45,6 +64,9 @@ impl BuiltinMixer {
                 Box::new(mixer.with_checked_warmup(warmup))
             }
             BuiltinMixer::Custom(f) => Box::new(crate::adapt::mixer::FnMixer(f)),
+            BuiltinMixer::Pike(t0, numbers, tau) => {
+                Box::new(crate::adapt::pike::PikeMixer::checked(t0, numbers, tau))
+            }
         }
     }
 
@@ -53,6 +75,7 @@ impl BuiltinMixer {
         match self {
             BuiltinMixer::Online(..) => "mix = online(..)",
             BuiltinMixer::Custom(_) => "mix = custom(..)",
+            BuiltinMixer::Pike(..) => "mix = pike(..)",
         }
     }
 }
