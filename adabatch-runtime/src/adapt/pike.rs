@@ -15,7 +15,7 @@
 //!
 //! - line 4: every `T₀` steps,
 //! - line 5: estimate `|∇L_k|²` and `σ_k²` for every task,
-//! - line 6: `w_k ← w_k · exp(ζ₁ |∇L_k|² − (ζ₂/2b) σ_k²)` ([`exponents`]),
+//! - line 6: `w_k ← w_k · exp(ζ₁ |∇L_k|² − (ζ₂/2b) σ_k²)` (`exponents`),
 //! - line 7: `w ← w / |w|₁`,
 //! - line 8: `b_k = round(b·w_k)` (the engine's deficit allocator here).
 //!
