@@ -1121,11 +1121,11 @@ fn bounded_shares_resumed_exactly(
     name: &str,
     (resume_at, max_steps): (usize, Option<usize>),
     mixer: impl Fn() -> adabatch::Result<adabatch::BoundedReplay> + Sync,
-) -> Vec<(usize, f64, f64)> {
+) -> (Vec<(usize, f64, f64)>, Option<adabatch::ClosingSummary>) {
     let data = sources(&[("new", 0.75), ("replay", 0.25)]);
     let eval = Sources::new([("new", dataset(4, 8)), ("replay", dataset(2, 9))]).unwrap();
     let out = temp_log(&format!("{name}-out")).with_extension("");
-    let run = |a: &TrainingArgs| -> Vec<StepLog> {
+    let run = |a: &TrainingArgs| -> (Vec<StepLog>, adabatch::TrainSummary) {
         let log = temp_log(name);
         let mut a = a.clone();
         a.logging.log_jsonl = Some(log.clone());
@@ -1133,12 +1133,12 @@ fn bounded_shares_resumed_exactly(
         // For a rule that reads a held-out set (the others never ask).
         a.eval.mixer_eval_examples = Some(3);
         a.save.output_dir = out.clone();
-        Bounded::launch_with_eval(&data, &eval, &collate, &a, |ctx: &RankContext| {
+        let trained = Bounded::launch_with_eval(&data, &eval, &collate, &a, |ctx: &RankContext| {
             let (model, opt) = adam(ctx)?;
             Ok(Bounded::new(model, opt, mixer()?))
         })
         .unwrap();
-        read_log(&log)
+        (read_log(&log), trained.summary)
     };
     let mut saving = args(2, 4, 3);
     saving.length.max_steps = max_steps;
@@ -1146,11 +1146,11 @@ fn bounded_shares_resumed_exactly(
         saving.lr.lr_scheduler_type = adabatch::LrSchedulerType::Linear;
     }
     saving.save.save_steps = resume_at;
-    let full = run(&saving);
+    let (full, summary) = run(&saving);
     let mut resumed = saving.clone();
     resumed.save.save_steps = args(2, 4, 3).save.save_steps;
     resumed.save.resume_from_checkpoint = Some(out.join(format!("checkpoint-{resume_at}")));
-    let after: Vec<StepLog> = (run(&resumed).into_iter())
+    let after: Vec<StepLog> = (run(&resumed).0.into_iter())
         .filter(|l| l.step > resume_at)
         .collect();
     assert_eq!(after.len(), full.len() - resume_at);
@@ -1165,9 +1165,10 @@ fn bounded_shares_resumed_exactly(
         let w = l.sources.mix_weights.as_ref().unwrap();
         w["replay"] / w.values().sum::<f64>()
     };
-    (full.iter())
+    let steps = (full.iter())
         .map(|l| (l.step, share(l), l.learning_rate))
-        .collect()
+        .collect();
+    (steps, summary.closing)
 }
 
 /// The doubling: `replay`'s share doubles once per evaluation read, and a run
@@ -1175,7 +1176,7 @@ fn bounded_shares_resumed_exactly(
 /// state: the share and the last evaluation read).
 #[test]
 fn a_bounded_replay_doubles_once_per_evaluation_and_resumes_exactly() {
-    let steps = bounded_shares_resumed_exactly("mixing-bounded", (5, None), || {
+    let (steps, _) = bounded_shares_resumed_exactly("mixing-bounded", (5, None), || {
         adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
             .with_doubling()
             .with_closing(0.0, 1)
@@ -1207,7 +1208,7 @@ fn a_bounded_replay_doubles_once_per_evaluation_and_resumes_exactly() {
 /// step 8 on; resumed exactly (the rule's per-domain shares are in the checkpoint).
 #[test]
 fn a_drift_following_replay_with_a_start_and_a_finish_resumes_exactly() {
-    let steps = bounded_shares_resumed_exactly("mixing-following", (5, None), || {
+    let (steps, _) = bounded_shares_resumed_exactly("mixing-following", (5, None), || {
         adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
             .with_gain(0.04)?
             .with_closing(0.0, 1)?
@@ -1236,7 +1237,7 @@ fn a_drift_following_replay_with_a_start_and_a_finish_resumes_exactly() {
 /// steps, are not read; resumed exactly.
 #[test]
 fn a_bounded_replay_on_a_held_out_set_reads_it_every_few_steps_and_resumes_exactly() {
-    let steps = bounded_shares_resumed_exactly("mixing-held-out", (5, None), || {
+    let (steps, _) = bounded_shares_resumed_exactly("mixing-held-out", (5, None), || {
         adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
             .with_gain(0.04)?
             .with_closing(0.0, 1)?
@@ -1257,7 +1258,7 @@ fn a_bounded_replay_on_a_held_out_set_reads_it_every_few_steps_and_resumes_exact
 /// exactly as the uninterrupted run.
 #[test]
 fn a_bounded_replays_closing_replays_alone_up_to_its_cap_and_resumes_exactly() {
-    let steps = bounded_shares_resumed_exactly("mixing-closing", (12, Some(9)), || {
+    let (steps, closing) = bounded_shares_resumed_exactly("mixing-closing", (12, Some(9)), || {
         adabatch::BoundedReplay::new(["new"], [("replay".to_string(), 1e-9)], 0.05, 0.5)?
             .with_closing(1.0, 2)
     });
@@ -1280,6 +1281,13 @@ fn a_bounded_replays_closing_replays_alone_up_to_its_cap_and_resumes_exactly() {
         assert!((rate(round + 1) - one).abs() < 1e-12, "{steps:?}");
     }
     assert!((rate(18) - one).abs() < 1e-12, "{steps:?}");
+    // The summary counts the closing and says that its cap ended it.
+    let closing = closing.unwrap();
+    // (A run in examples counts no tokens.)
+    assert_eq!(
+        (closing.steps, closing.tokens, closing.capped),
+        (9, 0, true)
+    );
 }
 
 #[adaptive_trainer]
