@@ -211,7 +211,8 @@ pub trait Mixer: Send {
     /// held-out set; no step loss): [`Closing::Round`] adds steps, trained on its
     /// next [`Mixer::weights`] (asked right after, with the same `stats`) at the
     /// learning rates of the planned run's last steps again. Only asked when
-    /// [`Mixer::closes`]. The default: the run ends.
+    /// [`Mixer::closes`]. The engine sets no cap of its own: the mixer bounds
+    /// its rounds (as [`crate::BoundedReplay`] does). The default: the run ends.
     fn close(&mut self, stats: &SourceStats<'_>) -> Closing {
         let _ = stats;
         Closing::End
