@@ -62,7 +62,7 @@ fn mix_forms() {
 fn pike_forms() {
     let default = Mix::Pike {
         t0: 10,
-        numbers: [1.0, 1.0, 0.0, 0.0],
+        numbers: [0.03, 0.03, 0.1, 0.8],
         tau: None,
     };
     assert_eq!(mix(parse_quote!(mix = pike)), default);
@@ -71,7 +71,7 @@ fn pike_forms() {
         mix(parse_quote!(mix = pike(t0 = 3, zeta1 = 0, tau = 2.0))),
         Mix::Pike {
             t0: 3,
-            numbers: [0.0, 1.0, 0.0, 0.0],
+            numbers: [0.0, 0.03, 0.1, 0.8],
             tau: Some(2.0),
         }
     );

@@ -31,12 +31,21 @@
 //! `σ_k²` are estimated from a batch (the engine splits a source's examples of
 //! the step into two halves `a`, `b`: `⟨ĝ_a, ĝ_b⟩` is unbiased for `|∇L_k|²`, and
 //! `|ĝ_a − ĝ_b|² / (1/n_a + 1/n_b)` for `σ_k²`, with no per-example gradient);
-//! a negative `|∇L_k|²` estimate (noise) counts as 0; a source with fewer than
-//! two examples in the measuring step keeps its weight (line 6 with exponent 0);
-//! `b` is the measuring step's examples (tokens under `token_count`); the first
-//! weights are uniform (the paper's uniform initialisation). Two options of this
-//! crate, off by default: a `floor` mixed into the weights given, and a
-//! moving average of the statistics.
+//! a negative `|∇L_k|²` estimate (noise) counts as 0; `b` is the measuring
+//! step's examples (tokens under `token_count`); the first weights are uniform
+//! (the paper's uniform initialisation).
+//!
+//! Two readings of ours, both measured (BENCHMARKS.md, "PiKE"). The exponents
+//! of line 6 are taken in units of the measured sources' mean `|∇L_k|²`: in
+//! the paper `ζ₁ = αηβ` and `ζ₂ = αLη²` carry the step's scale, which a
+//! default cannot know (a decoder's `|∇L_k|²` is ~3 at its first step and
+//! ~0.1 later); with raw statistics and `ζ₁ = ζ₂ = 1` the first measurement
+//! alone moved a domain to 6 % of the batch. And a source with fewer than two
+//! examples in the measuring step, which cannot be measured, takes the
+//! measured ones' mean exponent: it keeps its weight against them rather than
+//! losing ground for want of examples (which, as stale statistics, starved a
+//! domain to nothing). Options of this crate: a `floor` mixed into the weights
+//! given, and a moving average of the statistics.
 
 use super::mixer::{numbers, Diagnostic, Mixer, SourceGradient, SourceStats};
 use adabatch_rules::pike as rules;
@@ -185,21 +194,28 @@ impl PikeMixer {
         self.measurements += 1;
     }
 
-    /// Algorithm 1's lines 6 and 7 on the iterate, from this measurement's
-    /// statistics (a source it could not measure, exponent 0), in log space so
-    /// that a large exponent does not overflow.
+    /// Algorithm 1's lines 6 and 7 on the iterate, from the (smoothed)
+    /// statistics of the sources this measurement saw, in log space so that a
+    /// large exponent does not overflow. The exponents are taken in units of
+    /// the measured sources' mean `|∇L_k|²` (see the module: `ζ₁`, `ζ₂` are
+    /// then numbers of the mirror step, whatever the gradients' scale); a
+    /// source it did not see gets their mean exponent, so it keeps its weight
+    /// against them.
     fn step(&mut self, measured: &[SourceGradient]) {
         let b: f64 = (measured.iter())
             .map(|m| m.size)
             .filter(|s| s.is_finite())
             .sum();
+        let seen: Vec<bool> = measured.iter().map(|m| m.grad_sq.is_finite()).collect();
         let y = self.tau.map(|tau| tilted(&self.loss, tau));
-        let e = exponents(
+        let Some(e) = exponents(
             (&self.grad_sq, &self.grad_var),
             (self.zeta1, self.zeta2),
-            b,
+            (b, &seen),
             y.as_deref(),
-        );
+        ) else {
+            return;
+        };
         let logs: Vec<f64> = (self.weights.iter().zip(&e))
             .map(|(w, e)| w.ln() + e)
             .collect();
@@ -222,25 +238,37 @@ impl PikeMixer {
 }
 
 /// Algorithm 1's line 6 exponents, `ζ₁ |∇L_k|² − (ζ₂ / 2b) σ_k²`, with
-/// Balanced-PiKE's task weights `y` on the first term (see the module); a
-/// negative `|∇L_k|²` estimate counts as 0, an unmeasured source (NaN) gets 0.
+/// Balanced-PiKE's task weights `y` on the first term (see the module), over
+/// the mean `|∇L_k|²` of the sources `seen`; a negative `|∇L_k|²` estimate
+/// counts as 0, a source not seen gets the seen ones' mean exponent. `None`
+/// where no source was seen or every `|∇L_k|²` was 0: no step.
 pub(crate) fn exponents(
     (grad_sq, grad_var): (&[f64], &[f64]),
     (zeta1, zeta2): (f64, f64),
-    b: f64,
+    (b, seen): (f64, &[bool]),
     y: Option<&[f64]>,
-) -> Vec<f64> {
-    (0..grad_sq.len())
-        .map(|k| {
-            let weight = y.map_or(1.0, |y| y[k]);
-            let e = zeta1 * weight * grad_sq[k].max(0.0) - zeta2 * grad_var[k] / (2.0 * b);
-            if e.is_finite() {
-                e
-            } else {
-                0.0
-            }
-        })
-        .collect()
+) -> Option<Vec<f64>> {
+    let seen_k = |k: usize| seen.get(k).copied().unwrap_or(false);
+    let measured: Vec<usize> = (0..grad_sq.len()).filter(|&k| seen_k(k)).collect();
+    let scale = measured.iter().map(|&k| grad_sq[k].max(0.0)).sum::<f64>() / measured.len() as f64;
+    if !(scale.is_finite() && scale > 0.0) {
+        return None;
+    }
+    let own = |k: usize| {
+        let weight = y.map_or(1.0, |y| y[k]);
+        let e = (zeta1 * weight * grad_sq[k].max(0.0) - zeta2 * grad_var[k] / (2.0 * b)) / scale;
+        if e.is_finite() {
+            e
+        } else {
+            0.0
+        }
+    };
+    let mean = measured.iter().map(|&k| own(k)).sum::<f64>() / measured.len() as f64;
+    Some(
+        (0..grad_sq.len())
+            .map(|k| if seen_k(k) { own(k) } else { mean })
+            .collect(),
+    )
 }
 
 /// Balanced-PiKE's task weights, `K·softmax(τL)` (Lemma 3.6's `y*` over `τ`,
@@ -371,52 +399,84 @@ mod tests {
         })
     }
 
+    /// Algorithm 1 as written: no floor, no smoothing, `ζ₁ = ζ₂ = 1`.
+    fn plain() -> PikeMixer {
+        PikeMixer::default()
+            .with_floor(0.0)
+            .and_then(|p| p.with_smoothing(0.0))
+            .and_then(|p| p.with_zeta1(1.0))
+            .and_then(|p| p.with_zeta2(1.0))
+            .unwrap()
+    }
+
+    /// `1 / (1 + e^-d)`: the first of two weights after exponents `d` apart.
+    fn first(d: f64) -> f64 {
+        1.0 / (1.0 + (-d).exp())
+    }
+
     /// Algorithm 1, lines 6–7, by hand: from w = (½, ½), |∇L|² = (2, 1),
-    /// σ² = (8, 0), b = 8, ζ₁ = ζ₂ = 1: exponents (2 − 8/16, 1) = (1.5, 1), so
-    /// w ∝ (e^1.5, e^1); the next measurement multiplies again.
+    /// σ² = (8, 0), b = 8, ζ₁ = ζ₂ = 1: exponents (2 − 8/16, 1) = (1.5, 1), in
+    /// units of the mean |∇L|² 1.5: (1, ⅔), so w ∝ (e^1, e^⅔); the next
+    /// measurement multiplies again.
     #[test]
     fn the_weights_take_algorithm_ones_mirror_step_by_hand() {
         let stats = [measured(2.0, 8.0, 4.0, 1.0), measured(1.0, 0.0, 4.0, 1.0)];
-        let mut pike = PikeMixer::default();
+        let mut pike = plain();
         assert_eq!(after(&mut pike, 0, None), [0.5, 0.5], "uniform before any");
         let w = after(&mut pike, 1, Some(&stats));
-        let want = 1.0 / (1.0 + (-0.5f64).exp());
-        assert!((w[0] - want).abs() < 1e-12, "{w:?}");
+        assert!((w[0] - first(1.0 / 3.0)).abs() < 1e-12, "{w:?}");
         assert_eq!(after(&mut pike, 2, None), w, "held in between");
         let w = after(&mut pike, 11, Some(&stats));
-        assert!(
-            (w[0] - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-12,
-            "{w:?}"
-        );
-        // Without the variance term (ζ₂ = 0) the larger gradient gains more.
-        let mut plain = PikeMixer::default().with_zeta2(0.0).unwrap();
-        let w = after(&mut plain, 1, Some(&stats));
-        assert!(
-            (w[0] - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-12,
-            "{w:?}"
-        );
+        assert!((w[0] - first(2.0 / 3.0)).abs() < 1e-12, "{w:?}");
+        // Without the variance term (ζ₂ = 0) the larger gradient gains more:
+        // (2, 1) / 1.5.
+        let mut no_variance = plain().with_zeta2(0.0).unwrap();
+        let w = after(&mut no_variance, 1, Some(&stats));
+        assert!((w[0] - first(2.0 / 3.0)).abs() < 1e-12, "{w:?}");
         // The floor is spread over the weights given, not the iterate.
-        let mut floored = PikeMixer::default().with_floor(0.1).unwrap();
+        let mut floored = plain().with_floor(0.1).unwrap();
         let w = after(&mut floored, 1, Some(&stats));
-        assert!((w[0] - (0.9 * want + 0.05)).abs() < 1e-12, "{w:?}");
+        assert!(
+            (w[0] - (0.9 * first(1.0 / 3.0) + 0.05)).abs() < 1e-12,
+            "{w:?}"
+        );
+    }
+
+    /// The exponents are in units of the mean |∇L_k|²: statistics a thousand
+    /// times larger (a loss summed instead of averaged) give the same weights.
+    #[test]
+    fn the_weights_do_not_depend_on_the_gradients_scale() {
+        let stats = [measured(2.0, 8.0, 4.0, 1.0), measured(1.0, 3.0, 4.0, 1.0)];
+        let scaled = stats.map(|m| measured(1e3 * m.grad_sq, 1e3 * m.grad_var, m.size, m.loss));
+        let (mut a, mut b) = (plain(), plain());
+        let (wa, wb) = (
+            after(&mut a, 1, Some(&stats)),
+            after(&mut b, 1, Some(&scaled)),
+        );
+        assert!((wa[0] - wb[0]).abs() < 1e-12, "{wa:?} {wb:?}");
+        assert!(wa[0] > 0.5);
     }
 
     /// Balanced-PiKE: losses (1, 0) at τ = ln 3 give softmax(τL) = (¾, ¼), task
-    /// weights K·(¾, ¼) = (1.5, 0.5) on equal |∇L|² = 2: exponents (3, 1), so
-    /// the source behind gets 1/(1 + e⁻²); plain PiKE keeps ½ each.
+    /// weights K·(¾, ¼) = (1.5, 0.5) on equal |∇L|² = 2: exponents (3, 1) over
+    /// the mean 2, so the source behind gets 1/(1 + e⁻¹); plain PiKE keeps ½
+    /// each.
     #[test]
     fn balanced_pike_favours_the_source_behind() {
         let stats = [measured(2.0, 0.0, 4.0, 1.0), measured(2.0, 0.0, 4.0, 0.0)];
-        let mut fair = PikeMixer::fair(3f64.ln()).unwrap();
+        let mut fair = PikeMixer {
+            tau: Some(3f64.ln()),
+            ..plain()
+        };
         let w = after(&mut fair, 1, Some(&stats));
-        assert!(
-            (w[0] - 1.0 / (1.0 + (-2.0f64).exp())).abs() < 1e-12,
-            "{w:?}"
-        );
-        let mut average = PikeMixer::default();
+        assert!((w[0] - first(1.0)).abs() < 1e-12, "{w:?}");
+        let mut average = plain();
         assert_eq!(after(&mut average, 1, Some(&stats)), [0.5, 0.5]);
     }
 
+    /// A source the measurement did not see (one example) takes the seen
+    /// sources' mean exponent: it keeps its weight against them, not losing
+    /// ground for want of examples.
     #[test]
     fn it_measures_every_t0_steps_and_an_unmeasured_source_keeps_its_weight() {
         let pike = PikeMixer::default().with_t0(3).unwrap();
@@ -426,15 +486,17 @@ mod tests {
         assert_eq!(asked, [1, 4, 7]);
         assert!(PikeMixer::default().with_t0(0).is_err());
         assert!(PikeMixer::fair(-1.0).is_err());
-        let mut pike = PikeMixer::default();
+        let mut pike = plain();
         let stats = [
             measured(1.0, 0.0, 2.0, 1.0),
             measured(f64::NAN, f64::NAN, 1.0, 1.0),
         ];
-        let w = after(&mut pike, 1, Some(&stats));
-        assert!(
-            (w[0] - 1.0 / (1.0 + (-1.0f64).exp())).abs() < 1e-12,
-            "{w:?}"
+        assert_eq!(after(&mut pike, 1, Some(&stats)), [0.5, 0.5]);
+        let nothing = [measured(0.0, 1.0, 2.0, 1.0), measured(-1.0, 1.0, 2.0, 1.0)];
+        assert_eq!(
+            after(&mut pike, 11, Some(&nothing)),
+            [0.5, 0.5],
+            "no scale: no step"
         );
     }
 

@@ -8,6 +8,7 @@ use candle_core::{DType, Device, Tensor, Var};
 use crate::config::policy::Reweight;
 use crate::data::planner::StepBatches;
 use crate::dist::communicator::Communicator;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::error::{
@@ -312,13 +313,13 @@ where
 /// runs in: itself, or on a step that groups its examples one piece per group
 /// (the examples' losses do not depend on the others of their batch, so the
 /// pieces' gradients sum to the chunk's).
-fn pieces(
+fn pieces<'c>(
     groups: Option<&Groups>,
-    chunk: &[usize],
+    chunk: &'c [usize],
     start: usize,
-) -> Vec<(Option<usize>, Vec<usize>)> {
+) -> Vec<(Option<usize>, Cow<'c, [usize]>)> {
     let Some(groups) = groups else {
-        return vec![(None, chunk.to_vec())];
+        return vec![(None, Cow::Borrowed(chunk))];
     };
     let mut by_group: Vec<Vec<usize>> = vec![Vec::new(); groups.count];
     for (i, &index) in chunk.iter().enumerate() {
@@ -327,7 +328,7 @@ fn pieces(
     }
     (by_group.into_iter().enumerate())
         .filter(|(_, piece)| !piece.is_empty())
-        .map(|(g, piece)| (Some(g), piece))
+        .map(|(g, piece)| (Some(g), Cow::Owned(piece)))
         .collect()
 }
 

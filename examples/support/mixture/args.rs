@@ -209,19 +209,22 @@ pub struct PikeArgs {
     #[arg(long)]
     pub pike_t0: Option<usize>,
     /// `--mixer pike`: ζ₁, the weight of a domain's squared gradient norm in
-    /// the shares' update (`PikeMixer::with_zeta1`).
+    /// the shares' update, in units of the domains' mean (`PikeMixer::with_zeta1`;
+    /// default 0.03).
     #[arg(long)]
     pub pike_zeta1: Option<f64>,
     /// `--mixer pike`: ζ₂, the weight of its gradient variance over twice the
-    /// batch (`PikeMixer::with_zeta2`; 0: the norm alone).
+    /// batch, in the same units (`PikeMixer::with_zeta2`; default 0.03; 0: the
+    /// norm alone).
     #[arg(long)]
     pub pike_zeta2: Option<f64>,
     /// `--mixer pike`: every domain's least share, together (`PikeMixer::with_floor`;
-    /// default 0, as the paper).
+    /// default 0.1; 0: the paper's algorithm).
     #[arg(long, value_parser = parse_fraction)]
     pub pike_floor: Option<f64>,
     /// `--mixer pike`: the statistics' moving-average decay per measurement
-    /// (`PikeMixer::with_smoothing`; default 0, each measurement alone).
+    /// (`PikeMixer::with_smoothing`; default 0.8; 0: each measurement alone,
+    /// as the paper).
     #[arg(long)]
     pub pike_smoothing: Option<f64>,
     /// `--mixer pike-fair`: τ, Balanced-PiKE's tilt on the domains' losses
