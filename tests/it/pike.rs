@@ -452,3 +452,48 @@ fn under_token_counts_the_statistics_are_per_token() {
         assert_eq!(m.size, ta + tb);
     }
 }
+
+/// A collate whose examples read their batch-mates (as packed documents with
+/// cross-document attention do).
+struct Attending;
+
+impl Collate<Example> for Attending {
+    type Batch = RegBatch;
+    fn collate(
+        &self,
+        items: &[Example],
+        device: &candle_core::Device,
+    ) -> candle_core::Result<RegBatch> {
+        collate(items, device)
+    }
+    fn examples_independent(&self) -> bool {
+        false
+    }
+}
+
+/// Measuring collates each source's halves apart: with a collate whose
+/// examples read each other, that would change the step, so the run stops at
+/// its first measuring step, before any update, with a typed error.
+#[test]
+fn pike_refuses_a_collate_whose_examples_read_each_other() {
+    let data = sources();
+    let err = Piked::launch(&data, &Attending, &args(2, 4, 1), |ctx: &RankContext| {
+        let model = Regression::new(ctx.parameters(), ctx.device())?;
+        let opt = AdamW::new(model.params.all_vars(), ParamsAdamW::default())?;
+        let seen = Seen::default();
+        Ok(Piked::new(
+            model,
+            opt,
+            Recording(PikeMixer::default(), seen),
+        ))
+    })
+    .unwrap_err();
+    let shown = err.to_string();
+    assert!(shown.contains("cross-document attention"), "{shown}");
+    assert!(
+        shown.contains("collates each source's halves apart"),
+        "{shown}"
+    );
+    // The same run with the independent collate measures and trains.
+    assert!(!run(&args(2, 4, 1), 1, "pike-independent").0.is_empty());
+}

@@ -12,7 +12,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::error::{
-    Cause, DataError, DistributedError, Error, ModelError, Result, SharedError, TrainingError,
+    Cause, DataError, DistributedError, Error, ModelError, Result, SettingsError, SharedError,
+    TrainingError,
 };
 use crate::optim::precision::{loss_in_f32, AutocastScope, Precision};
 use crate::optim::TrainOptimizer;
@@ -241,6 +242,14 @@ where
     C: Collate<D::Item, Batch = M::Batch>,
 {
     let batches = plan.batches;
+    if probing.layout.groups.is_some() && !input.collate.examples_independent() {
+        return Err(SettingsError::ConflictingSettings {
+            first: "a mixer that measures each source's gradients (pike)",
+            second: "a collate whose examples read their batch-mates (cross-document attention)",
+            reason: "the measuring step collates each source's halves apart, which would change their losses and the step's update",
+        }
+        .into());
+    }
     let mut local = LocalGrads {
         grads: vec![None; params.len()],
         loss: 0.0,

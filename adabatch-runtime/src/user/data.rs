@@ -102,6 +102,16 @@ pub trait Collate<Item>: Sync {
     type Batch: Batch;
     /// Collates `items` (never empty) onto `device`.
     fn collate(&self, items: &[Item], device: &Device) -> candle_core::Result<Self::Batch>;
+
+    /// Whether an example's loss is the same whatever its batch-mates (no
+    /// attention across the examples of a batch), so that a batch's summed
+    /// loss is its parts' collated apart. A step that measures each source's
+    /// gradients for a mixer ([`crate::Mixer::wants_source_gradients`])
+    /// collates each source's halves apart and needs it: the engine refuses
+    /// such a step where this is `false`. Default `true`.
+    fn examples_independent(&self) -> bool {
+        true
+    }
 }
 
 impl<Item, B: Batch, F> Collate<Item> for F

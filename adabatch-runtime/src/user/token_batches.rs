@@ -364,6 +364,12 @@ impl Collate<Document> for PackedCollate {
     fn collate(&self, items: &[Document], device: &Device) -> candle_core::Result<PackedBatch> {
         PackedBatch::from_rows(&self.pack(items)?, device)
     }
+
+    /// Not with cross-document attention: a document then attends to the
+    /// earlier documents of its row.
+    fn examples_independent(&self) -> bool {
+        !self.cross_document_attention
+    }
 }
 
 /// Stacks windows of `seq_len + 1` tokens (all of one length) into a
@@ -466,6 +472,15 @@ mod tests {
         assert_eq!(p.token_document_index, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1]);
         // n tokens, n - 1 targets, however the document is cut.
         assert_eq!(p.num_targets, 9);
+    }
+
+    /// A document reads only itself unless rows are one sequence.
+    #[test]
+    fn documents_are_independent_without_cross_document_attention() {
+        let separate = PackedCollate::new(8, PAD);
+        assert!(Collate::<Document>::examples_independent(&separate));
+        let shared = separate.with_cross_document_attention(true);
+        assert!(!Collate::<Document>::examples_independent(&shared));
     }
 
     #[test]
