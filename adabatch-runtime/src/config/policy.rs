@@ -99,7 +99,7 @@ pub enum MixSpec {
     /// `mix = custom(path::to::fn)`: a function of the last step's
     /// [`crate::SourceStats`] decides the next step's weights.
     Custom(crate::adapt::mixer::MixFn),
-    /// `mix = pike(t0 = 10, zeta1 = 1, zeta2 = 1, floor = 0, smoothing = 0)`,
+    /// `mix = pike(t0 = 10, zeta1 = 0.03, zeta2 = 0.03, floor = 0.1, smoothing = 0.8)`,
     /// with `tau = τ` Balanced-PiKE: a [`crate::PikeMixer`] moves the weights
     /// from the sources' gradients measured every `t0` steps.
     Pike {
