@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use candle_core::Tensor;
+use candle_core::{CpuStorage, DType, Storage, Tensor};
 
 use crate::error::{DistributedError, Error, Result};
 
@@ -76,7 +76,7 @@ struct GroupState {
     deposits: Vec<Option<Vec<f64>>>,
     arrived: usize,
     generation: u64,
-    result: Arc<std::result::Result<Vec<f64>, SizeMismatch>>,
+    result: std::result::Result<Arc<Vec<f64>>, SizeMismatch>,
     aborted: bool,
 }
 
@@ -89,7 +89,7 @@ impl Local {
                 deposits: vec![None; world_size],
                 arrived: 0,
                 generation: 0,
-                result: Arc::new(Ok(Vec::new())),
+                result: Ok(Arc::new(Vec::new())),
                 aborted: false,
             }),
             arrived_all: Condvar::new(),
@@ -106,15 +106,17 @@ impl Local {
         self.group.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sums `buffer` over ranks in place.
-    fn all_reduce_flat(&self, buffer: &mut Vec<f64>) -> Result<()> {
+    /// `buffer` summed over ranks, shared by them (each reads it where it
+    /// needs it rather than copying it back: the copy was a full pass over
+    /// fresh memory per rank).
+    fn all_reduce_flat(&self, buffer: Vec<f64>) -> Result<Arc<Vec<f64>>> {
         let mut state = self.lock();
         if state.aborted {
             return Err(Error::Distributed(DistributedError::PeerFailed {
                 rank: self.rank,
             }));
         }
-        state.deposits[self.rank] = Some(std::mem::take(buffer));
+        state.deposits[self.rank] = Some(buffer);
         state.arrived += 1;
         let generation = state.generation;
         if state.arrived == self.group.world_size {
@@ -123,7 +125,7 @@ impl Local {
                 .iter_mut()
                 .map(|d| d.take().unwrap_or_default())
                 .collect();
-            state.result = Arc::new(sum_in_rank_order(deposits));
+            state.result = sum_in_rank_order(deposits).map(Arc::new);
             state.arrived = 0;
             state.generation += 1;
             self.group.arrived_all.notify_all();
@@ -141,11 +143,8 @@ impl Local {
                 }));
             }
         }
-        match &*state.result {
-            Ok(sum) => {
-                buffer.clone_from(sum);
-                Ok(())
-            }
+        match &state.result {
+            Ok(sum) => Ok(Arc::clone(sum)),
             Err(m) => Err(Error::Distributed(
                 DistributedError::AllReduceSizeMismatch {
                     expected: m.expected,
@@ -192,10 +191,10 @@ impl Communicator for Local {
     fn all_reduce_sum(&self, tensors: &mut [Tensor], scalars: &mut [f64]) -> Result<()> {
         let mut flat = flatten(tensors)?;
         flat.extend_from_slice(scalars);
-        self.all_reduce_flat(&mut flat)?;
-        let tensor_len = flat.len() - scalars.len();
-        scalars.copy_from_slice(&flat[tensor_len..]);
-        unflatten(&flat[..tensor_len], tensors)
+        let sum = self.all_reduce_flat(flat)?;
+        let tensor_len = sum.len() - scalars.len();
+        scalars.copy_from_slice(&sum[tensor_len..]);
+        unflatten(&sum[..tensor_len], tensors)
     }
     fn broadcast(&self, tensors: &mut [Tensor], root: usize) -> Result<()> {
         // Everyone but the root contributes zeros: the sum is the root's values.
@@ -203,8 +202,8 @@ impl Communicator for Local {
         if self.rank != root {
             flat.iter_mut().for_each(|v| *v = 0.0);
         }
-        self.all_reduce_flat(&mut flat)?;
-        unflatten(&flat, tensors)
+        let sum = self.all_reduce_flat(flat)?;
+        unflatten(&sum, tensors)
     }
     fn abort(&self) {
         self.lock().aborted = true;
@@ -216,16 +215,37 @@ impl Communicator for Local {
 pub fn flatten(tensors: &[Tensor]) -> Result<Vec<f64>> {
     let mut flat = Vec::with_capacity(tensors.iter().map(Tensor::elem_count).sum());
     for t in tensors {
-        flat.extend(
-            t.flatten_all()?
-                .to_dtype(candle_core::DType::F64)?
-                .to_vec1::<f64>()?,
-        );
+        extend_with(&mut flat, t)?;
     }
     Ok(flat)
 }
 
-/// Replaces each tensor with its slice of `flat`, keeping shape, dtype and device.
+/// `t`'s values appended to `flat`. An f32 tensor in host memory is read in
+/// place and one in device memory copied once: converting it to an f64 tensor
+/// first, then to a vector, made two more copies of every gradient, which on a
+/// CPU step that keeps per-source gradients apart cost more than its sum.
+fn extend_with(flat: &mut Vec<f64>, t: &Tensor) -> Result<()> {
+    let t = t.flatten_all()?;
+    {
+        let (storage, layout) = t.storage_and_layout();
+        if let (Storage::Cpu(CpuStorage::F32(values)), Some((start, end))) =
+            (&*storage, layout.contiguous_offsets())
+        {
+            flat.extend(values[start..end].iter().map(|&v| f64::from(v)));
+            return Ok(());
+        }
+    }
+    match t.dtype() {
+        DType::F32 => flat.extend(t.to_vec1::<f32>()?.into_iter().map(f64::from)),
+        DType::F64 => flat.extend(t.to_vec1::<f64>()?),
+        _ => flat.extend(t.to_dtype(DType::F64)?.to_vec1::<f64>()?),
+    }
+    Ok(())
+}
+
+/// Replaces each tensor with its slice of `flat`, keeping shape, dtype and device
+/// (an f32 tensor made from its values rounded as `to_dtype` rounds them, with
+/// no f64 tensor in between).
 pub fn unflatten(flat: &[f64], tensors: &mut [Tensor]) -> Result<()> {
     let mut offset = 0;
     for t in tensors.iter_mut() {
@@ -235,7 +255,13 @@ pub fn unflatten(flat: &[f64], tensors: &mut [Tensor]) -> Result<()> {
                 detail: "all-reduce returned fewer values than sent".into(),
             })
         })?;
-        *t = Tensor::from_slice(values, t.shape(), t.device())?.to_dtype(t.dtype())?;
+        *t = match t.dtype() {
+            DType::F32 => {
+                let rounded: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+                Tensor::from_vec(rounded, t.shape(), t.device())?
+            }
+            dtype => Tensor::from_slice(values, t.shape(), t.device())?.to_dtype(dtype)?,
+        };
         offset += n;
     }
     Ok(())
@@ -277,6 +303,54 @@ mod tests {
             assert_eq!(s, 3.0);
             assert!(any);
             assert_eq!(b, vec![11.0]);
+        }
+    }
+
+    /// Flattening reads each dtype's values exactly (a transposed f32 view in
+    /// its logical order, f16, bf16 and f64 through f64), and unflattening
+    /// rounds back as `to_dtype` from f64 does.
+    #[test]
+    fn flatten_and_unflatten_keep_every_dtype_and_layout() {
+        let device = Device::Cpu;
+        let base = Tensor::new(&[[1.5f32, -2.25, 3.0], [0.1, 1e-8, 7.0]], &device).unwrap();
+        let transposed = base.t().unwrap();
+        let tensors: Vec<Tensor> = [DType::F32, DType::F16, DType::BF16, DType::F64]
+            .iter()
+            .map(|&d| base.to_dtype(d).unwrap())
+            .chain([transposed.clone()])
+            .collect();
+        let flat = flatten(&tensors).unwrap();
+        let expected: Vec<f64> = (tensors.iter())
+            .flat_map(|t| {
+                let t = t.flatten_all().unwrap().to_dtype(DType::F64).unwrap();
+                t.to_vec1::<f64>().unwrap()
+            })
+            .collect();
+        assert_eq!(flat, expected);
+        assert_eq!(
+            flat[24..],
+            [1.5, 0.1f32 as f64, -2.25, 1e-8f32 as f64, 3.0, 7.0]
+        );
+        let doubled: Vec<f64> = flat.iter().map(|v| v * 2.0 + 1e-9).collect();
+        let mut back = tensors.clone();
+        unflatten(&doubled, &mut back).unwrap();
+        for (t, original) in back.iter().zip(&tensors) {
+            assert_eq!(t.dtype(), original.dtype());
+            assert_eq!(t.dims(), original.dims());
+        }
+        let mut offset = 0;
+        for t in &back {
+            let n = t.elem_count();
+            let reference = Tensor::from_slice(&doubled[offset..offset + n], t.shape(), &device)
+                .unwrap()
+                .to_dtype(t.dtype())
+                .unwrap();
+            let same = |x: &Tensor| x.flatten_all().unwrap().to_dtype(DType::F64).unwrap();
+            assert_eq!(
+                same(t).to_vec1::<f64>().unwrap(),
+                same(&reference).to_vec1::<f64>().unwrap()
+            );
+            offset += n;
         }
     }
 
