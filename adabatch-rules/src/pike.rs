@@ -29,7 +29,8 @@ pub const ZETA2: f64 = 0.03;
 /// mirror step's own weights are kept apart); 0: none, as the paper. A tenth
 /// keeps every source measurable in a small batch.
 pub const FLOOR: f64 = 0.1;
-/// The statistics' moving-average decay per measurement; 0: each measurement
+/// The statistics' moving-average decay per measurement (the variance's in log
+/// space, so one outlying measurement moves it little); 0: each measurement
 /// alone, as the paper.
 pub const SMOOTHING: f64 = 0.8;
 /// Balanced-PiKE's `τ` (when asked for): the paper's best trade-off.

@@ -95,9 +95,9 @@ pub struct SourceStats<'a> {
 
 /// One source's gradient statistics in a step, measured on the step's own
 /// examples (the engine splits each source's examples of the step into two
-/// halves by their order in the step, the same on any number of ranks). In the
-/// unit of [`SourceStats::loss`]: per example, or per token under `reweight =
-/// token_count`. NaN for a source with fewer than two examples in the step.
+/// halves, its first half in the step's order and its second, the same on any
+/// number of ranks). In the unit of [`SourceStats::loss`]: per example, or per
+/// token under `reweight = token_count`. NaN for a source with fewer than two examples in the step.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SourceGradient {
     /// `|g_k|²`, the squared norm of the source's mean gradient: `⟨ĝ_a, ĝ_b⟩`

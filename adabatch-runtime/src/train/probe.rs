@@ -100,11 +100,21 @@ pub(crate) struct SummedStep<'a> {
     /// The number of ranks.
     pub(crate) world: usize,
     /// On a step that grouped its examples ([`StepProbe::groups`]), each
-    /// group's gradient of its examples' summed losses (under `reweight =
-    /// token_count`: summed over their tokens), summed over the ranks, the loss
-    /// scale divided out; `None` under `rank_mean` (a rank's examples are not
-    /// weighted alike there) and when `--fp16`'s gradients overflowed.
-    pub(crate) groups: Option<&'a [Vec<Option<Tensor>>]>,
+    /// group's gradient of its examples' summed losses; `None` under
+    /// `rank_mean` (a rank's examples are not weighted alike there) and when
+    /// `--fp16`'s gradients overflowed.
+    pub(crate) groups: Option<GroupGradients<'a>>,
+}
+
+/// Each group's gradient of its examples' summed losses (under `reweight =
+/// token_count`: summed over their tokens), summed over the ranks: `scale`
+/// times `sums`, the scale left for the reader to multiply in as it reads
+/// (scaling a copy of every group's gradients first cost as much as the rest
+/// of the statistics).
+#[derive(Clone, Copy)]
+pub(crate) struct GroupGradients<'a> {
+    pub(crate) sums: &'a [Vec<Option<Tensor>>],
+    pub(crate) scale: f64,
 }
 
 /// A probe's result of a step, read back by type ([`Readings::get`]).

@@ -2,12 +2,16 @@
 //! ([`crate::Mixer::wants_source_gradients`]): `|g_k|²` and `σ_k²` of PiKE
 //! (arXiv 2502.06244) from two halves of the source's examples in the step.
 //!
-//! The halves are the source's examples of the step taken alternately in the
-//! step's order ([`groups`]), so they are the same on any number of ranks; the
-//! step keeps each half's gradient apart and sums it over the ranks in its one
-//! all-reduce, and its own gradient is still the sum of them all. With the
-//! halves' mean gradients `ĝ_a`, `ĝ_b` (sizes `n_a`, `n_b`), independent draws of
-//! the source: `E⟨ĝ_a, ĝ_b⟩ = |g_k|²` and `E|ĝ_a − ĝ_b|² = σ_k²(1/n_a + 1/n_b)`,
+//! The halves are the source's examples of the step in the step's order, its
+//! first half then its second ([`groups`]), so they are the same on any number
+//! of ranks; the step keeps each half's gradient apart and sums it over the
+//! ranks in its one all-reduce, and its own gradient is still the sum of them
+//! all. The sources are interleaved evenly over a step (so its examples' order
+//! is the draws', not the sources'), so each rank's contiguous slice holds
+//! mostly one half of each source: about one piece per source on a rank, not
+//! two, each a forward and backward of its own. With the halves' mean
+//! gradients `ĝ_a`, `ĝ_b` (sizes `n_a`, `n_b`), independent draws of the source:
+//! `E⟨ĝ_a, ĝ_b⟩ = |g_k|²` and `E|ĝ_a − ĝ_b|² = σ_k²(1/n_a + 1/n_b)`,
 //! two unbiased estimates that need no gradient per example (the paper does not
 //! say how it estimates them).
 
@@ -17,22 +21,30 @@ use crate::adapt::mixer::SourceGradient;
 use crate::data::planner::StepBatches;
 use crate::data::source_spec::SourceSpec;
 use crate::error::Result;
-use crate::train::probe::{ChunkLosses, Groups};
+use crate::train::probe::{ChunkLosses, GroupGradients, Groups};
 
 /// The halves of `spec`'s sources: two per source.
 pub(crate) fn halves(spec: &SourceSpec) -> usize {
     2 * spec.names.len()
 }
 
-/// Each example of the step in its source's half: source `k`'s `j`-th example
-/// of the step (in [`StepBatches::indices`]' order) is in half `2k + j mod 2`.
+/// Each example of the step in its source's half: of source `k`'s `n` examples
+/// of the step (in [`StepBatches::indices`]' order) the first `⌈n/2⌉` are in
+/// half `2k`, the others in half `2k + 1`.
 pub(crate) fn groups(spec: &SourceSpec, batches: &StepBatches) -> Groups {
+    let sources: Vec<usize> = (batches.indices().into_iter())
+        .map(|index| spec.locate(index).0)
+        .collect();
+    let mut first_half = vec![0usize; spec.names.len()];
+    for &source in &sources {
+        first_half[source] += 1;
+    }
+    first_half.iter_mut().for_each(|n| *n = n.div_ceil(2));
     let mut seen = vec![0usize; spec.names.len()];
-    let of = (batches.indices().into_iter())
-        .map(|index| {
-            let source = spec.locate(index).0;
+    let of = (sources.into_iter())
+        .map(|source| {
             seen[source] += 1;
-            2 * source + (seen[source] - 1) % 2
+            2 * source + usize::from(seen[source] > first_half[source])
         })
         .collect();
     Groups {
@@ -56,7 +68,7 @@ pub(crate) fn count(out: &mut [f64], group: usize, chunk: &ChunkLosses<'_>) {
 /// batches counted tokens.
 pub(crate) fn statistics(
     halves: &[f64],
-    grads: &[Vec<Option<Tensor>>],
+    grads: GroupGradients<'_>,
     loss: &[f64],
     per_token: bool,
 ) -> Result<Vec<SourceGradient>> {
@@ -65,19 +77,19 @@ pub(crate) fn statistics(
         true => tokens,
         false => examples,
     };
+    let half = |h: usize| grads.sums.get(h).map(|g| (&g[..], sizes[h]));
     (0..sizes.len() / 2)
         .map(|k| {
-            let (n_a, n_b) = (sizes[2 * k], sizes[2 * k + 1]);
-            let (grad_sq, grad_var) = match (grads.get(2 * k), grads.get(2 * k + 1)) {
-                (Some(a), Some(b)) if n_a > 0.0 && n_b > 0.0 => {
-                    halves_estimates((a, n_a), (b, n_b))?
+            let (grad_sq, grad_var) = match (half(2 * k), half(2 * k + 1)) {
+                (Some(a), Some(b)) if a.1 > 0.0 && b.1 > 0.0 => {
+                    halves_estimates(a, b, grads.scale)?
                 }
                 _ => (f64::NAN, f64::NAN),
             };
             Ok(SourceGradient {
                 grad_sq,
                 grad_var,
-                size: n_a + n_b,
+                size: sizes[2 * k] + sizes[2 * k + 1],
                 loss: loss.get(k).copied().unwrap_or(f64::NAN),
             })
         })
@@ -85,30 +97,41 @@ pub(crate) fn statistics(
 }
 
 /// `(⟨ĝ_a, ĝ_b⟩, |ĝ_a − ĝ_b|² / (1/n_a + 1/n_b))` of two halves' summed
-/// gradients and sizes, in f64 (a parameter without a gradient in a half is 0).
+/// gradients (times `scale`) and sizes, accumulated in f64 over the
+/// gradients' values as read once (a parameter without a gradient in a half is
+/// 0). Read into memory rather than through tensor ops: those made f64 copies
+/// of every half and a temporary per op, which made the statistics cost as
+/// much as the step's backward passes on a CPU.
 fn halves_estimates(
     (a, n_a): (&[Option<Tensor>], f64),
     (b, n_b): (&[Option<Tensor>], f64),
+    scale: f64,
 ) -> Result<(f64, f64)> {
+    let values = |g: &Tensor| -> Result<Vec<f32>> {
+        Ok(g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+    };
+    let (to_a, to_b) = (scale / n_a, scale / n_b);
     let (mut dot, mut diff) = (0.0, 0.0);
     for (ga, gb) in a.iter().zip(b) {
-        let mean = |g: &Option<Tensor>, n: f64| -> Result<Option<Tensor>> {
-            Ok(match g {
-                Some(g) => Some((g.to_dtype(DType::F64)? / n)?),
-                None => None,
-            })
-        };
-        let sum_sq = |t: &Tensor| -> Result<f64> { Ok(t.sqr()?.sum_all()?.to_scalar::<f64>()?) };
-        match (mean(ga, n_a)?, mean(gb, n_b)?) {
+        match (ga, gb) {
             (Some(x), Some(y)) => {
-                dot += x.mul(&y)?.sum_all()?.to_scalar::<f64>()?;
-                diff += sum_sq(&(x - y)?)?;
+                for (&x, &y) in values(x)?.iter().zip(&values(y)?) {
+                    let (x, y) = (f64::from(x) * to_a, f64::from(y) * to_b);
+                    dot += x * y;
+                    diff += (x - y) * (x - y);
+                }
             }
-            (Some(x), None) | (None, Some(x)) => diff += sum_sq(&x)?,
+            (Some(x), None) => diff += sum_sq(&values(x)?) * to_a * to_a,
+            (None, Some(y)) => diff += sum_sq(&values(y)?) * to_b * to_b,
             (None, None) => {}
         }
     }
     Ok((dot, diff / (1.0 / n_a + 1.0 / n_b)))
+}
+
+/// `Σ v²` in f64.
+fn sum_sq(values: &[f32]) -> f64 {
+    values.iter().map(|&v| f64::from(v) * f64::from(v)).sum()
 }
 
 #[cfg(test)]
@@ -129,10 +152,10 @@ mod tests {
         }
     }
 
-    /// Halves alternate within each source in the step's order, across
-    /// micro-batches and whatever the ranks' split.
+    /// Each source's first half of the step's order, then its second, across
+    /// micro-batches and whatever the ranks' split (the larger half first).
     #[test]
-    fn each_sources_examples_alternate_between_its_halves() {
+    fn each_sources_first_examples_are_its_first_half() {
         let batches = StepBatches {
             micro: vec![
                 GlobalBatch {
@@ -146,17 +169,19 @@ mod tests {
             ],
         };
         let groups = groups(&spec(), &batches);
-        assert_eq!(groups.of, [0, 2, 1, 3, 0, 2]);
+        assert_eq!(groups.of, [0, 2, 0, 2, 1, 3]);
         assert_eq!(groups.count, 4);
     }
 
     /// One parameter of two coordinates: half a's examples have mean gradient
     /// (3, 1) over 2 examples, half b's (1, 1) over 2: ⟨ĝ_a, ĝ_b⟩ = 4,
-    /// |ĝ_a − ĝ_b|² = 4 over (1/2 + 1/2): σ² = 4.
+    /// |ĝ_a − ĝ_b|² = 4 over (1/2 + 1/2): σ² = 4 (the sums held at twice
+    /// their value, with a scale of ½).
     #[test]
     fn the_halves_give_the_norm_and_the_variance_by_hand() {
-        let sum =
-            |g: [f64; 2], n: f64| Some(Tensor::new(&[g[0] * n, g[1] * n], &Device::Cpu).unwrap());
+        let sum = |g: [f64; 2], n: f64| {
+            Some(Tensor::new(&[2.0 * g[0] * n, 2.0 * g[1] * n], &Device::Cpu).unwrap())
+        };
         let grads = vec![
             vec![sum([3.0, 1.0], 2.0)],
             vec![sum([1.0, 1.0], 2.0)],
@@ -164,7 +189,11 @@ mod tests {
             vec![None],
         ];
         let halves = [2.0, 2.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0];
-        let stats = statistics(&halves, &grads, &[0.5, 0.25], false).unwrap();
+        let groups = GroupGradients {
+            sums: &grads,
+            scale: 0.5,
+        };
+        let stats = statistics(&halves, groups, &[0.5, 0.25], false).unwrap();
         assert_eq!((stats[0].grad_sq, stats[0].grad_var), (4.0, 4.0));
         assert_eq!((stats[0].size, stats[0].loss), (4.0, 0.5));
         assert!(

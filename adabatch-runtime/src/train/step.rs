@@ -24,7 +24,8 @@ use crate::train::out_of_memory::{is_out_of_memory, FaultInjector};
 use crate::train::payload::{PayloadLayout, StepScalars};
 use crate::train::prefetch::{take_chunk, Prefetched};
 use crate::train::probe::{
-    ChunkLosses, Groups, MicroGradient, ProbeLayout, Readings, StepProbe, SummedStep,
+    ChunkLosses, GroupGradients, Groups, MicroGradient, ProbeLayout, Readings, StepProbe,
+    SummedStep,
 };
 use crate::train::settings::StepRules;
 use crate::user::data::{Collate, Dataset};
@@ -484,7 +485,7 @@ where
         Err(oom) => return Ok(StepOutcome::OutOfMemory { oom }),
     };
     let examples_per_token = per_token_mean(&mut summed, input.reweight, &plan)?;
-    let groups = group_sums(std::mem::take(&mut summed.groups), input, plan.batches)?;
+    let groups = group_sums(std::mem::take(&mut summed.groups), input, plan.batches);
     let mut probed = std::mem::take(&mut summed.probed);
     let (loss, interrupted) = (summed.loss, summed.interrupt > 0.0);
     let mut summed_step = SummedStep {
@@ -517,7 +518,7 @@ where
     let grad_norm = unclipped_norm(&update, input.max_grad_norm, wanted)?;
     summed_step.grads = Some(&update.grads);
     summed_step.norm = grad_norm;
-    summed_step.groups = groups.as_deref();
+    summed_step.groups = groups.view();
     let readings = probing.layout.read(&mut probed, &summed_step)?;
     clip(&mut update, input.max_grad_norm, grad_norm)?;
     apply_update(
@@ -536,27 +537,41 @@ where
     }))
 }
 
-/// The groups' summed gradients as [`SummedStep::groups`] has them: of their
-/// examples' summed losses, the loss scale divided out (`None` when the step
-/// grouped nothing, and under `rank_mean`).
+/// The groups' summed gradients (of the step's scaled losses) with the factor
+/// to [`SummedStep::groups`]' sums of their losses.
+struct GroupSums {
+    sums: Vec<Vec<Option<Tensor>>>,
+    /// `None` without groups, and under `rank_mean`.
+    scale: Option<f64>,
+}
+
+impl GroupSums {
+    fn view(&self) -> Option<GroupGradients<'_>> {
+        (self.scale).map(|scale| GroupGradients {
+            sums: &self.sums,
+            scale,
+        })
+    }
+}
+
+/// The step's `groups` as [`GroupSums`].
 fn group_sums<D: ?Sized, C>(
     groups: Vec<Vec<Option<Tensor>>>,
     input: &StepInput<'_, D, C>,
     batches: &StepBatches,
-) -> Result<Option<Vec<Vec<Option<Tensor>>>>> {
+) -> GroupSums {
     // Sample counts divide every loss by the step's examples; token counts
     // divide the sums later, by the step's tokens (not done to the groups).
     let factor = match input.reweight {
-        _ if groups.is_empty() => return Ok(None),
-        Reweight::SampleCount => batches.global_size() as f64,
-        Reweight::TokenCount => 1.0,
-        Reweight::RankMean => return Ok(None),
-    } / input.loss_scale;
-    groups
-        .into_iter()
-        .map(|g| scale_grads(g, factor))
-        .collect::<Result<Vec<_>>>()
-        .map(Some)
+        _ if groups.is_empty() => None,
+        Reweight::SampleCount => Some(batches.global_size() as f64),
+        Reweight::TokenCount => Some(1.0),
+        Reweight::RankMean => None,
+    };
+    GroupSums {
+        sums: groups,
+        scale: factor.map(|f| f / input.loss_scale),
+    }
 }
 
 /// The gradients' global norm before clipping, when it is wanted or clipping
@@ -795,10 +810,19 @@ fn outgoing(
             return Ok((tensors.collect::<candle_core::Result<Vec<_>>>()?, scalars));
         }
     };
-    let tensors = (std::iter::once(&l.grads).chain(&l.groups))
-        .flat_map(|grads| grads.iter().zip(params))
-        .map(|(g, (_, var))| g.as_ref().map_or_else(|| zeros(var), |g| Ok(g.clone())))
-        .collect::<candle_core::Result<Vec<_>>>()?;
+    // One zero tensor per parameter, shared by every slot without a gradient
+    // (on a measuring step, each half this rank holds none of).
+    let mut zero: Vec<Option<Tensor>> = vec![None; params.len()];
+    let mut tensors = Vec::with_capacity((1 + l.groups.len()) * params.len());
+    for grads in std::iter::once(&l.grads).chain(&l.groups) {
+        for (i, (g, (_, var))) in grads.iter().zip(params).enumerate() {
+            tensors.push(match (g, &zero[i]) {
+                (Some(g), _) => g.clone(),
+                (None, Some(z)) => z.clone(),
+                (None, None) => zero[i].insert(zeros(var)?).clone(),
+            });
+        }
+    }
     let scalars = StepScalars {
         loss: l.loss,
         tokens: l.tokens,
