@@ -658,19 +658,13 @@ mod tests {
 
     fn stats<'a>(step: usize, names: &'a [String], loss: &'a [f64]) -> SourceStats<'a> {
         SourceStats {
-            step,
-            names,
             loss,
-            tokens: &[],
             source_tokens: &[10, 10, 10],
-            unit: MixUnit::Tokens,
             seen: &[0, 0, 0],
             positions: &[0, 0, 0],
             sizes: &[10, 10, 10],
             weights: &[1.0, 1.0, 1.0],
-            last_eval: None,
-            held_out: None,
-            source_gradients: None,
+            ..SourceStats::blank(step, names, MixUnit::Tokens)
         }
     }
 

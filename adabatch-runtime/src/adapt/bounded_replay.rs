@@ -713,19 +713,15 @@ mod tests {
         held_out: Option<&'a [f64]>,
     ) -> SourceStats<'a> {
         SourceStats {
-            step,
-            names,
             loss: &[f64::NAN; 3],
-            tokens: &[],
             source_tokens: &[1, 1, 1],
-            unit: MixUnit::Tokens,
             seen: &[0, 0, 0],
             positions: &[0, 0, 0],
             sizes: &[1, 1, 1],
             weights: &[1.0, 1.0, 1.0],
             last_eval,
             held_out,
-            source_gradients: None,
+            ..SourceStats::blank(step, names, MixUnit::Tokens)
         }
     }
 

@@ -93,6 +93,29 @@ pub struct SourceStats<'a> {
     pub source_gradients: Option<&'a [SourceGradient]>,
 }
 
+#[cfg(test)]
+impl<'a> SourceStats<'a> {
+    /// Step `step` of `names` in `unit`, nothing counted or measured: a test's
+    /// base, its fields set over it.
+    pub(crate) fn blank(step: usize, names: &'a [String], unit: MixUnit) -> Self {
+        Self {
+            step,
+            names,
+            loss: &[],
+            tokens: &[],
+            source_tokens: &[],
+            unit,
+            seen: &[],
+            positions: &[],
+            sizes: &[],
+            weights: &[],
+            last_eval: None,
+            held_out: None,
+            source_gradients: None,
+        }
+    }
+}
+
 /// One source's gradient statistics in a step, measured on the step's own
 /// examples (the engine splits each source's examples of the step into two
 /// halves, its first half in the step's order and its second, the same on any
@@ -802,19 +825,13 @@ mod tests {
 
     fn stats<'a>(names: &'a [String], loss: &'a [f64]) -> SourceStats<'a> {
         SourceStats {
-            step: 1,
-            names,
             loss,
-            tokens: &[],
             source_tokens: &[10, 10],
-            unit: MixUnit::Examples,
             seen: &[0, 0],
             positions: &[0, 0],
             sizes: &[10, 10],
             weights: &[1.0, 1.0],
-            last_eval: None,
-            held_out: None,
-            source_gradients: None,
+            ..SourceStats::blank(1, names, MixUnit::Examples)
         }
     }
 

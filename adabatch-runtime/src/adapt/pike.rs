@@ -394,19 +394,14 @@ mod tests {
     fn after(mixer: &mut PikeMixer, step: usize, gradients: Option<&[SourceGradient]>) -> Vec<f64> {
         let names = ["a".to_string(), "b".to_string()];
         mixer.weights(&SourceStats {
-            step,
-            names: &names,
             loss: &[f64::NAN; 2],
-            tokens: &[],
             source_tokens: &[10, 10],
-            unit: MixUnit::Examples,
             seen: &[0, 0],
             positions: &[0, 0],
             sizes: &[10, 10],
             weights: &[1.0, 1.0],
-            last_eval: None,
-            held_out: None,
             source_gradients: gradients,
+            ..SourceStats::blank(step, &names, MixUnit::Examples)
         })
     }
 

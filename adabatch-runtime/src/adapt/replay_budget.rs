@@ -181,21 +181,7 @@ mod tests {
     }
 
     fn stats(names: &[String]) -> SourceStats<'_> {
-        SourceStats {
-            step: 1,
-            names,
-            loss: &[],
-            tokens: &[],
-            source_tokens: &[],
-            unit: MixUnit::Tokens,
-            seen: &[],
-            positions: &[],
-            sizes: &[],
-            weights: &[],
-            last_eval: None,
-            held_out: None,
-            source_gradients: None,
-        }
+        SourceStats::blank(1, names, MixUnit::Tokens)
     }
 
     #[test]
