@@ -156,6 +156,8 @@ where
             starting_weights(settings, &params, &mut *trainer, comm, device, &mut logger)?;
         let mut planner = settings.step_planner(settings.seed, settings.shuffle)?;
         let mut controllers = Controllers::new(settings)?;
+        controllers.oom =
+            (controllers.oom).with_examples_independent(data.collate.examples_independent());
         // Fresh or resumed alike, so that a resumed run warms up as the whole one.
         controllers.plan_mixer(&mut *trainer, settings.expected_steps(), logger.as_deref());
         match &resumed {

@@ -25,6 +25,10 @@ pub(crate) struct OomControl {
     /// At the floor (size 1, or one example per chunk) an OOM may still be
     /// transient (fragmentation): one plain retry, then give up.
     retried_at_floor: bool,
+    /// Whether the collate's examples read their batch-mates
+    /// (`Collate::examples_independent` false): a smaller batch then changes
+    /// their losses, which the recovery's log line says.
+    examples_read_each_other: bool,
 }
 
 impl OomControl {
@@ -35,6 +39,15 @@ impl OomControl {
             events: 0,
             events_since_log: 0,
             retried_at_floor: false,
+            examples_read_each_other: false,
+        }
+    }
+
+    /// Tells it whether the collate's examples read their batch-mates.
+    pub(crate) fn with_examples_independent(self, independent: bool) -> Self {
+        Self {
+            examples_read_each_other: !independent,
+            ..self
         }
     }
 
@@ -93,7 +106,7 @@ impl OomControl {
                     }
                     self.retried_at_floor = true;
                 }
-                Ok(match self.policy {
+                let recovery = match self.policy {
                     OomPolicy::Halve => format!(
                         "halve: per-device size {before} -> {}, retrying the same {} examples",
                         planner.per_device(),
@@ -104,6 +117,14 @@ impl OomControl {
                         batches.global_size(),
                         self.chunks
                     ),
+                };
+                Ok(match self.examples_read_each_other {
+                    true => format!(
+                        "{recovery}; the collate's examples read their batch-mates \
+                         (cross-document attention), so examples now in separate \
+                         batches no longer see each other and their losses change"
+                    ),
+                    false => recovery,
                 })
             }
             OomPolicy::Skip => {
@@ -149,5 +170,47 @@ impl Controller for OomControl {
     fn restore(&mut self, at: &mut Restore<'_>) -> Result<()> {
         self.events = at.from.get(states::OOM, 1)?.unwrap_or(0);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapt::schedule::{BatchLimits, Growth};
+    use crate::data::planner::RunLength;
+    use crate::data::sampler::GlobalBatchSampler;
+
+    fn planner() -> StepPlanner<ScheduleSpec> {
+        let sampler = GlobalBatchSampler::new(16, 2, 0, true, false).unwrap();
+        let schedule = ScheduleSpec::Interval {
+            every: 2,
+            growth: Growth::Add(1),
+        };
+        let limits = BatchLimits::new(1, None).unwrap();
+        StepPlanner::new(sampler, schedule, limits, 4, RunLength::Epochs(1), 2, false).unwrap()
+    }
+
+    /// Each recovery says what it replays; where the collate's examples read
+    /// their batch-mates it also says that their losses change.
+    #[test]
+    fn a_recovery_says_when_smaller_batches_change_the_examples_losses() {
+        for policy in [OomPolicy::Halve, OomPolicy::SplitRetry] {
+            for independent in [true, false] {
+                let mut planner = planner();
+                let batches = planner.next_step().unwrap();
+                let oom = StepOom::Elsewhere { ranks: 1 };
+                let mut control = OomControl::new(policy).with_examples_independent(independent);
+                let line = control.recover(&mut planner, &batches, 1, &oom).unwrap();
+                assert!(
+                    line.contains("retrying") || line.contains("replaying"),
+                    "{line}"
+                );
+                assert_eq!(
+                    line.contains("their losses change"),
+                    !independent,
+                    "{policy:?}: {line}"
+                );
+            }
+        }
     }
 }
