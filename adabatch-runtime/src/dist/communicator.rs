@@ -19,6 +19,8 @@ pub trait Communicator: Send + Sync {
     fn world_size(&self) -> usize;
     /// Element-wise sum over ranks of `tensors` and `scalars`; every rank gets the
     /// sum. Tensors keep their shapes; the same shapes must be passed on every rank.
+    /// Each slot gets a new tensor, never written into in place: a caller may put
+    /// one tensor in several slots (the step shares a zero per parameter).
     fn all_reduce_sum(&self, tensors: &mut [Tensor], scalars: &mut [f64]) -> Result<()>;
     /// Overwrites `tensors` on every rank with rank `root`'s values.
     fn broadcast(&self, tensors: &mut [Tensor], root: usize) -> Result<()>;
