@@ -97,41 +97,70 @@ pub(crate) fn statistics(
 }
 
 /// `(⟨ĝ_a, ĝ_b⟩, |ĝ_a − ĝ_b|² / (1/n_a + 1/n_b))` of two halves' summed
-/// gradients (times `scale`) and sizes, accumulated in f64 over the
-/// gradients' values as read once (a parameter without a gradient in a half is
-/// 0). Read into memory rather than through tensor ops: those made f64 copies
-/// of every half and a temporary per op, which made the statistics cost as
-/// much as the step's backward passes on a CPU.
+/// gradients (times `scale`) and sizes, accumulated in f64 (a parameter
+/// without a gradient in a half is 0).
 fn halves_estimates(
     (a, n_a): (&[Option<Tensor>], f64),
     (b, n_b): (&[Option<Tensor>], f64),
     scale: f64,
 ) -> Result<(f64, f64)> {
-    let values = |g: &Tensor| -> Result<Vec<f32>> {
-        Ok(g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
-    };
     let (to_a, to_b) = (scale / n_a, scale / n_b);
     let (mut dot, mut diff) = (0.0, 0.0);
     for (ga, gb) in a.iter().zip(b) {
-        match (ga, gb) {
-            (Some(x), Some(y)) => {
-                for (&x, &y) in values(x)?.iter().zip(&values(y)?) {
-                    let (x, y) = (f64::from(x) * to_a, f64::from(y) * to_b);
-                    dot += x * y;
-                    diff += (x - y) * (x - y);
-                }
-            }
-            (Some(x), None) => diff += sum_sq(&values(x)?) * to_a * to_a,
-            (None, Some(y)) => diff += sum_sq(&values(y)?) * to_b * to_b,
-            (None, None) => {}
-        }
+        let (d, s) = match (ga, gb) {
+            (Some(x), Some(y)) => dot_and_diff((x, to_a), Some((y, to_b)))?,
+            (Some(x), None) => dot_and_diff((x, to_a), None)?,
+            (None, Some(y)) => dot_and_diff((y, to_b), None)?,
+            (None, None) => (0.0, 0.0),
+        };
+        dot += d;
+        diff += s;
     }
     Ok((dot, diff / (1.0 / n_a + 1.0 / n_b)))
 }
 
-/// `Σ v²` in f64.
-fn sum_sq(values: &[f32]) -> f64 {
-    values.iter().map(|&v| f64::from(v) * f64::from(v)).sum()
+/// `(⟨x·s_x, y·s_y⟩, |x·s_x − y·s_y|²)` in f64 (`y` absent: 0). In host memory
+/// the values are read once into one loop: tensor ops made an f64 copy of each
+/// half and a temporary per op, which made the statistics cost as much as the
+/// step's backward passes on a CPU. On a device they stay there (f64 ops), so
+/// that no half is copied to the host.
+fn dot_and_diff((x, sx): (&Tensor, f64), y: Option<(&Tensor, f64)>) -> Result<(f64, f64)> {
+    if !x.device().is_cpu() {
+        return dot_and_diff_on_device((x, sx), y);
+    }
+    let values = |g: &Tensor| -> Result<Vec<f32>> {
+        Ok(g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+    };
+    let xs = values(x)?;
+    Ok(match y {
+        Some((y, sy)) => {
+            let (mut dot, mut diff) = (0.0, 0.0);
+            for (&x, &y) in xs.iter().zip(&values(y)?) {
+                let (x, y) = (f64::from(x) * sx, f64::from(y) * sy);
+                dot += x * y;
+                diff += (x - y) * (x - y);
+            }
+            (dot, diff)
+        }
+        None => (0.0, xs.iter().map(|&v| (f64::from(v) * sx).powi(2)).sum()),
+    })
+}
+
+/// [`dot_and_diff`] with tensor ops on `x`'s device.
+fn dot_and_diff_on_device(
+    (x, sx): (&Tensor, f64),
+    y: Option<(&Tensor, f64)>,
+) -> Result<(f64, f64)> {
+    let scaled = |g: &Tensor, s: f64| -> Result<Tensor> { Ok((g.to_dtype(DType::F64)? * s)?) };
+    let total = |t: &Tensor| -> Result<f64> { Ok(t.sum_all()?.to_scalar::<f64>()?) };
+    let x = scaled(x, sx)?;
+    match y {
+        Some((y, sy)) => {
+            let y = scaled(y, sy)?;
+            Ok((total(&x.mul(&y)?)?, total(&(x - y)?.sqr()?)?))
+        }
+        None => Ok((0.0, total(&x.sqr()?)?)),
+    }
 }
 
 #[cfg(test)]
@@ -171,6 +200,23 @@ mod tests {
         let groups = groups(&spec(), &batches);
         assert_eq!(groups.of, [0, 2, 0, 2, 1, 3]);
         assert_eq!(groups.count, 4);
+    }
+
+    /// The host loop and the device ops give the same sums (run here on the
+    /// CPU, where both can): `x = (1, -2, 3)·½ = (0.5, −1, 1.5)`,
+    /// `y = (2, 0.5, -1)·2 = (4, 1, −2)`: ⟨x, y⟩ = 2 − 1 − 3 = −2,
+    /// |x − y|² = 12.25 + 4 + 12.25 = 28.5; |x|² = 3.5.
+    #[test]
+    fn the_host_loop_and_the_device_ops_agree() {
+        let x = Tensor::new(&[1f32, -2.0, 3.0], &Device::Cpu).unwrap();
+        let y = Tensor::new(&[2f32, 0.5, -1.0], &Device::Cpu).unwrap();
+        let host = dot_and_diff((&x, 0.5), Some((&y, 2.0))).unwrap();
+        let device = dot_and_diff_on_device((&x, 0.5), Some((&y, 2.0))).unwrap();
+        assert_eq!(host, (-2.0, 28.5));
+        assert_eq!(device, host);
+        let alone = dot_and_diff((&x, 0.5), None).unwrap();
+        assert_eq!(alone, (0.0, 3.5));
+        assert_eq!(dot_and_diff_on_device((&x, 0.5), None).unwrap(), alone);
     }
 
     /// One parameter of two coordinates: half a's examples have mean gradient
