@@ -120,7 +120,8 @@ impl<'a> SourceStats<'a> {
 /// examples (the engine splits each source's examples of the step into two
 /// halves, its first half in the step's order and its second, the same on any
 /// number of ranks). In the unit of [`SourceStats::loss`]: per example, or per
-/// token under `reweight = token_count`. NaN for a source with fewer than two examples in the step.
+/// token under `reweight = token_count`. NaN for a source with fewer than two
+/// examples in the step.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SourceGradient {
     /// `|g_k|²`, the squared norm of the source's mean gradient: `⟨ĝ_a, ĝ_b⟩`

@@ -20,6 +20,7 @@ use candle_core::{DType, Tensor};
 use crate::adapt::mixer::SourceGradient;
 use crate::data::planner::StepBatches;
 use crate::data::source_spec::SourceSpec;
+use crate::dist::communicator::flatten;
 use crate::error::Result;
 use crate::train::probe::{ChunkLosses, GroupGradients, Groups};
 
@@ -120,29 +121,28 @@ fn halves_estimates(
 }
 
 /// `(⟨x·s_x, y·s_y⟩, |x·s_x − y·s_y|²)` in f64 (`y` absent: 0). In host memory
-/// the values are read once into one loop: tensor ops made an f64 copy of each
-/// half and a temporary per op, which made the statistics cost as much as the
-/// step's backward passes on a CPU. On a device they stay there (f64 ops), so
-/// that no half is copied to the host.
+/// the values are read once, exactly whatever their dtype (as the all-reduce
+/// reads them), into one loop: tensor ops made an f64 copy of each half and a
+/// temporary per op, which made the statistics cost as much as the step's
+/// backward passes on a CPU. On a device they stay there (f64 ops), so that no
+/// half is copied to the host.
 fn dot_and_diff((x, sx): (&Tensor, f64), y: Option<(&Tensor, f64)>) -> Result<(f64, f64)> {
     if !x.device().is_cpu() {
         return dot_and_diff_on_device((x, sx), y);
     }
-    let values = |g: &Tensor| -> Result<Vec<f32>> {
-        Ok(g.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
-    };
+    let values = |g: &Tensor| flatten(std::slice::from_ref(g));
     let xs = values(x)?;
     Ok(match y {
         Some((y, sy)) => {
             let (mut dot, mut diff) = (0.0, 0.0);
             for (&x, &y) in xs.iter().zip(&values(y)?) {
-                let (x, y) = (f64::from(x) * sx, f64::from(y) * sy);
+                let (x, y) = (x * sx, y * sy);
                 dot += x * y;
                 diff += (x - y) * (x - y);
             }
             (dot, diff)
         }
-        None => (0.0, xs.iter().map(|&v| (f64::from(v) * sx).powi(2)).sum()),
+        None => (0.0, xs.iter().map(|&v| (v * sx).powi(2)).sum()),
     })
 }
 
@@ -217,6 +217,11 @@ mod tests {
         let alone = dot_and_diff((&x, 0.5), None).unwrap();
         assert_eq!(alone, (0.0, 3.5));
         assert_eq!(dot_and_diff_on_device((&x, 0.5), None).unwrap(), alone);
+        // An f64 gradient is read as f64 (1 + 1e-12 is no f32).
+        let fine = Tensor::new(&[1.0 + 1e-12f64], &Device::Cpu).unwrap();
+        let one = Tensor::new(&[1.0f64], &Device::Cpu).unwrap();
+        let (_, diff) = dot_and_diff((&fine, 1.0), Some((&one, 1.0))).unwrap();
+        assert!(diff > 0.0, "{diff}");
     }
 
     /// One parameter of two coordinates: half a's examples have mean gradient
